@@ -1,6 +1,6 @@
 # Warnings (errors by default) and sanitizers for every eldr target.
 add_compile_options(-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast
-                    -Wcast-align -Wunused -Woverloaded-virtual -Wnull-dereference
+                    -Wcast-align -Wunused -Woverloaded-virtual
                     -Wimplicit-fallthrough)
 if(ELDR_WERROR)
   add_compile_options(-Werror)

@@ -5,13 +5,20 @@ namespace eldr {
 
 const char* to_string(status_code code) {
   switch (code) {
-    case status_code::ok: return "ok";
-    case status_code::invalid_argument: return "invalid_argument";
-    case status_code::not_found: return "not_found";
-    case status_code::io_error: return "io_error";
-    case status_code::corrupt: return "corrupt";
-    case status_code::out_of_range: return "out_of_range";
-    case status_code::failed_precondition: return "failed_precondition";
+    case status_code::ok:
+      return "ok";
+    case status_code::invalid_argument:
+      return "invalid_argument";
+    case status_code::not_found:
+      return "not_found";
+    case status_code::io_error:
+      return "io_error";
+    case status_code::corrupt:
+      return "corrupt";
+    case status_code::out_of_range:
+      return "out_of_range";
+    case status_code::failed_precondition:
+      return "failed_precondition";
   }
   return "unknown";
 }

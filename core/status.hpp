@@ -30,7 +30,9 @@ class status {
   status() = default;  // ok
   status(status_code code, std::string message) : code_(code), message_(std::move(message)) {}
 
-  static status invalid_argument(std::string m) { return {status_code::invalid_argument, std::move(m)}; }
+  static status invalid_argument(std::string m) {
+    return {status_code::invalid_argument, std::move(m)};
+  }
   static status not_found(std::string m) { return {status_code::not_found, std::move(m)}; }
   static status io_error(std::string m) { return {status_code::io_error, std::move(m)}; }
   static status corrupt(std::string m) { return {status_code::corrupt, std::move(m)}; }
@@ -61,9 +63,18 @@ class result {
   explicit operator bool() const { return ok(); }
   const status& error() const { return error_; }
 
-  T& value() & { assert(ok()); return *value_; }
-  const T& value() const& { assert(ok()); return *value_; }
-  T&& value() && { assert(ok()); return std::move(*value_); }
+  T& value() & {
+    assert(ok());
+    return *value_;
+  }
+  const T& value() const& {
+    assert(ok());
+    return *value_;
+  }
+  T&& value() && {
+    assert(ok());
+    return std::move(*value_);
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }

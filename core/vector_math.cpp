@@ -17,24 +17,31 @@ ELDR_MULTIVERSION float dot(const float* a, const float* b, std::size_t n) {
   float acc[lanes] = {};
   std::size_t i = 0;
   for (; i + lanes <= n; i += lanes)
-    for (std::size_t j = 0; j < lanes; ++j) acc[j] += a[i + j] * b[i + j];
+    for (std::size_t j = 0; j < lanes; ++j)
+      acc[j] += a[i + j] * b[i + j];
   float s = 0.0f;
-  for (; i < n; ++i) s += a[i] * b[i];
-  for (std::size_t j = 0; j < lanes; ++j) s += acc[j];
+  for (; i < n; ++i)
+    s += a[i] * b[i];
+  for (std::size_t j = 0; j < lanes; ++j)
+    s += acc[j];
   return s;
 }
 
-float squared_norm(const float* a, std::size_t n) { return dot(a, a, n); }
+float squared_norm(const float* a, std::size_t n) {
+  return dot(a, a, n);
+}
 
 ELDR_MULTIVERSION void axpy(float alpha, const float* x, float* y, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+  for (std::size_t i = 0; i < n; ++i)
+    y[i] += alpha * x[i];
 }
 
 float normalize(float* a, std::size_t n) {
   const float norm = std::sqrt(squared_norm(a, n));
   if (norm > 0.0f) {
     const float inv = 1.0f / norm;
-    for (std::size_t i = 0; i < n; ++i) a[i] *= inv;
+    for (std::size_t i = 0; i < n; ++i)
+      a[i] *= inv;
   }
   return norm;
 }

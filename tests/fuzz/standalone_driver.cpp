@@ -36,8 +36,9 @@ bytes mutate(const bytes& in, const std::vector<bytes>& pool, std::mt19937_64& r
         break;
       case 2:  // insert random bytes
         for (int k = static_cast<int>(rng() % 8); k >= 0; --k)
-          out.insert(out.begin() + static_cast<std::ptrdiff_t>(out.empty() ? 0 : rng() % out.size()),
-                     static_cast<uint8_t>(rng()));
+          out.insert(
+              out.begin() + static_cast<std::ptrdiff_t>(out.empty() ? 0 : rng() % out.size()),
+              static_cast<uint8_t>(rng()));
         break;
       case 3:  // delete a range
         if (!out.empty()) {
@@ -87,13 +88,15 @@ int main(int argc, char** argv) {
       }
     }
   }
-  for (const bytes& b : corpus) LLVMFuzzerTestOneInput(b.data(), b.size());
+  for (const bytes& b : corpus)
+    LLVMFuzzerTestOneInput(b.data(), b.size());
   std::mt19937_64 rng(seed);
   for (long r = 0; r < runs; ++r) {
     bytes input;
     if (corpus.empty() || rng() % 10 == 0) {
       input.resize(rng() % 256);
-      for (auto& b : input) b = static_cast<uint8_t>(rng());
+      for (auto& b : input)
+        b = static_cast<uint8_t>(rng());
     } else {
       input = mutate(corpus[rng() % corpus.size()], corpus, rng);
     }

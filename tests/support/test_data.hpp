@@ -22,8 +22,9 @@ inline std::optional<std::string> shared_data_file(const std::string& name) {
 }  // namespace eldr::testing
 
 // Skips the current test, saying which file is missing, when shared data is absent.
-#define ELDR_REQUIRE_SHARED_DATA(var, name)                                              \
-  auto var##_opt = ::eldr::testing::shared_data_file(name);                              \
-  if (!var##_opt) GTEST_SKIP() << "shared data file " << (name)                          \
-                               << " not found (set ELDR_SHARED_DATA to its folder)";     \
+#define ELDR_REQUIRE_SHARED_DATA(var, name)                            \
+  auto var##_opt = ::eldr::testing::shared_data_file(name);            \
+  if (!var##_opt)                                                      \
+    GTEST_SKIP() << "shared data file " << (name)                      \
+                 << " not found (set ELDR_SHARED_DATA to its folder)"; \
   const std::string var = *var##_opt

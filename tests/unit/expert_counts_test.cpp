@@ -1,0 +1,115 @@
+// expert_counts: dense per-request counts and sparse per-block counts agree exactly.
+#include "core/expert_counts.hpp"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "core/random.hpp"
+
+namespace eldr {
+namespace {
+
+// Token-major ids for `tokens` tokens: each token picks k distinct experts per layer.
+std::vector<uint8_t> random_ids(const model_geometry& g, uint32_t tokens, uint64_t seed) {
+  rng_engine rng(seed);
+  std::vector<uint8_t> ids;
+  std::vector<uint8_t> pool(g.experts);
+  for (uint32_t t = 0; t < tokens; ++t)
+    for (uint32_t l = 0; l < g.layers; ++l) {
+      std::iota(pool.begin(), pool.end(), uint8_t{0});
+      for (uint32_t r = 0; r < g.top_k; ++r) {  // partial Fisher-Yates: k distinct ids
+        std::swap(pool[r], pool[r + uniform_index(rng, g.experts - r)]);
+        ids.push_back(pool[r]);
+      }
+    }
+  return ids;
+}
+
+TEST(ExpertCounts, EveryLayerSumsToTokensTimesTopK) {
+  const model_geometry g{4, 16, 3};
+  const auto ids = random_ids(g, 10, 1);
+  std::vector<uint32_t> counts(g.width(), 0);
+  ASSERT_TRUE(add_token_counts(g, ids, 0, 10, counts).ok());
+  for (uint32_t l = 0; l < g.layers; ++l) {
+    uint32_t sum = 0;
+    for (uint32_t e = 0; e < g.experts; ++e)
+      sum += counts[l * g.experts + e];
+    EXPECT_EQ(sum, 10u * g.top_k);
+  }
+}
+
+TEST(ExpertCounts, BlocksSumToTheWholePromptForEveryBlockSize) {
+  const model_geometry g{5, 32, 4};
+  const uint32_t tokens = 103;
+  const auto ids = random_ids(g, tokens, 2);
+  std::vector<uint32_t> whole(g.width(), 0);
+  ASSERT_TRUE(add_token_counts(g, ids, 0, tokens, whole).ok());
+  for (uint32_t bs : {1u, 7u, 16u, 64u, 255u}) {
+    auto blocks = count_blocks(g, ids, 0, tokens, bs);
+    ASSERT_TRUE(blocks.ok()) << blocks.error().to_string();
+    EXPECT_EQ(blocks->size(), (tokens + bs - 1) / bs);
+    std::vector<uint32_t> summed(g.width(), 0);
+    uint32_t token_total = 0;
+    for (const auto& b : *blocks) {
+      b.add_to(g, summed);
+      token_total += b.tokens();
+    }
+    EXPECT_EQ(token_total, tokens);
+    EXPECT_EQ(summed, whole) << "block size " << bs;
+  }
+}
+
+TEST(ExpertCounts, BlockCountsAreExactPerBlock) {
+  const model_geometry g{3, 8, 2};
+  const auto ids = random_ids(g, 20, 3);
+  auto blocks = count_blocks(g, ids, 0, 20, 8);
+  ASSERT_TRUE(blocks.ok());
+  for (std::size_t b = 0; b < blocks->size(); ++b) {
+    std::vector<uint32_t> expect(g.width(), 0), got(g.width(), 0);
+    const auto begin = static_cast<uint32_t>(b * 8);
+    ASSERT_TRUE(add_token_counts(g, ids, begin, std::min(20u, begin + 8), expect).ok());
+    (*blocks)[b].add_to(g, got);
+    EXPECT_EQ(got, expect);
+  }
+}
+
+TEST(ExpertCounts, FromPartsRoundTripsAndValidates) {
+  const model_geometry g{2, 8, 2};
+  const auto ids = random_ids(g, 4, 4);
+  auto b = block_counts::from_tokens(g, ids, 0, 4);
+  ASSERT_TRUE(b.ok());
+  auto copy = block_counts::from_parts(g, b->tokens(), b->layer_offsets(), b->ids(), b->counts());
+  ASSERT_TRUE(copy.ok()) << copy.error().to_string();
+  EXPECT_EQ(copy->ids(), b->ids());
+
+  auto bad_ids = b->ids();
+  bad_ids[0] = 9;
+  EXPECT_FALSE(block_counts::from_parts(g, 4, b->layer_offsets(), bad_ids, b->counts()).ok());
+  auto bad_counts = b->counts();
+  bad_counts[0] = static_cast<uint8_t>(bad_counts[0] + 1);  // layer no longer sums to tokens * k
+  auto r = block_counts::from_parts(g, 4, b->layer_offsets(), b->ids(), bad_counts);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("sums to"), std::string::npos);
+  EXPECT_FALSE(block_counts::from_parts(g, 4, {0, 1}, b->ids(), b->counts()).ok());
+  EXPECT_FALSE(block_counts::from_parts(g, 0, b->layer_offsets(), b->ids(), b->counts()).ok());
+}
+
+TEST(ExpertCounts, RejectsBadInput) {
+  const model_geometry g{2, 8, 2};
+  auto ids = random_ids(g, 4, 5);
+  std::vector<uint32_t> counts(g.width(), 0);
+  EXPECT_FALSE(add_token_counts(g, ids, 0, 5, counts).ok());  // past the end
+  EXPECT_FALSE(add_token_counts(g, ids, 3, 2, counts).ok());  // reversed
+  std::vector<uint32_t> short_counts(3, 0);
+  EXPECT_FALSE(add_token_counts(g, ids, 0, 4, short_counts).ok());
+  ids[5] = 200;
+  auto r = add_token_counts(g, ids, 0, 4, counts);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("expert id 200"), std::string::npos);
+  EXPECT_FALSE(count_blocks(g, ids, 0, 4, 0).ok());
+  EXPECT_FALSE(count_blocks(g, ids, 0, 4, 256).ok());
+}
+
+}  // namespace
+}  // namespace eldr
