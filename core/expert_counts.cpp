@@ -62,6 +62,10 @@ result<block_counts> block_counts::from_tokens(const model_geometry& g,
   b.layer_offsets_.reserve(g.layers + 1);
   b.layer_offsets_.push_back(0);
   const std::size_t stride = std::size_t{g.layers} * g.top_k;
+  const std::size_t most_per_layer =
+      std::min<std::size_t>(g.experts, std::size_t{tokens} * g.top_k);
+  b.ids_.reserve(most_per_layer * g.layers);
+  b.counts_.reserve(most_per_layer * g.layers);
   std::array<uint8_t, 256> per_expert{};
   for (uint32_t l = 0; l < g.layers; ++l) {
     for (uint32_t t = begin; t < end; ++t) {

@@ -176,15 +176,37 @@ void signature_builder::finish(signature& out) {
   out.width = spec_->width();
   out.index.clear();
   out.value.clear();
+  // The transform is chosen once per signature, not per dimension: this loop runs over every
+  // masked dimension of every routed request.
+  auto collect = [&](auto value_of) {
+    double norm2 = 0.0;
+    for (uint32_t d = 0; d < acc_.size(); ++d) {
+      if (acc_[d] == 0) continue;
+      const float v = value_of(acc_[d], d);
+      acc_[d] = 0;
+      if (v == 0.0f) continue;  // an IDF of zero (an expert every calibration request used)
+      out.index.push_back(d);
+      out.value.push_back(v);
+      norm2 += static_cast<double>(v) * v;
+    }
+    return norm2;
+  };
   double norm2 = 0.0;
-  for (uint32_t d = 0; d < acc_.size(); ++d) {
-    if (acc_[d] == 0) continue;
-    const float v = spec_->transform_count(acc_[d], d);
-    acc_[d] = 0;
-    if (v == 0.0f) continue;  // an IDF of zero (expert used by every calibration request)
-    out.index.push_back(d);
-    out.value.push_back(v);
-    norm2 += static_cast<double>(v) * v;
+  switch (spec_->transform()) {
+    case signature_transform::count:
+      norm2 = collect([](uint32_t c, uint32_t) { return static_cast<float>(c); });
+      break;
+    case signature_transform::sqrt:
+      norm2 = collect([](uint32_t c, uint32_t) { return std::sqrt(static_cast<float>(c)); });
+      break;
+    case signature_transform::count_idf: {
+      const float* idf = spec_->masked_idf_.data();
+      norm2 = collect([idf](uint32_t c, uint32_t d) { return static_cast<float>(c) * idf[d]; });
+      break;
+    }
+    case signature_transform::binary:
+      norm2 = collect([](uint32_t, uint32_t) { return 1.0f; });
+      break;
   }
   if (norm2 > 0.0) {
     const auto inv = static_cast<float>(1.0 / std::sqrt(norm2));

@@ -68,6 +68,7 @@ class signature_spec {
   void dense_from_counts(std::span<const uint32_t> counts, std::span<float> out) const;
 
  private:
+  friend class signature_builder;  // reads masked_idf_ on the hot path
   model_geometry geometry_;
   signature_transform transform_ = signature_transform::count;
   std::vector<uint32_t> layer_mask_;

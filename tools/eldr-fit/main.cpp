@@ -1,1 +1,303 @@
-int main() { return 0; }
+// eldr-fit: offline calibration. From a recorded (or synthetic) trace it fits IDF, measures the
+// signature quality rho of every transform, selects layers greedily, fits one balanced centroid
+// per decode worker, and writes a versioned centroid file plus an optional JSON report.
+//
+//   eldr-fit --trace FILE --workers K --out CENTROIDS [--report REPORT.json]
+//            [--transform auto|count|sqrt|count_idf|binary] [--seed S]
+//
+// Each request's prompt tokens are its prefill (they make the signature); its output tokens are
+// its decode phase (they make the decode profile that rho is measured against).
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/balanced_kmeans.hpp"
+#include "core/centroid_file.hpp"
+#include "core/expert_counts.hpp"
+#include "core/signature.hpp"
+#include "core/signature_quality.hpp"
+#include "core/synthetic.hpp"
+#include "core/trace.hpp"
+
+namespace {
+
+using eldr::result;
+using eldr::status;
+using json = nlohmann::json;
+
+struct options {
+  std::string trace_path;
+  std::string synthetic;
+  uint32_t requests = 0;  // synthetic only; 0 = the preset's default
+  uint32_t workers = 0;
+  std::string out;
+  std::string report;
+  std::string transform = "auto";
+  std::string variant = "balanced";
+  std::vector<double> weights;
+  uint64_t seed = 1;
+  uint64_t epoch = 1;
+  uint32_t pairs = eldr::default_rho_pairs;
+  uint32_t threads = 2;
+  bool all_layers = false;
+};
+
+[[noreturn]] void die(const std::string& message) {
+  std::fprintf(stderr, "eldr-fit: %s\n", message.c_str());
+  std::exit(1);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+eldr::calibration_counts count_trace(const eldr::trace& t) {
+  const eldr::model_geometry& g = t.geometry;
+  eldr::calibration_counts cal;
+  cal.geometry = g;
+  const std::size_t w = g.width();
+  cal.prefill.assign(t.requests.size() * w, 0);
+  cal.decode.assign(t.requests.size() * w, 0);
+  for (std::size_t r = 0; r < t.requests.size(); ++r) {
+    const auto& req = t.requests[r];
+    const uint32_t p = req.prompt_tokens, o = req.output_tokens;
+    status s =
+        eldr::add_token_counts(g, req.experts, 0, p, std::span(cal.prefill).subspan(r * w, w));
+    if (s.ok())
+      s = eldr::add_token_counts(g, req.experts, p, p + o, std::span(cal.decode).subspan(r * w, w));
+    if (!s.ok()) die("request " + req.id + ": " + s.to_string());
+  }
+  return cal;
+}
+
+json kmeans_json(const eldr::kmeans_result& k, double secs) {
+  return {{"objective", k.objective},
+          {"iterations", k.iterations},
+          {"converged", k.converged},
+          {"seconds", secs},
+          {"cluster_sizes", k.cluster_sizes}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  CLI::App app{
+      "eldr-fit: offline calibration of ELDR signatures and balanced centroids.\n"
+      "Prompt tokens of each request are its prefill, output tokens its decode phase."};
+  auto* input = app.add_option_group("input", "where the calibration requests come from");
+  input->add_option("--trace", o.trace_path, "eldr-trace v1 file to calibrate on")
+      ->check(CLI::ExistingFile);
+  input->add_option("--synthetic", o.synthetic,
+                    "synthetic preset instead of a trace (qwen-task, qwen-language, gpt-oss-task, "
+                    "no-locality)");
+  input->require_option(1);
+  app.add_option("--requests", o.requests,
+                 "synthetic only: number of requests (default: preset's)");
+  app.add_option("--workers", o.workers, "number of decode workers K (one centroid each)")
+      ->required()
+      ->check(CLI::Range(1u, 1u << 16));
+  app.add_option("--out", o.out, "centroid file to write")->required();
+  app.add_option("--report", o.report, "JSON report to write");
+  app.add_option("--transform", o.transform, "auto|count|sqrt|count_idf|binary (auto: best rho)")
+      ->capture_default_str();
+  app.add_option("--variant", o.variant, "balanced|vanilla K-means")->capture_default_str();
+  app.add_option("--weights", o.weights,
+                 "per-worker capacity weights (K positive numbers) for heterogeneous workers")
+      ->delimiter(',');
+  app.add_option("--seed", o.seed, "seed for rho's pairs, k-means++ and synthetic data")
+      ->capture_default_str();
+  app.add_option("--epoch", o.epoch, "epoch stamped on the centroid set")->capture_default_str();
+  app.add_option("--pairs", o.pairs, "random pairs for rho")
+      ->capture_default_str()
+      ->check(CLI::Range(2u, 10000000u));
+  app.add_option("--threads", o.threads, "threads for layer selection and K-means")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 256u));
+  app.add_flag("--all-layers", o.all_layers, "keep every layer instead of the selected N*");
+  CLI11_PARSE(app, argc, argv);
+
+  const auto t_start = std::chrono::steady_clock::now();
+  std::optional<eldr::signature_transform> forced;
+  if (o.transform != "auto") {
+    auto t = eldr::parse_transform(o.transform);
+    if (!t.ok()) die("--transform: " + t.error().message());
+    forced = *t;
+  }
+  eldr::kmeans_variant variant = eldr::kmeans_variant::balanced;
+  if (o.variant == "vanilla") {
+    variant = eldr::kmeans_variant::vanilla;
+  } else if (o.variant != "balanced") {
+    die("--variant must be balanced or vanilla, got '" + o.variant + "'");
+  }
+  if (!o.weights.empty() && o.weights.size() != o.workers)
+    die("--weights has " + std::to_string(o.weights.size()) + " values for " +
+        std::to_string(o.workers) + " workers");
+
+  // 1. Calibration requests.
+  eldr::trace tr;
+  std::string source;
+  if (!o.trace_path.empty()) {
+    auto t = eldr::read_trace_file(o.trace_path);
+    if (!t.ok()) die(t.error().message());
+    tr = std::move(t).value();
+    source = o.trace_path;
+  } else {
+    auto p = eldr::synthetic_preset(o.synthetic);
+    if (!p.ok()) die("--synthetic: " + p.error().message());
+    if (o.requests > 0) p->requests = o.requests;
+    p->seed = o.seed;
+    auto t = eldr::generate_synthetic(*p);
+    if (!t.ok()) die("--synthetic: " + t.error().message());
+    tr = std::move(t).value();
+    source = "synthetic:" + o.synthetic;
+  }
+  const eldr::model_geometry g = tr.geometry;
+  const std::size_t n = tr.requests.size();
+  if (o.workers > n)
+    die("--workers (" + std::to_string(o.workers) + ") exceeds the calibration requests (" +
+        std::to_string(n) + ")");
+  const eldr::calibration_counts cal = count_trace(tr);
+  std::printf("calibration: %zu requests of %s (%s), from %s\n", n, tr.model_name.c_str(),
+              g.to_string().c_str(), source.c_str());
+
+  // 2. IDF and rho per transform (all layers), as in the paper's Fig. 7.
+  auto idf = eldr::fit_idf(g, cal.prefill);
+  if (!idf.ok()) die(idf.error().message());
+  json report;
+  std::map<eldr::signature_transform, double> rho;
+  std::optional<eldr::rho_evaluator> chosen_eval;
+  eldr::signature_transform chosen = forced.value_or(eldr::signature_transform::count);
+  double best = -2.0;
+  std::printf("signature quality rho (all layers, %u pairs):\n", o.pairs);
+  for (eldr::signature_transform t : eldr::all_transforms) {
+    auto ev = eldr::rho_evaluator::make(cal, t, *idf, o.pairs, o.seed);
+    if (!ev.ok()) die(ev.error().message());
+    rho[t] = ev->rho_all_layers();
+    report["rho"][std::string(eldr::to_string(t))] = rho[t];
+    std::printf("  %-10s %.4f\n", std::string(eldr::to_string(t)).c_str(), rho[t]);
+    if (forced ? t == *forced : rho[t] > best) {
+      best = rho[t];
+      chosen = t;
+      chosen_eval = std::move(ev).value();
+    }
+  }
+  std::printf("transform: %s%s\n", std::string(eldr::to_string(chosen)).c_str(),
+              forced ? " (forced)" : " (best rho)");
+
+  // 3. Greedy forward layer selection on the chosen transform.
+  const auto t_layers = std::chrono::steady_clock::now();
+  const eldr::layer_curve curve = eldr::select_layers(*chosen_eval, o.threads);
+  std::printf("layer selection: N* = %u of %u layers, rho %.4f (all layers %.4f) [%.1f s]\n",
+              curve.n_star, g.layers, curve.rho[curve.n_star - 1], rho[chosen],
+              seconds_since(t_layers));
+  std::vector<uint32_t> mask = curve.mask;
+  if (o.all_layers) mask.clear();
+
+  auto spec = eldr::signature_spec::make(g, chosen, mask, *idf);
+  if (!spec.ok()) die(spec.error().message());
+  const std::size_t width = spec->width();
+
+  // 4. Signatures of the calibration prompts. All-zero ones carry no direction and are left out
+  //    of the fit (they route by load alone).
+  std::vector<float> points;
+  points.reserve(n * width);
+  std::vector<float> row(width);
+  std::size_t zero_rows = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    spec->dense_from_counts(std::span(cal.prefill).subspan(r * g.width(), g.width()), row);
+    bool any = false;
+    for (float v : row)
+      any = any || v != 0.0f;
+    if (!any) {
+      ++zero_rows;
+      continue;
+    }
+    points.insert(points.end(), row.begin(), row.end());
+  }
+  const std::size_t fit_n = points.size() / width;
+  if (fit_n < o.workers)
+    die("only " + std::to_string(fit_n) +
+        " requests have a non-zero signature, fewer than --workers");
+
+  // 5. Balanced K-means, with the vanilla variant alongside for the report.
+  eldr::kmeans_options ko;
+  ko.seed = o.seed;
+  ko.threads = o.threads;
+  ko.worker_weights = o.weights;
+  json kjson;
+  std::optional<eldr::kmeans_result> fit;
+  for (eldr::kmeans_variant v : {eldr::kmeans_variant::balanced, eldr::kmeans_variant::vanilla}) {
+    ko.variant = v;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto k = eldr::balanced_kmeans(points, width, o.workers, ko);
+    if (!k.ok()) die("K-means: " + k.error().message());
+    const double secs = seconds_since(t0);
+    const char* name = v == eldr::kmeans_variant::balanced ? "balanced" : "vanilla";
+    kjson[name] = kmeans_json(*k, secs);
+    uint32_t largest = 0;
+    for (uint32_t s : k->cluster_sizes)
+      largest = std::max(largest, s);
+    std::printf(
+        "k-means %-8s K=%u: objective %.4f, largest cluster %u of %zu, %u iterations [%.2f s]\n",
+        name, o.workers, k->objective, largest, fit_n, k->iterations, secs);
+    if (v == variant) fit = std::move(k).value();
+  }
+
+  // 6. The centroid file.
+  eldr::centroid_file f;
+  f.model_name = tr.model_name;
+  f.spec = *spec;
+  f.epoch = o.epoch;
+  f.workers = o.workers;
+  f.centroids = fit->centroids;
+  f.worker_weights.assign(o.weights.begin(), o.weights.end());
+  f.provenance = {source,
+                  "eldr-fit 0.1.0",
+                  o.seed,
+                  static_cast<uint32_t>(n),
+                  o.all_layers ? rho[chosen] : curve.rho[curve.n_star - 1],
+                  fit->objective,
+                  o.variant};
+  if (status s = eldr::write_centroid_file(f, o.out); !s.ok()) die(s.to_string());
+  std::printf("wrote %s: epoch %llu, %u centroids of width %zu\n", o.out.c_str(),
+              static_cast<unsigned long long>(o.epoch), o.workers, width);
+
+  if (!o.report.empty()) {
+    report["format"] = "eldr-fit-report";
+    report["version"] = 1;
+    report["source"] = source;
+    report["model"] = {
+        {"name", tr.model_name}, {"layers", g.layers}, {"experts", g.experts}, {"top_k", g.top_k}};
+    report["requests"] = n;
+    report["zero_signature_requests"] = zero_rows;
+    report["workers"] = o.workers;
+    report["seed"] = o.seed;
+    report["pairs"] = o.pairs;
+    report["transform"] = std::string(eldr::to_string(chosen));
+    report["transform_chosen_by"] = forced ? "flag" : "best_rho";
+    report["layer_curve"] = {{"order", curve.order}, {"rho", curve.rho}};
+    report["n_star"] = curve.n_star;
+    report["mask"] = spec->layer_mask();
+    report["rho_masked"] = curve.rho[curve.n_star - 1];
+    report["width"] = width;
+    report["kmeans"] = kjson;
+    report["kmeans_variant"] = o.variant;
+    report["epoch"] = o.epoch;
+    report["centroids"] = o.out;
+    report["seconds"] = seconds_since(t_start);
+    std::ofstream out(o.report);
+    out << report.dump(2) << "\n";
+    if (!out) die("cannot write the report to " + o.report);
+    std::printf("wrote %s\n", o.report.c_str());
+  }
+  return 0;
+}

@@ -1,0 +1,409 @@
+// synthetic: presets, parameter checks, and the generator (alias tables for O(1) weighted draws,
+// rejection of repeats for sampling without replacement).
+#include "core/synthetic.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <sstream>
+#include <system_error>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+
+#include "core/random.hpp"
+
+namespace eldr {
+
+namespace {
+
+// ---- randomness: rng_engine (std::mt19937_64) is specified bit for bit, and every draw goes
+// through core/random.hpp or the helpers below, never std::*_distribution ----
+
+// SplitMix64's finaliser: derives independent stream seeds from (seed, purpose, index), so that
+// request i is the same whatever the request count.
+uint64_t mix_seed(uint64_t seed, uint64_t purpose, uint64_t index) {
+  uint64_t z = seed ^ (purpose * 0x9e3779b97f4a7c15ull) ^ (index * 0xbf58476d1ce4e5b9ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// n standard normal values (Box-Muller, both values of each pair used).
+void fill_normals(rng_engine& rng, double* out, size_t n) {
+  for (size_t i = 0; i < n; i += 2) {
+    const double u1 = 1.0 - uniform_unit(rng);  // (0, 1]: the log stays finite
+    const double u2 = uniform_unit(rng);
+    const double radius = std::sqrt(-2.0 * std::log(u1));
+    out[i] = radius * std::cos(2.0 * std::numbers::pi * u2);
+    if (i + 1 < n) out[i + 1] = radius * std::sin(2.0 * std::numbers::pi * u2);
+  }
+}
+
+// Exponential with the given rate (> 0).
+double exponential(rng_engine& rng, double rate) {
+  return -std::log(1.0 - uniform_unit(rng)) / rate;
+}
+
+// Integer in [lo, hi] with log(n + 1) uniform: short lengths as likely per octave as long ones,
+// and defined for lo = 0 (output lengths).
+uint32_t log_uniform(rng_engine& rng, uint32_t lo, uint32_t hi) {
+  if (lo >= hi) return lo;
+  const double a = std::log(static_cast<double>(lo) + 1.0);
+  const double b = std::log(static_cast<double>(hi) + 2.0);
+  const double x = std::floor(std::exp(a + uniform_unit(rng) * (b - a))) - 1.0;
+  return static_cast<uint32_t>(std::clamp(x, static_cast<double>(lo), static_cast<double>(hi)));
+}
+
+// Walker/Vose alias tables, one per layer over E <= 256 experts: one 64-bit draw per sample and
+// no data-dependent branch. The high 32 bits pick a column (multiply-shift, bias below 2^-24), the
+// low 24 bits flip its biased coin. A column packs its coin threshold (24 bits: weights resolve
+// to 2^-24 of a column) and its alias in 4 bytes, so a 48 x 128 model's tables fit in L1.
+class alias_tables {
+ public:
+  alias_tables(uint32_t layers, uint32_t n) : n_(n), entries_(size_t{layers} * n) {}
+
+  // Rebuilds layer l from n non-negative weights with a positive sum.
+  void build(uint32_t l, const double* weights) {
+    uint32_t* table = &entries_[size_t{l} * n_];
+    double sum = 0.0;
+    for (uint32_t i = 0; i < n_; ++i)
+      sum += weights[i];
+    scaled_.resize(n_);
+    small_.clear();
+    large_.clear();
+    for (uint32_t i = 0; i < n_; ++i) {
+      scaled_[i] = weights[i] * n_ / sum;
+      (scaled_[i] < 1.0 ? small_ : large_).push_back(static_cast<uint8_t>(i));
+    }
+    while (!small_.empty() && !large_.empty()) {
+      const uint8_t s = small_.back(), g = large_.back();
+      small_.pop_back();
+      table[s] = pack(scaled_[s], g);
+      scaled_[g] -= 1.0 - scaled_[s];
+      if (scaled_[g] < 1.0) {
+        large_.pop_back();
+        small_.push_back(g);
+      }
+    }
+    // What is left is 1 up to rounding: a column that is its own alias always keeps itself.
+    for (uint8_t i : small_)
+      table[i] = pack(0.0, i);
+    for (uint8_t i : large_)
+      table[i] = pack(0.0, i);
+  }
+
+  uint8_t draw(uint32_t l, uint64_t r) const {
+    const uint64_t column = ((r >> 32) * n_) >> 32;
+    const uint32_t e = entries_[size_t{l} * n_ + column];
+    const uint32_t coin = static_cast<uint32_t>(r) & 0xffffffu;
+    // Select by mask, not ?: -- g++ emits a branch for that, which mispredicts on every other coin.
+    const uint32_t keep_mask = 0u - static_cast<uint32_t>(coin < (e >> 8));
+    const uint32_t alias = e & 0xffu;
+    return static_cast<uint8_t>(alias ^ ((static_cast<uint32_t>(column) ^ alias) & keep_mask));
+  }
+
+ private:
+  // threshold in the high 24 bits (keep the column when the coin is below), alias in the low 8.
+  static uint32_t pack(double keep_probability, uint8_t alias) {
+    const double t = std::clamp(keep_probability, 0.0, 1.0) * 16777215.0;
+    return (static_cast<uint32_t>(t) << 8) | alias;
+  }
+
+  uint32_t n_;
+  std::vector<uint32_t> entries_;  // [l][column]
+  // Scratch for build(), kept to avoid reallocating per request and layer.
+  std::vector<double> scaled_;
+  std::vector<uint8_t> small_, large_;
+};
+
+// Zipf-like weights over a fresh random permutation of n experts: a different favourite set per
+// (domain, layer).
+void zipf_over_permutation(rng_engine& rng, uint32_t n, double exponent, double* out) {
+  std::vector<uint32_t> order(n);
+  for (uint32_t i = 0; i < n; ++i)
+    order[i] = i;
+  for (uint32_t i = n - 1; i > 0; --i)
+    std::swap(order[i], order[uniform_index(rng, i + 1)]);
+  double sum = 0.0;
+  for (uint32_t rank = 0; rank < n; ++rank) {
+    const double w = std::pow(static_cast<double>(rank) + 1.0, -exponent);
+    out[order[rank]] = w;
+    sum += w;
+  }
+  for (uint32_t i = 0; i < n; ++i)
+    out[i] /= sum;
+}
+
+// False for NaN too.
+bool in_unit_interval(double x) {
+  return x >= 0.0 && x <= 1.0;
+}
+
+std::string describe(const synthetic_params& p) {
+  std::ostringstream s;
+  s << "eldr synthetic generator: preset=" << p.preset << " seed=" << p.seed
+    << " requests=" << p.requests << " domains=" << p.domains.size()
+    << " zipf_exponent=" << p.zipf_exponent << " global_blend=" << p.global_blend
+    << " secondary_weight_max=" << p.secondary_weight_max << " request_noise=" << p.request_noise
+    << " reuse_probability=" << p.reuse_probability << " prompt=" << p.prompt_min << ".."
+    << p.prompt_max << " output=" << p.output_min << ".." << p.output_max
+    << " arrival_rate=" << p.arrival_rate;
+  return s.str();
+}
+
+// Stream purposes for mix_seed.
+constexpr uint64_t stream_domains = 1, stream_request = 2, stream_arrivals = 3;
+
+// Fills r.experts: every token picks k distinct experts per layer from tables (the request's
+// distribution, whose exact weights are `weights`, [l][e]), first keeping each of the previous
+// token's experts with probability reuse (resolved to 1/65536). Written without data-dependent
+// branches where it can be: the choices are random, so branches would mispredict half the time.
+void route_tokens(const model_geometry& g, double reuse, const alias_tables& tables,
+                  const std::vector<double>& weights, rng_engine& rng, trace_request& r) {
+  const uint32_t L = g.layers, E = g.experts, k = g.top_k;
+  const size_t stride = size_t{L} * k;  // bytes per token
+  const uint32_t reuse_threshold = static_cast<uint32_t>(std::lround(reuse * 65536.0));
+  r.experts.resize(static_cast<size_t>(r.total_tokens()) * stride);
+  // mark[e] == round: e is already among this token's choices at this layer. A per-expert stamp
+  // rather than a bitmask, so that successive draws do not serialise on one shared word.
+  std::array<uint32_t, 256> mark{};
+  uint32_t round = 0;
+  for (uint64_t tok = 0; tok < r.total_tokens(); ++tok) {
+    uint8_t* out = r.experts.data() + tok * stride;
+    const uint8_t* prev = tok > 0 ? out - stride : nullptr;
+    for (uint32_t l = 0; l < L; ++l, out += k) {
+      if (++round == 0) {  // wrapped after 2^32 token-layers: old stamps could collide
+        mark.fill(0);
+        round = 1;
+      }
+      uint32_t n = 0;
+      if (prev != nullptr && reuse_threshold > 0) {
+        const uint8_t* before = prev + size_t{l} * k;
+        uint64_t coins = 0;
+        for (uint32_t c = 0; c < k; ++c) {
+          if (c % 4 == 0) coins = rng();  // four 16-bit coins per draw
+          const uint32_t keep = (coins & 0xffffu) < reuse_threshold;
+          coins >>= 16;
+          out[n] = before[c];  // distinct already: they were one token's choices
+          n += keep;
+          mark[before[c]] = keep * round;  // 0 (never a live round) when not kept
+        }
+      }
+      // Rejecting repeats samples exactly from the distribution renormalised over the experts not
+      // yet chosen. When most of the mass is already taken (large k, steep weights) that could
+      // loop long, so after a bounded number of misses draw from what is left directly.
+      uint32_t misses = 0;
+      while (n < k) {
+        const uint8_t e = tables.draw(l, rng());
+        const uint32_t fresh = mark[e] != round;
+        out[n] = e;  // kept only if fresh: n does not advance otherwise
+        n += fresh;
+        mark[e] = round;
+        misses += 1 - fresh;
+        if (misses <= 16 * k) continue;
+        const double* w = &weights[size_t{l} * E];
+        double left = 0.0;
+        for (uint32_t x = 0; x < E; ++x)
+          if (mark[x] != round) left += w[x];
+        double u = uniform_unit(rng) * left;
+        uint8_t pick = 0;
+        for (uint32_t x = 0; x < E; ++x) {
+          if (mark[x] == round) continue;
+          pick = static_cast<uint8_t>(x);  // the last free one absorbs rounding
+          u -= w[x];
+          if (u < 0.0) break;
+        }
+        out[n++] = pick;
+        mark[pick] = round;
+        misses = 0;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+status validate_synthetic_params(const synthetic_params& p) {
+  auto bad = [](const std::string& what) {
+    return status::invalid_argument("synthetic params: " + what);
+  };
+  if (status s = p.geometry.validate(); !s.ok()) return bad(s.message());
+  if (p.domains.empty()) return bad("domains must not be empty");
+  std::unordered_set<std::string> seen;
+  for (const std::string& d : p.domains) {
+    if (d.empty()) return bad("domain labels must not be empty");
+    if (!seen.insert(d).second) return bad("duplicate domain label \"" + d + "\"");
+  }
+  if (!(p.zipf_exponent >= 0.0 && std::isfinite(p.zipf_exponent)))
+    return bad("zipf_exponent must be a finite number >= 0");
+  if (!in_unit_interval(p.global_blend)) return bad("global_blend must be in [0, 1]");
+  if (!in_unit_interval(p.secondary_weight_max))
+    return bad("secondary_weight_max must be in [0, 1]");
+  if (!(p.request_noise >= 0.0 && p.request_noise <= 10.0))
+    return bad("request_noise must be in [0, 10]");
+  if (!in_unit_interval(p.reuse_probability)) return bad("reuse_probability must be in [0, 1]");
+  if (p.prompt_min < 1) return bad("prompt_min must be >= 1");
+  if (p.prompt_min > p.prompt_max) return bad("prompt_min must be <= prompt_max");
+  if (p.output_min > p.output_max) return bad("output_min must be <= output_max");
+  if (p.threads < 1 || p.threads > 256) return bad("threads must be in 1..256");
+  if (!(p.arrival_rate >= 0.0 && std::isfinite(p.arrival_rate)))
+    return bad("arrival_rate must be a finite number >= 0");
+
+  const uint64_t per_token = uint64_t{p.geometry.layers} * p.geometry.top_k;
+  const uint64_t longest = (uint64_t{p.prompt_max} + p.output_max) * per_token;
+  if (longest > std::numeric_limits<uint32_t>::max())
+    return status::out_of_range(
+        "synthetic params: a request of prompt_max + output_max tokens needs " +
+        std::to_string(longest) + " bytes of expert ids, more than a trace request holds");
+  constexpr uint64_t max_total = uint64_t{1} << 34;
+  if (longest * p.requests > max_total)
+    return status::out_of_range("synthetic params: up to " + std::to_string(longest * p.requests) +
+                                " bytes of expert ids, above the 2^34 limit");
+  return {};
+}
+
+result<synthetic_params> synthetic_preset(std::string_view name) {
+  synthetic_params p;
+  p.preset = std::string(name);
+  if (name == "qwen-task" || name == "no-locality") {
+    p.model_name = "synthetic, Qwen3-30B-A3B shape";
+    p.geometry = {48, 128, 8};
+    p.domains = {"code", "math", "medical", "legal"};
+    p.zipf_exponent = 1.1;
+    p.global_blend = 0.2;
+    p.secondary_weight_max = 0.2;
+    p.request_noise = 0.4;
+    if (name == "no-locality") {
+      p.global_blend = 1.0;  // every domain is the shared distribution
+      p.secondary_weight_max = 0.0;
+    }
+  } else if (name == "qwen-language") {
+    p.model_name = "synthetic, Qwen3-30B-A3B shape";
+    p.geometry = {48, 128, 8};
+    p.domains = {"english", "chinese", "russian", "spanish", "french", "german"};
+    p.zipf_exponent = 0.8;
+    p.global_blend = 0.6;
+    p.secondary_weight_max = 0.4;
+    p.request_noise = 0.5;
+  } else if (name == "gpt-oss-task") {
+    p.model_name = "synthetic, GPT-OSS-120B shape";
+    p.geometry = {36, 128, 4};
+    p.domains = {"code", "math", "medical", "legal"};
+    p.zipf_exponent = 1.1;
+    p.global_blend = 0.2;
+    p.secondary_weight_max = 0.2;
+    p.request_noise = 0.4;
+  } else {
+    std::string names;
+    for (std::string_view n : synthetic_preset_names())
+      names += (names.empty() ? "" : ", ") + std::string(n);
+    return status::invalid_argument("unknown synthetic preset \"" + std::string(name) +
+                                    "\"; valid presets: " + names);
+  }
+  return p;
+}
+
+std::vector<std::string_view> synthetic_preset_names() {
+  return {"qwen-task", "qwen-language", "gpt-oss-task", "no-locality"};
+}
+
+result<trace> generate_synthetic(const synthetic_params& p) {
+  if (status s = validate_synthetic_params(p); !s.ok()) return s;
+  const uint32_t L = p.geometry.layers, E = p.geometry.experts;
+  const size_t D = p.domains.size();
+  const size_t LE = size_t{L} * E;
+
+  // Per-(domain, layer) distributions, [d][l][e], already blended with the global one.
+  std::vector<double> domain_weights(D * LE);
+  {
+    rng_engine rng(mix_seed(p.seed, stream_domains, 0));
+    std::vector<double> global(LE), own(E);
+    for (uint32_t l = 0; l < L; ++l)
+      zipf_over_permutation(rng, E, p.zipf_exponent, &global[size_t{l} * E]);
+    for (size_t d = 0; d < D; ++d)
+      for (uint32_t l = 0; l < L; ++l) {
+        zipf_over_permutation(rng, E, p.zipf_exponent, own.data());
+        double* dst = &domain_weights[d * LE + size_t{l} * E];
+        for (uint32_t e = 0; e < E; ++e)
+          dst[e] = (1.0 - p.global_blend) * own[e] + p.global_blend * global[size_t{l} * E + e];
+      }
+  }
+
+  trace t;
+  t.model_name = p.model_name;
+  t.geometry = p.geometry;
+  t.source = describe(p);
+  t.requests.resize(p.requests);
+
+  // Arrivals are a running sum, so they are drawn in order up front; everything else about
+  // request i depends only on (seed, i), which lets worker threads split the requests freely.
+  if (p.arrival_rate > 0.0) {
+    rng_engine arrivals(mix_seed(p.seed, stream_arrivals, 0));
+    double clock = 0.0;
+    for (trace_request& r : t.requests) {
+      clock += exponential(arrivals, p.arrival_rate);
+      r.arrival_s = clock;
+    }
+  }
+
+  auto generate_range = [&](uint32_t begin, uint32_t end) {
+    std::vector<double> weights(LE), noise(LE);  // one request's distribution, [l][e]
+    alias_tables tables(L, E);
+    for (uint32_t i = begin; i < end; ++i) {
+      rng_engine rng(mix_seed(p.seed, stream_request, i));
+      trace_request& r = t.requests[i];
+      r.id = "syn-" + std::to_string(i);
+      const size_t primary = uniform_index(rng, D);
+      r.label = p.domains[primary];
+      r.prompt_tokens = log_uniform(rng, p.prompt_min, p.prompt_max);
+      r.output_tokens = log_uniform(rng, p.output_min, p.output_max);
+
+      // The request's own distribution: its domain, a little of another, jittered.
+      size_t secondary = primary;
+      double mix = 0.0;
+      if (D > 1) {
+        secondary = (primary + 1 + uniform_index(rng, D - 1)) % D;
+        mix = uniform_unit(rng) * p.secondary_weight_max;
+      }
+      const double* a = &domain_weights[primary * LE];
+      const double* b = &domain_weights[secondary * LE];
+      for (size_t j = 0; j < LE; ++j)
+        weights[j] = (1.0 - mix) * a[j] + mix * b[j];
+      if (p.request_noise > 0.0) {
+        fill_normals(rng, noise.data(), LE);
+        for (size_t j = 0; j < LE; ++j)
+          weights[j] *= std::exp(p.request_noise * noise[j]);
+      }
+      for (uint32_t l = 0; l < L; ++l)
+        tables.build(l, &weights[size_t{l} * E]);
+
+      route_tokens(p.geometry, p.reuse_probability, tables, weights, rng, r);
+    }
+  };
+
+  // Contiguous chunks, one per thread; this thread takes the first. A thread that cannot be
+  // started (std::system_error) has its chunk generated here instead: same result, just slower.
+  const uint32_t workers = std::min(p.threads, std::max(p.requests, 1u));
+  std::vector<std::thread> pool;
+  std::vector<std::pair<uint32_t, uint32_t>> inline_chunks;
+  for (uint32_t w = 1; w < workers; ++w) {
+    const uint32_t begin = static_cast<uint32_t>(uint64_t{p.requests} * w / workers);
+    const uint32_t end = static_cast<uint32_t>(uint64_t{p.requests} * (w + 1) / workers);
+    try {
+      pool.emplace_back(generate_range, begin, end);
+    } catch (const std::system_error&) {
+      inline_chunks.emplace_back(begin, end);
+    }
+  }
+  generate_range(0, static_cast<uint32_t>(uint64_t{p.requests} / workers));
+  for (const auto& [begin, end] : inline_chunks)
+    generate_range(begin, end);
+  for (std::thread& th : pool)
+    th.join();
+  return t;
+}
+
+}  // namespace eldr

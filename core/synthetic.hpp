@@ -1,0 +1,83 @@
+// synthetic: a seeded generator of synthetic expert-routing traces, for tests, benchmarks and
+// simulations at sizes and geometries the two recorded traces do not cover.
+//
+// The model behind it, coarse on purpose (a later issue calibrates it against real traces):
+// - Each domain (task or language) prefers its own experts at each layer: a random permutation of
+//   the E experts weighted Zipf-like, weight(rank r) ~ 1 / (r + 1)^zipf_exponent, blended with a
+//   global distribution shared by all domains (global_blend = 1 removes all locality).
+// - Each request mixes its domain's distribution with one other domain's (weight drawn uniformly
+//   in [0, secondary_weight_max]) and jitters every expert's weight by a log-normal factor
+//   (sigma = request_noise), so two requests of one domain are alike but not identical.
+// - Each token picks top_k DISTINCT experts per layer from its request's distribution, sampling
+//   without replacement; with probability reuse_probability it keeps each of the previous token's
+//   experts at that layer, as real routers do between neighbouring tokens.
+// - Prompt and output tokens come from the same request distribution, so prefill predicts decode.
+// Resolution: expert weights are sampled through alias tables with 24-bit coins, and the reuse
+// probability with 16-bit coins; finer differences than that are not represented.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/geometry.hpp"
+#include "core/status.hpp"
+#include "core/trace.hpp"
+
+namespace eldr {
+
+struct synthetic_params {
+  std::string preset = "custom";  // recorded in trace::source
+  std::string model_name = "synthetic";
+  model_geometry geometry{48, 128, 8};
+
+  // One label per domain, distinct and non-empty; requests draw their domain uniformly.
+  std::vector<std::string> domains{"code", "math", "medical", "legal"};
+  double zipf_exponent = 1.0;         // >= 0; 0 = uniform within a domain
+  double global_blend = 0.2;          // in [0, 1]: weight of the shared distribution
+  double secondary_weight_max = 0.2;  // in [0, 1]: per-request weight of a second domain
+  double request_noise = 0.4;         // in [0, 10]: sigma of the per-request log-normal jitter
+  double reuse_probability = 0.3;     // in [0, 1]: keep each previous-token expert
+
+  // Lengths are log-uniform integers in [min, max] (equal bounds give a fixed length).
+  uint32_t prompt_min = 64;  // >= 1
+  uint32_t prompt_max = 512;
+  uint32_t output_min = 64;
+  uint32_t output_max = 64;
+
+  uint32_t requests = 1000;
+  // Poisson arrivals at this rate (requests per second) when > 0; arrival_s absent when 0.
+  double arrival_rate = 0.0;
+  uint64_t seed = 1;
+  // Worker threads for generate_synthetic, in 1..256. The trace does not depend on it: request i
+  // is drawn from its own stream seeded by (seed, i).
+  uint32_t threads = 1;
+};
+
+// ok, or invalid_argument naming the first parameter out of its documented range. Also rejects
+// parameters whose largest possible trace would exceed 2^34 bytes of expert ids (out_of_range):
+// a typo in `requests` should fail, not exhaust memory.
+status validate_synthetic_params(const synthetic_params& p);
+
+// The named presets, with the paper's geometries:
+//   qwen-task      Qwen3-30B-A3B shape (48 x 128, top-8), 4 task domains, strong locality
+//   qwen-language  same shape, 6 language domains, weaker locality
+//   gpt-oss-task   GPT-OSS-120B shape (36 x 128, top-4), 4 task domains, strong locality
+//   no-locality    qwen-task shape and labels, but every domain shares one distribution
+// Override any field (requests, lengths, seed...) on the returned value. An unknown name returns
+// invalid_argument listing the valid ones.
+result<synthetic_params> synthetic_preset(std::string_view name);
+std::vector<std::string_view> synthetic_preset_names();
+
+// Generates the trace. The same params (seed included, threads excluded) give the same trace on
+// every run, and on every platform with the same floating-point library: all randomness comes from
+// std::mt19937_64 through core/random.hpp and this file's own distributions, never the standard
+// library's (whose outputs differ between implementations). Request i depends only on the params
+// and i (its arrival time also on the requests before it), so a longer run extends a shorter one.
+// The result passes validate_trace; ids are "syn-<index>", labels the domain names.
+// Cost: about 12-15 ns per expert id per thread (qwen-task, 2,000 requests = 216 M ids).
+// Errors: those of validate_synthetic_params.
+result<trace> generate_synthetic(const synthetic_params& p);
+
+}  // namespace eldr

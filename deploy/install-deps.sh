@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs, from Debian 12's packages, whatever eldr needs that this machine does not have yet.
+# Idempotent and quick when everything is present: it asks dpkg first and calls apt only for
+# what is missing. Needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  g++ cmake ninja-build make pkg-config git clang clang-format libclang-rt-14-dev
+  # libraries (see ../shared/reference/toolchain-notes.md for what each is for)
+  libcaf-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev librocksdb-dev libspdlog-dev libfmt-dev
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
+  # Python peers used by integration tests and the Python client (Debian's /usr/bin/python3)
+  python3 python3-zmq python3-msgpack python3-numpy python3-scipy
+  # plots
+  gnuplot-nox
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [ "$status" = "installed" ] || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

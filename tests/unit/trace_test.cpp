@@ -1,0 +1,597 @@
+// trace: eldr-trace v1 round trips, one test per malformation with the message checked for the
+// file and field it names, truncation/corruption at every byte, and atomic file writes.
+#include "core/trace.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/msgpack.hpp"
+
+namespace eldr {
+namespace {
+
+using bytes = std::vector<uint8_t>;
+using field_writer = std::function<void(msgpack::writer&)>;
+
+// ---- a valid little trace, and a document model to break it one field at a time ----
+
+// L=2 E=8 k=2. Request "a": 2 prompt + 1 output token, no arrival; "b": 1 + 2, arrival 0.25.
+trace small_trace() {
+  trace t;
+  t.model_name = "tiny-moe";
+  t.geometry = {2, 8, 2};
+  t.source = "unit test";
+  trace_request a;
+  a.id = "a";
+  a.label = "code";
+  a.prompt_tokens = 2;
+  a.output_tokens = 1;
+  a.experts = {0, 1, 2, 3, 4, 5, 6, 7, 1, 0, 3, 2};
+  trace_request b;
+  b.id = "b";
+  b.label = "math";
+  b.prompt_tokens = 1;
+  b.output_tokens = 2;
+  b.arrival_s = 0.25;
+  b.experts = {7, 6, 5, 4, 3, 2, 1, 0, 0, 7, 1, 6};
+  t.requests = {a, b};
+  return t;
+}
+
+field_writer u(uint64_t v) {
+  return [v](msgpack::writer& w) { w.write_uint(v); };
+}
+field_writer i64(int64_t v) {
+  return [v](msgpack::writer& w) { w.write_int(v); };
+}
+field_writer s(std::string v) {
+  return [v](msgpack::writer& w) { w.write_str(v); };
+}
+field_writer f64(double v) {
+  return [v](msgpack::writer& w) { w.write_float64(v); };
+}
+field_writer bin(bytes v) {
+  return [v](msgpack::writer& w) { w.write_bin(v); };
+}
+
+// An ordered map whose values are written by callbacks.
+struct fields {
+  std::vector<std::pair<std::string, field_writer>> items;
+
+  fields& set(const std::string& key, field_writer fw) {
+    for (auto& [k, v] : items)
+      if (k == key) {
+        v = std::move(fw);
+        return *this;
+      }
+    items.emplace_back(key, std::move(fw));
+    return *this;
+  }
+  fields& erase(const std::string& key) {
+    std::erase_if(items, [&](const auto& kv) { return kv.first == key; });
+    return *this;
+  }
+  void write(msgpack::writer& w) const {
+    w.write_map_header(static_cast<uint32_t>(items.size()));
+    for (const auto& [k, v] : items) {
+      w.write_str(k);
+      v(w);
+    }
+  }
+};
+
+// A trace file as three editable layers; "model" and "requests" at the top are written from the
+// model and requests members unless a test replaces them.
+struct document {
+  fields top, model;
+  std::vector<fields> requests;
+
+  static document from(const trace& t) {
+    document d;
+    d.top.set("format", s("eldr-trace")).set("version", u(1)).set("model", nullptr);
+    d.top.set("source", s(t.source)).set("requests", nullptr);
+    d.model.set("name", s(t.model_name))
+        .set("layers", u(t.geometry.layers))
+        .set("experts", u(t.geometry.experts))
+        .set("top_k", u(t.geometry.top_k));
+    for (const trace_request& r : t.requests) {
+      fields f;
+      f.set("id", s(r.id)).set("label", s(r.label));
+      f.set("prompt_tokens", u(r.prompt_tokens)).set("output_tokens", u(r.output_tokens));
+      if (r.arrival_s) f.set("arrival_s", f64(*r.arrival_s));
+      f.set("experts", bin(r.experts));
+      d.requests.push_back(f);
+    }
+    return d;
+  }
+
+  bytes encode() const {
+    bytes out;
+    msgpack::writer w(out);
+    w.write_map_header(static_cast<uint32_t>(top.items.size()));
+    for (const auto& [k, v] : top.items) {
+      w.write_str(k);
+      if (v) {
+        v(w);
+      } else if (k == "model") {
+        model.write(w);
+      } else {
+        w.write_array_header(static_cast<uint32_t>(requests.size()));
+        for (const fields& r : requests)
+          r.write(w);
+      }
+    }
+    return out;
+  }
+};
+
+result<trace> parse(const bytes& b) {
+  return parse_trace(b.data(), b.size(), "t.eldrtrace");
+}
+
+// The parse fails as corrupt, and the message starts with the file name and contains every piece.
+void expect_error(const bytes& b, std::initializer_list<std::string> pieces) {
+  result<trace> r = parse(b);
+  ASSERT_FALSE(r.ok()) << "parsed a malformed file";
+  EXPECT_EQ(r.error().code(), status_code::corrupt);
+  const std::string& m = r.error().message();
+  EXPECT_EQ(m.rfind("t.eldrtrace: ", 0), 0u) << m;
+  for (const std::string& piece : pieces)
+    EXPECT_NE(m.find(piece), std::string::npos) << "missing \"" << piece << "\" in: " << m;
+}
+
+// ---- round trips ----
+
+TEST(Trace, RoundTripsWithAndWithoutArrival) {
+  const trace t = small_trace();
+  ASSERT_TRUE(validate_trace(t).ok()) << validate_trace(t).to_string();
+  const bytes b = encode_trace(t);
+  result<trace> back = parse(b);
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(*back, t);
+  EXPECT_FALSE(back->requests[0].arrival_s.has_value());
+  ASSERT_TRUE(back->requests[1].arrival_s.has_value());
+  EXPECT_EQ(*back->requests[1].arrival_s, 0.25);
+  EXPECT_EQ(back->total_tokens(), 6u);
+  // Deterministic bytes: encoding what was parsed reproduces the file.
+  EXPECT_EQ(encode_trace(*back), b);
+}
+
+TEST(Trace, EncoderAndTestDocumentAgree) {
+  // The document model used by the malformation tests starts from exactly the encoder's bytes.
+  EXPECT_EQ(document::from(small_trace()).encode(), encode_trace(small_trace()));
+}
+
+TEST(Trace, TokenExpertsIndexesTokenMajor) {
+  const trace t = small_trace();
+  const trace_request& a = t.requests[0];
+  // Token 1, layer 0 is bytes (1 * 2 + 0) * 2 = 4..5.
+  const uint8_t* ids = a.token_experts(t.geometry, 1, 0);
+  EXPECT_EQ(ids, a.experts.data() + 4);
+  EXPECT_EQ(ids[0], 4);
+  EXPECT_EQ(ids[1], 5);
+  EXPECT_EQ(a.token_experts(t.geometry, 2, 1)[1], 2);
+}
+
+TEST(Trace, UnknownKeysAreIgnoredAtEveryLevel) {
+  document d = document::from(small_trace());
+  d.top.set("comment", [](msgpack::writer& w) {
+    w.write_map_header(1);
+    w.write_str("nested");
+    w.write_array_header(2);
+    w.write_nil();
+    w.write_ext(3, bytes{1, 2, 3});
+  });
+  d.model.set("gate", s("softmax"));
+  d.requests[0].set("gate_scores", bin(bytes(40, 9)));
+  result<trace> r = parse(d.encode());
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(*r, small_trace());
+}
+
+TEST(Trace, KeyOrderDoesNotMatter) {
+  document d = document::from(small_trace());
+  std::reverse(d.top.items.begin(), d.top.items.end());
+  std::reverse(d.model.items.begin(), d.model.items.end());
+  for (fields& f : d.requests)
+    std::reverse(f.items.begin(), f.items.end());
+  result<trace> r = parse(d.encode());
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(*r, small_trace());
+}
+
+TEST(Trace, LabelAndSourceMayBeAbsent) {
+  document d = document::from(small_trace());
+  d.top.erase("source");
+  d.requests[0].erase("label");
+  result<trace> r = parse(d.encode());
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(r->source, "");
+  EXPECT_EQ(r->requests[0].label, "");
+  EXPECT_EQ(r->requests[1].label, "math");
+}
+
+TEST(Trace, ArrivalAcceptsIntegersAndFloat32) {
+  document d = document::from(small_trace());
+  d.requests[0].set("arrival_s", u(3));
+  d.requests[1].set("arrival_s", [](msgpack::writer& w) { w.write_float32(1.5f); });
+  result<trace> r = parse(d.encode());
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(r->requests[0].arrival_s, 3.0);
+  EXPECT_EQ(r->requests[1].arrival_s, 1.5);
+}
+
+// ---- malformations, each with the field it must name ----
+
+TEST(TraceErrors, EmptyInput) {
+  expect_error({}, {"empty file"});
+}
+
+TEST(TraceErrors, TopLevelNotAMap) {
+  bytes b;
+  msgpack::writer w(b);
+  w.write_array_header(0);
+  expect_error(b, {"not an eldr-trace file", "array", "expected a map"});
+}
+
+TEST(TraceErrors, FormatMissingWrongOrNotAString) {
+  document d = document::from(small_trace());
+  d.top.erase("format");
+  expect_error(d.encode(), {"missing key 'format'"});
+  d.top.set("format", s("eldr-trace-v2"));
+  expect_error(d.encode(), {"format is \"eldr-trace-v2\"", "expected \"eldr-trace\""});
+  d.top.set("format", u(1));
+  expect_error(d.encode(), {"format must be a str", "found int"});
+}
+
+TEST(TraceErrors, VersionMissingWrongOrNotAnInteger) {
+  document d = document::from(small_trace());
+  d.top.erase("version");
+  expect_error(d.encode(), {"missing key 'version'"});
+  d.top.set("version", u(2));
+  expect_error(d.encode(), {"unsupported version 2", "supports version 1"});
+  d.top.set("version", i64(-1));
+  expect_error(d.encode(), {"unsupported version -1"});
+  d.top.set("version", f64(1.0));
+  expect_error(d.encode(), {"version must be an integer", "float64"});
+}
+
+TEST(TraceErrors, ModelMissingOrNotAMap) {
+  document d = document::from(small_trace());
+  d.top.erase("model");
+  expect_error(d.encode(), {"missing key 'model'"});
+  d.top.set("model", s("qwen"));
+  expect_error(d.encode(), {"model: expected a map, found str"});
+}
+
+TEST(TraceErrors, EachModelKeyIsRequired) {
+  for (const char* key : {"name", "layers", "experts", "top_k"}) {
+    document d = document::from(small_trace());
+    d.model.erase(key);
+    expect_error(d.encode(), {"model: missing key '" + std::string(key) + "'"});
+  }
+}
+
+TEST(TraceErrors, ModelFieldsWithWrongTypes) {
+  document d = document::from(small_trace());
+  d.model.set("name", u(3));
+  expect_error(d.encode(), {"model: name must be a str"});
+  d = document::from(small_trace());
+  d.model.set("layers", s("26"));
+  expect_error(d.encode(), {"model: layers must be an integer, found str"});
+  d.model.set("layers", i64(-2));
+  expect_error(d.encode(), {"model: layers must be >= 0, got -2"});
+  d.model.set("layers", u(1ull << 33));
+  expect_error(d.encode(), {"model: layers is 8589934592"});
+}
+
+TEST(TraceErrors, GeometryBounds) {
+  struct case_t {
+    uint64_t layers, experts, top_k;
+    std::string piece;
+  };
+  const case_t cases[] = {{0, 8, 2, "layers must be >= 1"},
+                          {2, 0, 1, "experts must be in 1..256, got 0"},
+                          {2, 257, 2, "experts must be in 1..256, got 257"},
+                          {2, 8, 0, "top_k must be in 1..experts (8), got 0"},
+                          {2, 8, 9, "top_k must be in 1..experts (8), got 9"}};
+  for (const case_t& c : cases) {
+    document d = document::from(small_trace());
+    d.model.set("layers", u(c.layers)).set("experts", u(c.experts)).set("top_k", u(c.top_k));
+    expect_error(d.encode(), {"model: ", c.piece});
+  }
+}
+
+TEST(TraceErrors, RequestsMissingOrNotAnArray) {
+  document d = document::from(small_trace());
+  d.top.erase("requests");
+  expect_error(d.encode(), {"missing key 'requests'"});
+  d.top.set("requests", s("none"));
+  expect_error(d.encode(), {"requests must be an array, found str"});
+  d.top.set("requests", [](msgpack::writer& w) {
+    w.write_array_header(1);
+    w.write_uint(7);
+  });
+  expect_error(d.encode(), {"requests[0]: expected a map, found int"});
+}
+
+TEST(TraceErrors, EachRequestKeyIsRequired) {
+  document d = document::from(small_trace());
+  d.requests[1].erase("id");
+  expect_error(d.encode(), {"requests[1]: missing key 'id'"});
+  for (const char* key : {"prompt_tokens", "output_tokens", "experts"}) {
+    d = document::from(small_trace());
+    d.requests[1].erase(key);
+    expect_error(d.encode(), {"requests[1] (id \"b\"): missing key '" + std::string(key) + "'"});
+  }
+}
+
+TEST(TraceErrors, RequestFieldsWithWrongTypes) {
+  struct case_t {
+    std::string key;
+    field_writer value;
+    std::string piece;
+  };
+  const case_t cases[] = {
+      {"id", u(4), "requests[0]: id must be a str, found int"},
+      {"label", u(4), "requests[0] (id \"a\"): label must be a str"},
+      {"prompt_tokens", s("2"), "requests[0] (id \"a\"): prompt_tokens must be an integer"},
+      {"output_tokens", i64(-1), "requests[0] (id \"a\"): output_tokens must be >= 0, got -1"},
+      {"arrival_s", s("soon"), "requests[0] (id \"a\"): arrival_s must be a number, found str"},
+      {"experts", s("0123"), "requests[0] (id \"a\"): experts must be a bin, found str"},
+  };
+  for (const case_t& c : cases) {
+    document d = document::from(small_trace());
+    d.requests[0].set(c.key, c.value);
+    expect_error(d.encode(), {c.piece});
+  }
+}
+
+TEST(TraceErrors, PromptTokensBelowOne) {
+  trace t = small_trace();
+  t.requests[0].prompt_tokens = 0;
+  t.requests[0].output_tokens = 3;  // keeps the experts length right: only the prompt is wrong
+  expect_error(encode_trace(t), {"requests[0] (id \"a\"): prompt_tokens must be >= 1, got 0"});
+}
+
+TEST(TraceErrors, ExpertsTruncatedOrOversized) {
+  trace t = small_trace();
+  t.requests[1].experts.pop_back();
+  expect_error(encode_trace(t),
+               {"requests[1] (id \"b\"): experts has 11 bytes, expected",
+                "(prompt_tokens + output_tokens) * layers * top_k = (1 + 2) * 2 * 2 = 12"});
+  t = small_trace();
+  t.requests[1].experts.push_back(0);
+  expect_error(encode_trace(t), {"requests[1] (id \"b\"): experts has 13 bytes"});
+}
+
+TEST(TraceErrors, ExpertIdOutOfRangeNamesRequestTokenAndLayer) {
+  trace t = small_trace();
+  // Request b, token 2 (its second output token), layer 1, choice 0: byte (2 * 2 + 1) * 2.
+  t.requests[1].experts[10] = 8;
+  expect_error(encode_trace(t), {"requests[1] (id \"b\"): token 2 (output token 1), layer 1",
+                                 "expert id 8 >= experts (8)"});
+}
+
+TEST(TraceErrors, DuplicateExpertWithinOneTokenAndLayer) {
+  trace t = small_trace();
+  t.requests[0].experts[3] = t.requests[0].experts[2];  // token 0, layer 1: {2, 2}
+  expect_error(encode_trace(t), {"requests[0] (id \"a\"): token 0 (prompt token 0), layer 1",
+                                 "expert id 2 chosen twice"});
+}
+
+TEST(TraceErrors, DuplicateRequestIds) {
+  trace t = small_trace();
+  t.requests[1].id = "a";
+  expect_error(encode_trace(t),
+               {"requests[1] (id \"a\"): duplicate id, first used by requests[0]"});
+}
+
+TEST(TraceErrors, EmptyRequestId) {
+  trace t = small_trace();
+  t.requests[0].id = "";
+  expect_error(encode_trace(t), {"requests[0]: id is empty"});
+}
+
+TEST(TraceErrors, ArrivalMustBeFiniteAndNonNegative) {
+  for (double bad :
+       {-1.0, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    trace t = small_trace();
+    t.requests[1].arrival_s = bad;
+    expect_error(encode_trace(t), {"requests[1] (id \"b\"): arrival_s must be a finite number"});
+  }
+}
+
+TEST(TraceErrors, DuplicateKnownKey) {
+  document d = document::from(small_trace());
+  d.top.items.emplace_back("version", u(1));
+  expect_error(d.encode(), {"duplicate key 'version'"});
+  d = document::from(small_trace());
+  d.requests[0].items.emplace_back("experts", bin({}));
+  expect_error(d.encode(), {"requests[0]: duplicate key 'experts'"});
+}
+
+TEST(TraceErrors, NonStringKey) {
+  bytes b;
+  msgpack::writer w(b);
+  w.write_map_header(1);
+  w.write_uint(1);
+  w.write_uint(2);
+  expect_error(b, {"key #0 is not a str (found int)"});
+}
+
+TEST(TraceErrors, TrailingBytes) {
+  bytes b = encode_trace(small_trace());
+  const size_t end = b.size();
+  b.push_back(0xc0);
+  b.push_back(0xc0);
+  expect_error(b, {"2 trailing byte(s) after the top-level map", std::to_string(end)});
+}
+
+TEST(TraceErrors, TooDeepUnknownValue) {
+  document d = document::from(small_trace());
+  d.top.set("junk", [](msgpack::writer& w) {
+    for (int i = 0; i < 1000; ++i)
+      w.write_array_header(1);
+    w.write_nil();
+  });
+  expect_error(d.encode(), {"junk: msgpack: nesting deeper than"});
+}
+
+// ---- robustness ----
+
+TEST(TraceRobustness, EveryTruncationFailsCleanly) {
+  const bytes full = encode_trace(small_trace());
+  ASSERT_TRUE(parse(full).ok());
+  for (size_t cut = 0; cut < full.size(); ++cut) {
+    // An exactly-sized copy, so a sanitizer build catches any read past the end.
+    const bytes prefix(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(cut));
+    result<trace> r = parse(prefix);
+    ASSERT_FALSE(r.ok()) << "a " << cut << "-byte prefix parsed";
+    EXPECT_EQ(r.error().code(), status_code::corrupt);
+    EXPECT_EQ(r.error().message().rfind("t.eldrtrace: ", 0), 0u);
+  }
+}
+
+TEST(TraceRobustness, EverySingleByteCorruptionIsHandled) {
+  // Parsing may succeed (e.g. a changed expert id still in range) or fail; it must never crash,
+  // and a success must still be a valid trace.
+  const bytes full = encode_trace(small_trace());
+  for (size_t at = 0; at < full.size(); ++at)
+    for (uint8_t v : {0x00, 0x07, 0x7f, 0x80, 0xc1, 0xcc, 0xdb, 0xdd, 0xdf, 0xff}) {
+      bytes b = full;
+      b[at] = v;
+      result<trace> r = parse(b);
+      if (r.ok()) {
+        EXPECT_TRUE(validate_trace(*r).ok());
+      } else {
+        EXPECT_EQ(r.error().code(), status_code::corrupt);
+      }
+    }
+}
+
+// ---- validation of in-memory traces ----
+
+TEST(ValidateTrace, ReportsInvalidArgumentWithoutAFileName) {
+  trace t = small_trace();
+  EXPECT_TRUE(validate_trace(t).ok());
+  t.geometry.top_k = 9;
+  const status s = validate_trace(t);
+  EXPECT_EQ(s.code(), status_code::invalid_argument);
+  EXPECT_NE(s.message().find("top_k"), std::string::npos);
+  t = small_trace();
+  t.requests[0].experts[0] = 200;
+  EXPECT_NE(validate_trace(t).message().find("expert id 200 >= experts (8)"), std::string::npos);
+}
+
+TEST(ValidateTrace, AcceptsZeroOutputTokensAndEmptyTraces) {
+  trace t = small_trace();
+  t.requests[0].output_tokens = 0;
+  t.requests[0].experts.resize(8);
+  EXPECT_TRUE(validate_trace(t).ok());
+  t.requests.clear();
+  EXPECT_TRUE(validate_trace(t).ok());
+  result<trace> r = parse(encode_trace(t));
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_TRUE(r->requests.empty());
+}
+
+// ---- files ----
+
+class TraceFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
+    dir_ = std::filesystem::temp_directory_path() /
+           ("eldr-trace-test-" + std::to_string(stamp) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::vector<std::string> listing() const {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir_))
+      names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(TraceFiles, WriteThenReadRoundTripsAndLeavesNoTemporaryFile) {
+  const std::string path = (dir_ / "small.eldrtrace").string();
+  ASSERT_TRUE(write_trace_file(small_trace(), path).ok());
+  // Overwriting replaces the file in one step.
+  trace changed = small_trace();
+  changed.source = "second write";
+  ASSERT_TRUE(write_trace_file(changed, path).ok());
+  result<trace> back = read_trace_file(path);
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(*back, changed);
+  EXPECT_EQ(listing(), std::vector<std::string>{"small.eldrtrace"});
+}
+
+TEST_F(TraceFiles, InvalidTraceIsNotWritten) {
+  trace t = small_trace();
+  t.requests[1].id = "a";
+  const std::string path = (dir_ / "bad.eldrtrace").string();
+  const status s = write_trace_file(t, path);
+  EXPECT_EQ(s.code(), status_code::invalid_argument);
+  EXPECT_TRUE(listing().empty());
+}
+
+TEST_F(TraceFiles, WriteIntoMissingFolderIsAnIoError) {
+  const std::string path = (dir_ / "no" / "such" / "x.eldrtrace").string();
+  const status s = write_trace_file(small_trace(), path);
+  EXPECT_EQ(s.code(), status_code::io_error);
+  EXPECT_NE(s.message().find(path), std::string::npos);
+}
+
+TEST_F(TraceFiles, ReadErrorsNameThePath) {
+  const std::string missing = (dir_ / "missing.eldrtrace").string();
+  result<trace> r = read_trace_file(missing);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), status_code::not_found);
+  EXPECT_NE(r.error().message().find(missing), std::string::npos);
+
+  r = read_trace_file(dir_.string());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), status_code::io_error);
+
+  const std::string garbage = (dir_ / "garbage.eldrtrace").string();
+  std::ofstream(garbage, std::ios::binary) << "hello";
+  r = read_trace_file(garbage);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), status_code::corrupt);
+  EXPECT_EQ(r.error().message().rfind(garbage + ": ", 0), 0u) << r.error().message();
+}
+
+TEST(TraceFuzzCorpus, SeedsAreValidTraces) {
+  // The fuzz target starts from these; if the format changes they must be regenerated.
+  const std::filesystem::path dir =
+      std::filesystem::path(ELDR_SOURCE_DIR) / "tests" / "fuzz" / "corpus" / "trace_fuzz";
+  size_t seeds = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    result<trace> r = read_trace_file(e.path().string());
+    EXPECT_TRUE(r.ok()) << r.error().to_string();
+    ++seeds;
+  }
+  EXPECT_GE(seeds, 3u);
+}
+
+}  // namespace
+}  // namespace eldr
