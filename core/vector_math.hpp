@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace eldr {
 
@@ -16,5 +17,12 @@ float squared_norm(const float* a, std::size_t n);
 void axpy(float alpha, const float* x, float* y, std::size_t n);
 // Scales a to unit L2 norm; returns its norm before scaling. An all-zero vector stays zero.
 float normalize(float* a, std::size_t n);
+// out[j] = sum_i weight[i] * rows[index[i] * stride + j] for j < n: a sparse vector (index, weight;
+// count entries) times a row-major matrix with `stride` floats per row. The caller guarantees every
+// index[i] names a row and stride >= n. Blocks of up to 64 columns stay in registers while the
+// nonzeros stream past, so the matrix is read once; rows start 32-byte aligned when rows is and
+// stride is a multiple of 8, which keeps every load inside one cache line.
+void weighted_row_sum(const uint32_t* index, const float* weight, std::size_t count,
+                      const float* rows, std::size_t stride, float* out, std::size_t n);
 
 }  // namespace eldr

@@ -1,0 +1,473 @@
+// routing: the shared validation, the five baseline policies, the locality band, and the factory.
+#include "core/routing.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <utility>
+
+namespace eldr {
+namespace {
+
+constexpr uint32_t no_worker = std::numeric_limits<uint32_t>::max();
+
+// splitmix64 (Steele, Lea, Flood 2014): tiny, fast, and fully specified here, so a seed gives the
+// same decisions on every standard library (std:: distributions are implementation-defined).
+class seeded_rng {
+ public:
+  explicit seeded_rng(uint64_t seed) : state_(seed) {}
+
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+
+  // Uniform in [0, n), n >= 1, without modulo bias: draws from the top partial range are redrawn.
+  uint32_t below(uint32_t n) {
+    const uint64_t max = std::numeric_limits<uint64_t>::max();
+    const uint64_t limit = max - max % n;
+    uint64_t r = next();
+    while (r >= limit)
+      r = next();
+    return static_cast<uint32_t>(r % n);
+  }
+
+ private:
+  uint64_t state_;
+};
+
+bool eligible_at(const route_input& in, uint32_t worker) {
+  return in.eligible.empty() || in.eligible[worker] != 0;
+}
+
+// The worker that is the j-th eligible one (0-based) in ascending order.
+uint32_t nth_eligible(const route_input& in, uint32_t j) {
+  if (in.eligible.empty()) return j;
+  for (uint32_t w = 0; w < in.eligible.size(); ++w)
+    if (in.eligible[w] != 0 && j-- == 0) return w;
+  return no_worker;  // unreachable for j < eligible count
+}
+
+struct least_loaded_result {
+  uint32_t worker = no_worker;
+  uint32_t candidates = 0;  // eligible workers in the range
+};
+
+// JSQ over the eligible workers in [first, first + count): the least loaded, ties to the lowest
+// index (the scan is ascending and only a strictly smaller load replaces the pick).
+least_loaded_result least_loaded(const route_input& in, uint32_t first, uint32_t count) {
+  least_loaded_result r;
+  for (uint32_t w = first; w < first + count; ++w) {
+    if (!eligible_at(in, w)) continue;
+    ++r.candidates;
+    if (r.worker == no_worker || in.load[w] < in.load[r.worker]) r.worker = w;
+  }
+  return r;
+}
+
+void trace_eligible_range(const route_input& in, uint32_t first, uint32_t count,
+                          route_trace* trace) {
+  trace->score.clear();
+  trace->candidates.clear();
+  trace->threshold = 0.0f;
+  trace->widened = false;
+  for (uint32_t w = first; w < first + count; ++w)
+    if (eligible_at(in, w)) trace->candidates.push_back(w);
+}
+
+void trace_single(uint32_t worker, route_trace* trace) {
+  trace->score.clear();
+  trace->candidates.assign(1, worker);
+  trace->threshold = 0.0f;
+  trace->widened = false;
+}
+
+route_decision plain_decision(uint32_t worker, uint32_t band_size) {
+  route_decision d;
+  d.worker = worker;
+  d.band_size = band_size;
+  return d;
+}
+
+// ---- the baselines ----------------------------------------------------------------------------
+
+// Cycles through the workers, skipping ineligible ones; the cursor moves past each pick.
+class round_robin_policy final : public routing_policy {
+ public:
+  explicit round_robin_policy(uint32_t workers) : routing_policy(workers) {}
+  std::string_view name() const override { return "rr"; }
+
+ protected:
+  result<route_decision> pick(const route_input& in, uint32_t, route_trace* trace) override {
+    uint32_t chosen = no_worker;
+    for (uint32_t step = 0; step < workers() && chosen == no_worker; ++step) {
+      const uint32_t w = (cursor_ + step) % workers();
+      if (eligible_at(in, w)) chosen = w;
+    }
+    cursor_ = (chosen + 1) % workers();
+    if (trace != nullptr) trace_single(chosen, trace);
+    return plain_decision(chosen, 1);
+  }
+
+ private:
+  uint32_t cursor_ = 0;
+};
+
+// Uniform over the eligible workers.
+class random_policy final : public routing_policy {
+ public:
+  random_policy(uint32_t workers, uint64_t seed) : routing_policy(workers), rng_(seed) {}
+  std::string_view name() const override { return "random"; }
+
+ protected:
+  result<route_decision> pick(const route_input& in, uint32_t eligible_count,
+                              route_trace* trace) override {
+    const uint32_t chosen = nth_eligible(in, rng_.below(eligible_count));
+    if (trace != nullptr) trace_single(chosen, trace);
+    return plain_decision(chosen, 1);
+  }
+
+ private:
+  seeded_rng rng_;
+};
+
+// Join-shortest-queue over the eligible workers.
+class jsq_policy final : public routing_policy {
+ public:
+  explicit jsq_policy(uint32_t workers) : routing_policy(workers) {}
+  std::string_view name() const override { return "jsq"; }
+
+ protected:
+  result<route_decision> pick(const route_input& in, uint32_t, route_trace* trace) override {
+    const least_loaded_result r = least_loaded(in, 0, workers());
+    if (trace != nullptr) trace_eligible_range(in, 0, workers(), trace);
+    return plain_decision(r.worker, r.candidates);
+  }
+};
+
+// Power of two choices: two distinct eligible workers drawn uniformly, the less loaded wins, ties
+// to the lower index. With one eligible worker there is nothing to compare.
+class p2c_policy final : public routing_policy {
+ public:
+  p2c_policy(uint32_t workers, uint64_t seed) : routing_policy(workers), rng_(seed) {}
+  std::string_view name() const override { return "p2c"; }
+
+ protected:
+  result<route_decision> pick(const route_input& in, uint32_t eligible_count,
+                              route_trace* trace) override {
+    if (eligible_count == 1) {
+      const uint32_t only = nth_eligible(in, 0);
+      if (trace != nullptr) trace_single(only, trace);
+      return plain_decision(only, 1);
+    }
+    // Draw the second from the m - 1 remaining positions, so the pair is distinct without retries.
+    const uint32_t a = rng_.below(eligible_count);
+    uint32_t b = rng_.below(eligible_count - 1);
+    if (b >= a) ++b;
+    const uint32_t lo = nth_eligible(in, std::min(a, b));
+    const uint32_t hi = nth_eligible(in, std::max(a, b));
+    const uint32_t chosen = in.load[hi] < in.load[lo] ? hi : lo;
+    if (trace != nullptr) {
+      trace_single(lo, trace);
+      trace->candidates.push_back(hi);
+    }
+    return plain_decision(chosen, 2);
+  }
+
+ private:
+  seeded_rng rng_;
+};
+
+// The paper's oracle: JSQ inside the pool of the request's known domain. Unknown label (-1): JSQ
+// over every eligible worker. A pool with no eligible worker left (all drained) falls back to JSQ
+// over every eligible worker, so the baseline keeps serving as the router itself would.
+class domain_policy final : public routing_policy {
+ public:
+  domain_policy(uint32_t workers, std::vector<worker_range> pools)
+      : routing_policy(workers), pools_(std::move(pools)) {}
+  std::string_view name() const override { return "domain"; }
+
+ protected:
+  result<route_decision> pick(const route_input& in, uint32_t, route_trace* trace) override {
+    if (in.label < -1 || in.label >= static_cast<int64_t>(pools_.size()))
+      return status::invalid_argument("unknown domain label " + std::to_string(in.label) +
+                                      " (the domain policy knows 0.." +
+                                      std::to_string(pools_.size() - 1) + ", and -1 = unknown)");
+    worker_range range{0, workers()};
+    least_loaded_result r;
+    if (in.label >= 0) {
+      range = pools_[static_cast<std::size_t>(in.label)];
+      r = least_loaded(in, range.first, range.count);
+    }
+    if (r.worker == no_worker) {
+      range = {0, workers()};
+      r = least_loaded(in, range.first, range.count);
+    }
+    if (trace != nullptr) trace_eligible_range(in, range.first, range.count, trace);
+    return plain_decision(r.worker, r.candidates);
+  }
+
+ private:
+  std::vector<worker_range> pools_;
+};
+
+}  // namespace
+
+// ---- the shared entry point -------------------------------------------------------------------
+
+routing_policy::~routing_policy() = default;
+
+result<route_decision> routing_policy::route(const route_input& in, route_trace* trace) {
+  if (in.load.size() != workers_)
+    return status::invalid_argument(
+        "load vector has " + std::to_string(in.load.size()) +
+        " entries, expected one per decode worker (K = " + std::to_string(workers_) + ")");
+  uint32_t eligible_count = workers_;
+  if (!in.eligible.empty()) {
+    if (in.eligible.size() != workers_)
+      return status::invalid_argument(
+          "eligibility mask has " + std::to_string(in.eligible.size()) +
+          " entries, expected 0 (all eligible) or K = " + std::to_string(workers_));
+    eligible_count = 0;
+    for (uint8_t e : in.eligible)
+      eligible_count += e != 0 ? 1u : 0u;
+  }
+  if (eligible_count == 0)
+    return status::failed_precondition("no eligible decode worker: all " +
+                                       std::to_string(workers_) + " are drained or timed out");
+  return pick(in, eligible_count, trace);
+}
+
+// ---- the locality band ------------------------------------------------------------------------
+
+locality_band_policy::locality_band_policy(std::shared_ptr<const centroid_set> centroids, float tau,
+                                           bool widen_single)
+    : routing_policy(centroids->k()),
+      tau_(tau),
+      widen_single_(widen_single),
+      installed_(centroids),
+      current_(std::move(centroids)),
+      scores_(workers(), 0.0f) {}
+
+result<std::unique_ptr<locality_band_policy>> locality_band_policy::make(
+    std::shared_ptr<const centroid_set> centroids, float tau, bool widen_single) {
+  if (centroids == nullptr) return status::invalid_argument("eldr policy: no centroid set given");
+  if (!std::isfinite(tau) || tau < 0.0f)
+    return status::invalid_argument("eldr policy: tau must be finite and >= 0, got " +
+                                    std::to_string(tau));
+  return std::unique_ptr<locality_band_policy>(
+      new locality_band_policy(std::move(centroids), tau, widen_single));
+}
+
+status locality_band_policy::install(std::shared_ptr<const centroid_set> next) {
+  if (next == nullptr) return status::invalid_argument("eldr policy: cannot install a null set");
+  if (next->k() != workers())
+    return status::invalid_argument("eldr policy: new centroid set (epoch " +
+                                    std::to_string(next->epoch()) +
+                                    ") has K = " + std::to_string(next->k()) +
+                                    ", the policy routes over K = " + std::to_string(workers()));
+  std::shared_ptr<const centroid_set> previous;  // released outside the lock
+  {
+    std::lock_guard<std::mutex> lock(install_mutex_);
+    previous = std::exchange(installed_, std::move(next));
+  }
+  // Bumped after the pointer changed: a reader that sees the new generation finds the new set.
+  generation_.fetch_add(1, std::memory_order_release);
+  return {};
+}
+
+std::shared_ptr<const centroid_set> locality_band_policy::centroids() const {
+  std::lock_guard<std::mutex> lock(install_mutex_);
+  return installed_;
+}
+
+result<route_decision> locality_band_policy::pick(const route_input& in, uint32_t,
+                                                  route_trace* trace) {
+  const uint64_t generation = generation_.load(std::memory_order_acquire);
+  if (generation != current_generation_) {
+    // If this was the last reference, the old set is freed here, after the lock is released.
+    const std::shared_ptr<const centroid_set> retired = std::move(current_);
+    {
+      std::lock_guard<std::mutex> lock(install_mutex_);
+      current_ = installed_;
+    }
+    current_generation_ = generation;
+  }
+  const centroid_set& set = *current_;
+  const std::span<float> s(scores_);
+
+  // A default (width 0) empty signature means "none": all-zero scores. Anything else goes through
+  // score(), which checks its width and structure.
+  if (in.sig == nullptr || (in.sig->empty() && in.sig->width == 0)) {
+    std::fill(s.begin(), s.end(), 0.0f);
+  } else {
+    status scored = set.score(*in.sig, s);
+    if (!scored.ok()) return scored;
+  }
+
+  // Top two eligible scores; ascending scan with strict '>' keeps the lower index on ties.
+  uint32_t best = no_worker;
+  uint32_t second = no_worker;
+  for (uint32_t w = 0; w < workers(); ++w) {
+    if (!eligible_at(in, w)) continue;
+    if (best == no_worker || s[w] > s[best]) {
+      second = best;
+      best = w;
+    } else if (second == no_worker || s[w] > s[second]) {
+      second = w;
+    }
+  }
+
+  const float threshold = s[best] - tau_;
+  uint32_t chosen = no_worker;
+  uint32_t band = 0;
+  for (uint32_t w = 0; w < workers(); ++w) {
+    if (!eligible_at(in, w) || s[w] < threshold) continue;
+    ++band;
+    if (chosen == no_worker || in.load[w] < in.load[chosen]) chosen = w;
+  }
+  // band >= 1: best itself passes. A band of one is best alone.
+  const bool widen = widen_single_ && tau_ > 0.0f && band == 1 && second != no_worker;
+  if (widen) {
+    band = 2;
+    const uint32_t lo = std::min(best, second);
+    const uint32_t hi = std::max(best, second);
+    chosen = in.load[hi] < in.load[lo] ? hi : lo;
+  }
+
+  if (trace != nullptr) {
+    trace->score.assign(s.begin(), s.end());
+    trace->candidates.clear();
+    trace->threshold = threshold;
+    trace->widened = widen;
+    if (widen) {
+      trace->candidates.push_back(std::min(best, second));
+      trace->candidates.push_back(std::max(best, second));
+    } else {
+      for (uint32_t w = 0; w < workers(); ++w)
+        if (eligible_at(in, w) && s[w] >= threshold) trace->candidates.push_back(w);
+    }
+  }
+
+  route_decision d;
+  d.worker = chosen;
+  d.band_size = band;
+  d.best_score = s[best];
+  d.worker_score = s[chosen];
+  d.epoch = set.epoch();
+  return d;
+}
+
+// ---- pools, names, factory --------------------------------------------------------------------
+
+result<std::vector<worker_range>> split_into_pools(uint32_t workers,
+                                                   std::span<const uint64_t> counts) {
+  if (workers == 0) return status::invalid_argument("domain pools: K must be >= 1, got 0");
+  if (counts.empty())
+    return status::invalid_argument("domain pools: no domains (calibration counts are empty)");
+  uint64_t total = 0;
+  for (uint64_t c : counts) {
+    if (c >= (uint64_t{1} << 32) || (total += c) >= (uint64_t{1} << 32))
+      return status::invalid_argument("domain pools: calibration counts must sum to < 2^32");
+  }
+  if (total == 0) return status::invalid_argument("domain pools: calibration counts are all zero");
+
+  const std::size_t domains = counts.size();
+  std::vector<worker_range> pools(domains);
+  if (workers < domains) {
+    // Not enough workers for disjoint pools: each domain gets the worker at the middle of its
+    // share of [0, K), so large domains still spread over different workers.
+    uint64_t before = 0;
+    for (std::size_t d = 0; d < domains; ++d) {
+      const double middle = (static_cast<double>(before) + 0.5 * static_cast<double>(counts[d])) /
+                            static_cast<double>(total);
+      pools[d] = {std::min(workers - 1, static_cast<uint32_t>(middle * workers)), 1};
+      before += counts[d];
+    }
+    return pools;
+  }
+
+  // Largest remainder (Hamilton): exact integer quotas, since K * c < 2^64.
+  std::vector<uint64_t> remainder(domains);
+  uint32_t assigned = 0;
+  for (std::size_t d = 0; d < domains; ++d) {
+    const uint64_t scaled = static_cast<uint64_t>(workers) * counts[d];
+    pools[d].count = static_cast<uint32_t>(scaled / total);
+    remainder[d] = scaled % total;
+    assigned += pools[d].count;
+  }
+  std::vector<std::size_t> order(domains);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return remainder[a] > remainder[b]; });
+  for (std::size_t i = 0; assigned < workers; ++i, ++assigned)
+    ++pools[order[i]].count;
+  // Every domain gets at least one worker, taken from the currently largest pool (lowest index on
+  // ties). One exists with >= 2 workers while some pool is empty, because K >= #domains.
+  for (std::size_t d = 0; d < domains; ++d) {
+    if (pools[d].count > 0) continue;
+    std::size_t donor = 0;
+    for (std::size_t e = 1; e < domains; ++e)
+      if (pools[e].count > pools[donor].count) donor = e;
+    --pools[donor].count;
+    pools[d].count = 1;
+  }
+  uint32_t first = 0;
+  for (worker_range& p : pools) {
+    p.first = first;
+    first += p.count;
+  }
+  return pools;
+}
+
+std::span<const std::string_view> policy_names() {
+  static constexpr std::array<std::string_view, 6> names = {"rr",  "random", "jsq",
+                                                            "p2c", "domain", "eldr"};
+  return names;
+}
+
+result<std::unique_ptr<routing_policy>> make_policy(std::string_view name,
+                                                    const policy_config& config) {
+  if (name == "eldr") {
+    if (config.centroids == nullptr)
+      return status::invalid_argument("eldr policy: no centroid set given");
+    if (config.workers != 0 && config.workers != config.centroids->k())
+      return status::invalid_argument(
+          "eldr policy: workers = " + std::to_string(config.workers) +
+          " but the centroid set has K = " + std::to_string(config.centroids->k()));
+    auto made = locality_band_policy::make(config.centroids, config.tau, config.widen_single);
+    if (!made.ok()) return made.error();
+    return std::unique_ptr<routing_policy>(std::move(made).value());
+  }
+
+  const bool known =
+      std::find(policy_names().begin(), policy_names().end(), name) != policy_names().end();
+  if (!known) {
+    std::string valid;
+    for (std::string_view n : policy_names())
+      valid += (valid.empty() ? "" : ", ") + std::string(n);
+    return status::invalid_argument("unknown routing policy \"" + std::string(name) +
+                                    "\"; valid: " + valid);
+  }
+  if (config.workers == 0)
+    return status::invalid_argument(std::string(name) + " policy: workers (K) must be >= 1");
+
+  if (name == "rr") return std::unique_ptr<routing_policy>(new round_robin_policy(config.workers));
+  if (name == "random")
+    return std::unique_ptr<routing_policy>(new random_policy(config.workers, config.seed));
+  if (name == "jsq") return std::unique_ptr<routing_policy>(new jsq_policy(config.workers));
+  if (name == "p2c")
+    return std::unique_ptr<routing_policy>(new p2c_policy(config.workers, config.seed));
+  // "domain"
+  auto pools = split_into_pools(config.workers, config.domain_counts);
+  if (!pools.ok()) return pools.error();
+  return std::unique_ptr<routing_policy>(
+      new domain_policy(config.workers, std::move(pools).value()));
+}
+
+}  // namespace eldr

@@ -1,0 +1,189 @@
+// routing: every policy that picks a decode worker for a request after prefill, behind one
+// interface that the router and the simulator call identically (eldr-method.md section 5).
+//
+// Policies: "rr" round-robin, "random", "jsq" join-shortest-queue, "p2c" power-of-two choices,
+// "domain" (the paper's oracle: JSQ inside a pool sized by the request's domain share) and "eldr"
+// (the locality band). One implementation of each, never a copy for the simulator.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "core/centroid_set.hpp"
+#include "core/signature.hpp"
+#include "core/status.hpp"
+
+namespace eldr {
+
+// What a policy sees of one request and of the cluster at the moment of the decision. The spans
+// are borrowed for the duration of route() only.
+struct route_input {
+  // The request's signature ("eldr" only). nullptr or empty = all-zero: every eligible worker is
+  // then in the band, i.e. plain JSQ (a request whose signature is missing is still served).
+  const signature* sig = nullptr;
+  // In-flight decode requests per worker; size must be the policy's K.
+  std::span<const uint32_t> load;
+  // Empty = every worker may be chosen; else size K, nonzero = eligible (drained or timed-out
+  // workers are 0).
+  std::span<const uint8_t> eligible;
+  // Domain index for "domain" (0 .. #domains-1), -1 = unknown. Ignored by the other policies.
+  int32_t label = -1;
+};
+
+// The outcome of one decision.
+struct route_decision {
+  uint32_t worker = 0;  // chosen decode worker, < K
+  // How many workers the final pick was made among: the locality band after widening ("eldr"),
+  // the request's pool restricted to eligible workers ("domain"), the eligible workers ("jsq"),
+  // the sampled pair ("p2c", 1 when only one worker is eligible), 1 ("rr", "random").
+  uint32_t band_size = 0;
+  float best_score = 0.0f;    // "eldr": max s_k over eligible workers; 0 for other policies
+  float worker_score = 0.0f;  // "eldr": s_k of the chosen worker; 0 for other policies
+  uint64_t epoch = 0;         // "eldr": epoch of the centroid set used; 0 for other policies
+};
+
+// Why a decision went the way it did, for the admin surface's "explain". Filling it may allocate
+// (vectors are reused, so only while their capacity grows); the fast path passes no trace.
+struct route_trace {
+  std::vector<float> score;          // "eldr": s_k for every worker; empty for other policies
+  std::vector<uint32_t> candidates;  // the workers the pick was made among, ascending
+  float threshold = 0.0f;            // "eldr": max(s) - tau; 0 for other policies
+  bool widened = false;              // "eldr": a single-worker band was widened to the top two
+};
+
+// Construction parameters for make_policy. Each policy reads only its own fields.
+struct policy_config {
+  // K, the number of decode workers (>= 1). "eldr" may leave it 0 to take K from its centroids;
+  // when set, it must equal centroids->k().
+  uint32_t workers = 0;
+  uint64_t seed = 0;  // "random", "p2c": same seed, same inputs => same decisions
+  // "eldr": band half-width, finite and >= 0 (the paper sweeps 0, 0.1, 0.2, 0.3).
+  float tau = 0.1f;
+  // "eldr": when tau > 0 and the band holds one worker, widen it to the top two by score (the
+  // artifact's measured recipe). Needs at least two eligible workers to have an effect.
+  bool widen_single = true;
+  // "eldr": the centroid set; required.
+  std::shared_ptr<const centroid_set> centroids;
+  // "domain": calibration requests per domain label; its size is the number of domains.
+  std::vector<uint64_t> domain_counts;
+};
+
+// The interface. route() is the same non-virtual entry point for every policy: it validates what
+// all policies share (load size, eligibility mask, at least one eligible worker) once, then asks
+// the policy to pick. A virtual call per decision costs nanoseconds against the scoring's
+// microseconds, and it lets the router and the simulator select policies by name at run time.
+//
+// Thread safety: route() mutates policy state (round-robin cursor, random generator, scratch), so
+// one policy object serves one thread at a time (the router's routing actor). Policy-specific
+// exceptions are documented on the policy (locality_band_policy::install).
+class routing_policy {
+ public:
+  virtual ~routing_policy();
+  routing_policy(const routing_policy&) = delete;
+  routing_policy& operator=(const routing_policy&) = delete;
+
+  // The name make_policy knows the policy by ("rr", "random", "jsq", "p2c", "domain", "eldr").
+  virtual std::string_view name() const = 0;
+  // K: every route_input must carry K loads.
+  uint32_t workers() const { return workers_; }
+
+  // Picks a worker. Never allocates when trace is nullptr and the input is valid.
+  // Errors: invalid_argument when load.size() != K, eligible is neither empty nor of size K, or a
+  // policy-specific field is wrong (signature width or structure, unknown label);
+  // failed_precondition when no worker is eligible.
+  result<route_decision> route(const route_input& in, route_trace* trace = nullptr);
+
+ protected:
+  explicit routing_policy(uint32_t workers) : workers_(workers) {}
+
+  // Called with validated input; eligible_count >= 1 is the number of eligible workers. A non-null
+  // trace holds the previous decision's data: implementations overwrite every field.
+  virtual result<route_decision> pick(const route_input& in, uint32_t eligible_count,
+                                      route_trace* trace) = 0;
+
+ private:
+  uint32_t workers_;
+};
+
+// ELDR's locality band: s = scores against the current centroid set; band = eligible workers
+// with s_k >= max(s) - tau (widened to the top two when enabled, see policy_config); the
+// least-loaded band member wins, ties to the lowest index. Deterministic: no randomness.
+//
+// The centroid set is swapped by install(), which any thread may call while the routing thread
+// calls route(). install() stores the new pointer under a mutex and then bumps a generation
+// counter; route() takes the mutex only when the generation moved since its last decision, so the
+// common path costs one atomic load and never contends. (libstdc++ 12 has
+// std::atomic<std::shared_ptr>, but its load() releases its internal lock with relaxed order,
+// which ThreadSanitizer reports as a race with store(): google/sanitizers#1558.) A set in use by an
+// ongoing decision stays alive until that decision ends.
+class locality_band_policy final : public routing_policy {
+ public:
+  // Errors (invalid_argument): centroids is null; tau is NaN, infinite or negative.
+  static result<std::unique_ptr<locality_band_policy>> make(
+      std::shared_ptr<const centroid_set> centroids, float tau = 0.1f, bool widen_single = true);
+
+  std::string_view name() const override { return "eldr"; }
+  float tau() const { return tau_; }
+  bool widen_single() const { return widen_single_; }
+
+  // Atomically replaces the centroid set; the next route() that starts after install() returns
+  // uses it. Thread-safe against route() and other install() calls.
+  // Errors (invalid_argument): next is null, or its K differs from workers() (K is fixed for the
+  // policy's life; a membership change builds a new policy). The width may change (a refit with
+  // a new layer mask); signatures of the old width are then rejected by route().
+  status install(std::shared_ptr<const centroid_set> next);
+  // The set the next decision will use. Thread-safe.
+  std::shared_ptr<const centroid_set> centroids() const;
+
+ protected:
+  result<route_decision> pick(const route_input& in, uint32_t eligible_count,
+                              route_trace* trace) override;
+
+ private:
+  locality_band_policy(std::shared_ptr<const centroid_set> centroids, float tau, bool widen_single);
+
+  float tau_;
+  bool widen_single_;
+  mutable std::mutex install_mutex_;
+  std::shared_ptr<const centroid_set> installed_;  // guarded by install_mutex_
+  std::atomic<uint64_t> generation_{0};            // bumped after every change of installed_
+  // Reader-side cache, touched by the routing thread only.
+  std::shared_ptr<const centroid_set> current_;
+  uint64_t current_generation_ = 0;
+  std::vector<float> scores_;  // K floats of scratch, sized once: K never changes
+};
+
+// A contiguous run of workers [first, first + count).
+struct worker_range {
+  uint32_t first = 0;
+  uint32_t count = 0;
+};
+
+// The "domain" oracle's pools: workers split into contiguous runs in label order, sized in
+// proportion to each domain's share of the calibration counts (largest remainder), every pool at
+// least one worker when workers >= #domains (taken from the largest pools). With fewer workers than
+// domains, each domain gets the single worker at the middle of its share, and pools overlap.
+// Errors (invalid_argument): workers == 0; counts empty; counts all zero; their sum >= 2^32.
+result<std::vector<worker_range>> split_into_pools(uint32_t workers,
+                                                   std::span<const uint64_t> counts);
+
+// The "domain" policy runs JSQ inside the request's pool. Label -1, or a pool none of whose workers
+// is eligible any more, falls back to JSQ over every eligible worker (the oracle keeps serving as
+// the router itself would); a label outside 0..#domains-1 is an error.
+
+// The names make_policy accepts, in a stable order for help texts.
+std::span<const std::string_view> policy_names();
+
+// Builds a policy by name from the fields of config it reads.
+// Errors (invalid_argument): unknown name (the message lists the valid ones); workers == 0 (all
+// but "eldr"); "eldr": no centroids, workers set and != centroids->k(), bad tau; "domain": see
+// split_into_pools.
+result<std::unique_ptr<routing_policy>> make_policy(std::string_view name,
+                                                    const policy_config& config);
+
+}  // namespace eldr
