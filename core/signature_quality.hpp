@@ -49,6 +49,16 @@ class rho_evaluator {
   double rho(std::span<const uint32_t> layers) const;
   double rho_all_layers() const;
 
+  // Per-pair sums over a set of layers (dot products and both squared norms): the state of a
+  // greedy search, so scoring "the set plus one layer" costs one pass over the pairs.
+  struct pair_sums {
+    std::vector<double> dot, norm_i, norm_j;
+  };
+  pair_sums empty_sums() const;
+  void add_layer(pair_sums& sums, uint32_t layer) const;
+  // rho of the set behind `sums` plus `layer` (when layer < layers()) or of the set alone.
+  double rho_with(const pair_sums& sums, uint32_t layer) const;
+
  private:
   double rho_from_x(std::vector<double>& x) const;
   uint32_t layers_ = 0;
