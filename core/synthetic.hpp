@@ -1,7 +1,8 @@
 // synthetic: a seeded generator of synthetic expert-routing traces, for tests, benchmarks and
 // simulations at sizes and geometries the two recorded traces do not cover.
 //
-// The model behind it, coarse on purpose (a later issue calibrates it against real traces):
+// The model behind it, coarse on purpose (the presets are calibrated against the paper's locality
+// figures, see docs/evaluation.md):
 // - Each domain (task or language) prefers its own experts at each layer: a random permutation of
 //   the E experts weighted Zipf-like, weight(rank r) ~ 1 / (r + 1)^zipf_exponent, blended with a
 //   global distribution shared by all domains (global_blend = 1 removes all locality).
@@ -17,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,6 +41,12 @@ struct synthetic_params {
   double secondary_weight_max = 0.2;  // in [0, 1]: per-request weight of a second domain
   double request_noise = 0.4;         // in [0, 10]: sigma of the per-request log-normal jitter
   double reuse_probability = 0.3;     // in [0, 1]: keep each previous-token expert
+  // Topics below the domains: each domain has this many sub-domain distributions (0..64), and a
+  // request blends one of them (uniformly chosen) into its domain's with subdomain_weight in
+  // [0, 1]. 0 (the presets) = no structure below the domain, where grouping by domain is the
+  // best any routing can do; with topics, finer clusters than the domains pay off.
+  uint32_t subdomains = 0;
+  double subdomain_weight = 0.5;
 
   // Lengths are log-uniform integers in [min, max] (equal bounds give a fixed length).
   uint32_t prompt_min = 64;  // >= 1
@@ -79,5 +87,69 @@ std::vector<std::string_view> synthetic_preset_names();
 // Cost: about 12-15 ns per expert id per thread (qwen-task, 2,000 requests = 216 M ids).
 // Errors: those of validate_synthetic_params.
 result<trace> generate_synthetic(const synthetic_params& p);
+
+// What request i of a synthetic workload is, before any token is routed.
+struct synthetic_request_info {
+  uint32_t domain = 0;  // index into synthetic_params::domains
+  uint32_t prompt_tokens = 0;
+  uint32_t output_tokens = 0;
+};
+
+class synthetic_decode_sampler;
+
+// The generator's model without the trace: for consumers that cannot hold every token in memory
+// (the simulator: 7,200 requests x 512 output tokens x 48 layers x 8 ids would be 1.4 GB). Request
+// i is the same request as generate_synthetic's request i (same domain, lengths and distribution,
+// same prompt tokens); its decode tokens are drawn lazily, from the same distribution with the
+// same reuse rule, through a faster stream of their own (so they are a different draw than the
+// output tokens a written trace holds). i may exceed params().requests: a longer workload extends
+// a shorter one, which is how a simulation takes calibration requests disjoint from its evaluated
+// ones. Immutable and thread-safe after make().
+class synthetic_model {
+ public:
+  // Errors: those of validate_synthetic_params.
+  static result<synthetic_model> make(const synthetic_params& p);
+
+  const synthetic_params& params() const { return params_; }
+  const model_geometry& geometry() const { return params_.geometry; }
+  synthetic_request_info info(uint64_t i) const;
+  // Request i's prompt expert ids, token-major as in eldr-trace (prompt_tokens * L * k bytes),
+  // byte-identical to generate_synthetic's request i. Reuses out's capacity.
+  void prompt_experts(uint64_t i, std::vector<uint8_t>& out) const;
+  // A sampler of request i's decode tokens, positioned at its first output token. Costs one
+  // rebuild of the request's distribution (L * E normals, about 0.1 ms for 48 x 128).
+  //
+  // pool_tokens = 0: every token is drawn afresh (about 7 ns per id). pool_tokens = T > 0: T
+  // consecutive tokens are drawn once, and each next() returns one of them chosen uniformly,
+  // about 50 ns per token. Every token is still an exact draw from the request's profile, and
+  // the tokens of different requests stay independent, which is all that the distinct experts of
+  // a batch at one step depend on; what is lost is the correlation between a request's own
+  // consecutive tokens (reuse_probability). The simulator uses T = 64 by default, which makes
+  // a 7,200-request run of 512-token outputs several times faster.
+  synthetic_decode_sampler open_decode(uint64_t i, uint32_t pool_tokens = 0) const;
+
+ private:
+  synthetic_params params_;
+  std::shared_ptr<const std::vector<double>> domain_weights_;  // [d][l][e]
+};
+
+// Draws one request's decode tokens, one at a time, deterministically from (seed, request). Any
+// number of tokens may be drawn (the request's output_tokens is not enforced). Move-only; not
+// thread-safe (one sampler per running request).
+class synthetic_decode_sampler {
+ public:
+  synthetic_decode_sampler();
+  synthetic_decode_sampler(synthetic_decode_sampler&&) noexcept;
+  synthetic_decode_sampler& operator=(synthetic_decode_sampler&&) noexcept;
+  ~synthetic_decode_sampler();
+
+  // Writes the next token's L * k ids (layer-major, k distinct ids per layer) to out.
+  void next(uint8_t* out);
+
+ private:
+  friend class synthetic_model;
+  struct state;
+  std::unique_ptr<state> state_;
+};
 
 }  // namespace eldr

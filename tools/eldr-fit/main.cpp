@@ -14,14 +14,13 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/balanced_kmeans.hpp"
 #include "core/centroid_file.hpp"
-#include "core/expert_counts.hpp"
+#include "core/fit.hpp"
 #include "core/signature.hpp"
 #include "core/signature_quality.hpp"
 #include "core/synthetic.hpp"
@@ -57,25 +56,6 @@ struct options {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-eldr::calibration_counts count_trace(const eldr::trace& t) {
-  const eldr::model_geometry& g = t.geometry;
-  eldr::calibration_counts cal;
-  cal.geometry = g;
-  const std::size_t w = g.width();
-  cal.prefill.assign(t.requests.size() * w, 0);
-  cal.decode.assign(t.requests.size() * w, 0);
-  for (std::size_t r = 0; r < t.requests.size(); ++r) {
-    const auto& req = t.requests[r];
-    const uint32_t p = req.prompt_tokens, o = req.output_tokens;
-    status s =
-        eldr::add_token_counts(g, req.experts, 0, p, std::span(cal.prefill).subspan(r * w, w));
-    if (s.ok())
-      s = eldr::add_token_counts(g, req.experts, p, p + o, std::span(cal.decode).subspan(r * w, w));
-    if (!s.ok()) die("request " + req.id + ": " + s.to_string());
-  }
-  return cal;
 }
 
 json kmeans_json(const eldr::kmeans_result& k, double secs) {
@@ -165,108 +145,73 @@ int main(int argc, char** argv) {
   if (o.workers > n)
     die("--workers (" + std::to_string(o.workers) + ") exceeds the calibration requests (" +
         std::to_string(n) + ")");
-  const eldr::calibration_counts cal = count_trace(tr);
+  auto counted = eldr::count_trace(tr);
+  if (!counted.ok()) die(counted.error().message());
+  const eldr::calibration_counts cal = std::move(counted).value();
   std::printf("calibration: %zu requests of %s (%s), from %s\n", n, tr.model_name.c_str(),
               g.to_string().c_str(), source.c_str());
 
-  // 2. IDF and rho per transform (all layers), as in the paper's Fig. 7.
-  auto idf = eldr::fit_idf(g, cal.prefill);
-  if (!idf.ok()) die(idf.error().message());
+  // 2-5. IDF, rho per transform, layer selection, signatures, balanced K-means (core/fit.hpp);
+  //      the vanilla variant is fitted alongside for the report.
+  eldr::fit_options fo;
+  fo.workers = o.workers;
+  fo.transform = forced;
+  fo.all_layers = o.all_layers;
+  fo.variant = variant;
+  fo.fit_other_variant = true;
+  fo.worker_weights = o.weights;
+  fo.pairs = o.pairs;
+  fo.seed = o.seed;
+  fo.threads = o.threads;
+  auto fitted = eldr::fit_centroids(cal, fo);
+  if (!fitted.ok()) die(fitted.error().message());
+  const eldr::fit_result& fr = *fitted;
   json report;
-  std::map<eldr::signature_transform, double> rho;
-  std::optional<eldr::rho_evaluator> chosen_eval;
-  eldr::signature_transform chosen = forced.value_or(eldr::signature_transform::count);
-  double best = -2.0;
   std::printf("signature quality rho (all layers, %u pairs):\n", o.pairs);
-  for (eldr::signature_transform t : eldr::all_transforms) {
-    auto ev = eldr::rho_evaluator::make(cal, t, *idf, o.pairs, o.seed);
-    if (!ev.ok()) die(ev.error().message());
-    rho[t] = ev->rho_all_layers();
-    report["rho"][std::string(eldr::to_string(t))] = rho[t];
-    std::printf("  %-10s %.4f\n", std::string(eldr::to_string(t)).c_str(), rho[t]);
-    if (forced ? t == *forced : rho[t] > best) {
-      best = rho[t];
-      chosen = t;
-      chosen_eval = std::move(ev).value();
-    }
+  for (std::size_t i = 0; i < std::size(eldr::all_transforms); ++i) {
+    const std::string name(eldr::to_string(eldr::all_transforms[i]));
+    report["rho"][name] = fr.rho[i];
+    std::printf("  %-10s %.4f\n", name.c_str(), fr.rho[i]);
   }
+  const eldr::signature_transform chosen = fr.transform;
+  std::size_t chosen_index = 0;
+  while (eldr::all_transforms[chosen_index] != chosen)
+    ++chosen_index;
   std::printf("transform: %s%s\n", std::string(eldr::to_string(chosen)).c_str(),
               forced ? " (forced)" : " (best rho)");
-
-  // 3. Greedy forward layer selection on the chosen transform.
-  const auto t_layers = std::chrono::steady_clock::now();
-  const eldr::layer_curve curve = eldr::select_layers(*chosen_eval, o.threads);
+  const eldr::layer_curve& curve = fr.curve;
   std::printf("layer selection: N* = %u of %u layers, rho %.4f (all layers %.4f) [%.1f s]\n",
-              curve.n_star, g.layers, curve.rho[curve.n_star - 1], rho[chosen],
-              seconds_since(t_layers));
-  std::vector<uint32_t> mask = curve.mask;
-  if (o.all_layers) mask.clear();
-
-  auto spec = eldr::signature_spec::make(g, chosen, mask, *idf);
-  if (!spec.ok()) die(spec.error().message());
-  const std::size_t width = spec->width();
-
-  // 4. Signatures of the calibration prompts. All-zero ones carry no direction and are left out
-  //    of the fit (they route by load alone).
-  std::vector<float> points;
-  points.reserve(n * width);
-  std::vector<float> row(width);
-  std::size_t zero_rows = 0;
-  for (std::size_t r = 0; r < n; ++r) {
-    spec->dense_from_counts(std::span(cal.prefill).subspan(r * g.width(), g.width()), row);
-    bool any = false;
-    for (float v : row)
-      any = any || v != 0.0f;
-    if (!any) {
-      ++zero_rows;
-      continue;
-    }
-    points.insert(points.end(), row.begin(), row.end());
-  }
-  const std::size_t fit_n = points.size() / width;
-  if (fit_n < o.workers)
-    die("only " + std::to_string(fit_n) +
-        " requests have a non-zero signature, fewer than --workers");
-
-  // 5. Balanced K-means, with the vanilla variant alongside for the report.
-  eldr::kmeans_options ko;
-  ko.seed = o.seed;
-  ko.threads = o.threads;
-  ko.worker_weights = o.weights;
+              curve.n_star, g.layers, curve.rho[curve.n_star - 1], fr.rho[chosen_index],
+              fr.layer_seconds);
+  const eldr::signature_spec& spec = *fr.spec;
+  const std::size_t width = spec.width();
+  const std::size_t zero_rows = fr.zero_signatures, fit_n = fr.fit_points;
   json kjson;
-  std::optional<eldr::kmeans_result> fit;
-  for (eldr::kmeans_variant v : {eldr::kmeans_variant::balanced, eldr::kmeans_variant::vanilla}) {
-    ko.variant = v;
-    const auto t0 = std::chrono::steady_clock::now();
-    auto k = eldr::balanced_kmeans(points, width, o.workers, ko);
-    if (!k.ok()) die("K-means: " + k.error().message());
-    const double secs = seconds_since(t0);
-    const char* name = v == eldr::kmeans_variant::balanced ? "balanced" : "vanilla";
-    kjson[name] = kmeans_json(*k, secs);
+  for (bool primary : {true, false}) {
+    const eldr::kmeans_result& k = primary ? fr.kmeans : *fr.other;
+    const bool balanced = (variant == eldr::kmeans_variant::balanced) == primary;
+    const char* name = balanced ? "balanced" : "vanilla";
+    const double secs = primary ? fr.kmeans_seconds : fr.other_seconds;
+    kjson[name] = kmeans_json(k, secs);
     uint32_t largest = 0;
-    for (uint32_t s : k->cluster_sizes)
+    for (uint32_t s : k.cluster_sizes)
       largest = std::max(largest, s);
     std::printf(
         "k-means %-8s K=%u: objective %.4f, largest cluster %u of %zu, %u iterations [%.2f s]\n",
-        name, o.workers, k->objective, largest, fit_n, k->iterations, secs);
-    if (v == variant) fit = std::move(k).value();
+        name, o.workers, k.objective, largest, fit_n, k.iterations, secs);
   }
+  const eldr::kmeans_result* fit = &fr.kmeans;
 
   // 6. The centroid file.
   eldr::centroid_file f;
   f.model_name = tr.model_name;
-  f.spec = *spec;
+  f.spec = spec;
   f.epoch = o.epoch;
   f.workers = o.workers;
   f.centroids = fit->centroids;
   f.worker_weights.assign(o.weights.begin(), o.weights.end());
-  f.provenance = {source,
-                  "eldr-fit 0.1.0",
-                  o.seed,
-                  static_cast<uint32_t>(n),
-                  o.all_layers ? rho[chosen] : curve.rho[curve.n_star - 1],
-                  fit->objective,
-                  o.variant};
+  f.provenance = {source,        "eldr-fit 0.1.0", o.seed,   static_cast<uint32_t>(n),
+                  fr.rho_masked, fit->objective,   o.variant};
   if (status s = eldr::write_centroid_file(f, o.out); !s.ok()) die(s.to_string());
   std::printf("wrote %s: epoch %llu, %u centroids of width %zu\n", o.out.c_str(),
               static_cast<unsigned long long>(o.epoch), o.workers, width);
@@ -286,7 +231,7 @@ int main(int argc, char** argv) {
     report["transform_chosen_by"] = forced ? "flag" : "best_rho";
     report["layer_curve"] = {{"order", curve.order}, {"rho", curve.rho}};
     report["n_star"] = curve.n_star;
-    report["mask"] = spec->layer_mask();
+    report["mask"] = spec.layer_mask();
     report["rho_masked"] = curve.rho[curve.n_star - 1];
     report["width"] = width;
     report["kmeans"] = kjson;

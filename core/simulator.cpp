@@ -1,0 +1,483 @@
+// simulator: the event loop (prefill pool, handoff and routing, KV transfer, continuous
+// batching on decode workers, online refits) and the metrics.
+#include "core/simulator.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <optional>
+#include <queue>
+#include <thread>
+#include <unordered_map>
+
+#include "core/balanced_kmeans.hpp"
+#include "core/expert_counts.hpp"
+#include "core/random.hpp"
+
+namespace eldr {
+namespace {
+
+enum class event_kind : uint8_t { route, decode_arrival, step_end, refit };
+
+struct event {
+  double t;
+  uint64_t seq;  // insertion order: ties at one instant resolve deterministically
+  event_kind kind;
+  uint32_t id;  // request (route, decode_arrival) or worker (step_end)
+  bool operator>(const event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+};
+
+struct running_request {
+  uint32_t request;
+  uint32_t generated;
+  std::unique_ptr<decode_stream> stream;
+};
+
+struct decode_worker {
+  std::deque<uint32_t> waiting;
+  std::vector<running_request> running;
+  uint64_t kv_used = 0;
+  bool stepping = false;
+  uint64_t tokens = 0;  // decode tokens produced, for the imbalance metric
+};
+
+struct request_state {
+  double handoff = 0, first_token = -1, finish = -1;
+  uint32_t worker = 0;
+};
+
+template <class Body>
+void parallel_rows(std::size_t n, uint32_t threads, Body body) {
+  const std::size_t workers = std::max<std::size_t>(1, std::min<std::size_t>(threads, n));
+  std::vector<std::thread> pool;
+  for (std::size_t w = 1; w < workers; ++w)
+    pool.emplace_back([&, w] {
+      for (std::size_t i = n * w / workers; i < n * (w + 1) / workers; ++i)
+        body(i);
+    });
+  for (std::size_t i = 0; i < n / workers; ++i)
+    body(i);
+  for (std::thread& t : pool)
+    t.join();
+}
+
+void to_dense(const signature& s, std::span<float> out) {
+  std::fill(out.begin(), out.end(), 0.0f);
+  for (std::size_t j = 0; j < s.index.size(); ++j)
+    out[s.index[j]] = s.value[j];
+}
+
+}  // namespace
+
+status sim_config::validate() const {
+  auto bad = [](const std::string& m) { return status::invalid_argument("simulator: " + m); };
+  if (prefill_workers == 0) return bad("prefill workers must be >= 1");
+  if (decode_workers == 0) return bad("decode workers must be >= 1");
+  if (max_batch == 0) return bad("max batch must be >= 1");
+  for (double v : {prefill_base_ms, prefill_per_token_ms, kv_transfer_ms})
+    if (!(v >= 0.0 && std::isfinite(v)))
+      return bad("prefill and transfer times must be finite and >= 0");
+  if (block_size == 0 || block_size > 255) return bad("block size must be in 1..255");
+  return cost.validate();
+}
+
+double percentile(std::vector<double>& values, double q) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const double pos = q * static_cast<double>(values.size() - 1);
+  const std::size_t lo = static_cast<std::size_t>(std::floor(pos));
+  const std::size_t hi = std::min(lo + 1, values.size() - 1);
+  return values[lo] + (values[hi] - values[lo]) * (pos - static_cast<double>(lo));
+}
+
+std::vector<uint32_t> decode_profiles(const workload& w, uint32_t threads) {
+  const std::size_t width = w.geometry().width();
+  std::vector<uint32_t> out(w.prefill_sources.size() * width, 0);
+  parallel_rows(w.prefill_sources.size(), threads, [&](std::size_t k) {
+    w.source->add_decode_counts(w.prefill_sources[k], std::span(out).subspan(k * width, width));
+  });
+  return out;
+}
+
+result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy& p,
+                             const std::vector<uint32_t>* decode_counts,
+                             const sim_progress& progress) {
+  const auto wall0 = std::chrono::steady_clock::now();
+  if (status s = c.validate(); !s.ok()) return s;
+  if (!p.policy) return status::invalid_argument("simulator: policy " + p.name + " is empty");
+  const uint32_t D = c.decode_workers;
+  if (p.policy->workers() != D)
+    return status::invalid_argument("simulator: policy " + p.name + " routes over " +
+                                    std::to_string(p.policy->workers()) + " workers, but " +
+                                    std::to_string(D) + " decode workers are simulated");
+  const model_geometry& g = w.geometry();
+  if (p.signatures != signature_source::none) {
+    if (!p.spec) return status::invalid_argument("simulator: policy " + p.name + " has no spec");
+    if (p.spec->geometry() != g)
+      return status::invalid_argument("simulator: policy " + p.name + " signatures are for " +
+                                      p.spec->geometry().to_string() + ", the workload is " +
+                                      g.to_string());
+  }
+  const std::size_t full = g.width();
+  if (p.signatures == signature_source::decode_profile &&
+      (decode_counts == nullptr || decode_counts->size() != w.prefill_sources.size() * full))
+    return status::invalid_argument("simulator: policy " + p.name +
+                                    " needs the requests' decode profiles");
+  auto* band = dynamic_cast<locality_band_policy*>(p.policy.get());
+  if (p.refit.enabled && (band == nullptr || p.signatures != signature_source::prefill))
+    return status::invalid_argument(
+        "simulator: online refit needs an eldr policy on prefill "
+        "signatures (" +
+        p.name + ")");
+  auto cost = decode_cost_model::make(c.cost);
+  if (!cost.ok()) return cost.error();
+  auto counter = distinct_expert_counter::make(g);
+  if (!counter.ok()) return counter.error();
+
+  const std::size_t N = w.requests.size();
+  sim_metrics m;
+  m.policy = p.name;
+  m.requests = static_cast<uint32_t>(N);
+  std::vector<request_state> rs(N);
+
+  // ---- Prefill: FCFS over P workers, in arrival order; it does not depend on decode. With
+  // prefix caching, a block counts as cached once the prefill that computed it has finished.
+  std::priority_queue<double, std::vector<double>, std::greater<>> prefill_free;
+  for (uint32_t i = 0; i < c.prefill_workers; ++i)
+    prefill_free.push(0.0);
+  std::unordered_map<uint64_t, double> block_ready;        // (prompt_id, block) -> time computed
+  std::unordered_map<uint64_t, block_counts> block_cache;  // the block-level signature cache
+  auto block_key = [](uint32_t prompt, uint32_t block) { return (uint64_t{prompt} << 32) | block; };
+  uint64_t prompt_total = 0, prompt_cached = 0;
+  for (std::size_t i = 0; i < N; ++i) {
+    const sim_request& r = w.requests[i];
+    const double start = std::max(r.arrival_s, prefill_free.top());
+    prefill_free.pop();
+    uint32_t uncached = r.prompt_tokens;
+    if (c.prefix_caching) {
+      // Only full blocks are cached, and only a leading run of them is a prefix hit.
+      const uint32_t full_blocks = r.prompt_tokens / c.block_size;
+      uint32_t hit = 0;
+      while (hit < full_blocks) {
+        auto it = block_ready.find(block_key(r.prompt_id, hit));
+        if (it == block_ready.end() || it->second > start) break;
+        ++hit;
+      }
+      uncached -= hit * c.block_size;
+    }
+    const double done = start + (c.prefill_base_ms + c.prefill_per_token_ms * uncached) / 1000.0;
+    if (c.prefix_caching)
+      for (uint32_t b = 0; b < r.prompt_tokens / c.block_size; ++b) {
+        auto [it, fresh] = block_ready.emplace(block_key(r.prompt_id, b), done);
+        if (!fresh) it->second = std::min(it->second, done);  // the earliest computation wins
+      }
+    prompt_total += r.prompt_tokens;
+    prompt_cached += r.prompt_tokens - uncached;
+    prefill_free.push(done);
+    rs[i].handoff = done;
+  }
+  m.prefix_hit_fraction =
+      prompt_total == 0 ? 0.0 : static_cast<double>(prompt_cached) / prompt_total;
+
+  // ---- Decode: events in time order.
+  std::priority_queue<event, std::vector<event>, std::greater<>> events;
+  uint64_t seq = 0;
+  auto push = [&](double t, event_kind k, uint32_t id) { events.push({t, seq++, k, id}); };
+  for (std::size_t i = 0; i < N; ++i)
+    push(rs[i].handoff, event_kind::route, static_cast<uint32_t>(i));
+
+  std::vector<decode_worker> workers(D);
+  std::vector<uint32_t> load(D, 0);
+  std::vector<uint8_t> step_ids;
+  const std::size_t stride = std::size_t{g.layers} * g.top_k;
+  std::optional<signature_builder> builder;
+  if (p.signatures != signature_source::none) builder.emplace(p.spec);
+  signature sig;
+  std::vector<uint8_t> prompt_ids;
+  double distinct_sum = 0, batch_sum = 0;
+  std::size_t finished = 0;
+  std::size_t next_report = N / 20 + 1;
+
+  // Online refit state: signatures routed within the window, with their routing time.
+  std::deque<std::pair<double, signature>> window;
+  const double refit_start = N > 0 ? rs.front().handoff + p.refit.window_s : 0.0;
+  if (p.refit.enabled && N > 0) push(refit_start, event_kind::refit, 0);
+  uint64_t epoch = band != nullptr ? band->centroids()->epoch() : 0;
+
+  auto finish = [&](uint32_t i, double t) {
+    rs[i].finish = t;
+    --load[rs[i].worker];
+    ++finished;
+    if (progress && finished >= next_report) {
+      progress(static_cast<double>(finished) / static_cast<double>(N));
+      next_report += N / 20 + 1;
+    }
+  };
+
+  auto start_step = [&](uint32_t wi, double t) {
+    decode_worker& dw = workers[wi];
+    // Admit first come, first served while the batch and the KV capacity allow; a request
+    // larger than the whole capacity runs alone rather than never.
+    while (!dw.waiting.empty() && dw.running.size() < c.max_batch) {
+      const sim_request& r = w.requests[dw.waiting.front()];
+      const uint64_t need = uint64_t{r.prompt_tokens} + r.output_tokens;
+      if (c.kv_capacity_tokens > 0 && dw.kv_used + need > c.kv_capacity_tokens &&
+          !dw.running.empty())
+        break;
+      dw.kv_used += need;
+      const uint32_t id = dw.waiting.front();
+      dw.waiting.pop_front();
+      dw.running.push_back({id, 0, w.source->open_decode(w.requests[id].source)});
+    }
+    if (dw.running.empty()) {
+      dw.stepping = false;
+      return;
+    }
+    step_ids.resize(dw.running.size() * stride);
+    batch_stats batch;
+    batch.sequences = static_cast<uint32_t>(dw.running.size());
+    for (std::size_t j = 0; j < dw.running.size(); ++j) {
+      running_request& rr = dw.running[j];
+      rr.stream->next(step_ids.data() + j * stride);
+      batch.context_tokens += uint64_t{w.requests[rr.request].prompt_tokens} + rr.generated;
+    }
+    auto stats = counter->count(step_ids);
+    // Ids come from validated traces or the generator: counting cannot fail.
+    batch.distinct_experts = stats.ok() ? stats->total : 0;
+    distinct_sum += stats.ok() ? stats->mean_per_layer : 0.0;
+    batch_sum += batch.sequences;
+    ++m.decode_steps;
+    dw.stepping = true;
+    push(t + cost->step_latency_ms(batch) / 1000.0, event_kind::step_end, wi);
+  };
+
+  std::vector<float> dense_row;
+  while (!events.empty()) {
+    const event ev = events.top();
+    events.pop();
+    switch (ev.kind) {
+      case event_kind::route: {
+        const uint32_t i = ev.id;
+        const sim_request& r = w.requests[i];
+        route_input in;
+        in.load = load;
+        in.label = r.label;
+        if (p.signatures == signature_source::prefill && c.prefix_caching) {
+          // Sum the prompt's blocks from the block-level cache, computing the missing ones:
+          // a prefix hit yields the same signature as a full recompute.
+          const uint32_t blocks = (r.prompt_tokens + c.block_size - 1) / c.block_size;
+          bool have_ids = false;
+          for (uint32_t b = 0; b < blocks; ++b) {
+            const uint64_t key = block_key(r.prompt_id, b);
+            auto it = block_cache.find(key);
+            if (it == block_cache.end()) {
+              if (!have_ids) {
+                w.source->prompt_experts(r.source, prompt_ids);
+                have_ids = true;
+              }
+              const uint32_t end = std::min(r.prompt_tokens, (b + 1) * c.block_size);
+              auto counted = block_counts::from_tokens(g, prompt_ids, b * c.block_size, end);
+              if (!counted.ok()) return counted.error();
+              // Partial last blocks are not cached (a KV cache shares full blocks only).
+              if (end - b * c.block_size < c.block_size) {
+                if (status s = builder->add(*counted); !s.ok()) return s;
+                continue;
+              }
+              it = block_cache.emplace(key, std::move(counted).value()).first;
+            }
+            if (status s = builder->add(it->second); !s.ok()) return s;
+          }
+          builder->finish(sig);
+          in.sig = &sig;
+        } else if (p.signatures != signature_source::none) {
+          const std::size_t row = w.prefill_row_of_request[i];
+          const std::span<const uint32_t> counts =
+              p.signatures == signature_source::prefill
+                  ? w.prefill_of(i)
+                  : std::span<const uint32_t>(*decode_counts).subspan(row * full, full);
+          if (status s = builder->add_dense(counts); !s.ok()) return s;
+          builder->finish(sig);
+          in.sig = &sig;
+        }
+        auto d = p.policy->route(in);
+        if (!d.ok()) return d.error();
+        rs[i].worker = d->worker;
+        ++load[d->worker];
+        if (p.refit.enabled && !sig.empty()) window.emplace_back(ev.t, sig);
+        push(ev.t + c.kv_transfer_ms / 1000.0, event_kind::decode_arrival, i);
+        break;
+      }
+      case event_kind::decode_arrival: {
+        const uint32_t i = ev.id;
+        if (w.requests[i].output_tokens == 0) {  // nothing to decode
+          rs[i].first_token = ev.t;
+          finish(i, ev.t);
+          break;
+        }
+        decode_worker& dw = workers[rs[i].worker];
+        dw.waiting.push_back(i);
+        if (!dw.stepping) start_step(rs[i].worker, ev.t);
+        break;
+      }
+      case event_kind::step_end: {
+        decode_worker& dw = workers[ev.id];
+        dw.tokens += dw.running.size();
+        std::size_t kept = 0;
+        for (std::size_t j = 0; j < dw.running.size(); ++j) {
+          running_request& rr = dw.running[j];
+          const uint32_t i = rr.request;
+          if (++rr.generated == 1) rs[i].first_token = ev.t;
+          if (rr.generated >= w.requests[i].output_tokens) {
+            dw.kv_used -= uint64_t{w.requests[i].prompt_tokens} + w.requests[i].output_tokens;
+            finish(i, ev.t);
+            continue;
+          }
+          if (kept != j) dw.running[kept] = std::move(rr);
+          ++kept;
+        }
+        dw.running.resize(kept);
+        start_step(ev.id, ev.t);
+        break;
+      }
+      case event_kind::refit: {
+        if (finished == N) break;  // nothing left to route: stop ticking
+        while (!window.empty() && window.front().first < ev.t - p.refit.window_s)
+          window.pop_front();
+        const std::size_t width = p.spec->width();
+        if (window.size() >= D) {
+          std::vector<float> points(window.size() * width);
+          for (std::size_t j = 0; j < window.size(); ++j)
+            to_dense(window[j].second, std::span(points).subspan(j * width, width));
+          const auto current = band->centroids();
+          kmeans_options ko;
+          ko.seed = p.refit.seed + m.refits;
+          ko.threads = 1;
+          ko.initial_centroids.assign(current->rows().begin(), current->rows().end());
+          auto fit = balanced_kmeans(points, width, D, ko);
+          if (fit.ok()) {
+            auto perm = align_centroids(current->rows(), fit->centroids, width);
+            if (perm.ok() && apply_alignment(*perm, *fit).ok()) {
+              auto next = centroid_set::make(D, static_cast<uint32_t>(width),
+                                             std::move(fit->centroids), ++epoch);
+              if (next.ok() &&
+                  band->install(std::make_shared<const centroid_set>(std::move(next).value())).ok())
+                ++m.refits;
+            }
+          }
+        }
+        push(ev.t + p.refit.interval_s, event_kind::refit, 0);
+        break;
+      }
+    }
+  }
+
+  // ---- Metrics.
+  std::vector<double> tpot, ttft;
+  double first_arrival = N > 0 ? w.requests.front().arrival_s : 0.0, last_finish = 0;
+  uint64_t out_tokens = 0;
+  for (std::size_t i = 0; i < N; ++i) {
+    const sim_request& r = w.requests[i];
+    last_finish = std::max(last_finish, rs[i].finish);
+    out_tokens += r.output_tokens;
+    if (r.output_tokens == 0) continue;
+    ttft.push_back((rs[i].first_token - r.arrival_s) * 1000.0);
+    if (r.output_tokens >= 2)
+      tpot.push_back((rs[i].finish - rs[i].first_token) * 1000.0 / (r.output_tokens - 1));
+  }
+  m.tpot_p50_ms = percentile(tpot, 0.50);
+  m.tpot_p95_ms = percentile(tpot, 0.95);
+  m.tpot_p99_ms = percentile(tpot, 0.99);
+  m.ttft_p50_ms = percentile(ttft, 0.50);
+  m.ttft_p99_ms = percentile(ttft, 0.99);
+  if (m.decode_steps > 0) {
+    m.distinct_experts_per_layer = distinct_sum / static_cast<double>(m.decode_steps);
+    m.batch_size_mean = batch_sum / static_cast<double>(m.decode_steps);
+  }
+  uint64_t max_tokens = 0, sum_tokens = 0;
+  for (const decode_worker& dw : workers) {
+    max_tokens = std::max(max_tokens, dw.tokens);
+    sum_tokens += dw.tokens;
+  }
+  m.load_imbalance =
+      sum_tokens == 0 ? 1.0 : static_cast<double>(max_tokens) * D / static_cast<double>(sum_tokens);
+  m.makespan_s = last_finish - first_arrival;
+  if (m.makespan_s > 0) {
+    m.throughput_tokens_s = static_cast<double>(out_tokens) / m.makespan_s;
+    m.throughput_requests_s = static_cast<double>(N) / m.makespan_s;
+  }
+  if (progress && N > 0) progress(1.0);
+  m.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  return m;
+}
+
+result<std::vector<locality_point>> measure_locality(const workload& w,
+                                                     std::span<const uint32_t> batch_sizes,
+                                                     uint32_t batches, uint32_t steps,
+                                                     uint64_t seed) {
+  if (batches == 0 || steps == 0)
+    return status::invalid_argument("locality: batches and steps must be >= 1");
+  // One entry per distinct source request (a resampled trace repeats them).
+  std::vector<std::vector<uint32_t>> by_label(w.labels.size());
+  std::vector<uint32_t> all;
+  std::unordered_map<uint64_t, bool> seen;
+  for (std::size_t i = 0; i < w.requests.size(); ++i) {
+    if (!seen.emplace(w.requests[i].source, true).second) continue;
+    all.push_back(static_cast<uint32_t>(i));
+    if (w.requests[i].label >= 0)
+      by_label[static_cast<std::size_t>(w.requests[i].label)].push_back(static_cast<uint32_t>(i));
+  }
+  std::vector<std::size_t> labelled;
+  for (std::size_t l = 0; l < by_label.size(); ++l)
+    if (!by_label[l].empty()) labelled.push_back(l);
+  if (labelled.empty())
+    return status::invalid_argument("locality: the workload has no labelled requests");
+  auto counter = distinct_expert_counter::make(w.geometry());
+  if (!counter.ok()) return counter.error();
+  const std::size_t stride = std::size_t{w.geometry().layers} * w.geometry().top_k;
+  rng_engine rng(seed);
+  std::vector<locality_point> out;
+  std::vector<uint8_t> ids;
+  for (uint32_t b : batch_sizes) {
+    if (b == 0) return status::invalid_argument("locality: batch sizes must be >= 1");
+    locality_point point;
+    point.batch = b;
+    for (int mixed = 0; mixed < 2; ++mixed) {
+      double sum = 0.0;
+      for (uint32_t t = 0; t < batches; ++t) {
+        // Distinct requests while the pool allows (a request twice in one batch would repeat
+        // its own tokens and understate the distinct experts), then with replacement.
+        std::vector<uint32_t> pool;
+        if (mixed != 0) {
+          pool = all;
+        } else {
+          pool = by_label[labelled[t % labelled.size()]];
+        }
+        std::vector<std::unique_ptr<decode_stream>> streams;
+        for (uint32_t j = 0; j < b; ++j) {
+          uint32_t i = 0;
+          if (j < pool.size()) {
+            std::swap(pool[j], pool[j + uniform_index(rng, pool.size() - j)]);
+            i = pool[j];
+          } else {
+            i = pool[uniform_index(rng, pool.size())];
+          }
+          streams.push_back(w.source->open_decode(w.requests[i].source));
+        }
+        ids.resize(b * stride);
+        for (uint32_t s = 0; s < steps; ++s) {
+          for (uint32_t j = 0; j < b; ++j)
+            streams[j]->next(ids.data() + j * stride);
+          auto stats = counter->count(ids);
+          if (!stats.ok()) return stats.error();
+          sum += stats->mean_per_layer;
+        }
+      }
+      (mixed != 0 ? point.mixed : point.same_domain) = sum / (double{1} * batches * steps);
+    }
+    out.push_back(point);
+  }
+  return out;
+}
+
+}  // namespace eldr

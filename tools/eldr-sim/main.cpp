@@ -1,0 +1,581 @@
+// eldr-sim: simulates a prefill/decode-disaggregated MoE cluster serving a workload under each
+// routing policy, and reports TPOT, TTFT and the distinct experts that explain them. A thin shell
+// over core/simulator.hpp: every policy, signature, fit and cost is core's.
+//
+//   eldr-sim --trace FILE --policies rr,random,jsq,p2c,domain,eldr,eldr-online --rate R
+//            --decode-workers D --prefill-workers P --requests N --seed S --out DIR
+//
+// Writes DIR/summary.csv (one row per policy and rate), DIR/summary.md, DIR/fit.json (rho per
+// transform and the layer curve of the calibration fit) and DIR/timing.csv (host seconds).
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/centroid_file.hpp"
+#include "core/sim_policies.hpp"
+#include "core/simulator.hpp"
+#include "core/synthetic.hpp"
+#include "core/trace.hpp"
+#include "core/workload.hpp"
+
+namespace {
+
+using json = nlohmann::json;
+
+struct options {
+  std::string trace_path;
+  std::string synthetic;
+  std::vector<std::string> policies{"rr", "random", "jsq", "p2c", "domain", "eldr", "eldr-online"};
+  std::vector<double> rates{40.0};
+  uint32_t decode_workers = 16;
+  uint32_t prefill_workers = 8;
+  uint32_t requests = 2000;
+  uint32_t calibration = 1000;
+  double calibration_fraction = 0.5;
+  uint64_t seed = 1;
+  std::string out;
+  std::string centroids;
+  float tau = 0.1f;
+  // Synthetic workload shape (the paper's testbed: prompts of 4-1024 tokens, 512 output tokens).
+  uint32_t prompt_min = 4, prompt_max = 1024;
+  uint32_t output_tokens = 512;
+  uint32_t decode_pool = 64;
+  uint32_t subdomains = 0;
+  double subdomain_weight = 0.5;
+  std::string write_trace;
+  // Cluster.
+  eldr::sim_config sim;
+  uint32_t prompt_pool = 0;
+  double refit_window_s = 5.0, refit_interval_s = 2.0;
+  uint32_t pairs = eldr::default_rho_pairs;
+  uint32_t threads = 2;
+  bool quiet = false;
+  bool plots = false;
+  std::vector<uint32_t> locality_probe;
+};
+
+[[noreturn]] void die(const std::string& message) {
+  std::fprintf(stderr, "eldr-sim: %s\n", message.c_str());
+  std::exit(1);
+}
+
+std::string fmt(double v, int digits = 3) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+const char* csv_header =
+    "policy,tpot_p50_ms,tpot_p99_ms,ttft_p50_ms,distinct_experts_per_layer,tpot_p95_ms,"
+    "ttft_p99_ms,load_imbalance,throughput_tokens_s,throughput_requests_s,batch_size_mean,"
+    "rate_rps,requests,decode_steps,refits,prefix_hit_fraction";
+
+std::string csv_row(const eldr::sim_metrics& m, double rate) {
+  std::ostringstream s;
+  s << m.policy << ',' << fmt(m.tpot_p50_ms) << ',' << fmt(m.tpot_p99_ms) << ','
+    << fmt(m.ttft_p50_ms) << ',' << fmt(m.distinct_experts_per_layer) << ',' << fmt(m.tpot_p95_ms)
+    << ',' << fmt(m.ttft_p99_ms) << ',' << fmt(m.load_imbalance, 4) << ','
+    << fmt(m.throughput_tokens_s, 1) << ',' << fmt(m.throughput_requests_s) << ','
+    << fmt(m.batch_size_mean, 2) << ',' << fmt(rate, 2) << ',' << m.requests << ','
+    << m.decode_steps << ',' << m.refits << ',' << fmt(m.prefix_hit_fraction, 4);
+  return s.str();
+}
+
+void write_text(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  if (!out) die("cannot write " + path.string());
+}
+
+// The gnuplot program behind --plots. Reads the .dat files written beside summary.csv.
+const char* gnuplot_script = R"gp(set terminal pngcairo size 960,540 font ",11"
+set grid ytics
+set key outside right
+set style fill solid 0.85 border -1
+set boxwidth 0.7
+set xtics rotate by -30 noenhanced
+set datafile separator ","
+set output "tpot_per_policy.png"
+set title "Median TPOT per policy (first rate)"
+set ylabel "TPOT p50 (ms)"
+plot "per_policy.csv" using 0:2:xtic(1) with boxes notitle lc rgb "#4477aa", \
+     "" using 0:2:(sprintf("%.2f", $2)) with labels offset 0,0.8 notitle
+set output "distinct_per_policy.png"
+set title "Distinct experts per layer per decode step"
+set ylabel "distinct experts / layer"
+plot "per_policy.csv" using 0:5:xtic(1) with boxes notitle lc rgb "#228833", \
+     "" using 0:5:(sprintf("%.1f", $5)) with labels offset 0,0.8 notitle
+set datafile separator whitespace
+if (has_rates) {
+  set output "tpot_vs_rate.png"
+  set title "Median TPOT vs request rate"
+  set xlabel "request rate (req/s)"
+  set ylabel "TPOT p50 (ms)"
+  set xtics norotate
+  plot for [i=0:policies-1] "tpot_vs_rate.dat" index i using 1:2 with linespoints lw 2 \
+       title columnheader(1)
+  unset xlabel
+}
+if (has_fit) {
+  set output "rho_per_transform.png"
+  set title "Signature quality rho per transform (all layers)"
+  set ylabel "Spearman rho"
+  set xlabel ""
+  set xtics rotate by -30
+  set yrange [*:1]
+  plot "rho.dat" using 0:2:xtic(1) with boxes notitle lc rgb "#aa3377", \
+       "" using 0:2:(sprintf("%.3f", $2)) with labels offset 0,0.8 notitle
+  set output "rho_vs_layers.png"
+  set title "rho vs layers kept (greedy forward selection)"
+  set xlabel "layers kept"
+  set xtics norotate
+  set autoscale y
+  plot "layers.dat" using 1:2 with linespoints lw 2 notitle
+}
+)gp";
+
+// Writes the plot inputs and runs gnuplot in dir. Errors are reported, not fatal: the CSV and
+// Markdown results are already written.
+void draw_plots(const std::filesystem::path& dir, const std::string& csv_text,
+                const std::vector<double>& rates, const std::vector<std::string>& policies,
+                const json& fit) {
+  std::istringstream lines(csv_text);
+  std::string line, per_policy;
+  std::getline(lines, line);
+  per_policy = line + "\n";
+  std::vector<std::vector<std::string>> rows;
+  while (std::getline(lines, line)) {
+    std::vector<std::string> cells;
+    std::stringstream cs(line);
+    std::string cell;
+    while (std::getline(cs, cell, ','))
+      cells.push_back(cell);
+    rows.push_back(cells);
+    if (rows.size() <= policies.size()) per_policy += line + "\n";
+  }
+  write_text(dir / "per_policy.csv", per_policy);
+  std::string by_rate;
+  for (std::size_t p = 0; p < policies.size(); ++p) {
+    by_rate += "\"" + policies[p] + "\" tpot_p50_ms\n";
+    for (std::size_t r = 0; r < rates.size(); ++r) {
+      const auto& cells = rows[r * policies.size() + p];
+      by_rate += cells[11] + " " + cells[1] + "\n";
+    }
+    by_rate += "\n\n";
+  }
+  write_text(dir / "tpot_vs_rate.dat", by_rate);
+  const bool has_fit = fit.contains("rho");
+  if (has_fit) {
+    std::string rho, layers;
+    for (auto& [k, v] : fit["rho"].items())
+      rho += k + " " + fmt(v.get<double>(), 4) + "\n";
+    const auto& curve = fit["layer_curve"]["rho"];
+    for (std::size_t i = 0; i < curve.size(); ++i)
+      layers += std::to_string(i + 1) + " " + fmt(curve[i].get<double>(), 4) + "\n";
+    write_text(dir / "rho.dat", rho);
+    write_text(dir / "layers.dat", layers);
+  }
+  // The script is kept beside the data, so a plot can be restyled and redrawn by hand.
+  const std::string header = std::string("has_rates = ") + (rates.size() > 1 ? "1" : "0") +
+                             "\nhas_fit = " + (has_fit ? "1" : "0") +
+                             "\npolicies = " + std::to_string(policies.size()) + "\n";
+  write_text(dir / "plots.gp", header + gnuplot_script);
+  const std::string cmd = "cd '" + dir.string() + "' && /usr/bin/gnuplot plots.gp 2>&1";
+  FILE* gp = popen(cmd.c_str(), "r");
+  if (gp == nullptr) {
+    std::fprintf(stderr, "eldr-sim: cannot run /usr/bin/gnuplot; no plots drawn\n");
+    return;
+  }
+  std::string output;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, gp) != nullptr)
+    output += buf;
+  if (pclose(gp) != 0)
+    std::fprintf(stderr, "eldr-sim: gnuplot failed (is /usr/bin/gnuplot installed?): %s\n",
+                 output.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  CLI::App app{
+      "eldr-sim: simulates prefill/decode-disaggregated MoE serving under each routing policy,\n"
+      "with the router's own policies, signatures, K-means and decode cost model (core/)."};
+  auto* input = app.add_option_group("input", "the workload");
+  input->add_option("--trace", o.trace_path,
+                    "eldr-trace v1 file to replay (resampled with "
+                    "replacement to --requests)");
+  input->add_option("--synthetic", o.synthetic,
+                    "synthetic preset instead of a trace: qwen-task, qwen-language, "
+                    "gpt-oss-task, no-locality");
+  input->require_option(1);
+  app.add_option("--policies", o.policies,
+                 "comma-separated: rr, random, jsq, p2c, domain, eldr, eldr-online, clairvoyant; "
+                 "ablations eldr/tau=X, eldr/transform=count|sqrt|count_idf|binary, "
+                 "eldr/kmeans=vanilla, eldr/layers=all")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--rate", o.rates,
+                 "request rate(s) per second, Poisson arrivals; a comma list sweeps them; 0 "
+                 "replays the trace's arrival_s")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--decode-workers", o.decode_workers, "decode workers D (one centroid each)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
+  app.add_option("--prefill-workers", o.prefill_workers, "prefill workers P")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
+  app.add_option("--requests", o.requests, "evaluated requests")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 10000000u));
+  app.add_option("--calibration-requests", o.calibration,
+                 "calibration requests, disjoint from the evaluated ones (a trace gives at most "
+                 "--calibration-fraction of its requests)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000000u));
+  app.add_option("--calibration-fraction", o.calibration_fraction,
+                 "trace only: share of the trace's requests set aside for calibration")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 0.99));
+  app.add_option("--seed", o.seed, "seed of everything random (same seed, same results)")
+      ->capture_default_str();
+  app.add_option("--out", o.out, "output directory")->required();
+  app.add_option("--centroids", o.centroids,
+                 "centroid file (from eldr-fit) for eldr and eldr-online instead of fitting on "
+                 "the calibration requests")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tau", o.tau, "locality band half-width for eldr policies")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 2.0));
+  app.add_option("--prompt-min", o.prompt_min, "synthetic: shortest prompt")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000000u));
+  app.add_option("--prompt-max", o.prompt_max, "synthetic: longest prompt (log-uniform)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000000u));
+  app.add_option("--output-tokens", o.output_tokens, "synthetic: output tokens per request")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 1000000u));
+  app.add_option("--decode-pool", o.decode_pool,
+                 "synthetic: decode tokens drawn per request up front, each step replaying one "
+                 "at random (0 = draw every token afresh, exact but several times slower)")
+      ->capture_default_str();
+  app.add_option("--subdomains", o.subdomains,
+                 "synthetic: topics per domain (structure below the domain labels; 0 = none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 64u));
+  app.add_option("--subdomain-weight", o.subdomain_weight,
+                 "synthetic: weight of a request's topic in its distribution")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--write-trace", o.write_trace,
+                 "synthetic: write the evaluated requests as an eldr-trace v1 file and exit");
+  app.add_option("--max-batch", o.sim.max_batch, "running sequences per decode worker")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100000u));
+  app.add_option("--kv-capacity", o.sim.kv_capacity_tokens,
+                 "KV capacity per decode worker in tokens (0 = unlimited)")
+      ->capture_default_str();
+  app.add_option("--prefill-base-ms", o.sim.prefill_base_ms, "fixed cost of one prefill")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--prefill-per-token-ms", o.sim.prefill_per_token_ms,
+                 "prefill cost per uncached prompt token")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-transfer-ms", o.sim.kv_transfer_ms, "prefill-to-decode KV transfer time")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--cost-base-ms", o.sim.cost.base_ms, "decode step: fixed cost")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--cost-expert-ms", o.sim.cost.per_distinct_expert_ms,
+                 "decode step: cost per distinct (layer, expert)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--cost-sequence-ms", o.sim.cost.per_sequence_ms,
+                 "decode step: cost per running sequence")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--cost-kilotoken-ms", o.sim.cost.per_context_kilotoken_ms,
+                 "decode step: cost per 1,000 context tokens in the batch")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--prefix-caching", o.sim.prefix_caching,
+               "prompts drawn from a pool (--prompt-pool); cached blocks skip prefill and "
+               "signatures are summed from per-block counts");
+  app.add_option("--prompt-pool", o.prompt_pool,
+                 "prefix caching: distinct prompts the requests draw from (default: requests/4)");
+  app.add_option("--block-size", o.sim.block_size, "KV block size in tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 255u));
+  app.add_option("--refit-window-s", o.refit_window_s, "eldr-online: rolling window")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--refit-interval-s", o.refit_interval_s, "eldr-online: refit interval")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--pairs", o.pairs, "random pairs for rho in the calibration fit")
+      ->capture_default_str()
+      ->check(CLI::Range(2u, 10000000u));
+  app.add_option("--threads", o.threads, "threads for workload preparation and fits")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 256u));
+  app.add_flag("--quiet", o.quiet, "no progress output");
+  app.add_option("--locality-probe", o.locality_probe,
+                 "instead of simulating: measure mean distinct experts per layer of one decode "
+                 "step for same-domain against mixed batches of these sizes (comma list), write "
+                 "DIR/locality.csv and exit")
+      ->delimiter(',');
+  app.add_flag("--plots", o.plots,
+               "also draw PNG plots into --out with /usr/bin/gnuplot (TPOT vs rate, TPOT and "
+               "distinct experts per policy, rho per transform, rho vs layers kept)");
+  CLI11_PARSE(app, argc, argv);
+
+  auto say = [&](const std::string& m) {
+    if (!o.quiet) std::fprintf(stderr, "eldr-sim: %s\n", m.c_str());
+  };
+  const auto t_start = std::chrono::steady_clock::now();
+  auto since = [](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (double r : o.rates) {
+    if (!(r >= 0.0 && std::isfinite(r))) die("--rate: rates must be finite and >= 0");
+    if (r == 0.0 && o.rates.size() > 1)
+      die("--rate: 0 (replay the trace's arrival_s) cannot be swept with other rates");
+  }
+  if (o.prompt_min > o.prompt_max) die("--prompt-min must be <= --prompt-max");
+  if (o.sim.prefix_caching && o.prompt_pool == 0) o.prompt_pool = std::max(1u, o.requests / 4);
+  if (!o.sim.prefix_caching) o.prompt_pool = 0;
+  o.sim.decode_workers = o.decode_workers;
+  o.sim.prefill_workers = o.prefill_workers;
+  if (eldr::status s = o.sim.validate(); !s.ok()) die(s.message());
+
+  // Check every policy name before any work.
+  for (const std::string& name : o.policies) {
+    const std::string base = name.substr(0, name.find('/'));
+    static const char* known[] = {"rr",     "random", "jsq",         "p2c",
+                                  "domain", "eldr",   "eldr-online", "clairvoyant"};
+    if (std::find(std::begin(known), std::end(known), base) == std::end(known))
+      die("unknown policy \"" + name +
+          "\"; valid: rr, random, jsq, p2c, domain, eldr, eldr-online, clairvoyant (and "
+          "eldr/... ablations, see --help)");
+  }
+
+  // The workload source.
+  std::shared_ptr<const eldr::request_source> source;
+  uint64_t source_size = 0;
+  std::string source_name;
+  if (!o.trace_path.empty()) {
+    auto t = eldr::read_trace_file(o.trace_path);
+    if (!t.ok()) die(t.error().message());
+    source_size = t->requests.size();
+    source_name = o.trace_path;
+    say("trace " + o.trace_path + ": " + std::to_string(source_size) + " requests of " +
+        t->model_name + " (" + t->geometry.to_string() + ")");
+    source = eldr::make_trace_source(std::make_shared<const eldr::trace>(std::move(t).value()));
+  } else {
+    auto p = eldr::synthetic_preset(o.synthetic);
+    if (!p.ok()) die("--synthetic: " + p.error().message());
+    p->seed = o.seed;
+    p->prompt_min = o.prompt_min;
+    p->prompt_max = o.prompt_max;
+    p->output_min = p->output_max = o.output_tokens;
+    p->subdomains = o.subdomains;
+    p->subdomain_weight = o.subdomain_weight;
+    p->requests = o.requests + o.calibration;
+    p->threads = o.threads;
+    source_name = "synthetic:" + o.synthetic;
+    if (!o.write_trace.empty()) {
+      p->requests = o.requests;
+      p->arrival_rate = o.rates.front();
+      auto t = eldr::generate_synthetic(*p);
+      if (!t.ok()) die(t.error().message());
+      if (eldr::status s = eldr::write_trace_file(*t, o.write_trace); !s.ok()) die(s.to_string());
+      say("wrote " + o.write_trace);
+      return 0;
+    }
+    auto m = eldr::synthetic_model::make(*p);
+    if (!m.ok()) die("--synthetic: " + m.error().message());
+    source = eldr::make_synthetic_source(
+        std::make_shared<const eldr::synthetic_model>(std::move(m).value()), o.decode_pool);
+  }
+
+  std::optional<eldr::centroid_file> centroids;
+  if (!o.centroids.empty()) {
+    auto f = eldr::read_centroid_file(o.centroids);
+    if (!f.ok()) die(f.error().message());
+    centroids = std::move(f).value();
+    // The factory checks this too; checking here fails before the workload is prepared.
+    if (centroids->spec.geometry() != source->geometry())
+      die("centroid file is for a model of " + centroids->spec.geometry().to_string() +
+          " but the workload is " + source->geometry().to_string());
+    if (centroids->workers != o.decode_workers)
+      die("centroid file has " + std::to_string(centroids->workers) + " centroids but " +
+          std::to_string(o.decode_workers) + " decode workers are simulated");
+  }
+
+  std::error_code ec;
+  std::filesystem::create_directories(o.out, ec);
+  if (ec) die("cannot create " + o.out + ": " + ec.message());
+
+  // Arrivals for every rate come from one draw scaled by the rate, so the sweep's workloads
+  // differ only in pace, and the prefill counts and fits are shared.
+  const double base_rate = o.rates.front();
+  eldr::workload_options wo;
+  wo.requests = o.requests;
+  wo.calibration = o.calibration;
+  wo.rate_rps = base_rate;
+  wo.seed = o.seed;
+  wo.calibration_fraction = o.calibration_fraction;
+  wo.prompt_pool = o.prompt_pool;
+  wo.threads = o.threads;
+  say("preparing " + std::to_string(o.requests) + " requests and their prefill counts");
+  auto made = eldr::make_workload(source, source_size, wo);
+  if (!made.ok()) die(made.error().message());
+  eldr::workload w = std::move(made).value();
+  std::vector<double> base_arrivals;
+  for (const eldr::sim_request& r : w.requests)
+    base_arrivals.push_back(r.arrival_s);
+
+  if (!o.locality_probe.empty()) {
+    auto points = eldr::measure_locality(w, o.locality_probe, 6, 20, o.seed);
+    if (!points.ok()) die(points.error().message());
+    std::string text = "batch,same_domain,mixed,reduction\n";
+    for (const eldr::locality_point& p : *points) {
+      text += std::to_string(p.batch) + "," + fmt(p.same_domain, 2) + "," + fmt(p.mixed, 2) + "," +
+              fmt(p.reduction(), 4) + "\n";
+      std::printf("batch %u: same-domain %.2f, mixed %.2f distinct experts/layer (%.1f%% fewer)\n",
+                  p.batch, p.same_domain, p.mixed, 100.0 * p.reduction());
+    }
+    write_text(std::filesystem::path(o.out) / "locality.csv", text);
+    return 0;
+  }
+
+  eldr::policy_factory_options fo;
+  fo.workers = o.decode_workers;
+  fo.seed = o.seed;
+  fo.tau = o.tau;
+  fo.pairs = o.pairs;
+  fo.threads = o.threads;
+  fo.refit.window_s = o.refit_window_s;
+  fo.refit.interval_s = o.refit_interval_s;
+  fo.refit.seed = o.seed;
+  fo.centroids = centroids;
+  auto factory = eldr::policy_factory::make(w, fo, o.quiet ? eldr::factory_log{} : say);
+  if (!factory.ok()) die(factory.error().message());
+
+  // Build every policy once before simulating any: a bad option stops the run before long work
+  // (the fits this triggers are cached and reused).
+  for (const std::string& name : o.policies) {
+    auto p = factory->build(name);
+    if (!p.ok()) die(p.error().message());
+  }
+
+  std::vector<uint32_t> decode_counts;
+  for (const std::string& name : o.policies)
+    if (name == "clairvoyant" && decode_counts.empty()) {
+      say("drawing the evaluated requests' decode profiles (clairvoyant bound)");
+      decode_counts = eldr::decode_profiles(w, o.threads);
+    }
+
+  std::string csv = std::string(csv_header) + "\n";
+  std::string timing = "policy,rate_rps,wall_seconds\n";
+  std::string md =
+      "| policy | rate (req/s) | TPOT p50 (ms) | TPOT p95 | TPOT p99 | TTFT p50 (ms) | distinct "
+      "experts/layer | load imbalance | throughput (tok/s) |\n|---|---|---|---|---|---|---|---|---|"
+      "\n";
+  std::string notes;  // per rate: ELDR against the best load balancer and the clairvoyant bound
+  for (double rate : o.rates) {
+    std::map<std::string, double> tpot;  // this rate's median TPOT per policy
+    for (std::size_t i = 0; i < w.requests.size(); ++i)
+      w.requests[i].arrival_s =
+          rate > 0 && base_rate > 0 ? base_arrivals[i] * base_rate / rate : base_arrivals[i];
+    for (const std::string& name : o.policies) {
+      auto p = factory->build(name);
+      if (!p.ok()) die(p.error().message());
+      say("simulating " + name + " at " + fmt(rate, 1) + " req/s");
+      auto progress = [&](double f) {
+        if (!o.quiet) std::fprintf(stderr, "\r  %3.0f%%", f * 100.0);
+        if (!o.quiet && f >= 1.0) std::fprintf(stderr, "\n");
+      };
+      auto m =
+          eldr::simulate(w, o.sim, *p, decode_counts.empty() ? nullptr : &decode_counts, progress);
+      if (!m.ok()) die(name + ": " + m.error().message());
+      say("  " + name + ": TPOT p50 " + fmt(m->tpot_p50_ms, 2) + " ms, p99 " +
+          fmt(m->tpot_p99_ms, 2) + " ms, TTFT p50 " + fmt(m->ttft_p50_ms, 1) +
+          " ms, distinct experts/layer " + fmt(m->distinct_experts_per_layer, 2) + " [" +
+          fmt(m->wall_seconds, 2) + " s]");
+      csv += csv_row(*m, rate) + "\n";
+      timing += name + "," + fmt(rate, 2) + "," + fmt(m->wall_seconds, 3) + "\n";
+      md += "| " + name + " | " + fmt(rate, 1) + " | " + fmt(m->tpot_p50_ms, 2) + " | " +
+            fmt(m->tpot_p95_ms, 2) + " | " + fmt(m->tpot_p99_ms, 2) + " | " +
+            fmt(m->ttft_p50_ms, 1) + " | " + fmt(m->distinct_experts_per_layer, 2) + " | " +
+            fmt(m->load_imbalance, 3) + " | " + fmt(m->throughput_tokens_s, 0) + " |\n";
+      tpot[name] = m->tpot_p50_ms;
+    }
+    double best = 0.0;
+    std::string best_name;
+    for (const char* b : {"rr", "random", "jsq", "p2c"})
+      if (tpot.count(b) != 0 && (best_name.empty() || tpot[b] < best)) {
+        best = tpot[b];
+        best_name = b;
+      }
+    if (!best_name.empty() && tpot.count("eldr") != 0) {
+      const double gain = 1.0 - tpot["eldr"] / best;
+      notes += "- " + fmt(rate, 1) + " req/s: eldr's median TPOT is " + fmt(100.0 * gain, 1) +
+               "% below the best load balancer (" + best_name + ")";
+      if (tpot.count("clairvoyant") != 0) {
+        const double bound = 1.0 - tpot["clairvoyant"] / best;
+        notes += "; the clairvoyant policy's is " + fmt(100.0 * bound, 1) + "%, so eldr captures " +
+                 (bound > 0.0 ? fmt(100.0 * gain / bound, 0) + "%" : std::string("n/a")) + " of it";
+      }
+      notes += ".\n";
+    }
+  }
+  if (!notes.empty()) md += "\n" + notes;
+  const std::filesystem::path dir(o.out);
+  write_text(dir / "summary.csv", csv);
+  write_text(dir / "summary.md", md);
+  write_text(dir / "timing.csv", timing);
+
+  // The calibration fit behind "eldr", when one was made.
+  json fit;
+  fit["source"] = source_name;
+  fit["seed"] = o.seed;
+  fit["calibration_requests"] = w.calibration.size();
+  fit["requests"] = w.requests.size();
+  bool uses_fit = false;
+  for (const std::string& name : o.policies)
+    uses_fit = uses_fit || name.rfind("eldr", 0) == 0;
+  if (uses_fit && !centroids) {
+    auto f = factory->default_fit();
+    if (f.ok() && *f != nullptr) {
+      const eldr::fit_result& fr = **f;
+      for (std::size_t i = 0; i < std::size(eldr::all_transforms); ++i)
+        fit["rho"][std::string(eldr::to_string(eldr::all_transforms[i]))] = fr.rho[i];
+      fit["transform"] = std::string(eldr::to_string(fr.transform));
+      fit["layer_curve"] = {{"order", fr.curve.order}, {"rho", fr.curve.rho}};
+      fit["n_star"] = fr.curve.n_star;
+      fit["rho_masked"] = fr.rho_masked;
+      fit["kmeans_objective"] = fr.kmeans.objective;
+    }
+  }
+  write_text(dir / "fit.json", fit.dump(2) + "\n");
+  if (o.plots) {
+    draw_plots(dir, csv, o.rates, o.policies, fit);
+    say("drew the plots in " + dir.string());
+  }
+  say("wrote " + (dir / "summary.csv").string() + " [" + fmt(since(t_start), 1) + " s]");
+  return 0;
+}
