@@ -1,0 +1,216 @@
+// ingest: see ingest.hpp.
+#include "cluster/ingest.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <nlohmann/json.hpp>
+
+namespace eldr {
+namespace {
+
+// One log line per (publisher, cause) at most this often; the counters carry the rest.
+constexpr int64_t log_interval_ms = 10'000;
+const char* const metrics_key = "ingest_metrics";
+
+}  // namespace
+
+ingest::ingest(signature_cache& cache, kv_decode_limits limits, clock_fn clock)
+    : cache_(cache), limits_(limits), clock_(clock ? std::move(clock) : system_clock_ms()) {
+  if (auto prior = cache_.metadata(metrics_key)) {
+    const auto j = nlohmann::json::parse(*prior, nullptr, false);
+    if (j.is_object()) {
+      for (size_t c = 0; c < drop_cause_count; ++c)
+        prior_dropped_[c] = j.value("dropped", nlohmann::json::object())
+                                .value(to_string(static_cast<drop_cause>(c)), uint64_t{0});
+      prior_gaps_ = j.value("gaps", uint64_t{0});
+      prior_gaps_unfilled_ = j.value("gaps_unfilled", uint64_t{0});
+      prior_restarts_ = j.value("restarts", uint64_t{0});
+    }
+  }
+}
+
+uint32_t ingest::add_kv_publisher(const std::string& name, replay_fn replay) {
+  kv_pubs_.push_back({cache_.worker_id(name), std::move(replay)});
+  kv_.push_back({});
+  kv_.back().name = name;
+  kv_logged_.emplace_back().fill(INT64_MIN);
+  return static_cast<uint32_t>(kv_.size() - 1);
+}
+
+uint32_t ingest::add_counts_publisher(const std::string& name) {
+  counts_.push_back({});
+  counts_.back().name = name;
+  counts_last_seq_.emplace_back();
+  counts_logged_.emplace_back().fill(INT64_MIN);
+  return static_cast<uint32_t>(counts_.size() - 1);
+}
+
+void ingest::drop(publisher_metrics& m, log_times& logged, drop_cause cause,
+                  const std::string& detail) {
+  const auto c = static_cast<size_t>(cause);
+  ++m.dropped[c];
+  const int64_t now = clock_();
+  if (logged[c] != INT64_MIN && now - logged[c] < log_interval_ms) return;
+  logged[c] = now;
+  spdlog::warn("ingest {}: dropped ({}, {} so far): {}", m.name, to_string(cause), m.dropped[c],
+               detail);
+}
+
+void ingest::apply_kv(uint32_t p, uint64_t seq, std::span<const uint8_t> payload) {
+  publisher_metrics& m = kv_[p];
+  log_times& logged = kv_logged_[p];
+  const uint32_t worker = kv_pubs_[p].worker;
+  issues_.clear();
+  auto batch = decode_kv_batch(payload, limits_, issues_);
+  for (const kv_decode_issue& i : issues_)
+    drop(m, logged, i.cause, "seq " + std::to_string(seq) + ", " + i.detail);
+  // The sequence advances even when the payload is dropped: it was received, and replaying it
+  // would give the same bytes.
+  cache_.note_sequence(worker, seq);
+  if (!batch.ok()) {
+    drop(m, logged, kv_batch_error_cause(batch.error()),
+         "seq " + std::to_string(seq) + ": " + batch.error().message());
+    return;
+  }
+  ++m.messages;
+  const auto before = cache_.stats();
+  const int32_t dp = batch->data_parallel_rank && *batch->data_parallel_rank >= INT32_MIN &&
+                             *batch->data_parallel_rank <= INT32_MAX
+                         ? static_cast<int32_t>(*batch->data_parallel_rank)
+                         : -1;
+  for (const kv_event& e : batch->events) {
+    holder_key who{worker, dp, -1, e.medium.value_or("")};
+    if (e.group_idx && *e.group_idx >= 0 && *e.group_idx <= INT32_MAX)
+      who.group = static_cast<int32_t>(*e.group_idx);
+    switch (e.type) {
+      case kv_event_type::block_stored:
+        cache_.store_blocks(who, e.parent_block_hash, e.block_hashes);
+        m.block_events += e.block_hashes.size();
+        break;
+      case kv_event_type::block_removed:
+        cache_.remove_blocks(who, e.block_hashes);
+        m.block_events += e.block_hashes.size();
+        break;
+      case kv_event_type::all_blocks_cleared:
+        cache_.clear_worker(worker, false);
+        break;
+    }
+  }
+  const auto after = cache_.stats();
+  const uint64_t refused = (after.refused_capacity - before.refused_capacity) +
+                           (after.refused_holders - before.refused_holders);
+  if (refused > 0) {
+    m.dropped[static_cast<size_t>(drop_cause::capacity)] += refused - 1;
+    drop(m, logged, drop_cause::capacity,
+         std::to_string(refused) + " blocks or holders refused at the cache's bounds");
+  }
+}
+
+void ingest::on_kv_message(uint32_t p, std::span<const std::span<const uint8_t>> frames) {
+  publisher_metrics& m = kv_[p];
+  log_times& logged = kv_logged_[p];
+  if (frames.size() != 3) {
+    drop(m, logged, drop_cause::bad_frames, std::to_string(frames.size()) + " frames, expected 3");
+    return;
+  }
+  const auto seq = decode_sequence(frames[1]);
+  if (!seq) {
+    drop(m, logged, drop_cause::bad_frames,
+         "sequence frame of " + std::to_string(frames[1].size()) + " bytes");
+    return;
+  }
+  const uint32_t worker = kv_pubs_[p].worker;
+  const std::optional<uint64_t> last = cache_.last_sequence(worker);
+  if (last && *seq <= *last) {
+    ++m.restarts;
+    spdlog::info("ingest {}: sequence went from {} to {}: engine restart, dropping its blocks",
+                 m.name, *last, *seq);
+    cache_.clear_worker(worker, true);
+  } else if (last && *seq > *last + 1) {
+    ++m.gaps;
+    uint64_t next = *last + 1;
+    if (kv_pubs_[p].replay) {
+      const bool ok = kv_pubs_[p].replay(next, [&](uint64_t s, std::span<const uint8_t> payload) {
+        // Apply only what closes the gap, in order; older or duplicate batches are ignored.
+        if (s != next || s >= *seq) return;
+        apply_kv(p, s, payload);
+        ++m.replayed;
+        ++next;
+      });
+      if (!ok) spdlog::warn("ingest {}: replay from {} failed", m.name, *last + 1);
+    }
+    if (next < *seq) {
+      ++m.gaps_unfilled;
+      spdlog::warn("ingest {}: events {}..{} lost, resynchronising the worker", m.name, next,
+                   *seq - 1);
+      cache_.clear_worker(worker, true);
+    }
+  }
+  apply_kv(p, *seq, frames[2]);
+}
+
+void ingest::on_counts_message(uint32_t p, std::span<const std::span<const uint8_t>> frames) {
+  publisher_metrics& m = counts_[p];
+  log_times& logged = counts_logged_[p];
+  if (frames.size() != 2) {
+    drop(m, logged, drop_cause::bad_frames, std::to_string(frames.size()) + " frames, expected 2");
+    return;
+  }
+  issues_.clear();
+  auto msg = decode_counts_message(frames[1], counts_decode_limits{}, issues_);
+  for (const kv_decode_issue& i : issues_)
+    drop(m, logged, i.cause, i.detail);
+  if (!msg.ok()) {
+    drop(m, logged, counts_error_cause(msg.error()), msg.error().message());
+    return;
+  }
+  ++m.messages;
+  if (msg->seq) {
+    auto& last = counts_last_seq_[p];
+    if (last && *msg->seq > *last + 1) ++m.gaps;
+    if (last && *msg->seq <= *last) ++m.restarts;
+    last = msg->seq;
+  }
+  const auto before = cache_.stats();
+  for (const counts_block& b : msg->blocks) {
+    if (status s = cache_.put_counts(b.hash, b.parent, msg->geometry, b.counts); !s.ok()) {
+      drop(m, logged, drop_cause::counts_geometry, s.message());
+      continue;
+    }
+    ++m.block_events;
+  }
+  if (cache_.stats().refused_capacity > before.refused_capacity)
+    drop(m, logged, drop_cause::capacity, "counts refused at the cache's max_blocks");
+}
+
+std::string ingest::metrics_json() const {
+  drop_counters dropped = prior_dropped_;
+  uint64_t gaps = prior_gaps_, unfilled = prior_gaps_unfilled_, restarts = prior_restarts_;
+  auto add = [&](const std::vector<publisher_metrics>& ms) {
+    for (const publisher_metrics& m : ms) {
+      for (size_t c = 0; c < drop_cause_count; ++c)
+        dropped[c] += m.dropped[c];
+      gaps += m.gaps;
+      unfilled += m.gaps_unfilled;
+      restarts += m.restarts;
+    }
+  };
+  add(kv_);
+  add(counts_);
+  nlohmann::json j;
+  j["dropped"] = nlohmann::json::object();
+  for (size_t c = 0; c < drop_cause_count; ++c)
+    j["dropped"][to_string(static_cast<drop_cause>(c))] = dropped[c];
+  j["gaps"] = gaps;
+  j["gaps_unfilled"] = unfilled;
+  j["restarts"] = restarts;
+  return j.dump();
+}
+
+status ingest::commit() {
+  cache_.expire();
+  cache_.stage_metadata(metrics_key, metrics_json());
+  return cache_.commit();
+}
+
+}  // namespace eldr

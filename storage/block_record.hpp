@@ -1,0 +1,60 @@
+// block_record: the byte layouts of the signature cache's RocksDB values (docs/signature-cache.md).
+//
+// Two values per block, so that the frequent holder changes never rewrite the counts:
+//   'b' + hash (8 bytes little-endian) -> meta: parent, creation time, holders
+//   'c' + hash                         -> masked counts, sparse per layer
+// Little-endian on purpose: the memtable buckets keys by their first 3 bytes, and the low bytes
+// of a hash spread evenly even when hashes are small or sequential. Nothing relies on key order.
+// Every value starts with a format byte; decoders check every length against the bytes present.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/expert_counts.hpp"
+#include "core/status.hpp"
+#include "storage/signature_cache.hpp"
+
+namespace eldr::record {
+
+inline constexpr uint8_t meta_format = 1;
+inline constexpr uint8_t counts_format = 1;
+inline constexpr size_t max_medium_bytes = 32;
+
+// Keys: a one-byte tag then the hash, little-endian.
+std::string block_key(char tag, block_hash h);
+// Inverse for keys of 9 bytes; nullopt otherwise.
+std::optional<block_hash> parse_block_key(std::string_view key, char tag);
+
+struct meta {
+  std::optional<block_hash> parent;
+  bool has_counts = false;
+  int64_t created_ms = 0;
+  std::vector<holder> holders;
+  // In memory only, never encoded: whether the 'b' and 'c' keys exist in RocksDB, so that a
+  // block created and deleted between two commits costs no RocksDB write at all.
+  bool meta_on_disk = false;
+  bool counts_on_disk = false;
+};
+
+void encode_meta(const meta& m, std::string& out);
+result<meta> decode_meta(std::string_view bytes);
+
+// Masked counts: [format][tokens u16][n u16 = |mask|][size u16 x n][layer data x n], little-
+// endian, only the layers of `mask`, in mask order. Each layer is in the smaller of two forms:
+// sparse, size = entries and data = (id u8, count u8) pairs with ids increasing; or dense,
+// size = dense_layer | entries and data = E count bytes indexed by expert id.
+inline constexpr uint32_t dense_layer = 0x8000;
+void encode_counts(const block_counts& c, std::span<const uint32_t> mask, uint32_t experts,
+                   std::string& out);
+// Checks the layout against `layers` (= |mask|) and `experts`, and that ids strictly increase
+// within each layer (what add_counts relies on).
+status validate_counts(std::string_view bytes, uint32_t layers, uint32_t experts);
+// Adds validated counts into masked_sum (layers * experts, layer-major). Hot path: no checks
+// beyond what validate_counts did when the bytes entered memory.
+void add_counts(std::string_view bytes, uint32_t experts, std::span<uint32_t> masked_sum);
+
+}  // namespace eldr::record

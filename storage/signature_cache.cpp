@@ -1,0 +1,876 @@
+// signature_cache: the RocksDB-backed implementation (layout in docs/signature-cache.md).
+//
+// Every block's meta (parent, holders) is mirrored in memory, so that events never read RocksDB:
+// the table is bounded by max_blocks and rebuilt by one scan at open. Counts, the large part,
+// live in RocksDB and in a byte-bounded LRU in front of it.
+#include "storage/signature_cache.hpp"
+
+#include <rocksdb/db.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/memtablerep.h>
+#include <rocksdb/slice_transform.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
+
+#include <algorithm>
+#include <cassert>
+#include <chrono>
+#include <deque>
+#include <list>
+#include <map>
+#include <unordered_map>
+
+#include "storage/block_record.hpp"
+
+namespace eldr {
+namespace {
+
+// Block hashes are low bits of SHA-256 in practice, but they come from the network: mix them so
+// that chosen hashes cannot pile into one bucket.
+struct hash_mix {
+  size_t operator()(uint64_t x) const {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return static_cast<size_t>(x);
+  }
+};
+
+const std::string key_geometry = "m:geometry";
+const std::string key_mask = "m:mask";
+const std::string key_current_epoch = "m:current_epoch";
+
+std::string u32s(std::span<const uint32_t> v) {
+  std::string out;
+  for (uint32_t x : v)
+    for (int i = 0; i < 4; ++i)
+      out.push_back(static_cast<char>((x >> (8 * i)) & 0xff));
+  return out;
+}
+
+std::vector<uint32_t> parse_u32s(std::string_view s) {
+  std::vector<uint32_t> out(s.size() / 4);
+  for (size_t i = 0; i < out.size(); ++i)
+    for (int b = 0; b < 4; ++b)
+      out[i] |= uint32_t{static_cast<uint8_t>(s[4 * i + static_cast<size_t>(b)])} << (8 * b);
+  return out;
+}
+
+std::string worker_key(uint32_t id) {
+  std::string k(5, 'w');
+  for (int i = 0; i < 4; ++i)
+    k[static_cast<size_t>(1 + i)] = static_cast<char>((id >> (24 - 8 * i)) & 0xff);
+  return k;
+}
+
+std::string epoch_key(uint64_t epoch) {
+  return record::block_key('e', epoch);
+}
+
+std::string u64_value(uint64_t v) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<size_t>(i)] = static_cast<char>((v >> (8 * i)) & 0xff);
+  return out;
+}
+
+uint64_t parse_u64(std::string_view s) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < 8 && i < s.size(); ++i)
+    v |= uint64_t{static_cast<uint8_t>(s[i])} << (8 * i);
+  return v;
+}
+
+status from_rocks(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return {};
+  if (s.IsCorruption()) return status::corrupt(what + ": " + s.ToString());
+  return status::io_error(what + ": " + s.ToString());
+}
+
+}  // namespace
+
+clock_fn system_clock_ms() {
+  return [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+}
+
+class signature_cache::impl {
+ public:
+  signature_cache_options opt;
+  std::unique_ptr<rocksdb::DB> db;
+  model_geometry geometry;
+  std::vector<uint32_t> mask;
+
+  std::unordered_map<block_hash, record::meta, hash_mix> blocks;
+  uint64_t holder_entries = 0;
+  uint64_t with_counts = 0;
+
+  // LRU of encoded (validated) counts: front = most recent.
+  struct lru_entry {
+    std::string bytes;
+    std::list<block_hash>::iterator pos;
+  };
+  std::list<block_hash> lru_order;
+  std::unordered_map<block_hash, lru_entry, hash_mix> lru;
+  size_t lru_bytes = 0;
+
+  // Remembered prefix sums (masked, dense), keyed by the prefix's last block hash: the chained
+  // hash fixes the prefix's content, so its sum never changes. Byte-bounded LRU; an entry goes
+  // with its block.
+  struct memo_entry {
+    std::vector<uint32_t> sum;
+    size_t blocks = 0;
+    std::list<block_hash>::iterator pos;
+  };
+  std::unordered_map<block_hash, memo_entry, hash_mix> memo;
+  std::list<block_hash> memo_order;
+  size_t memo_bytes = 0;
+  std::vector<uint32_t> acc;  // sum_prefix's scratch
+
+  static size_t memo_cost(const memo_entry& e) { return e.sum.size() * 4 + 64; }
+
+  void memo_erase(block_hash h) {
+    auto it = memo.find(h);
+    if (it == memo.end()) return;
+    memo_bytes -= memo_cost(it->second);
+    memo_order.erase(it->second.pos);
+    memo.erase(it);
+  }
+
+  void memo_put(block_hash h, const std::vector<uint32_t>& sum, size_t length) {
+    if (memo.count(h)) return;
+    const size_t cost = sum.size() * 4 + 64;
+    if (cost > opt.prefix_memo_bytes) return;
+    while (memo_bytes + cost > opt.prefix_memo_bytes && !memo_order.empty())
+      memo_erase(memo_order.back());
+    memo_order.push_front(h);
+    memo.emplace(h, memo_entry{sum, length, memo_order.begin()});
+    memo_bytes += cost;
+  }
+
+  std::vector<std::string> worker_names;
+  std::vector<std::optional<uint64_t>> last_seq;
+  std::unordered_map<std::string, uint32_t> worker_by_name;
+
+  // Grace queues: (deadline, hash), deadlines non-decreasing while the clock is.
+  std::deque<std::pair<int64_t, block_hash>> orphan_queue, uncounted_queue;
+
+  std::map<uint64_t, bool> epochs;  // stored epochs (value unused)
+  std::optional<uint64_t> current_epoch;
+
+  rocksdb::WriteBatch batch;
+  std::map<std::string, std::string> metadata;  // staged or read since open
+  signature_cache_stats stats;
+  std::string scratch;
+
+  int64_t now() const { return opt.clock(); }
+
+  // Blocks changed since the last commit, with what RocksDB held for them before the first
+  // change: commit() writes each block's final state once (coalescing repeated changes, and
+  // skipping blocks born and gone within one commit).
+  struct pending {
+    bool meta_on_disk = false;
+    bool counts_on_disk = false;
+    std::string new_counts;  // encoded counts to write, if they arrived since the last commit
+  };
+  std::unordered_map<block_hash, pending, hash_mix> dirty;
+
+  void write_meta(block_hash h, const record::meta& m) {
+    dirty.try_emplace(h, pending{m.meta_on_disk, m.counts_on_disk, {}});
+  }
+
+  // Stages the final state of every dirty block into the write batch.
+  void stage_dirty() {
+    for (auto& [h, p] : dirty) {
+      auto it = blocks.find(h);
+      if (it == blocks.end()) {
+        if (p.meta_on_disk) batch.Delete(record::block_key('b', h));
+        if (p.counts_on_disk) batch.Delete(record::block_key('c', h));
+        continue;
+      }
+      record::meta& m = it->second;
+      record::encode_meta(m, scratch);
+      batch.Put(record::block_key('b', h), scratch);
+      m.meta_on_disk = true;
+      if (!p.new_counts.empty() && m.has_counts) {
+        batch.Put(record::block_key('c', h), p.new_counts);
+        m.counts_on_disk = true;
+      } else if (!m.has_counts && (p.counts_on_disk || m.counts_on_disk)) {
+        batch.Delete(record::block_key('c', h));
+        m.counts_on_disk = false;
+      } else if (p.counts_on_disk) {
+        m.counts_on_disk = true;  // recreated in this window: the stored counts are still there
+      }
+    }
+    dirty.clear();
+  }
+
+  void lru_erase(block_hash h) {
+    auto it = lru.find(h);
+    if (it == lru.end()) return;
+    lru_bytes -= it->second.bytes.size();
+    lru_order.erase(it->second.pos);
+    lru.erase(it);
+  }
+
+  void lru_put(block_hash h, std::string bytes) {
+    lru_erase(h);
+    if (bytes.size() > opt.memory_cache_bytes) return;
+    while (lru_bytes + bytes.size() > opt.memory_cache_bytes && !lru_order.empty()) {
+      const block_hash victim = lru_order.back();
+      lru_erase(victim);
+    }
+    lru_order.push_front(h);
+    lru_bytes += bytes.size();
+    lru.emplace(h, lru_entry{std::move(bytes), lru_order.begin()});
+  }
+
+  void erase_block(std::unordered_map<block_hash, record::meta, hash_mix>::iterator it) {
+    const block_hash h = it->first;
+    holder_entries -= it->second.holders.size();
+    if (it->second.has_counts) --with_counts;
+    write_meta(h, it->second);  // records what RocksDB holds, for the deletes at commit
+    lru_erase(h);
+    memo_erase(h);
+    blocks.erase(it);
+  }
+
+  void enqueue_grace(const record::meta& m, block_hash h) {
+    const bool orphan = m.has_counts && m.holders.empty();
+    const bool uncounted = !m.has_counts && !m.holders.empty();
+    if (orphan && opt.orphan_counts_grace_ms > 0)
+      orphan_queue.emplace_back(m.created_ms + opt.orphan_counts_grace_ms, h);
+    if (uncounted && opt.uncounted_block_grace_ms > 0)
+      uncounted_queue.emplace_back(m.created_ms + opt.uncounted_block_grace_ms, h);
+  }
+
+  // Rebuilds the grace queues from the table: used at open and when churn has filled them with
+  // stale entries, so that they stay bounded by the table's size.
+  void rebuild_queues() {
+    orphan_queue.clear();
+    uncounted_queue.clear();
+    for (const auto& [h, m] : blocks)
+      enqueue_grace(m, h);
+    auto by_deadline = [](const auto& a, const auto& b) { return a.first < b.first; };
+    std::sort(orphan_queue.begin(), orphan_queue.end(), by_deadline);
+    std::sort(uncounted_queue.begin(), uncounted_queue.end(), by_deadline);
+  }
+
+  void maybe_compact_queues() {
+    const size_t bound = 2 * std::max<size_t>(blocks.size(), 1024);
+    if (orphan_queue.size() > bound || uncounted_queue.size() > bound) rebuild_queues();
+  }
+
+  // Fixes geometry and mask once known and records them in the database (staged).
+  status adopt_geometry(const model_geometry& g) {
+    if (status s = g.validate(); !s.ok()) return s;
+    geometry = g;
+    if (opt.layer_mask.empty()) {
+      mask.resize(g.layers);
+      for (uint32_t l = 0; l < g.layers; ++l)
+        mask[l] = l;
+    } else {
+      mask = opt.layer_mask;
+      std::sort(mask.begin(), mask.end());
+      for (size_t i = 0; i < mask.size(); ++i)
+        if (mask[i] >= g.layers || (i > 0 && mask[i] == mask[i - 1]))
+          return status::invalid_argument("layer mask: layer " + std::to_string(mask[i]) +
+                                          " is out of range or repeated for " + g.to_string());
+    }
+    const uint32_t gv[3] = {g.layers, g.experts, g.top_k};
+    batch.Put(key_geometry, u32s(gv));
+    batch.Put(key_mask, u32s(mask));
+    return {};
+  }
+
+  status load(bool& mask_changed) {
+    rocksdb::ReadOptions ro;
+    ro.total_order_seek = true;
+    std::string value;
+    rocksdb::Status s = db->Get(ro, key_geometry, &value);
+    if (s.ok()) {
+      const auto gv = parse_u32s(value);
+      if (gv.size() != 3) return status::corrupt("stored geometry has a bad size");
+      const model_geometry stored{gv[0], gv[1], gv[2]};
+      if (opt.geometry.layers != 0 && opt.geometry != stored)
+        return status::failed_precondition("database holds counts of " + stored.to_string() +
+                                           ", not " + opt.geometry.to_string());
+      geometry = stored;
+      if (!(s = db->Get(ro, key_mask, &value)).ok())
+        return status::corrupt("database has a geometry but no layer mask");
+      mask = parse_u32s(value);
+      std::vector<uint32_t> wanted = opt.layer_mask;
+      std::sort(wanted.begin(), wanted.end());
+      if (!wanted.empty() && wanted != mask) {
+        if (!opt.reset_counts_on_mask_change)
+          return status::failed_precondition(
+              "database holds counts for another layer mask; reopen with the same mask or allow "
+              "reset_counts_on_mask_change (drops every stored count)");
+        mask_changed = true;
+      }
+    } else if (!s.IsNotFound()) {
+      return from_rocks(s, "reading the geometry");
+    } else if (opt.geometry.layers != 0) {
+      if (status st = adopt_geometry(opt.geometry); !st.ok()) return st;
+    }
+
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
+    for (it->Seek("b"); it->Valid() && it->key()[0] == 'b'; it->Next()) {
+      const auto h = record::parse_block_key(it->key().ToStringView(), 'b');
+      if (!h)
+        return status::corrupt("bad block key of " + std::to_string(it->key().size()) + " bytes");
+      auto m = record::decode_meta(it->value().ToStringView());
+      if (!m.ok())
+        return status::corrupt("block " + std::to_string(*h) + ": " + m.error().message());
+      holder_entries += m->holders.size();
+      with_counts += m->has_counts ? 1 : 0;
+      m->meta_on_disk = true;
+      m->counts_on_disk = m->has_counts;
+      blocks.emplace(*h, std::move(*m));
+    }
+    if (!it->status().ok()) return from_rocks(it->status(), "scanning blocks");
+    for (it->Seek("w"); it->Valid() && it->key()[0] == 'w'; it->Next()) {
+      const std::string_view v = it->value().ToStringView();
+      const std::string_view k = it->key().ToStringView();
+      if (k.size() != 5 || v.size() < 10 || v[0] != 1) return status::corrupt("bad worker record");
+      uint32_t id = 0;
+      for (size_t i = 1; i < 5; ++i)
+        id = (id << 8) | static_cast<uint8_t>(k[i]);
+      if (id >= (1u << 20)) return status::corrupt("worker id out of range");
+      if (worker_names.size() <= id) {
+        worker_names.resize(id + 1);
+        last_seq.resize(id + 1);
+      }
+      worker_names[id] = std::string(v.substr(10));
+      if (v[1] != 0) last_seq[id] = parse_u64(v.substr(2, 8));
+      worker_by_name[worker_names[id]] = id;
+    }
+    for (it->Seek("e"); it->Valid() && it->key()[0] == 'e'; it->Next()) {
+      if (auto e = record::parse_block_key(it->key().ToStringView(), 'e')) epochs[*e] = true;
+    }
+    if (db->Get(ro, key_current_epoch, &value).ok()) current_epoch = parse_u64(value);
+
+    if (mask_changed) {
+      // Drop every count: the stored layers no longer match what routing reads.
+      for (auto& [h, m] : blocks) {
+        if (!m.has_counts) continue;
+        m.has_counts = false;
+        write_meta(h, m);  // commit deletes the counts key
+      }
+      with_counts = 0;
+      mask = opt.layer_mask;
+      std::sort(mask.begin(), mask.end());
+      batch.Put(key_mask, u32s(mask));
+    }
+    rebuild_queues();
+    return {};
+  }
+
+  void write_worker(uint32_t id) {
+    std::string v;
+    v.push_back(1);
+    v.push_back(last_seq[id] ? 1 : 0);
+    v += u64_value(last_seq[id].value_or(0));
+    v += worker_names[id];
+    batch.Put(worker_key(id), v);
+  }
+};
+
+signature_cache::signature_cache(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+signature_cache::~signature_cache() = default;
+
+result<std::unique_ptr<signature_cache>> signature_cache::open(const std::string& dir,
+                                                               signature_cache_options options) {
+  auto p = std::make_unique<impl>();
+  if (!options.clock) options.clock = system_clock_ms();
+  p->opt = std::move(options);
+
+  rocksdb::Options ro;
+  ro.create_if_missing = true;
+  ro.max_background_jobs = 2;
+  ro.write_buffer_size = 16 << 20;
+  // Block keys are random 64-bit hashes: in the default skiplist memtable every insert is a
+  // chain of cache misses (two thirds of ingest CPU). A hash-bucketed memtable, bucketed by the
+  // key's first 3 bytes (tag + the hash's low 16 bits), makes puts and point reads O(1); full
+  // scans (open, dump) pay a sort instead, once. Every key is at least 3 bytes long.
+  ro.prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(3));
+  ro.memtable_factory.reset(rocksdb::NewHashSkipListRepFactory(1 << 18));
+  ro.allow_concurrent_memtable_write = false;  // not supported by that memtable; one writer
+  // Room for bursts while a flush (which sorts a hash memtable) runs on a busy machine, instead
+  // of stalling the ingest thread: at most 4 x 16 MiB of memtables.
+  ro.max_write_buffer_number = 4;
+  rocksdb::BlockBasedTableOptions table;
+  // Point lookups of counts dominate reads: a bloom filter saves the misses a disk read.
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  ro.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  rocksdb::DB* raw = nullptr;
+  const rocksdb::Status opened = p->opt.read_only ? rocksdb::DB::OpenForReadOnly(ro, dir, &raw)
+                                                  : rocksdb::DB::Open(ro, dir, &raw);
+  if (!opened.ok()) return from_rocks(opened, "opening " + dir);
+  p->db.reset(raw);
+
+  bool mask_changed = false;
+  if (status s = p->load(mask_changed); !s.ok()) return s;
+  std::unique_ptr<signature_cache> c(new signature_cache(std::move(p)));
+  if (c->impl_->opt.read_only) {
+    c->impl_->batch.Clear();  // e.g. the geometry record of a fresh database: nothing to write
+    return c;
+  }
+  if (status s = c->commit(); !s.ok()) return s;
+  return c;
+}
+
+uint32_t signature_cache::worker_id(std::string_view name) {
+  impl& m = *impl_;
+  auto it = m.worker_by_name.find(std::string(name));
+  if (it != m.worker_by_name.end()) return it->second;
+  const auto id = static_cast<uint32_t>(m.worker_names.size());
+  m.worker_names.emplace_back(name);
+  m.last_seq.emplace_back();
+  m.worker_by_name.emplace(std::string(name), id);
+  m.write_worker(id);
+  return id;
+}
+
+const std::vector<std::string>& signature_cache::worker_names() const {
+  return impl_->worker_names;
+}
+
+std::optional<uint64_t> signature_cache::last_sequence(uint32_t worker) const {
+  if (worker >= impl_->last_seq.size()) return std::nullopt;
+  return impl_->last_seq[worker];
+}
+
+void signature_cache::store_blocks(const holder_key& who, std::optional<block_hash> parent,
+                                   std::span<const block_hash> hashes) {
+  impl& m = *impl_;
+  const int64_t now = m.now();
+  std::optional<block_hash> prev = parent;
+  for (const block_hash h : hashes) {
+    auto it = m.blocks.find(h);
+    if (it == m.blocks.end()) {
+      if (m.blocks.size() >= m.opt.max_blocks) {
+        ++m.stats.refused_capacity;
+        prev = h;
+        continue;
+      }
+      record::meta fresh;
+      fresh.parent = prev;
+      fresh.created_ms = now;
+      it = m.blocks.emplace(h, std::move(fresh)).first;
+      if (m.opt.uncounted_block_grace_ms > 0)
+        m.uncounted_queue.emplace_back(now + m.opt.uncounted_block_grace_ms, h);
+    } else if (!it->second.parent && prev) {
+      it->second.parent = prev;
+    }
+    record::meta& rec = it->second;
+    auto hold = std::find_if(rec.holders.begin(), rec.holders.end(),
+                             [&](const holder& x) { return x.key == who; });
+    if (hold != rec.holders.end()) {
+      if (hold->refs != UINT32_MAX) ++hold->refs;
+    } else if (rec.holders.size() >= m.opt.max_holders_per_block) {
+      ++m.stats.refused_holders;
+    } else {
+      rec.holders.push_back(holder{who, 1});
+      if (rec.holders.back().key.medium.size() > record::max_medium_bytes)
+        rec.holders.back().key.medium.resize(record::max_medium_bytes);
+      ++m.holder_entries;
+    }
+    m.write_meta(h, rec);
+    prev = h;
+  }
+  m.maybe_compact_queues();
+}
+
+void signature_cache::remove_blocks(const holder_key& who, std::span<const block_hash> hashes) {
+  impl& m = *impl_;
+  for (const block_hash h : hashes) {
+    auto it = m.blocks.find(h);
+    if (it == m.blocks.end()) {
+      ++m.stats.removed_unknown;
+      continue;
+    }
+    auto& hs = it->second.holders;
+    auto hold = std::find_if(hs.begin(), hs.end(), [&](const holder& x) { return x.key == who; });
+    if (hold == hs.end() && who.medium.empty()) {
+      // Older vLLM versions send BlockRemoved without a medium: take the worker's copy.
+      hold = std::find_if(hs.begin(), hs.end(), [&](const holder& x) {
+        return x.key.worker == who.worker && x.key.dp_rank == who.dp_rank &&
+               x.key.group == who.group;
+      });
+    }
+    if (hold == hs.end()) {
+      ++m.stats.removed_unknown;
+      continue;
+    }
+    if (--hold->refs == 0) {
+      hs.erase(hold);
+      --m.holder_entries;
+    }
+    if (hs.empty())
+      m.erase_block(it);
+    else
+      m.write_meta(h, it->second);
+  }
+}
+
+void signature_cache::clear_worker(uint32_t worker, bool forget_sequence) {
+  impl& m = *impl_;
+  for (auto it = m.blocks.begin(); it != m.blocks.end();) {
+    auto& hs = it->second.holders;
+    const size_t before = hs.size();
+    std::erase_if(hs, [&](const holder& x) { return x.key.worker == worker; });
+    if (hs.size() == before) {
+      ++it;
+      continue;
+    }
+    m.holder_entries -= before - hs.size();
+    if (hs.empty()) {
+      auto next = std::next(it);
+      m.erase_block(it);
+      it = next;
+    } else {
+      m.write_meta(it->first, it->second);
+      ++it;
+    }
+  }
+  if (forget_sequence && worker < m.last_seq.size()) {
+    m.last_seq[worker].reset();
+    m.write_worker(worker);
+  }
+}
+
+status signature_cache::put_counts(block_hash hash, std::optional<block_hash> parent,
+                                   const model_geometry& g, const block_counts& counts) {
+  impl& m = *impl_;
+  if (m.geometry.layers == 0) {
+    if (status s = m.adopt_geometry(g); !s.ok()) {
+      ++m.stats.refused_counts_geometry;
+      return s;
+    }
+  }
+  if (g != m.geometry || counts.layers() != g.layers) {
+    ++m.stats.refused_counts_geometry;
+    return status::invalid_argument("counts of " + g.to_string() + " refused: the cache holds " +
+                                    m.geometry.to_string());
+  }
+  auto it = m.blocks.find(hash);
+  if (it == m.blocks.end()) {
+    if (m.blocks.size() >= m.opt.max_blocks) {
+      ++m.stats.refused_capacity;
+      return {};
+    }
+    record::meta fresh;
+    fresh.parent = parent;
+    fresh.created_ms = m.now();
+    it = m.blocks.emplace(hash, std::move(fresh)).first;
+    if (m.opt.orphan_counts_grace_ms > 0)
+      m.orphan_queue.emplace_back(it->second.created_ms + m.opt.orphan_counts_grace_ms, hash);
+    m.maybe_compact_queues();
+  } else if (!it->second.parent && parent) {
+    it->second.parent = parent;
+  }
+  if (!it->second.has_counts) {
+    // The first counts win: a block's hash covers its tokens, so later copies are identical.
+    it->second.has_counts = true;
+    ++m.with_counts;
+    std::string bytes;
+    record::encode_counts(counts, m.mask, m.geometry.experts, bytes);
+    m.write_meta(hash, it->second);
+    m.dirty[hash].new_counts = bytes;
+    m.lru_put(hash, std::move(bytes));
+  }
+  m.write_meta(hash, it->second);
+  return {};
+}
+
+void signature_cache::note_sequence(uint32_t worker, uint64_t seq) {
+  impl& m = *impl_;
+  if (worker >= m.last_seq.size()) return;
+  m.last_seq[worker] = seq;
+  m.write_worker(worker);
+}
+
+status signature_cache::commit() {
+  impl& m = *impl_;
+  if (m.opt.read_only && !m.dirty.empty()) {
+    m.dirty.clear();
+    m.batch.Clear();
+    return status::failed_precondition("the signature cache was opened read-only");
+  }
+  m.stage_dirty();
+  if (m.batch.Count() == 0) return {};
+  if (m.opt.read_only) {
+    m.batch.Clear();
+    return status::failed_precondition("the signature cache was opened read-only");
+  }
+  rocksdb::WriteOptions wo;
+  wo.sync = m.opt.sync_wal;
+  const rocksdb::Status s = m.db->Write(wo, &m.batch);
+  m.batch.Clear();
+  if (!s.ok()) return from_rocks(s, "committing a write batch");
+  ++m.stats.commits;
+  return {};
+}
+
+size_t signature_cache::expire() {
+  impl& m = *impl_;
+  const int64_t now = m.now();
+  size_t gone = 0;
+  auto drain = [&](auto& queue, int64_t grace, auto still_waiting, uint64_t& counter) {
+    while (!queue.empty() && queue.front().first <= now) {
+      const block_hash h = queue.front().second;
+      queue.pop_front();
+      auto it = m.blocks.find(h);
+      if (it == m.blocks.end() || !still_waiting(it->second) || it->second.created_ms + grace > now)
+        continue;
+      m.erase_block(it);
+      ++counter;
+      ++gone;
+    }
+  };
+  drain(
+      m.orphan_queue, m.opt.orphan_counts_grace_ms,
+      [](const record::meta& r) { return r.has_counts && r.holders.empty(); },
+      m.stats.expired_orphan_counts);
+  drain(
+      m.uncounted_queue, m.opt.uncounted_block_grace_ms,
+      [](const record::meta& r) { return !r.has_counts && !r.holders.empty(); },
+      m.stats.expired_uncounted);
+  return gone;
+}
+
+result<prefix_sum_info> signature_cache::sum_prefix(std::span<const block_hash> hashes,
+                                                    std::span<uint32_t> masked_sum) {
+  impl& m = *impl_;
+  if (m.geometry.layers == 0) return status::failed_precondition("no counts stored yet");
+  const size_t width = m.mask.size() * m.geometry.experts;
+  if (masked_sum.size() != width)
+    return status::invalid_argument("masked sum has " + std::to_string(masked_sum.size()) +
+                                    " entries, expected " + std::to_string(width));
+  const size_t n = hashes.size();
+  const uint32_t experts = m.geometry.experts;
+  prefix_sum_info info;
+  info.first_missing = static_cast<uint32_t>(n);
+  std::vector<uint32_t>& acc = m.acc;
+  acc.assign(width, 0);
+
+  // 1. The longest remembered prefix: the whole list, then each stride boundary below it.
+  size_t start = 0;
+  const size_t stride = std::max<size_t>(m.opt.prefix_memo_stride, 1);
+  if (m.opt.prefix_memo_bytes > 0) {
+    for (size_t end = n; end > 0; end = (end - 1) / stride * stride) {
+      auto it = m.memo.find(hashes[end - 1]);
+      if (it == m.memo.end() || it->second.blocks != end) continue;
+      std::copy(it->second.sum.begin(), it->second.sum.end(), acc.begin());
+      m.memo_order.splice(m.memo_order.begin(), m.memo_order, it->second.pos);
+      start = end;
+      info.with_counts = static_cast<uint32_t>(end);
+      info.memo_blocks = static_cast<uint32_t>(end);
+      break;
+    }
+  }
+
+  // 2. Where the other blocks' counts are: the LRU, staged bytes, or RocksDB (one MultiGet).
+  std::vector<std::string_view> found(n - start);
+  std::vector<block_hash> misses;
+  std::vector<size_t> miss_index;
+  for (size_t i = start; i < n; ++i) {
+    const block_hash h = hashes[i];
+    if (auto hit = m.lru.find(h); hit != m.lru.end()) {
+      found[i - start] = hit->second.bytes;
+      m.lru_order.splice(m.lru_order.begin(), m.lru_order, hit->second.pos);
+      continue;
+    }
+    auto it = m.blocks.find(h);
+    if (it == m.blocks.end() || !it->second.has_counts) continue;
+    if (auto d = m.dirty.find(h); d != m.dirty.end() && !d->second.new_counts.empty()) {
+      found[i - start] = d->second.new_counts;  // not committed yet, pushed out of the LRU
+      continue;
+    }
+    misses.push_back(h);
+    miss_index.push_back(i);
+  }
+  std::vector<std::string> fetched;
+  if (!misses.empty()) {
+    std::vector<std::string> keys;
+    keys.reserve(misses.size());
+    for (block_hash h : misses)
+      keys.push_back(record::block_key('c', h));
+    std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
+    const std::vector<rocksdb::Status> st =
+        m.db->MultiGet(rocksdb::ReadOptions(), slices, &fetched);
+    for (size_t j = 0; j < misses.size(); ++j) {
+      ++info.disk_reads;
+      ++m.stats.lookup_disk_reads;
+      if (!st[j].ok() ||
+          !record::validate_counts(fetched[j], static_cast<uint32_t>(m.mask.size()), experts)
+               .ok()) {
+        fetched[j].clear();
+        continue;
+      }
+      found[miss_index[j] - start] = fetched[j];
+    }
+  }
+
+  // 3. Sum in order, remembering complete prefixes at stride boundaries and at the end.
+  for (size_t i = start; i < n; ++i) {
+    const std::string_view bytes = found[i - start];
+    if (bytes.empty()) {
+      if (info.first_missing == n) info.first_missing = static_cast<uint32_t>(i);
+      continue;
+    }
+    record::add_counts(bytes, experts, acc);
+    ++info.with_counts;
+    if (m.opt.prefix_memo_bytes > 0 && info.first_missing == n &&
+        ((i + 1) % stride == 0 || i + 1 == n))
+      m.memo_put(hashes[i], acc, i + 1);
+  }
+  for (size_t d = 0; d < width; ++d)
+    masked_sum[d] += acc[d];
+
+  // 4. Only now may the LRU evict: the views above pointed into it.
+  for (size_t j = 0; j < misses.size(); ++j)
+    if (!fetched[j].empty()) m.lru_put(misses[j], std::move(fetched[j]));
+  return info;
+}
+
+result<prefix_sum_info> signature_cache::add_prefix(std::span<const block_hash> hashes,
+                                                    signature_builder& b) {
+  impl& m = *impl_;
+  if (m.geometry.layers == 0) return status::failed_precondition("no counts stored yet");
+  if (b.spec().geometry() != m.geometry)
+    return status::invalid_argument("builder geometry " + b.spec().geometry().to_string() +
+                                    " differs from the cache's " + m.geometry.to_string());
+  const uint32_t e = m.geometry.experts;
+  std::vector<uint32_t> sum(m.mask.size() * e, 0);
+  auto info = sum_prefix(hashes, sum);
+  if (!info.ok()) return info;
+  const auto& want = b.spec().layer_mask();
+  if (want == m.mask) {
+    if (status s = b.add_masked(sum); !s.ok()) return s;
+    return info;
+  }
+  std::vector<uint32_t> projected(want.size() * e, 0);
+  for (size_t i = 0; i < want.size(); ++i) {
+    auto pos = std::lower_bound(m.mask.begin(), m.mask.end(), want[i]);
+    if (pos == m.mask.end() || *pos != want[i])
+      return status::invalid_argument("the builder's layer " + std::to_string(want[i]) +
+                                      " is not in the cache's layer mask");
+    const size_t src = static_cast<size_t>(pos - m.mask.begin()) * e;
+    std::copy_n(sum.begin() + static_cast<std::ptrdiff_t>(src), e,
+                projected.begin() + static_cast<std::ptrdiff_t>(i * e));
+  }
+  if (status s = b.add_masked(projected); !s.ok()) return s;
+  return info;
+}
+
+result<block_info> signature_cache::block(block_hash hash) const {
+  auto it = impl_->blocks.find(hash);
+  if (it == impl_->blocks.end()) return status::not_found("block " + std::to_string(hash));
+  return block_info{hash, it->second.parent, it->second.holders, it->second.has_counts,
+                    it->second.created_ms};
+}
+
+void signature_cache::for_each_block(const std::function<void(const block_info&)>& visit) const {
+  std::vector<block_hash> order;
+  order.reserve(impl_->blocks.size());
+  for (const auto& kv : impl_->blocks)
+    order.push_back(kv.first);
+  std::sort(order.begin(), order.end());
+  for (block_hash h : order)
+    visit(*block(h));
+}
+
+status signature_cache::put_centroid_set(uint64_t epoch, std::span<const uint8_t> bytes,
+                                         size_t keep) {
+  impl& m = *impl_;
+  if (status s = commit(); !s.ok()) return s;
+  m.batch.Put(epoch_key(epoch),
+              rocksdb::Slice(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  m.batch.Put(key_current_epoch, u64_value(epoch));
+  m.epochs[epoch] = true;
+  m.current_epoch = epoch;
+  while (m.epochs.size() > std::max<size_t>(keep, 1)) {
+    const uint64_t oldest = m.epochs.begin()->first;
+    if (oldest == epoch) break;
+    m.batch.Delete(epoch_key(oldest));
+    m.epochs.erase(m.epochs.begin());
+  }
+  return commit();
+}
+
+result<uint64_t> signature_cache::current_epoch() const {
+  if (!impl_->current_epoch) return status::not_found("no centroid set stored");
+  return *impl_->current_epoch;
+}
+
+result<std::vector<uint8_t>> signature_cache::centroid_set(uint64_t epoch) const {
+  std::string value;
+  const auto s = impl_->db->Get(rocksdb::ReadOptions(), epoch_key(epoch), &value);
+  if (s.IsNotFound()) return status::not_found("no centroid set of epoch " + std::to_string(epoch));
+  if (!s.ok()) return from_rocks(s, "reading a centroid set");
+  return std::vector<uint8_t>(value.begin(), value.end());
+}
+
+std::vector<uint64_t> signature_cache::centroid_epochs() const {
+  std::vector<uint64_t> out;
+  for (const auto& kv : impl_->epochs)
+    out.push_back(kv.first);
+  return out;
+}
+
+status signature_cache::rollback_to(uint64_t epoch) {
+  impl& m = *impl_;
+  if (!m.epochs.count(epoch))
+    return status::not_found("no centroid set of epoch " + std::to_string(epoch));
+  if (status s = commit(); !s.ok()) return s;
+  m.batch.Put(key_current_epoch, u64_value(epoch));
+  m.current_epoch = epoch;
+  return commit();
+}
+
+void signature_cache::stage_metadata(std::string_view name, std::string value) {
+  assert(!name.empty());  // keys are at least 3 bytes (the memtable's prefix)
+  impl_->batch.Put("x:" + std::string(name), value);
+  impl_->metadata[std::string(name)] = std::move(value);
+}
+
+std::optional<std::string> signature_cache::metadata(std::string_view name) const {
+  auto it = impl_->metadata.find(std::string(name));
+  if (it != impl_->metadata.end()) return it->second;
+  std::string value;
+  if (impl_->db->Get(rocksdb::ReadOptions(), "x:" + std::string(name), &value).ok()) return value;
+  return std::nullopt;
+}
+
+const model_geometry& signature_cache::geometry() const {
+  return impl_->geometry;
+}
+const std::vector<uint32_t>& signature_cache::layer_mask() const {
+  return impl_->mask;
+}
+
+signature_cache_stats signature_cache::stats() const {
+  signature_cache_stats s = impl_->stats;
+  s.blocks = impl_->blocks.size();
+  s.holders = impl_->holder_entries;
+  s.blocks_with_counts = impl_->with_counts;
+  return s;
+}
+
+void signature_cache::drop_memory_cache() {
+  impl_->lru.clear();
+  impl_->lru_order.clear();
+  impl_->lru_bytes = 0;
+  impl_->memo.clear();
+  impl_->memo_order.clear();
+  impl_->memo_bytes = 0;
+}
+
+}  // namespace eldr

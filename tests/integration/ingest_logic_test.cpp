@@ -1,0 +1,200 @@
+// ingest (no sockets) on a real RocksDB: sequence rules (in order, restart, gap filled by a
+// replay, gap resynchronised), bad frames and payloads counted per cause while the stream goes
+// on, counts of another geometry refused, metrics carried across a reopen.
+#include "cluster/ingest.hpp"
+
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/msgpack.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace eldr {
+namespace {
+
+using bytes = std::vector<uint8_t>;
+
+bytes seq8(uint64_t s) {
+  bytes b(8);
+  for (int i = 0; i < 8; ++i)
+    b[static_cast<size_t>(i)] = static_cast<uint8_t>(s >> (56 - 8 * i));
+  return b;
+}
+
+// [ts, [BlockStored|BlockRemoved ...], dp] in the array form.
+bytes batch(const std::vector<std::pair<std::string, std::vector<uint64_t>>>& events) {
+  bytes out;
+  msgpack::writer w(out);
+  w.write_array_header(3);
+  w.write_float64(1.0);
+  w.write_array_header(static_cast<uint32_t>(events.size()));
+  for (const auto& [type, hashes] : events) {
+    if (type == "AllBlocksCleared") {
+      w.write_array_header(1);
+      w.write_str(type);
+      continue;
+    }
+    const bool stored = type == "BlockStored";
+    w.write_array_header(stored ? 7 : 4);
+    w.write_str(type);
+    w.write_array_header(static_cast<uint32_t>(hashes.size()));
+    for (uint64_t h : hashes)
+      w.write_uint(h);
+    if (stored) {
+      w.write_nil();            // parent
+      w.write_array_header(0);  // token ids
+      w.write_uint(16);         // block size
+      w.write_nil();            // lora id
+    }
+    w.write_str("GPU");          // medium
+    if (!stored) w.write_nil();  // group, nil as in BlockStored above
+  }
+  w.write_uint(0);
+  return out;
+}
+
+struct IngestLogic : ::testing::Test {
+  testing::temp_dir dir{"eldr-ingest"};
+  int64_t now = 0;
+  std::unique_ptr<signature_cache> cache;
+  std::map<uint64_t, bytes> published;  // what the fake replay socket serves
+
+  void SetUp() override { reopen(); }
+  void reopen() {
+    cache.reset();
+    signature_cache_options o;
+    o.geometry = {2, 8, 2};
+    o.clock = [this] { return now; };
+    auto c = signature_cache::open(dir.sub("db"), o);
+    ASSERT_TRUE(c.ok()) << c.error().to_string();
+    cache = std::move(*c);
+  }
+  void send(ingest& in, uint32_t p, uint64_t s, const bytes& payload) {
+    published[s] = payload;
+    const bytes topic, sq = seq8(s);
+    const std::span<const uint8_t> frames[] = {topic, sq, payload};
+    in.on_kv_message(p, frames);
+  }
+  replay_fn fake_replay() {
+    return [this](uint64_t start, const auto& deliver) {
+      for (auto it = published.lower_bound(start); it != published.end(); ++it)
+        deliver(it->first, it->second);
+      return true;
+    };
+  }
+  bool has(uint64_t h) { return cache->block(h).ok(); }
+};
+
+TEST_F(IngestLogic, AppliesInOrderAndDropsTheWorkerOnRestart) {
+  ingest in(*cache, {}, [this] { return now; });
+  const uint32_t a = in.add_kv_publisher("a"), b = in.add_kv_publisher("b");
+  send(in, a, 0, batch({{"BlockStored", {1, 2, 3}}}));
+  send(in, b, 7, batch({{"BlockStored", {3, 9}}}));  // b joined late: any first seq is fine
+  send(in, a, 1, batch({{"BlockRemoved", {1}}}));
+  ASSERT_TRUE(in.commit().ok());
+  EXPECT_FALSE(has(1));
+  EXPECT_TRUE(has(2));
+  EXPECT_EQ(cache->block(3)->holders.size(), 2u);
+  EXPECT_EQ(*cache->last_sequence(0), 1u);
+
+  send(in, a, 0, batch({{"BlockStored", {5}}}));  // a restarted
+  ASSERT_TRUE(in.commit().ok());
+  EXPECT_EQ(in.kv_metrics()[a].restarts, 1u);
+  EXPECT_FALSE(has(2));
+  EXPECT_TRUE(has(5));
+  EXPECT_EQ(cache->block(3)->holders.size(), 1u);  // b's copy stays
+  EXPECT_EQ(in.kv_metrics()[a].block_events, 5u);
+}
+
+TEST_F(IngestLogic, GapsAreFilledByReplayOrResynchronised) {
+  ingest in(*cache, {}, [this] { return now; });
+  const uint32_t with = in.add_kv_publisher("with-replay", fake_replay());
+  const uint32_t without = in.add_kv_publisher("without");
+  send(in, with, 0, batch({{"BlockStored", {1}}}));
+  published[1] = batch({{"BlockStored", {2}}});  // lost on the live socket, kept for replay
+  published[2] = batch({{"BlockRemoved", {1}}});
+  send(in, with, 3, batch({{"BlockStored", {4}}}));
+  EXPECT_FALSE(has(1));
+  EXPECT_TRUE(has(2));
+  EXPECT_TRUE(has(4));
+  EXPECT_EQ(in.kv_metrics()[with].gaps, 1u);
+  EXPECT_EQ(in.kv_metrics()[with].gaps_unfilled, 0u);
+  EXPECT_EQ(in.kv_metrics()[with].replayed, 2u);
+
+  send(in, without, 0, batch({{"BlockStored", {10}}}));
+  send(in, without, 5, batch({{"BlockStored", {11}}}));
+  EXPECT_FALSE(has(10));  // resynchronised: what it held before the gap is unknown
+  EXPECT_TRUE(has(11));
+  EXPECT_EQ(in.kv_metrics()[without].gaps_unfilled, 1u);
+  ASSERT_TRUE(in.commit().ok());
+}
+
+TEST_F(IngestLogic, MalformedInputIsCountedAndTheStreamGoesOn) {
+  {
+    ingest in(*cache, {}, [this] { return now; });
+    const uint32_t p = in.add_kv_publisher("a");
+    const bytes junk = {0xc1}, empty;
+    const std::span<const uint8_t> two[] = {empty, empty};
+    in.on_kv_message(p, two);  // two frames
+    const bytes short_seq = {1, 2};
+    const std::span<const uint8_t> bad_seq[] = {empty, short_seq, empty};
+    in.on_kv_message(p, bad_seq);
+    send(in, p, 0, junk);  // not MessagePack
+    send(in, p, 1, batch({{"BlockStored", {1}}, {"AllBlocksCleared", {}}, {"BlockStored", {2}}}));
+    ASSERT_TRUE(in.commit().ok());
+    const auto& m = in.kv_metrics()[p];
+    EXPECT_EQ(m.dropped[static_cast<size_t>(drop_cause::bad_frames)], 2u);
+    EXPECT_EQ(m.dropped[static_cast<size_t>(drop_cause::bad_msgpack)], 1u);
+    EXPECT_FALSE(has(1));
+    EXPECT_TRUE(has(2));
+
+    // Counts: one of the cache's geometry, one of another.
+    const uint32_t c = in.add_counts_publisher("counts");
+    counts_message good;
+    good.geometry = {2, 8, 2};
+    good.blocks.push_back(
+        {2, std::nullopt,
+         *block_counts::from_parts(good.geometry, 1, {0, 2, 4}, {0, 1, 2, 3}, {1, 1, 1, 1})});
+    counts_message other;
+    other.geometry = {2, 16, 2};
+    other.blocks = good.blocks;
+    const bytes g = encode_counts_message(good), o = encode_counts_message(other), topic;
+    const std::span<const uint8_t> f1[] = {topic, g}, f2[] = {topic, o};
+    in.on_counts_message(c, f1);
+    in.on_counts_message(c, f2);
+    ASSERT_TRUE(in.commit().ok());
+    EXPECT_TRUE(cache->block(2)->has_counts);
+    EXPECT_EQ(in.counts_metrics()[c].dropped[static_cast<size_t>(drop_cause::counts_geometry)], 1u);
+  }
+  // The totals survive a restart of the cache.
+  reopen();
+  auto j = nlohmann::json::parse(*cache->metadata("ingest_metrics"));
+  EXPECT_EQ(j["dropped"]["bad_frames"], 2);
+  EXPECT_EQ(j["dropped"]["counts_geometry"], 1);
+  ingest again(*cache);
+  EXPECT_EQ(nlohmann::json::parse(again.metrics_json())["dropped"]["bad_msgpack"], 1);
+}
+
+TEST_F(IngestLogic, EachCauseIsLoggedOncePerIntervalAndCountedAlways) {
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", sink));
+  ingest in(*cache, {}, [this] { return now; });
+  const uint32_t p = in.add_kv_publisher("a");
+  const bytes junk = {0xc1};
+  for (uint64_t s = 0; s < 3; ++s)
+    send(in, p, s, junk);
+  EXPECT_EQ(sink->last_formatted().size(), 1u);
+  now += 10'000;
+  send(in, p, 3, junk);
+  EXPECT_EQ(sink->last_formatted().size(), 2u);
+  EXPECT_EQ(in.kv_metrics()[p].dropped[static_cast<size_t>(drop_cause::bad_msgpack)], 4u);
+  spdlog::set_default_logger(previous);
+}
+
+}  // namespace
+}  // namespace eldr
