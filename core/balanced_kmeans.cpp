@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/balanced_assignment.hpp"
+#include "core/parallel.hpp"
 #include "core/vector_math.hpp"
 
 namespace eldr {
@@ -26,29 +27,6 @@ uint32_t resolve_threads(uint32_t requested, std::size_t work_items) {
   if (t == 0) t = std::min(std::max(1u, std::thread::hardware_concurrency()), kDefaultThreadCap);
   t = std::min(t, kExplicitThreadCap);
   return static_cast<uint32_t>(std::max<std::size_t>(1, std::min<std::size_t>(t, work_items)));
-}
-
-// Runs fn(begin, end) over contiguous slices of [0, count), one per thread, the last on the
-// caller. Slices never share output, so the result does not depend on the thread count. If the
-// OS refuses a thread, the caller takes over the rest: slower, never an exception.
-template <class Fn>
-void parallel_for(uint32_t threads, std::size_t count, const Fn& fn) {
-  std::vector<std::thread> pool;
-  std::size_t begin = 0;
-  if (threads > 1 && count > 1) {
-    pool.reserve(threads - 1);
-    const std::size_t step = (count + threads - 1) / threads;
-    for (uint32_t t = 0; t + 1 < threads && begin + step < count; ++t, begin += step) {
-      try {
-        pool.emplace_back([&fn, begin, step] { fn(begin, begin + step); });
-      } catch (const std::system_error&) {
-        break;
-      }
-    }
-  }
-  fn(begin, count);
-  for (auto& th : pool)
-    th.join();
 }
 
 // Library-independent sampling (std:: distributions differ between standard libraries).
@@ -121,7 +99,7 @@ std::vector<float> kmeans_plus_plus(const problem& pb, uint64_t seed) {
     std::copy(pb.row(chosen), pb.row(chosen) + pb.dim, centroid);
     normalize(centroid, pb.dim);
     if (c + 1 == pb.k) break;
-    parallel_for(pb.threads, pb.n, [&](std::size_t begin, std::size_t end) {
+    parallel_slices(pb.threads, pb.n, [&](std::size_t begin, std::size_t end) {
       for (std::size_t i = begin; i < end; ++i) {
         const double d = std::max(0.0, 1.0 - dot(pb.row(i), centroid, pb.dim));
         nearest[i] = std::min(nearest[i], d);
@@ -133,7 +111,7 @@ std::vector<float> kmeans_plus_plus(const problem& pb, uint64_t seed) {
 
 // sim[i * K + c] = x_i . centroid_c: the N x K x D cost centre of every iteration.
 void similarities(const problem& pb, const std::vector<float>& centroids, std::vector<float>& sim) {
-  parallel_for(pb.threads, pb.n, [&](std::size_t begin, std::size_t end) {
+  parallel_slices(pb.threads, pb.n, [&](std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i) {
       const float* x = pb.row(i);
       float* out = &sim[i * pb.k];
@@ -163,7 +141,7 @@ double update_centroids(const problem& pb, const std::vector<uint32_t>& assignme
                         std::vector<float>& centroids, std::vector<float>& sums) {
   std::fill(sums.begin(), sums.end(), 0.0f);
   const uint32_t threads = resolve_threads(pb.threads, pb.dim / 16);
-  parallel_for(threads, pb.dim, [&](std::size_t begin, std::size_t end) {
+  parallel_slices(threads, pb.dim, [&](std::size_t begin, std::size_t end) {
     for (std::size_t i = 0; i < pb.n; ++i) {
       axpy(1.0f, pb.row(i) + begin, &sums[assignment[i] * pb.dim + begin], end - begin);
     }
@@ -187,7 +165,7 @@ double update_centroids(const problem& pb, const std::vector<uint32_t>& assignme
 double mean_cosine_distance(const problem& pb, const std::vector<float>& centroids,
                             const std::vector<uint32_t>& assignment) {
   std::vector<double> distance(pb.n);
-  parallel_for(pb.threads, pb.n, [&](std::size_t begin, std::size_t end) {
+  parallel_slices(pb.threads, pb.n, [&](std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i) {
       distance[i] = 1.0 - dot(pb.row(i), &centroids[assignment[i] * pb.dim], pb.dim);
     }

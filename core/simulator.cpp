@@ -13,6 +13,7 @@
 
 #include "core/balanced_kmeans.hpp"
 #include "core/expert_counts.hpp"
+#include "core/parallel.hpp"
 #include "core/random.hpp"
 
 namespace eldr {
@@ -47,21 +48,6 @@ struct request_state {
   uint32_t worker = 0;
 };
 
-template <class Body>
-void parallel_rows(std::size_t n, uint32_t threads, Body body) {
-  const std::size_t workers = std::max<std::size_t>(1, std::min<std::size_t>(threads, n));
-  std::vector<std::thread> pool;
-  for (std::size_t w = 1; w < workers; ++w)
-    pool.emplace_back([&, w] {
-      for (std::size_t i = n * w / workers; i < n * (w + 1) / workers; ++i)
-        body(i);
-    });
-  for (std::size_t i = 0; i < n / workers; ++i)
-    body(i);
-  for (std::thread& t : pool)
-    t.join();
-}
-
 void to_dense(const signature& s, std::span<float> out) {
   std::fill(out.begin(), out.end(), 0.0f);
   for (std::size_t j = 0; j < s.index.size(); ++j)
@@ -94,7 +80,7 @@ double percentile(std::vector<double>& values, double q) {
 std::vector<uint32_t> decode_profiles(const workload& w, uint32_t threads) {
   const std::size_t width = w.geometry().width();
   std::vector<uint32_t> out(w.prefill_sources.size() * width, 0);
-  parallel_rows(w.prefill_sources.size(), threads, [&](std::size_t k) {
+  parallel_for_each_index(threads, w.prefill_sources.size(), [&](std::size_t k) {
     w.source->add_decode_counts(w.prefill_sources[k], std::span(out).subspan(k * width, width));
   });
   return out;

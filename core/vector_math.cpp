@@ -5,15 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-// One clone for x86-64-v3 (AVX2 *and* FMA together: a "avx2,fma" list would make two separate
-// clones) and the baseline. Sanitizer runtimes start before ifunc resolvers can run safely, so
-// sanitized builds use the baseline only.
-#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
-    !defined(__SANITIZE_THREAD__)
-#define ELDR_MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define ELDR_MULTIVERSION
-#endif
+#include "core/multiversion.hpp"
 
 namespace eldr {
 

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/expert_counts.hpp"
+#include "core/parallel.hpp"
 #include "core/random.hpp"
 
 namespace eldr {
@@ -104,22 +105,6 @@ class synthetic_source final : public request_source {
   std::shared_ptr<const synthetic_model> m_;
   uint32_t pool_tokens_;
 };
-
-// Runs body(i) for i in [0, n) on up to `threads` threads; results depend only on i.
-template <class Body>
-void parallel_for(std::size_t n, uint32_t threads, Body body) {
-  const std::size_t workers = std::max<std::size_t>(1, std::min<std::size_t>(threads, n));
-  std::vector<std::thread> pool;
-  for (std::size_t w = 1; w < workers; ++w)
-    pool.emplace_back([&, w] {
-      for (std::size_t i = n * w / workers; i < n * (w + 1) / workers; ++i)
-        body(i);
-    });
-  for (std::size_t i = 0; i < n / workers; ++i)
-    body(i);
-  for (std::thread& t : pool)
-    t.join();
-}
 
 double exponential_draw(rng_engine& rng, double rate) {
   return -std::log(1.0 - uniform_unit(rng)) / rate;
@@ -252,7 +237,7 @@ result<workload> make_workload(std::shared_ptr<const request_source> source, uin
   const model_geometry& g = source->geometry();
   const std::size_t width = g.width();
   w.prefill_counts.assign(w.prefill_sources.size() * width, 0);
-  parallel_for(w.prefill_sources.size(), o.threads, [&](std::size_t k) {
+  parallel_for_each_index(o.threads, w.prefill_sources.size(), [&](std::size_t k) {
     thread_local std::vector<uint8_t> ids;
     source->prompt_experts(w.prefill_sources[k], ids);
     (void)add_token_counts(g, ids, 0, static_cast<uint32_t>(ids.size() / (g.layers * g.top_k)),
@@ -268,7 +253,7 @@ calibration_counts count_calibration(const workload& w, uint32_t threads) {
   cal.geometry = g;
   cal.prefill.assign(w.calibration.size() * width, 0);
   cal.decode.assign(w.calibration.size() * width, 0);
-  parallel_for(w.calibration.size(), threads, [&](std::size_t k) {
+  parallel_for_each_index(threads, w.calibration.size(), [&](std::size_t k) {
     thread_local std::vector<uint8_t> ids;
     w.source->prompt_experts(w.calibration[k], ids);
     (void)add_token_counts(g, ids, 0, static_cast<uint32_t>(ids.size() / (g.layers * g.top_k)),

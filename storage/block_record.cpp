@@ -3,14 +3,8 @@
 
 #include <cstring>
 
-// The lookup's summation gets an x86-64-v3 (AVX2) clone beside the baseline, as core's kernels
-// do; sanitized and clang builds keep the baseline only (ifunc resolvers run too early there).
-#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
-    !defined(__SANITIZE_THREAD__)
-#define ELDR_MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define ELDR_MULTIVERSION
-#endif
+// The lookup's summation gets an x86-64-v3 clone beside the baseline, as core's kernels do.
+#include "core/multiversion.hpp"
 
 namespace eldr::record {
 namespace {
