@@ -1,0 +1,126 @@
+// route_protocol: the wire codec of eldr's route exchange (docs/protocol.md, "route protocol"
+// version 1): a prefill worker's route_request, the node's route_reply, and the error_reply sent
+// instead of a reply. Pure encode/decode over core's bounds-checked MessagePack codec; no sockets,
+// so the node, the client libraries' tests and the fuzz target all share one implementation.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cluster/counts_message.hpp"
+#include "cluster/kv_events.hpp"
+#include "core/status.hpp"
+
+namespace eldr {
+
+inline constexpr uint32_t route_protocol_version = 1;
+
+// Bounds every decoder enforces before it allocates. The defaults are generous for real traffic
+// (a 4,096-block prompt is 64k tokens at block size 16) and small enough that one hostile message
+// cannot cost the node more than a few MB. Counts travel under the same max_blocks.
+struct route_protocol_limits {
+  uint32_t max_payload_bytes = 4u << 20;  // whole message
+  uint32_t max_id_bytes = 256;            // request id
+  uint32_t max_model_bytes = 256;         // model name
+  uint32_t max_blocks = 4096;             // block hashes, and blocks in the counts
+  uint32_t max_endpoint_bytes = 256;      // decode worker endpoint
+  uint32_t max_band = 1024;               // band members in an explanation
+  uint32_t max_policy_bytes = 64;         // policy name in an explanation
+  uint32_t max_message_bytes = 4096;      // error_reply message
+};
+
+// A prefill worker (or its proxy) asks where to decode one request.
+struct route_request {
+  std::string id;                      // caller-chosen, echoed in the reply; non-empty
+  std::string model;                   // the model whose decode pool serves the request; non-empty
+  std::vector<uint64_t> block_hashes;  // the prompt's KV blocks, in prompt order
+  // Counts of the blocks the prefill computed itself (prefix hits come from the signature cache),
+  // as an eldr-counts message, so block counts have exactly one encoding on the wire.
+  std::optional<counts_message> counts;
+  std::optional<uint32_t> label;  // domain index, for the "domain" oracle policy (tests)
+  bool explain = false;           // ask for band, scores, tau and policy in the reply
+};
+
+struct route_band_member {
+  uint32_t worker = 0;
+  float score = 0.0f;  // s_k of the worker
+
+  friend bool operator==(const route_band_member&, const route_band_member&) = default;
+};
+
+// Why the decision went as it did; present in a reply only when the request asked for it.
+struct route_explain {
+  std::string policy;  // the policy's name as make_policy knows it ("eldr", "jsq", ...)
+  float tau = 0.0f;    // band half-width; 0 for policies without a band
+  std::vector<route_band_member> band;  // the workers the pick was made among
+
+  friend bool operator==(const route_explain&, const route_explain&) = default;
+};
+
+struct route_reply {
+  std::string id;  // the request's id
+  uint32_t worker = 0;
+  std::string endpoint;  // where the prefill worker hands the KV cache over
+  uint64_t epoch = 0;    // the centroid set's epoch the decision used
+  // Signature coverage: blocks whose counts were known (sent or cached) out of all blocks. A
+  // request with no known block is still routed (by load only); covered_blocks is then 0.
+  uint32_t covered_blocks = 0;
+  uint32_t total_blocks = 0;  // covered_blocks <= total_blocks
+  std::optional<route_explain> explain;
+
+  friend bool operator==(const route_reply&, const route_reply&) = default;
+};
+
+// The reason a request got an error_reply instead of a route_reply. Values are wire-stable; a
+// client meeting a value it does not know treats it as internal.
+enum class route_error_code : uint8_t {
+  malformed = 1,           // the request does not decode (bad MessagePack, type, field, version)
+  too_large = 2,           // a limit of route_protocol_limits was exceeded
+  unknown_type = 3,        // "type" names no message this endpoint accepts
+  unknown_model = 4,       // no decode pool serves the named model
+  no_eligible_worker = 5,  // every worker of the pool is drained, dead or full
+  overloaded = 6,          // the node sheds load (pending-request limit)
+  internal = 7,            // a bug or an environment failure on the node
+};
+
+// "malformed", "too_large", ..., "unknown" for values outside the enum.
+const char* to_string(route_error_code code);
+
+// The error code a failed decode_route_request stands for: out_of_range -> too_large, not_found
+// (the "type" names another message) -> unknown_type, anything else -> malformed.
+route_error_code route_error_code_for(const status& decode_error);
+
+struct error_reply {
+  std::optional<std::string> id;  // absent when the request was too broken to read one
+  route_error_code code = route_error_code::internal;
+  std::string message;  // for humans and logs
+
+  friend bool operator==(const error_reply&, const error_reply&) = default;
+};
+
+// Encoders write version 1 with every field the struct holds. Preconditions (not checked on the
+// hot path): strings and arrays within the limits the peer decodes with; counts' blocks of the
+// counts' geometry.
+std::vector<uint8_t> encode_route_request(const route_request& m);
+std::vector<uint8_t> encode_route_reply(const route_reply& m);
+std::vector<uint8_t> encode_error_reply(const error_reply& m);
+
+// Decoders take one whole payload. They never read outside it and never allocate more than the
+// limits allow. Errors name the field: corrupt (bad MessagePack, trailing bytes), invalid_argument
+// (a missing field or a wrong type or value), failed_precondition (another version), out_of_range
+// (a limit), not_found (a "type" other than the one expected). In a request's counts, a block that
+// does not validate against the counts' geometry is skipped and reported in `issues`, like the
+// counts message's own decoder does; the rest of the request stands.
+result<route_request> decode_route_request(std::span<const uint8_t> payload,
+                                           const route_protocol_limits& limits,
+                                           std::vector<kv_decode_issue>& issues);
+result<route_reply> decode_route_reply(std::span<const uint8_t> payload,
+                                       const route_protocol_limits& limits);
+result<error_reply> decode_error_reply(std::span<const uint8_t> payload,
+                                       const route_protocol_limits& limits);
+
+}  // namespace eldr
