@@ -1,0 +1,126 @@
+// admin_actor: see admin_actor.hpp.
+#include "actors/admin_actor.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace eldr {
+
+void answer_admin(const node_context& ctx, const admin_job& job, nlohmann::json result) {
+  admin_reply r;
+  r.id = job.request.id;
+  r.ok = true;
+  r.result = std::move(result);
+  ctx.edge->reply(job.from, encode_admin_reply(r));
+}
+
+void answer_admin_error(const node_context& ctx, const admin_job& job, route_error_code code,
+                        std::string message) {
+  admin_reply r;
+  r.id = job.request.id;
+  r.ok = false;
+  r.code = code;
+  r.error = std::move(message);
+  ctx.edge->reply(job.from, encode_admin_reply(r));
+}
+
+std::optional<std::string> string_arg(const nlohmann::json& args, const char* key) {
+  if (!args.is_object()) return std::nullopt;
+  auto it = args.find(key);
+  if (it == args.end() || !it->is_string()) return std::nullopt;
+  return it->get<std::string>();
+}
+
+std::optional<uint64_t> uint_arg(const nlohmann::json& args, const char* key) {
+  if (!args.is_object()) return std::nullopt;
+  auto it = args.find(key);
+  if (it == args.end() || !it->is_number_unsigned()) return std::nullopt;
+  return it->get<uint64_t>();
+}
+
+namespace {
+
+constexpr const char* node_version = "0.2.0";
+
+nlohmann::json frontend_json(const zmq_frontend& f) {
+  const auto& c = f.counters();
+  return {{"route_received", c.received[0].load()},
+          {"worker_received", c.received[1].load()},
+          {"admin_received", c.received[2].load()},
+          {"replies_sent", c.replies_sent.load()},
+          {"replies_dropped", c.replies_dropped.load()},
+          {"malformed", c.malformed.load()},
+          {"too_large", c.too_large.load()},
+          {"unknown_type", c.unknown_type.load()},
+          {"overloaded", c.overloaded.load()},
+          {"bad_frames", c.bad_frames.load()},
+          {"publisher_messages", c.publisher_messages.load()},
+          {"pending", c.pending.load()}};
+}
+
+void status(caf::event_based_actor* self, const node_context_ptr& ctx, const caf::actor& router,
+            const caf::actor& sigcache, admin_job_ptr job) {
+  self->request(router, caf::infinite, admin_atom::value)
+      .then(
+          [=](std::string router_json) {
+            self->request(sigcache, caf::infinite, cache_stats_atom::value)
+                .then(
+                    [=](std::string cache_json) {
+                      auto r = nlohmann::json::parse(router_json, nullptr, false);
+                      nlohmann::json out;
+                      out["node"] = {{"name", ctx->config.name},
+                                     {"version", node_version},
+                                     {"roles", ctx->config.roles},
+                                     {"uptime_s", (ctx->now_ms() - ctx->started_ms) / 1000.0}};
+                      nlohmann::json counters = nlohmann::json::object();
+                      if (const auto* f = ctx->frontend) {
+                        out["endpoints"] = {{"route", f->bound(frontend_channel::route)},
+                                            {"worker", f->bound(frontend_channel::worker)},
+                                            {"admin", f->bound(frontend_channel::admin)},
+                                            {"metrics", ctx->metrics_url}};
+                        counters = frontend_json(*f);
+                      }
+                      out["models"] = r.value("models", nlohmann::json::array());
+                      out["signature_cache"] = nlohmann::json::parse(cache_json, nullptr, false);
+                      counters["unknown_model"] = r.value("unknown_model", 0);
+                      out["counters"] = counters;
+                      answer_admin(*ctx, *job, out);
+                    },
+                    [=](caf::error& e) {
+                      answer_admin_error(*ctx, *job, route_error_code::internal,
+                                         self->system().render(e));
+                    });
+          },
+          [=](caf::error& e) {
+            answer_admin_error(*ctx, *job, route_error_code::internal, self->system().render(e));
+          });
+}
+
+caf::behavior admin(caf::event_based_actor* self, node_context_ptr ctx, caf::actor router,
+                    caf::actor sigcache, caf::actor refit) {
+  return {
+      [=](admin_atom, admin_job_ptr job) {
+        const auto& cmd = job->request.command;
+        if (cmd == "status") return status(self, ctx, router, sigcache, job);
+        if (cmd == "centroids.export") return self->send(sigcache, admin_atom::value, job);
+        if (cmd == "refit") return self->send(refit, admin_atom::value, job);
+        if (cmd == "workers" || cmd == "drain" || cmd == "undrain" || cmd == "centroids.show" ||
+            cmd == "centroids.import" || cmd == "centroids.swap" || cmd == "centroids.rollback" ||
+            cmd == "explain" || cmd == "policy")
+          return self->send(router, admin_atom::value, job);
+        answer_admin_error(*ctx, *job, route_error_code::unknown_type,
+                           "unknown admin command '" + cmd +
+                               "' (status, workers, drain, undrain, centroids.show, "
+                               "centroids.export, centroids.import, centroids.swap, "
+                               "centroids.rollback, refit, explain, policy)");
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_admin(caf::actor_system& sys, node_context_ptr ctx, caf::actor router,
+                       caf::actor sigcache, caf::actor refit) {
+  return sys.spawn(admin, std::move(ctx), std::move(router), std::move(sigcache), std::move(refit));
+}
+
+}  // namespace eldr

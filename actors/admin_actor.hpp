@@ -1,0 +1,17 @@
+// admin_actor: serves the admin protocol (docs/protocol.md section 5) by sending each command to
+// the actor that owns the state it reads or changes -- the router (pools, policies, centroid
+// sets), the signature cache (centroid history, export), the refit actor -- and composes `status`
+// from all of them. Every command is answered exactly once, success or error.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include "actors/messages.hpp"
+#include "actors/node_context.hpp"
+
+namespace eldr {
+
+caf::actor spawn_admin(caf::actor_system& sys, node_context_ptr ctx, caf::actor router,
+                       caf::actor sigcache, caf::actor refit);
+
+}  // namespace eldr

@@ -1,0 +1,43 @@
+// node_context: what every actor of one node shares -- the validated configuration, the ZeroMQ
+// frontend that carries answers back to clients, the metrics, and the clock. Built once by
+// node.cpp before any actor starts; immutable afterwards except through its own thread-safe
+// members.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/node_metrics.hpp"
+#include "cluster/node_config.hpp"
+#include "cluster/zmq_frontend.hpp"
+
+namespace eldr {
+
+struct node_context {
+  node_config config;
+  reply_sink* edge = nullptr;              // answers and subscriptions; outlives every actor
+  const zmq_frontend* frontend = nullptr;  // for status (bound endpoints, counters); may be null
+  std::shared_ptr<node_metrics> metrics;
+  // Milliseconds on a monotonic clock; tests inject their own.
+  std::function<int64_t()> now_ms;
+  int64_t started_ms = 0;
+  std::string metrics_url;  // "http://host:port/metrics", "" when off
+};
+using node_context_ptr = std::shared_ptr<const node_context>;
+
+// An admin argument of the given type; nullopt when absent, null or of another type (never
+// throws: arguments come from clients).
+std::optional<std::string> string_arg(const nlohmann::json& args, const char* key);
+std::optional<uint64_t> uint_arg(const nlohmann::json& args, const char* key);
+
+// Sends an admin reply (ok with `result`, or an error) back through the frontend.
+void answer_admin(const node_context& ctx, const admin_job& job, nlohmann::json result);
+void answer_admin_error(const node_context& ctx, const admin_job& job, route_error_code code,
+                        std::string message);
+
+}  // namespace eldr

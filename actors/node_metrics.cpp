@@ -1,0 +1,128 @@
+// node_metrics: see node_metrics.hpp.
+#include "actors/node_metrics.hpp"
+
+#include <cassert>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "core/metrics.hpp"
+
+namespace eldr {
+namespace {
+
+// Microseconds to seconds: the decision itself is tens of µs, the node's round trip up to ms.
+const std::vector<double> latency_bounds = {5e-6, 10e-6, 20e-6, 50e-6, 100e-6, 200e-6, 500e-6, 1e-3,
+                                            2e-3, 5e-3,  10e-3, 50e-3, 0.1,    0.5,    1.0};
+const std::vector<double> band_bounds = {1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128};
+
+template <class T>
+T* must(result<T*> r) {
+  // Names and labels here are fixed by this file; an error is a bug, caught by the tests.
+  assert(r.ok());
+  return r.ok() ? *r : nullptr;
+}
+
+}  // namespace
+
+class node_metrics::impl {
+ public:
+  metric_registry registry;
+  std::mutex mutex;  // guards the caches below and sections
+  struct model_series {
+    histogram_metric* node_latency = nullptr;
+    histogram_metric* decision_latency = nullptr;
+    histogram_metric* band = nullptr;
+    counter_metric* covered = nullptr;
+    counter_metric* total = nullptr;
+    std::vector<counter_metric*> per_worker;
+  };
+  std::unordered_map<std::string, model_series> models;
+  std::map<std::string, std::string> sections;
+
+  model_series& series(std::string_view model) {
+    auto it = models.find(std::string(model));
+    if (it != models.end()) return it->second;
+    const metric_labels l{{"model", std::string(model)}};
+    model_series s;
+    s.node_latency = must(registry.histogram(
+        "eldr_route_latency_seconds",
+        "Node-side route latency: request received on the frontend to answer queued.",
+        latency_bounds, l));
+    s.decision_latency = must(registry.histogram(
+        "eldr_route_decision_seconds", "Time of the routing decision itself (policy + load view).",
+        latency_bounds, l));
+    s.band = must(registry.histogram("eldr_route_band_size",
+                                     "Workers the pick was made among (locality band size).",
+                                     band_bounds, l));
+    s.covered = must(registry.counter("eldr_signature_covered_blocks_total",
+                                      "Route request blocks whose counts were known.", l));
+    s.total = must(
+        registry.counter("eldr_signature_blocks_total", "Route request blocks, known or not.", l));
+    return models.emplace(std::string(model), std::move(s)).first->second;
+  }
+};
+
+node_metrics::node_metrics() : impl_(std::make_unique<impl>()) {}
+node_metrics::~node_metrics() = default;
+
+void node_metrics::route_decided(std::string_view model, uint32_t worker, uint32_t band_size,
+                                 double node_seconds, double decision_seconds, uint32_t covered,
+                                 uint32_t total) {
+  std::lock_guard lock(impl_->mutex);
+  auto& s = impl_->series(model);
+  s.node_latency->observe(node_seconds);
+  s.decision_latency->observe(decision_seconds);
+  s.band->observe(band_size);
+  s.covered->inc(covered);
+  s.total->inc(total);
+  if (worker >= s.per_worker.size()) s.per_worker.resize(worker + 1, nullptr);
+  if (!s.per_worker[worker])
+    s.per_worker[worker] = must(impl_->registry.counter(
+        "eldr_route_decisions_total", "Route decisions per decode worker.",
+        {{"model", std::string(model)}, {"worker", std::to_string(worker)}}));
+  s.per_worker[worker]->inc();
+}
+
+void node_metrics::route_failed(route_error_code code) {
+  auto* c = must(impl_->registry.counter("eldr_route_errors_total",
+                                         "Route requests answered with an error_reply, per code.",
+                                         {{"code", to_string(code)}}));
+  c->inc();
+}
+
+void node_metrics::refit_done(std::string_view model, bool accepted) {
+  must(impl_->registry.counter(
+           "eldr_refits_total", "Refits run, by outcome.",
+           {{"model", std::string(model)}, {"outcome", accepted ? "accepted" : "rejected"}}))
+      ->inc();
+}
+
+void node_metrics::swapped(std::string_view model, uint64_t epoch) {
+  const metric_labels l{{"model", std::string(model)}};
+  must(impl_->registry.counter("eldr_centroid_swaps_total", "Centroid sets installed.", l))->inc();
+  must(impl_->registry.gauge("eldr_centroid_epoch", "Epoch of the current centroid set.", l))
+      ->set(static_cast<double>(epoch));
+}
+
+void node_metrics::worker_message(std::string_view type) {
+  must(impl_->registry.counter("eldr_worker_messages_total", "Decode-worker messages, by type.",
+                               {{"type", std::string(type)}}))
+      ->inc();
+}
+
+void node_metrics::set_section(const std::string& name, std::string text) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->sections[name] = std::move(text);
+}
+
+std::string node_metrics::render() const {
+  std::string out = impl_->registry.render();
+  std::lock_guard lock(impl_->mutex);
+  for (const auto& [name, text] : impl_->sections)
+    out += text;
+  return out;
+}
+
+}  // namespace eldr

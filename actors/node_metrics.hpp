@@ -1,0 +1,45 @@
+// node_metrics: the node's Prometheus metrics, declared once (core/metrics.hpp registry) and
+// exported over HTTP by cluster/metrics_http. Actors call these named events; labelled series
+// (per model, per worker) are created on first use and cached, so the hot path only increments.
+//
+// Thread-safe: any actor thread may record, the HTTP thread renders.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "cluster/route_protocol.hpp"
+
+namespace eldr {
+
+class node_metrics {
+ public:
+  node_metrics();
+  ~node_metrics();
+  node_metrics(const node_metrics&) = delete;
+  node_metrics& operator=(const node_metrics&) = delete;
+
+  // One decision: the node-side time from the request's arrival on the frontend thread to its
+  // answer (seconds), the chosen worker, the band size, and the signature coverage.
+  void route_decided(std::string_view model, uint32_t worker, uint32_t band_size,
+                     double node_seconds, double decision_seconds, uint32_t covered,
+                     uint32_t total);
+  void route_failed(route_error_code code);
+  void refit_done(std::string_view model, bool accepted);
+  void swapped(std::string_view model, uint64_t epoch);
+  void worker_message(std::string_view type);
+  // Text (Prometheus format) owned by another component, replaced wholesale: e.g. the signature
+  // cache's ingest counters per publisher, or the frontend's counters, rendered by their owner.
+  void set_section(const std::string& name, std::string text);
+
+  std::string render() const;
+
+  class impl;
+
+ private:
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace eldr

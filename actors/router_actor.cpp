@@ -1,0 +1,703 @@
+// router_actor: see router_actor.hpp.
+#include "actors/router_actor.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <deque>
+#include <nlohmann/json.hpp>
+
+#include "core/load_view.hpp"
+#include "core/random.hpp"
+#include "core/refit.hpp"
+#include "core/routing.hpp"
+
+namespace eldr {
+namespace {
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// One past decision, for `eldrctl explain`.
+struct explained {
+  std::string request;
+  uint32_t worker = 0;
+  uint64_t epoch = 0;
+  std::string policy;
+  float tau = 0.0f;
+  uint32_t covered = 0, total = 0;
+  float best_score = 0.0f, worker_score = 0.0f;
+  bool widened = false;
+  std::vector<uint32_t> candidates;
+  std::vector<float> scores;   // s_k of every worker ("eldr"), else empty
+  std::vector<uint32_t> load;  // in-flight per worker at the decision
+};
+
+struct model_state {
+  uint32_t index = 0;
+  const model_config* cfg = nullptr;
+  load_view pool;
+  std::string policy_name;  // as configured or set by `eldrctl policy`
+  float tau = 0.1f;
+  std::unique_ptr<routing_policy> policy;  // what routes now
+  bool eldr_active = false;                // policy is the locality band over `set`
+  std::optional<centroid_file> file;
+  centroid_set_ptr set;
+  spec_ptr spec;
+  uint64_t epoch = 0;
+  std::optional<signature_sample> sample;  // width of spec; reset when the width changes
+  std::deque<explained> recent;
+  route_trace trace;
+  uint64_t routed = 0, failed = 0, resigned = 0, unsigned_routes = 0, swaps = 0;
+  uint64_t covered_blocks = 0, total_blocks = 0;
+
+  explicit model_state(load_view p) : pool(std::move(p)) {}
+};
+
+struct router_state {
+  node_context_ptr ctx;
+  caf::actor sigcache;
+  std::vector<std::unique_ptr<model_state>> models;
+  uint64_t unknown_model = 0;
+
+  model_state* find(const std::string& name) {
+    for (auto& m : models)
+      if (m->cfg->name == name) return m.get();
+    return nullptr;
+  }
+};
+
+using router_actor_t = caf::stateful_actor<router_state>;
+
+// Rebuilds the routing policy after a change of K, centroid set, policy name or tau. "eldr"
+// without a set of the pool's K routes by load (JSQ) until one is installed.
+status rebuild_policy(router_state& st, model_state& m) {
+  const auto& cfg = *m.cfg;
+  m.eldr_active = m.policy_name == "eldr" && m.set && m.set->k() == m.pool.k();
+  if (m.eldr_active) {
+    auto p = locality_band_policy::make(m.set, m.tau, cfg.widen_single);
+    if (!p.ok()) return p.error();
+    m.policy = std::move(*p);
+    return {};
+  }
+  policy_config pc;
+  pc.workers = m.pool.k();
+  pc.seed = cfg.seed;
+  pc.tau = m.tau;
+  auto p = make_policy(m.policy_name == "eldr" ? "jsq" : m.policy_name, pc);
+  if (!p.ok()) return p.error();
+  m.policy = std::move(*p);
+  (void)st;
+  return {};
+}
+
+// Makes `file` (stored as `epoch`) the model's current set.
+status install(router_state& st, model_state& m, const centroid_file& file, uint64_t epoch) {
+  auto set = centroid_set::make(file.workers, file.spec.width(), file.centroids, epoch);
+  if (!set.ok()) return set.error();
+  if (m.cfg->workers == 0 && set->k() != m.pool.k()) {
+    // K follows the set when the config leaves it open; registrations beyond it were refused
+    // by the import check.
+    if (auto s = m.pool.resize(set->k()); !s.ok()) return s;
+  }
+  m.set = std::make_shared<const centroid_set>(std::move(*set));
+  m.spec = std::make_shared<const signature_spec>(file.spec);
+  m.file = file;
+  m.file->epoch = epoch;
+  m.epoch = epoch;
+  if (!m.sample || m.sample->width() != m.spec->width()) {
+    auto sample = signature_sample::make(m.cfg->sample_size, m.spec->width(), m.cfg->seed);
+    if (sample.ok()) m.sample = std::move(*sample);
+  }
+  ++m.swaps;
+  st.ctx->metrics->swapped(m.cfg->name, epoch);
+  return rebuild_policy(st, m);
+}
+
+// Can `file` become the model's set? K must match a fixed pool, and no registered worker may lie
+// outside it.
+status check_installable(const model_state& m, const centroid_file& file) {
+  if (auto s = validate_centroid_file(file); !s.ok()) return s;
+  if (m.cfg->workers != 0 && file.workers != m.cfg->workers)
+    return status::invalid_argument("the set has " + std::to_string(file.workers) +
+                                    " centroids but model '" + m.cfg->name + "' has " +
+                                    std::to_string(m.cfg->workers) + " decode workers");
+  if (file.workers > m.cfg->max_workers)
+    return status::invalid_argument("the set has more centroids than max_workers");
+  for (uint32_t w = file.workers; w < m.pool.k(); ++w) {
+    auto snap = m.pool.snapshot(w, 0);
+    if (snap.ok() && snap->state != worker_state::unregistered)
+      return status::invalid_argument("decode worker " + std::to_string(w) +
+                                      " is registered but the set has only " +
+                                      std::to_string(file.workers) + " centroids");
+  }
+  return {};
+}
+
+void send_route_error(router_actor_t* self, const route_job& job, route_error_code code,
+                      std::string message) {
+  self->state.ctx->metrics->route_failed(code);
+  self->state.ctx->edge->reply_error(job.from, job.request.id, code, std::move(message));
+}
+
+void decide(router_actor_t* self, model_state& m, const route_job_ptr& job,
+            const sign_result* signed_, int attempt);
+
+void sign_and_route(router_actor_t* self, model_state& m, route_job_ptr job, int attempt) {
+  auto sj = std::make_shared<sign_job>(sign_job{m.index, m.spec, job});
+  const uint32_t index = m.index;
+  self->request(self->state.sigcache, caf::infinite, sign_atom::value, sign_job_ptr(sj))
+      .then(
+          [=](sign_result_ptr r) {
+            decide(self, *self->state.models[index], job, r.get(), attempt);
+          },
+          [=](caf::error& e) {
+            spdlog::warn("signature cache failed for request {}: {}", job->request.id,
+                         self->system().render(e));
+            decide(self, *self->state.models[index], job, nullptr, attempt);
+          });
+}
+
+void decide(router_actor_t* self, model_state& m, const route_job_ptr& job,
+            const sign_result* signed_, int attempt) {
+  auto& st = self->state;
+  const auto& req = job->request;
+  // A swap with a new spec landed while the cache signed: sign again under the current spec, so
+  // the decision uses one set and a signature built for it.
+  if (signed_ && signed_->spec != m.spec && m.spec && attempt == 0) {
+    ++m.resigned;
+    sign_and_route(self, m, job, 1);
+    return;
+  }
+  const int64_t now = st.ctx->now_ms();
+  const int64_t t0 = steady_ns();
+  const signature* sig = nullptr;
+  if (signed_ && m.eldr_active && signed_->spec == m.spec && !signed_->sig.index.empty())
+    sig = &signed_->sig;
+  if (m.eldr_active && !sig) ++m.unsigned_routes;
+  route_input in;
+  in.sig = sig;
+  in.load = m.pool.load();
+  in.eligible = m.pool.eligible(now);
+  in.label = req.label ? static_cast<int32_t>(*req.label) : -1;
+  if (m.pool.eligible_count(now) == 0) {
+    ++m.failed;
+    send_route_error(self, *job, route_error_code::no_eligible_worker,
+                     "no decode worker of model '" + m.cfg->name +
+                         "' is registered, live, undrained and below capacity");
+    return;
+  }
+  auto d = m.policy->route(in, &m.trace);
+  if (!d.ok()) {
+    ++m.failed;
+    send_route_error(self, *job, route_error_code::internal, d.error().to_string());
+    return;
+  }
+  if (auto s = m.pool.on_route(req.id, d->worker, now); !s.ok()) {
+    ++m.failed;
+    send_route_error(self, *job, route_error_code::internal, s.to_string());
+    return;
+  }
+  const int64_t t1 = steady_ns();
+  route_reply reply;
+  reply.id = req.id;
+  reply.worker = d->worker;
+  auto snap = m.pool.snapshot(d->worker, now);
+  if (snap.ok()) reply.endpoint = snap->endpoint;
+  reply.epoch = m.eldr_active ? d->epoch : m.epoch;
+  reply.total_blocks = static_cast<uint32_t>(req.block_hashes.size());
+  reply.covered_blocks = signed_ ? std::min(signed_->covered, reply.total_blocks) : 0;
+  const std::string policy_name(m.policy->name());
+  const float tau = m.eldr_active ? m.tau : 0.0f;
+  if (req.explain) {
+    route_explain ex;
+    ex.policy = policy_name;
+    ex.tau = tau;
+    for (uint32_t w : m.trace.candidates)
+      ex.band.push_back({w, w < m.trace.score.size() ? m.trace.score[w] : 0.0f});
+    reply.explain = std::move(ex);
+  }
+  st.ctx->edge->reply(job->from, encode_route_reply(reply));
+  ++m.routed;
+  m.covered_blocks += reply.covered_blocks;
+  m.total_blocks += reply.total_blocks;
+  st.ctx->metrics->route_decided(
+      m.cfg->name, d->worker, d->band_size, static_cast<double>(t1 - job->received_ns) * 1e-9,
+      static_cast<double>(t1 - t0) * 1e-9, reply.covered_blocks, reply.total_blocks);
+  if (sig && m.sample) (void)m.sample->add(*sig);
+  if (st.ctx->config.explain_history > 0) {
+    explained e;
+    e.request = req.id;
+    e.worker = d->worker;
+    e.epoch = reply.epoch;
+    e.policy = policy_name;
+    e.tau = tau;
+    e.covered = reply.covered_blocks;
+    e.total = reply.total_blocks;
+    e.best_score = d->best_score;
+    e.worker_score = d->worker_score;
+    e.widened = m.trace.widened;
+    e.candidates = m.trace.candidates;
+    e.scores = m.trace.score;
+    e.load.assign(in.load.begin(), in.load.end());
+    if (m.recent.size() >= st.ctx->config.explain_history) m.recent.pop_front();
+    m.recent.push_back(std::move(e));
+  }
+}
+
+nlohmann::json model_json(router_state& st, model_state& m) {
+  const int64_t now = st.ctx->now_ms();
+  uint32_t registered = 0, active = 0, draining = 0, dead = 0, full = 0;
+  for (const auto& w : m.pool.snapshot_all(now)) {
+    if (w.state == worker_state::unregistered) continue;
+    ++registered;
+    switch (w.state) {
+      case worker_state::active:
+        ++active;
+        break;
+      case worker_state::draining:
+        ++draining;
+        break;
+      case worker_state::dead:
+        ++dead;
+        break;
+      case worker_state::full:
+        ++full;
+        break;
+      default:
+        break;
+    }
+  }
+  const auto& c = m.pool.counters();
+  return {{"name", m.cfg->name},
+          {"k", m.pool.k()},
+          {"policy", m.policy_name},
+          {"routing_with", std::string(m.policy->name())},
+          {"tau", m.tau},
+          {"epoch", m.epoch},
+          {"width", m.spec ? m.spec->width() : 0},
+          {"workers",
+           {{"registered", registered},
+            {"active", active},
+            {"draining", draining},
+            {"dead", dead},
+            {"full", full}}},
+          {"routed", m.routed},
+          {"route_errors", m.failed},
+          {"routed_without_signature", m.unsigned_routes},
+          {"resigned_after_swap", m.resigned},
+          {"swaps", m.swaps},
+          {"coverage", m.total_blocks ? static_cast<double>(m.covered_blocks) /
+                                            static_cast<double>(m.total_blocks)
+                                      : 0.0},
+          {"sample", m.sample ? m.sample->size() : 0},
+          {"finished", c.finished},
+          {"finished_unknown", c.finished_unknown},
+          {"reports", c.reports},
+          {"reports_stale", c.reports_stale},
+          {"tracked_requests", m.pool.tracked()}};
+}
+
+nlohmann::json workers_json(router_state& st, model_state& m) {
+  nlohmann::json rows = nlohmann::json::array();
+  const int64_t now = st.ctx->now_ms();
+  for (const auto& w : m.pool.snapshot_all(now)) {
+    if (w.state == worker_state::unregistered) continue;
+    rows.push_back({{"model", m.cfg->name},
+                    {"worker", w.index},
+                    {"endpoint", w.endpoint},
+                    {"state", std::string(to_string(w.state))},
+                    {"draining", w.draining},
+                    {"load", w.load},
+                    {"capacity", w.capacity},
+                    {"last_report_ms_ago", w.last_report_age_ms},
+                    {"routed", w.routed},
+                    {"finished", w.finished}});
+  }
+  return rows;
+}
+
+// Runs `file` through the store (new epoch) and installs it, then calls done(epoch or error).
+using install_done = std::function<void(result<uint64_t>)>;
+void store_and_install(router_actor_t* self, model_state& m, centroid_file file, std::string what,
+                       install_done done) {
+  if (auto s = check_installable(m, file); !s.ok()) return done(s);
+  const uint32_t index = m.index;
+  auto stored = std::make_shared<const stored_set>(stored_set{0, std::move(file)});
+  self->request(self->state.sigcache, caf::infinite, store_set_atom::value, index,
+                stored_set_ptr(stored))
+      .then(
+          [=](uint64_t epoch) {
+            auto& mm = *self->state.models[index];
+            if (auto s = install(self->state, mm, stored->file, epoch); !s.ok()) return done(s);
+            spdlog::info("model {}: {} installed as epoch {}", mm.cfg->name, what, epoch);
+            done(epoch);
+          },
+          [=](caf::error& e) { done(status::io_error(self->system().render(e))); });
+}
+
+install_done answer_with_epoch(router_actor_t* self, admin_job_ptr job) {
+  return [self, job](result<uint64_t> r) {
+    if (!r.ok())
+      return answer_admin_error(*self->state.ctx, *job,
+                                r.error().code() == status_code::invalid_argument
+                                    ? route_error_code::malformed
+                                    : route_error_code::internal,
+                                r.error().message());
+    answer_admin(*self->state.ctx, *job, {{"epoch", *r}});
+  };
+}
+
+// Makes a stored epoch current (swap, rollback).
+void swap_to(router_actor_t* self, model_state& m, uint64_t epoch, admin_job_ptr job) {
+  const uint32_t index = m.index;
+  self->request(self->state.sigcache, caf::infinite, load_set_atom::value, index, epoch)
+      .then(
+          [=](stored_set_ptr s) {
+            auto& mm = *self->state.models[index];
+            if (auto c = check_installable(mm, s->file); !c.ok()) {
+              answer_admin_error(*self->state.ctx, *job, route_error_code::malformed, c.message());
+              return;
+            }
+            if (auto c = install(self->state, mm, s->file, s->epoch); !c.ok()) {
+              answer_admin_error(*self->state.ctx, *job, route_error_code::internal, c.to_string());
+              return;
+            }
+            spdlog::info("model {}: swapped to stored epoch {}", mm.cfg->name, s->epoch);
+            answer_admin(*self->state.ctx, *job, {{"epoch", s->epoch}});
+          },
+          [=](caf::error& e) {
+            answer_admin_error(*self->state.ctx, *job, route_error_code::malformed,
+                               self->system().render(e));
+          });
+}
+
+template <class T>
+std::optional<T> arg(const nlohmann::json& args, const char* key) {
+  auto it = args.find(key);
+  if (it == args.end() || it->is_null()) return std::nullopt;
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+}
+
+void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
+  auto& st = self->state;
+  const auto& cmd = job->request.command;
+  const auto& args = job->request.args;
+  const auto model_name = arg<std::string>(args, "model");
+  model_state* m = model_name ? st.find(*model_name) : nullptr;
+  auto need_model = [&]() -> bool {
+    if (m) return true;
+    answer_admin_error(*st.ctx, *job, route_error_code::unknown_model,
+                       model_name ? "no model named '" + *model_name + "'"
+                                  : "argument 'model' (string) is required");
+    return false;
+  };
+  auto need_worker = [&]() -> std::optional<uint32_t> {
+    auto w = arg<uint32_t>(args, "worker");
+    if (!w)
+      answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+                         "argument 'worker' (uint) is required");
+    return w;
+  };
+  if (cmd == "workers") {
+    nlohmann::json rows = nlohmann::json::array();
+    if (model_name && !need_model()) return;
+    for (auto& mm : st.models)
+      if (!m || mm.get() == m)
+        for (auto& r : workers_json(st, *mm))
+          rows.push_back(std::move(r));
+    answer_admin(*st.ctx, *job, rows);
+  } else if (cmd == "drain" || cmd == "undrain") {
+    if (!need_model()) return;
+    auto w = need_worker();
+    if (!w) return;
+    auto s = cmd == "drain" ? m->pool.drain(*w) : m->pool.undrain(*w);
+    if (!s.ok()) return answer_admin_error(*st.ctx, *job, route_error_code::malformed, s.message());
+    spdlog::info("model {}: worker {} {}ed by admin", m->cfg->name, *w, cmd);
+    auto snap = m->pool.snapshot(*w, st.ctx->now_ms());
+    answer_admin(*st.ctx, *job, {{"worker", *w}, {"state", std::string(to_string(snap->state))}});
+  } else if (cmd == "centroids.show") {
+    if (!need_model()) return;
+    nlohmann::json r = {{"model", m->cfg->name}, {"epoch", m->epoch}};
+    if (m->file) {
+      r["k"] = m->file->workers;
+      r["width"] = m->file->spec.width();
+      r["transform"] = std::string(to_string(m->file->spec.transform()));
+      r["layers"] = m->file->spec.layer_mask();
+      r["geometry"] = {m->file->spec.geometry().layers, m->file->spec.geometry().experts,
+                       m->file->spec.geometry().top_k};
+      r["source"] = m->file->provenance.source;
+      r["tool"] = m->file->provenance.tool;
+      r["rho"] = m->file->provenance.rho;
+      r["objective"] = m->file->provenance.objective;
+    }
+    const uint32_t index = m->index;
+    self->request(st.sigcache, caf::infinite, history_atom::value, index)
+        .then(
+            [=](std::vector<uint64_t> epochs) mutable {
+              r["history"] = epochs;
+              answer_admin(*self->state.ctx, *job, r);
+            },
+            [=](caf::error&) mutable { answer_admin(*self->state.ctx, *job, r); });
+  } else if (cmd == "centroids.import") {
+    if (!need_model()) return;
+    auto it = args.find("file");
+    if (it == args.end() || !it->is_binary())
+      return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+                                "argument 'file' (bin: a centroid file) is required");
+    const auto& bin = it->get_binary();
+    auto file = parse_centroid_file(std::span<const uint8_t>(bin.data(), bin.size()), "import");
+    if (!file.ok())
+      return answer_admin_error(*st.ctx, *job, route_error_code::malformed, file.error().message());
+    store_and_install(self, *m, std::move(*file), "imported set", answer_with_epoch(self, job));
+  } else if (cmd == "centroids.swap") {
+    if (!need_model()) return;
+    auto e = arg<uint64_t>(args, "epoch");
+    if (!e)
+      return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+                                "argument 'epoch' (uint) is required");
+    swap_to(self, *m, *e, job);
+  } else if (cmd == "centroids.rollback") {
+    if (!need_model()) return;
+    const uint32_t index = m->index;
+    const uint64_t current = m->epoch;
+    self->request(st.sigcache, caf::infinite, history_atom::value, index)
+        .then(
+            [=](std::vector<uint64_t> epochs) {
+              uint64_t previous = 0;
+              for (uint64_t e : epochs)
+                if (e < current && e > previous) previous = e;
+              if (previous == 0)
+                return answer_admin_error(
+                    *self->state.ctx, *job, route_error_code::malformed,
+                    "no stored epoch older than the current one (" + std::to_string(current) + ")");
+              swap_to(self, *self->state.models[index], previous, job);
+            },
+            [=](caf::error& e) {
+              answer_admin_error(*self->state.ctx, *job, route_error_code::internal,
+                                 self->system().render(e));
+            });
+  } else if (cmd == "explain") {
+    if (!need_model()) return;
+    auto id = arg<std::string>(args, "request");
+    if (!id)
+      return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+                                "argument 'request' (string) is required");
+    for (auto it = m->recent.rbegin(); it != m->recent.rend(); ++it) {
+      if (it->request != *id) continue;
+      nlohmann::json band = nlohmann::json::array();
+      for (uint32_t w : it->candidates)
+        band.push_back({{"worker", w},
+                        {"score", w < it->scores.size() ? it->scores[w] : 0.0f},
+                        {"load", w < it->load.size() ? it->load[w] : 0}});
+      answer_admin(*st.ctx, *job,
+                   {{"request", it->request},
+                    {"model", m->cfg->name},
+                    {"worker", it->worker},
+                    {"epoch", it->epoch},
+                    {"policy", it->policy},
+                    {"tau", it->tau},
+                    {"best_score", it->best_score},
+                    {"worker_score", it->worker_score},
+                    {"threshold", it->best_score - it->tau},
+                    {"widened", it->widened},
+                    {"covered_blocks", it->covered},
+                    {"total_blocks", it->total},
+                    {"band", band},
+                    {"scores", it->scores},
+                    {"load", it->load}});
+      return;
+    }
+    answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+                       "request '" + *id + "' is not among the " +
+                           std::to_string(m->recent.size()) + " recent decisions");
+  } else if (cmd == "policy") {
+    if (!need_model()) return;
+    auto name = arg<std::string>(args, "policy");
+    auto tau = arg<float>(args, "tau");
+    if (name || tau) {
+      const auto old_name = m->policy_name;
+      const auto old_tau = m->tau;
+      if (name) m->policy_name = *name;
+      if (tau) m->tau = *tau;
+      if (m->policy_name == "domain") {
+        m->policy_name = old_name;
+        return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+                                  "policy 'domain' needs calibration labels; not servable");
+      }
+      if (auto s = rebuild_policy(st, *m); !s.ok()) {
+        m->policy_name = old_name;
+        m->tau = old_tau;
+        (void)rebuild_policy(st, *m);
+        return answer_admin_error(*st.ctx, *job, route_error_code::malformed, s.message());
+      }
+      spdlog::info("model {}: policy {} tau {}", m->cfg->name, m->policy_name, m->tau);
+    }
+    answer_admin(*st.ctx, *job,
+                 {{"model", m->cfg->name},
+                  {"policy", m->policy_name},
+                  {"routing_with", std::string(m->policy->name())},
+                  {"tau", m->tau}});
+  } else {
+    answer_admin_error(*st.ctx, *job, route_error_code::unknown_type,
+                       "the router has no admin command '" + cmd + "'");
+  }
+}
+
+void handle_worker(router_actor_t* self, const worker_job_ptr& job) {
+  auto& st = self->state;
+  const int64_t now = st.ctx->now_ms();
+  auto fail = [&](route_error_code code, const std::string& id, std::string message) {
+    st.ctx->edge->reply_error(job->from, id, code, std::move(message));
+  };
+  auto ack = [&](const std::string& id, model_state& m, uint32_t worker) {
+    worker_ack a;
+    a.id = id;
+    auto snap = m.pool.snapshot(worker, now);
+    a.state = snap.ok() ? std::string(to_string(snap->state)) : "unregistered";
+    a.epoch = m.epoch;
+    st.ctx->edge->reply(job->from, encode_worker_ack(a));
+  };
+  std::visit(
+      [&](const auto& msg) {
+        using T = std::decay_t<decltype(msg)>;
+        model_state* m = st.find(msg.model);
+        if (!m)
+          return fail(route_error_code::unknown_model, msg.id,
+                      "no model named '" + msg.model + "'");
+        if constexpr (std::is_same_v<T, worker_register>) {
+          if (msg.worker >= m->pool.k()) {
+            const bool open_k = m->cfg->workers == 0 && !m->set;
+            if (!open_k || msg.worker >= m->cfg->max_workers)
+              return fail(route_error_code::malformed, msg.id,
+                          "worker " + std::to_string(msg.worker) + " is outside model '" +
+                              msg.model + "''s pool of " + std::to_string(m->pool.k()));
+            if (auto s = m->pool.resize(msg.worker + 1); !s.ok())
+              return fail(route_error_code::internal, msg.id, s.message());
+          }
+          if (auto s = m->pool.register_worker(msg.worker, msg.endpoint, msg.capacity, now);
+              !s.ok())
+            return fail(route_error_code::malformed, msg.id, s.message());
+          if (m->policy->workers() != m->pool.k()) (void)rebuild_policy(st, *m);
+          spdlog::info("model {}: decode worker {} registered at {} (capacity {})", msg.model,
+                       msg.worker, msg.endpoint, msg.capacity);
+          ack(msg.id, *m, msg.worker);
+        } else if constexpr (std::is_same_v<T, load_report>) {
+          if (auto s = m->pool.on_report(msg.worker, msg.in_flight, msg.seq, now); !s.ok())
+            return fail(route_error_code::malformed, msg.id, s.message());
+          ack(msg.id, *m, msg.worker);
+        } else if constexpr (std::is_same_v<T, finished_requests>) {
+          if (msg.worker >= m->pool.k())
+            return fail(route_error_code::malformed, msg.id, "unknown worker");
+          for (const auto& r : msg.requests)
+            m->pool.on_finished(msg.worker, r, now);
+          ack(msg.id, *m, msg.worker);
+        } else if constexpr (std::is_same_v<T, worker_drain>) {
+          auto s = msg.drain ? m->pool.drain(msg.worker) : m->pool.undrain(msg.worker);
+          if (!s.ok()) return fail(route_error_code::malformed, msg.id, s.message());
+          spdlog::info("model {}: worker {} {}", msg.model, msg.worker,
+                       msg.drain ? "drains" : "undrains");
+          ack(msg.id, *m, msg.worker);
+        } else {
+          fail(route_error_code::unknown_type, msg.id, "not a router message");
+        }
+      },
+      job->message);
+}
+
+caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::actor sigcache,
+                              std::vector<router_model_init> init) {
+  auto& st = self->state;
+  st.ctx = ctx;
+  st.sigcache = sigcache;
+  for (uint32_t i = 0; i < ctx->config.models.size(); ++i) {
+    const auto& cfg = ctx->config.models[i];
+    load_view_options lo;
+    lo.report_timeout_ms = cfg.worker_timeout_ms;
+    lo.max_tracked = ctx->config.max_tracked_requests;
+    lo.max_id_bytes = 256;
+    uint32_t k = cfg.workers;
+    if (k == 0 && init[i].current) k = init[i].current->workers;
+    auto pool = load_view::make(std::max<uint32_t>(k, 1), lo);
+    auto m = std::make_unique<model_state>(std::move(*pool));
+    m->index = i;
+    m->cfg = &ctx->config.models[i];
+    m->policy_name = cfg.policy;
+    m->tau = cfg.tau;
+    if (init[i].current) {
+      if (auto s = install(st, *m, *init[i].current, init[i].current->epoch); !s.ok())
+        spdlog::error("model {}: stored centroid set not installed: {}", cfg.name, s.to_string());
+    }
+    if (!m->policy) (void)rebuild_policy(st, *m);
+    st.models.push_back(std::move(m));
+  }
+  return {
+      [=](route_atom, route_job_ptr job) {
+        auto* m = self->state.find(job->request.model);
+        if (!m) {
+          ++self->state.unknown_model;
+          send_route_error(self, *job, route_error_code::unknown_model,
+                           "no model named '" + job->request.model + "'");
+          return;
+        }
+        sign_and_route(self, *m, std::move(job), 0);
+      },
+      [=](worker_atom, worker_job_ptr job) { handle_worker(self, job); },
+      [=](admin_atom, admin_job_ptr job) { handle_admin(self, job); },
+      // The router's part of `status`: models as a JSON text.
+      [=](admin_atom) -> std::string {
+        nlohmann::json models = nlohmann::json::array();
+        for (auto& m : self->state.models)
+          models.push_back(model_json(self->state, *m));
+        return nlohmann::json{{"models", models}, {"unknown_model", self->state.unknown_model}}
+            .dump();
+      },
+      // The refit's sample: a copy of the reservoir and the current set.
+      [=](sample_atom, uint32_t index) -> caf::result<refit_input_ptr> {
+        if (index >= self->state.models.size()) return caf::sec::invalid_argument;
+        auto& m = *self->state.models[index];
+        auto in = std::make_shared<refit_input>();
+        in->model = index;
+        in->model_name = m.cfg->name;
+        in->k = m.pool.k();
+        in->spec = m.spec;
+        in->current = m.set;
+        in->current_file = m.file;
+        if (m.sample) {
+          in->seen = m.sample->seen();
+          const auto pts = m.sample->points();
+          in->points.assign(pts.begin(), pts.end());
+        }
+        return refit_input_ptr(in);
+      },
+      // An accepted refit: store as a new epoch and install.
+      [=](install_atom, uint32_t index, stored_set_ptr s) -> caf::result<uint64_t> {
+        if (index >= self->state.models.size()) return caf::sec::invalid_argument;
+        auto rp = self->make_response_promise<uint64_t>();
+        store_and_install(
+            self, *self->state.models[index], s->file, "refit", [rp](result<uint64_t> r) mutable {
+              if (r.ok())
+                rp.deliver(*r);
+              else
+                rp.deliver(caf::make_error(caf::sec::runtime_error, r.error().to_string()));
+            });
+        return rp;
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_router(caf::actor_system& sys, node_context_ptr ctx, caf::actor sigcache,
+                        std::vector<router_model_init> init) {
+  return sys.spawn(router_behavior, std::move(ctx), std::move(sigcache), std::move(init));
+}
+
+}  // namespace eldr

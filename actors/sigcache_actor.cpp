@@ -1,0 +1,316 @@
+// sigcache_actor: see sigcache_actor.hpp.
+#include "actors/sigcache_actor.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "cluster/ingest.hpp"
+
+namespace eldr {
+namespace {
+
+struct model_cache {
+  std::unique_ptr<signature_cache> cache;
+  std::unique_ptr<ingest> events;
+  std::map<spec_ptr, std::unique_ptr<signature_builder>> builders;  // one per spec in use
+  std::vector<uint32_t> scratch;  // masked sum when no spec is given (coverage only)
+  uint64_t counts_refused = 0;
+  bool dirty = false;          // staged changes since the last commit
+  int64_t last_expire_ms = 0;  // grace periods are checked once a second, not every tick
+  uint64_t signed_requests = 0;
+};
+
+// A subscription the frontend delivers frames for.
+struct subscription {
+  uint32_t model = 0;
+  bool counts = false;  // eldr counts publisher, else vLLM KV events
+  uint32_t publisher = 0;
+};
+
+struct sigcache_state {
+  node_context_ptr ctx;
+  std::vector<model_cache> models;
+  std::map<uint32_t, subscription> subscriptions;
+  std::vector<std::span<const uint8_t>> frames;  // scratch
+  uint64_t unknown_subscription = 0;
+  uint64_t commit_errors = 0;
+};
+
+using sigcache_actor_t = caf::stateful_actor<sigcache_state>;
+
+sign_result_ptr sign(model_cache& mc, const sign_job& job) {
+  auto out = std::make_shared<sign_result>();
+  out->spec = job.spec;
+  const auto& req = job.job->request;
+  auto& cache = *mc.cache;
+  if (req.counts && !req.counts->blocks.empty()) {
+    mc.dirty = true;
+    for (const auto& b : req.counts->blocks) {
+      if (auto s = cache.put_counts(b.hash, b.parent, req.counts->geometry, b.counts); !s.ok()) {
+        ++mc.counts_refused;
+        out->problem = s.message();
+      }
+    }
+  }
+  ++mc.signed_requests;
+  if (req.block_hashes.empty() || cache.geometry().layers == 0) return out;
+  if (job.spec && job.spec->geometry() == cache.geometry()) {
+    auto& b = mc.builders[job.spec];
+    if (!b) b = std::make_unique<signature_builder>(job.spec);
+    b->reset();
+    auto info = cache.add_prefix(req.block_hashes, *b);
+    if (info.ok()) {
+      out->covered = info->with_counts;
+      if (info->with_counts > 0) b->finish(out->sig);
+    } else {
+      out->problem = info.error().message();
+    }
+    return out;
+  }
+  const size_t width = cache.layer_mask().empty()
+                           ? cache.geometry().width()
+                           : cache.layer_mask().size() * cache.geometry().experts;
+  mc.scratch.assign(width, 0);
+  auto info = cache.sum_prefix(req.block_hashes, mc.scratch);
+  if (info.ok()) out->covered = info->with_counts;
+  return out;
+}
+
+std::string ingest_metrics_text(const sigcache_state& st) {
+  std::string out;
+  out += "# HELP eldr_ingest_messages_total Publisher messages applied to the signature cache.\n";
+  out += "# TYPE eldr_ingest_messages_total counter\n";
+  std::string gaps =
+      "# HELP eldr_ingest_gaps_total Sequence gaps seen per publisher.\n"
+      "# TYPE eldr_ingest_gaps_total counter\n";
+  std::string drops =
+      "# HELP eldr_ingest_dropped_total Publisher messages dropped, per cause.\n"
+      "# TYPE eldr_ingest_dropped_total counter\n";
+  std::string blocks =
+      "# HELP eldr_sigcache_blocks Blocks held by the signature cache.\n"
+      "# TYPE eldr_sigcache_blocks gauge\n";
+  for (size_t m = 0; m < st.models.size(); ++m) {
+    const auto& mc = st.models[m];
+    const auto& model = st.ctx->config.models[m].name;
+    auto emit = [&](const std::vector<publisher_metrics>& pubs, const char* kind) {
+      for (const auto& p : pubs) {
+        const std::string labels =
+            "{model=\"" + model + "\",publisher=\"" + p.name + "\",kind=\"" + kind + "\"}";
+        out += "eldr_ingest_messages_total" + labels + " " + std::to_string(p.messages) + "\n";
+        gaps += "eldr_ingest_gaps_total" + labels + " " + std::to_string(p.gaps) + "\n";
+        for (size_t c = 0; c < drop_cause_count; ++c) {
+          if (p.dropped[c] == 0) continue;
+          drops += "eldr_ingest_dropped_total{model=\"" + model + "\",publisher=\"" + p.name +
+                   "\",cause=\"" + to_string(static_cast<drop_cause>(c)) + "\"} " +
+                   std::to_string(p.dropped[c]) + "\n";
+        }
+      }
+    };
+    emit(mc.events->kv_metrics(), "kv");
+    emit(mc.events->counts_metrics(), "counts");
+    blocks += "eldr_sigcache_blocks{model=\"" + model + "\"} " +
+              std::to_string(mc.cache->stats().blocks) + "\n";
+  }
+  return out + gaps + drops + blocks;
+}
+
+using cache_list = std::shared_ptr<std::vector<std::unique_ptr<signature_cache>>>;
+
+caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, cache_list caches) {
+  self->state.ctx = ctx;
+  for (auto& c : *caches) {
+    model_cache mc;
+    mc.events = std::make_unique<ingest>(*c);
+    mc.cache = std::move(c);
+    self->state.models.push_back(std::move(mc));
+  }
+  // A stopping node commits what is staged: counts acknowledged to nobody yet would otherwise be
+  // lost at every clean restart.
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    for (auto& mc : self->state.models)
+      if (auto s = mc.events->commit(); !s.ok())
+        spdlog::error("signature cache commit at exit failed: {}", s.to_string());
+    self->quit(msg.reason);
+  });
+  const auto interval = std::chrono::milliseconds(ctx->config.commit_interval_ms);
+  self->delayed_send(self, interval, commit_atom::value);
+  return {
+      [=](sign_atom, sign_job_ptr job) -> sign_result_ptr {
+        return sign(self->state.models.at(job->model), *job);
+      },
+      [=](subscribe_atom, uint32_t model, std::string endpoint, bool counts) {
+        auto& st = self->state;
+        if (model >= st.models.size()) return;
+        const uint32_t id = st.ctx->edge->subscribe(endpoint);
+        if (st.subscriptions.count(id)) return;  // already following this publisher
+        auto& ev = *st.models[model].events;
+        const uint32_t p =
+            counts ? ev.add_counts_publisher(endpoint) : ev.add_kv_publisher(endpoint);
+        st.subscriptions[id] = subscription{model, counts, p};
+      },
+      [=](publisher_atom, publisher_frames_ptr f) {
+        auto& st = self->state;
+        auto it = st.subscriptions.find(f->subscription);
+        if (it == st.subscriptions.end()) {
+          ++st.unknown_subscription;
+          return;
+        }
+        st.frames.clear();
+        for (const auto& fr : f->frames)
+          st.frames.emplace_back(fr.data(), fr.size());
+        auto& mc = st.models[it->second.model];
+        mc.dirty = true;
+        auto& ev = *mc.events;
+        if (it->second.counts)
+          ev.on_counts_message(it->second.publisher, st.frames);
+        else
+          ev.on_kv_message(it->second.publisher, st.frames);
+      },
+      [=](commit_atom) {
+        auto& st = self->state;
+        const int64_t now = st.ctx->now_ms();
+        for (size_t m = 0; m < st.models.size(); ++m) {
+          auto& mc = st.models[m];
+          // Idle stores write nothing; grace periods still expire once a second.
+          if (!mc.dirty && now - mc.last_expire_ms < 1000) continue;
+          mc.dirty = false;
+          mc.last_expire_ms = now;
+          if (auto s = mc.events->commit(); !s.ok()) {
+            ++st.commit_errors;
+            spdlog::error("model {}: signature cache commit failed: {}",
+                          st.ctx->config.models[m].name, s.to_string());
+          }
+        }
+        st.ctx->metrics->set_section("ingest", ingest_metrics_text(st));
+        self->delayed_send(self, std::chrono::milliseconds(st.ctx->config.commit_interval_ms),
+                           commit_atom::value);
+      },
+      // A new epoch: newest stored + 1, so epochs only grow whatever the file says.
+      [=](store_set_atom, uint32_t model, stored_set_ptr s) -> caf::result<uint64_t> {
+        auto& st = self->state;
+        if (model >= st.models.size()) return caf::sec::invalid_argument;
+        auto& cache = *st.models[model].cache;
+        uint64_t epoch = 1;
+        for (uint64_t e : cache.centroid_epochs())
+          epoch = std::max(epoch, e + 1);
+        centroid_file f = s->file;
+        f.epoch = epoch;
+        if (auto w = cache.put_centroid_set(epoch, encode_centroid_file(f)); !w.ok())
+          return caf::make_error(caf::sec::runtime_error, w.to_string());
+        return epoch;
+      },
+      // A stored epoch, made current.
+      [=](load_set_atom, uint32_t model, uint64_t epoch) -> caf::result<stored_set_ptr> {
+        auto& st = self->state;
+        if (model >= st.models.size()) return caf::sec::invalid_argument;
+        auto& cache = *st.models[model].cache;
+        auto bytes = cache.centroid_set(epoch);
+        if (!bytes.ok())
+          return caf::make_error(caf::sec::runtime_error,
+                                 "epoch " + std::to_string(epoch) + " is not stored");
+        auto f = parse_centroid_file(*bytes, "stored epoch " + std::to_string(epoch));
+        if (!f.ok()) return caf::make_error(caf::sec::runtime_error, f.error().to_string());
+        if (auto r = cache.rollback_to(epoch); !r.ok())
+          return caf::make_error(caf::sec::runtime_error, r.to_string());
+        return stored_set_ptr(std::make_shared<const stored_set>(stored_set{epoch, std::move(*f)}));
+      },
+      [=](history_atom, uint32_t model) -> std::vector<uint64_t> {
+        auto& st = self->state;
+        if (model >= st.models.size()) return {};
+        return st.models[model].cache->centroid_epochs();
+      },
+      [=](cache_stats_atom) -> std::string {
+        auto& st = self->state;
+        nlohmann::json out = nlohmann::json::array();
+        for (size_t m = 0; m < st.models.size(); ++m) {
+          const auto& mc = st.models[m];
+          const auto s = mc.cache->stats();
+          out.push_back(
+              {{"model", st.ctx->config.models[m].name},
+               {"blocks", s.blocks},
+               {"blocks_with_counts", s.blocks_with_counts},
+               {"holders", s.holders},
+               {"commits", s.commits},
+               {"counts_refused", mc.counts_refused},
+               {"signed_requests", mc.signed_requests},
+               {"publishers", mc.events->kv_metrics().size() + mc.events->counts_metrics().size()},
+               {"ingest", nlohmann::json::parse(mc.events->metrics_json(), nullptr, false)}});
+        }
+        return out.dump();
+      },
+      [=](admin_atom, admin_job_ptr job) {
+        auto& st = self->state;
+        // centroids.export {model, epoch?}
+        const auto& args = job->request.args;
+        const std::string model = string_arg(args, "model").value_or("");
+        uint32_t index = 0;
+        while (index < st.ctx->config.models.size() && st.ctx->config.models[index].name != model)
+          ++index;
+        if (index == st.ctx->config.models.size())
+          return answer_admin_error(*st.ctx, *job, route_error_code::unknown_model,
+                                    "no model named '" + model + "'");
+        auto& cache = *st.models[index].cache;
+        uint64_t epoch = 0;
+        if (args.contains("epoch") && args["epoch"].is_number_unsigned()) {
+          epoch = args["epoch"].get<uint64_t>();
+        } else {
+          auto cur = cache.current_epoch();
+          if (!cur.ok())
+            return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+                                      "model '" + model + "' has no centroid set");
+          epoch = *cur;
+        }
+        auto bytes = cache.centroid_set(epoch);
+        if (!bytes.ok())
+          return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+                                    "epoch " + std::to_string(epoch) + " is not stored");
+        answer_admin(*st.ctx, *job, nlohmann::json::binary(std::move(*bytes)));
+      },
+  };
+}
+
+}  // namespace
+
+result<std::vector<std::unique_ptr<signature_cache>>> open_model_caches(const node_config& config) {
+  std::vector<std::unique_ptr<signature_cache>> out;
+  for (const auto& m : config.models) {
+    const auto dir = std::filesystem::path(config.data_dir) / "models" / m.name;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return status::io_error("cannot create " + dir.string() + ": " + ec.message());
+    signature_cache_options o;
+    o.memory_cache_bytes = config.cache_memory_bytes;
+    o.max_blocks = config.cache_max_blocks;
+    o.sync_wal = config.sync_wal;
+    auto c = signature_cache::open(dir.string(), o);
+    if (!c.ok()) return status(c.error().code(), "model " + m.name + ": " + c.error().message());
+    out.push_back(std::move(*c));
+  }
+  return out;
+}
+
+result<std::optional<centroid_file>> stored_current_set(signature_cache& cache,
+                                                        const std::string& model) {
+  auto epoch = cache.current_epoch();
+  if (!epoch.ok()) return std::optional<centroid_file>();
+  auto bytes = cache.centroid_set(*epoch);
+  if (!bytes.ok()) return bytes.error();
+  auto f = parse_centroid_file(*bytes, model + " epoch " + std::to_string(*epoch));
+  if (!f.ok()) return f.error();
+  f->epoch = *epoch;
+  return std::optional<centroid_file>(std::move(*f));
+}
+
+caf::actor spawn_sigcache(caf::actor_system& sys, node_context_ptr ctx,
+                          std::vector<std::unique_ptr<signature_cache>> caches, bool detached) {
+  // CAF copies spawn arguments: the move-only caches travel in a shared holder.
+  auto holder = std::make_shared<std::vector<std::unique_ptr<signature_cache>>>(std::move(caches));
+  if (!detached) return sys.spawn(sigcache_behavior, std::move(ctx), holder);
+  return sys.spawn<caf::detached>(sigcache_behavior, std::move(ctx), holder);
+}
+
+}  // namespace eldr

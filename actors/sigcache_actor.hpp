@@ -1,0 +1,34 @@
+// sigcache_actor: hosts the signature cache of every model of the node (storage/signature_cache,
+// one RocksDB database per model) and its ingest of vLLM KV events and counts messages, on its own
+// thread (a detached actor: RocksDB calls block).
+//
+// It signs route requests for the router: stores the counts the request carries (the blocks its
+// prefill computed), then sums the counts of all its blocks -- prefix hits come from the cache --
+// into a signature under the router's spec. Ingested events and stored counts are group-committed
+// every commit_interval_ms, and the centroid history (epochs) lives in the same databases.
+#pragma once
+
+#include <caf/all.hpp>
+#include <memory>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "actors/node_context.hpp"
+#include "storage/signature_cache.hpp"
+
+namespace eldr {
+
+// Opens the cache of every configured model under <data_dir>/models/<name>. Errors name the
+// model and RocksDB's reason.
+result<std::vector<std::unique_ptr<signature_cache>>> open_model_caches(const node_config& config);
+
+// The stored current centroid set of one cache, if any (warm restart).
+result<std::optional<centroid_file>> stored_current_set(signature_cache& cache,
+                                                        const std::string& model);
+
+// `detached` (the node): own thread. Tests under CAF's testing scheduler pass false.
+caf::actor spawn_sigcache(caf::actor_system& sys, node_context_ptr ctx,
+                          std::vector<std::unique_ptr<signature_cache>> caches,
+                          bool detached = true);
+
+}  // namespace eldr

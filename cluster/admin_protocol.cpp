@@ -1,0 +1,490 @@
+// admin_protocol: see admin_protocol.hpp and docs/protocol.md, section 5.
+//
+// Argument and result values are converted between MessagePack and nlohmann::json here, with core's
+// bounds-checked reader, rather than with nlohmann's from_msgpack: the conversion is bounded in
+// depth (its recursion is at most max_depth deep), in values (max_values) and in bytes (the
+// payload limit), checks UTF-8, and cannot throw.
+#include "cluster/admin_protocol.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <string_view>
+#include <utility>
+
+#include "core/msgpack.hpp"
+
+namespace eldr {
+namespace {
+
+using msgpack::item;
+using msgpack::kind;
+using msgpack::reader;
+using nlohmann::json;
+
+constexpr std::string_view request_type = "admin_request";
+constexpr std::string_view reply_type = "admin_reply";
+constexpr uint32_t max_type_bytes = 64;
+
+std::string join(std::string_view a, std::string_view b) {
+  std::string s(a);
+  s += b;
+  return s;
+}
+
+std::string field(std::string_view type, std::string_view name) {
+  std::string s(type);
+  s += '.';
+  s += name;
+  return s;
+}
+
+status at(std::string_view what, const status& s) {
+  return {s.code(), join(what, ": ") + s.message()};
+}
+
+status next_of(reader& r, kind want, std::string_view what, item& it) {
+  if (status s = r.next(it); !s.ok()) return at(what, s);
+  if (it.type != want)
+    return status::invalid_argument(join(what, ": expected ") + msgpack::to_string(want) +
+                                    ", found " + msgpack::to_string(it.type));
+  return {};
+}
+
+status read_string(reader& r, std::string_view what, uint32_t max_bytes, std::string& out) {
+  item it;
+  if (status s = next_of(r, kind::str, what, it); !s.ok()) return s;
+  if (it.length > max_bytes)
+    return status::out_of_range(join(what, ": ") + std::to_string(it.length) + " bytes, limit " +
+                                std::to_string(max_bytes));
+  out.assign(it.str());
+  return {};
+}
+
+status read_u32(reader& r, std::string_view what, uint32_t& out) {
+  item it;
+  if (status s = next_of(r, kind::positive_int, what, it); !s.ok()) return s;
+  if (it.uint_value > UINT32_MAX) return status::invalid_argument(join(what, ": exceeds 2^32-1"));
+  out = static_cast<uint32_t>(it.uint_value);
+  return {};
+}
+
+bool take_nil(reader& r) {
+  item it;
+  if (!r.peek(it).ok() || it.type != kind::nil) return false;
+  (void)r.skip();
+  return true;
+}
+
+status missing(std::string_view type, std::string_view name) {
+  return status::invalid_argument(field(type, name) + ": missing");
+}
+
+// True when s is well-formed UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF).
+bool valid_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    unsigned lo = 0x80, hi = 0xbf;  // allowed range of the second byte
+    if (c >= 0xc2 && c <= 0xdf) {
+      len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      len = 3;
+      if (c == 0xe0) lo = 0xa0;
+      if (c == 0xed) hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      len = 4;
+      if (c == 0xf0) lo = 0x90;
+      if (c == 0xf4) hi = 0x8f;
+    } else {
+      return false;
+    }
+    if (n - i < len) return false;
+    if (p[i + 1] < lo || p[i + 1] > hi) return false;
+    for (size_t k = 2; k < len; ++k)
+      if ((p[i + k] & 0xc0) != 0x80) return false;
+    i += len;
+  }
+  return true;
+}
+
+// Where a value sits in args / result, rendered only for an error message: a chain of frames on
+// the stack of the recursive conversion ("admin_request.args.model", "...layers[3]").
+struct path {
+  const path* parent = nullptr;
+  std::string_view root;  // set on the outermost frame only
+  std::string_view key;   // a map member ...
+  int64_t index = -1;     // ... or an array element
+
+  std::string str() const {
+    std::string s = parent ? parent->str() : std::string(root);
+    if (index >= 0)
+      s += "[" + std::to_string(index) + "]";
+    else if (parent)
+      s += "." + std::string(key);
+    return s;
+  }
+};
+
+// Converts the next MessagePack value into out. depth counts the containers this value sits in;
+// values counts every value converted so far, against the limit.
+status to_json(reader& r, const admin_protocol_limits& limits, const path& where, uint32_t depth,
+               uint64_t& values, json& out) {
+  if (++values > limits.max_values)
+    return status::out_of_range(where.str() + ": more than " + std::to_string(limits.max_values) +
+                                " values");
+  item it;
+  if (status s = r.next(it); !s.ok()) return at(where.str(), s);
+  switch (it.type) {
+    case kind::nil:
+      out = nullptr;
+      return {};
+    case kind::boolean:
+      out = it.boolean;
+      return {};
+    case kind::positive_int:
+      out = it.uint_value;
+      return {};
+    case kind::negative_int:
+      out = it.int_value;
+      return {};
+    case kind::float32:
+    case kind::float64:
+      out = it.float_value;
+      return {};
+    case kind::str:
+      if (!valid_utf8(it.str())) return status::invalid_argument(where.str() + ": invalid UTF-8");
+      out = std::string(it.str());
+      return {};
+    case kind::bin:
+      out = json::binary(json::binary_t::container_type(it.bytes().begin(), it.bytes().end()));
+      return {};
+    case kind::ext:
+      // The ext type's bit pattern as the subtype, as nlohmann's own MessagePack codec does.
+      out = json::binary(json::binary_t::container_type(it.bytes().begin(), it.bytes().end()),
+                         static_cast<uint8_t>(it.ext_type));
+      return {};
+    case kind::array:
+    case kind::map:
+      break;
+  }
+  if (depth + 1 > limits.max_depth)
+    return status::out_of_range(where.str() + ": nested deeper than " +
+                                std::to_string(limits.max_depth));
+  // Every element (every map value) is at least one value: refuse before reserving.
+  const uint64_t elements = it.length;
+  if (elements > limits.max_values - std::min<uint64_t>(values, limits.max_values))
+    return status::out_of_range(where.str() + ": " + std::to_string(elements) +
+                                " elements exceed the limit of " +
+                                std::to_string(limits.max_values) + " values");
+  if (it.type == kind::array) {
+    out = json::array();
+    auto& a = out.get_ref<json::array_t&>();
+    a.reserve(it.length);  // <= the bytes left, and within max_values
+    for (uint32_t i = 0; i < it.length; ++i) {
+      const path child{&where, {}, {}, static_cast<int64_t>(i)};
+      a.emplace_back();
+      if (status s = to_json(r, limits, child, depth + 1, values, a.back()); !s.ok()) return s;
+    }
+    return {};
+  }
+  out = json::object();
+  auto& o = out.get_ref<json::object_t&>();
+  for (uint32_t i = 0; i < it.length; ++i) {
+    item key;
+    if (status s = next_of(r, kind::str, where.str() + " key", key); !s.ok()) return s;
+    if (!valid_utf8(key.str()))
+      return status::invalid_argument(where.str() + " key: invalid UTF-8");
+    const path child{&where, {}, key.str(), -1};
+    json v;
+    if (status s = to_json(r, limits, child, depth + 1, values, v); !s.ok()) return s;
+    o[std::string(key.str())] = std::move(v);  // a repeated key: the last one wins
+  }
+  return {};
+}
+
+// Reads one value that must be a map (args).
+status to_json_map(reader& r, const admin_protocol_limits& limits, std::string_view what,
+                   json& out) {
+  item it;
+  if (status s = r.peek(it); !s.ok()) return at(what, s);
+  if (it.type != kind::map)
+    return status::invalid_argument(join(what, ": expected map, found ") +
+                                    msgpack::to_string(it.type));
+  const path root{nullptr, what, {}, -1};
+  uint64_t values = 0;
+  return to_json(r, limits, root, 0, values, out);
+}
+
+status to_json_value(reader& r, const admin_protocol_limits& limits, std::string_view what,
+                     json& out) {
+  const path root{nullptr, what, {}, -1};
+  uint64_t values = 0;
+  return to_json(r, limits, root, 0, values, out);
+}
+
+void write_json(msgpack::writer& w, const json& j) {
+  switch (j.type()) {
+    case json::value_t::null:
+    case json::value_t::discarded:
+      w.write_nil();
+      return;
+    case json::value_t::boolean:
+      w.write_bool(j.get<bool>());
+      return;
+    case json::value_t::number_integer:
+      w.write_int(j.get<int64_t>());
+      return;
+    case json::value_t::number_unsigned:
+      w.write_uint(j.get<uint64_t>());
+      return;
+    case json::value_t::number_float:
+      w.write_float64(j.get<double>());
+      return;
+    case json::value_t::string:
+      w.write_str(j.get_ref<const std::string&>());
+      return;
+    case json::value_t::binary: {
+      const auto& b = j.get_binary();
+      if (b.has_subtype())
+        w.write_ext(static_cast<int8_t>(static_cast<uint8_t>(b.subtype())), b);
+      else
+        w.write_bin(b);
+      return;
+    }
+    case json::value_t::array:
+      w.write_array_header(static_cast<uint32_t>(j.size()));
+      for (const json& e : j)
+        write_json(w, e);
+      return;
+    case json::value_t::object:
+      w.write_map_header(static_cast<uint32_t>(j.size()));
+      for (const auto& [k, v] : j.items()) {
+        w.write_str(k);
+        write_json(w, v);
+      }
+      return;
+  }
+  w.write_nil();
+}
+
+// As worker_protocol.cpp: a first pass checks the structure, the version and the type; the second
+// hands the fields to on_field(key, reader, known).
+template <class F>
+status decode_envelope(std::span<const uint8_t> payload, const admin_protocol_limits& limits,
+                       std::string_view type, F&& on_field) {
+  if (payload.size() > limits.max_payload_bytes)
+    return status::out_of_range(join(type, ": payload of ") + std::to_string(payload.size()) +
+                                " bytes, limit " + std::to_string(limits.max_payload_bytes));
+  reader r(payload.data(), payload.size());
+  item top;
+  if (status s = next_of(r, kind::map, type, top); !s.ok()) return s;
+  const size_t fields_at = r.offset();
+  bool have_version = false, have_type = false;
+  const std::string key_what = join(type, " key");
+  for (uint32_t i = 0; i < top.length; ++i) {
+    item key;
+    if (status s = next_of(r, kind::str, key_what, key); !s.ok()) return s;
+    if (key.str() == "version") {
+      uint32_t v = 0;
+      if (status s = read_u32(r, field(type, "version"), v); !s.ok()) return s;
+      if (v != admin_protocol_version)
+        return status::failed_precondition(field(type, "version: ") + std::to_string(v) +
+                                           ", this build reads " +
+                                           std::to_string(admin_protocol_version));
+      have_version = true;
+    } else if (key.str() == "type") {
+      std::string t;
+      if (status s = read_string(r, field(type, "type"), max_type_bytes, t); !s.ok()) return s;
+      if (t != type) return status::not_found(field(type, "type: \"") + t + "\"");
+      have_type = true;
+    } else if (status s = r.skip(); !s.ok()) {
+      return at(field(type, key.str()), s);
+    }
+  }
+  if (!r.at_end()) return status::corrupt(join(type, ": trailing bytes after the message"));
+  if (!have_version) return status::invalid_argument(field(type, "version: missing"));
+  if (!have_type) return status::invalid_argument(field(type, "type: missing"));
+
+  r.seek(fields_at);
+  for (uint32_t i = 0; i < top.length; ++i) {
+    const std::string_view key = *r.read_str();
+    bool known = false;
+    if (key != "version" && key != "type") {
+      if (status s = on_field(key, r, known); !s.ok()) return s;
+    }
+    if (!known) (void)r.skip();
+  }
+  return {};
+}
+
+void write_envelope(msgpack::writer& w, uint32_t fields, std::string_view type) {
+  w.write_map_header(fields + 2);
+  w.write_str("version");
+  w.write_uint(admin_protocol_version);
+  w.write_str("type");
+  w.write_str(type);
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode_admin_request(const admin_request& m) {
+  std::vector<uint8_t> out;
+  msgpack::writer w(out);
+  write_envelope(w, 2 + (m.id.empty() ? 0 : 1), request_type);
+  if (!m.id.empty()) {
+    w.write_str("id");
+    w.write_str(m.id);
+  }
+  w.write_str("command");
+  w.write_str(m.command);
+  w.write_str("args");
+  if (m.args.is_null())
+    w.write_map_header(0);
+  else
+    write_json(w, m.args);
+  return out;
+}
+
+std::vector<uint8_t> encode_admin_reply(const admin_reply& m) {
+  std::vector<uint8_t> out;
+  msgpack::writer w(out);
+  write_envelope(w, (m.ok ? 2 : 3) + (m.id.empty() ? 0 : 1), reply_type);
+  if (!m.id.empty()) {
+    w.write_str("id");
+    w.write_str(m.id);
+  }
+  w.write_str("ok");
+  w.write_bool(m.ok);
+  if (m.ok) {
+    w.write_str("result");
+    write_json(w, m.result);
+  } else {
+    w.write_str("code");
+    w.write_uint(static_cast<uint8_t>(m.code));
+    w.write_str("error");
+    w.write_str(m.error);
+  }
+  return out;
+}
+
+namespace {
+
+result<admin_request> decode_request(std::span<const uint8_t> payload,
+                                     const admin_protocol_limits& limits) {
+  admin_request m;
+  bool have_command = false;
+  const std::string_view t = request_type;
+  status s = decode_envelope(
+      payload, limits, t, [&](std::string_view key, reader& r, bool& known) -> status {
+        known = true;
+        if (key == "id") {
+          if (take_nil(r)) {
+            m.id.clear();
+            return {};
+          }
+          return read_string(r, field(t, "id"), limits.max_id_bytes, m.id);
+        }
+        if (key == "command") {
+          have_command = true;
+          if (status e = read_string(r, field(t, "command"), limits.max_command_bytes, m.command);
+              !e.ok())
+            return e;
+          if (m.command.empty()) return status::invalid_argument(field(t, "command: empty"));
+          if (!valid_utf8(m.command))
+            return status::invalid_argument(field(t, "command: invalid UTF-8"));
+          return {};
+        }
+        if (key == "args") {
+          if (take_nil(r)) {
+            m.args = json::object();
+            return {};
+          }
+          return to_json_map(r, limits, field(t, "args"), m.args);
+        }
+        known = false;
+        return {};
+      });
+  if (!s.ok()) return s;
+  if (!have_command) return missing(t, "command");
+  return m;
+}
+
+result<admin_reply> decode_reply(std::span<const uint8_t> payload,
+                                 const admin_protocol_limits& limits) {
+  admin_reply m;
+  bool have_ok = false, have_code = false;
+  const std::string_view t = reply_type;
+  status s = decode_envelope(
+      payload, limits, t, [&](std::string_view key, reader& r, bool& known) -> status {
+        known = true;
+        if (key == "id") {
+          if (take_nil(r)) {
+            m.id.clear();
+            return {};
+          }
+          return read_string(r, field(t, "id"), limits.max_id_bytes, m.id);
+        }
+        if (key == "ok") {
+          have_ok = true;
+          item b;
+          if (status e = next_of(r, kind::boolean, field(t, "ok"), b); !e.ok()) return e;
+          m.ok = b.boolean;
+          return {};
+        }
+        if (key == "result") return to_json_value(r, limits, field(t, "result"), m.result);
+        if (key == "code") {
+          if (take_nil(r)) return {};
+          uint32_t code = 0;
+          if (status e = read_u32(r, field(t, "code"), code); !e.ok()) return e;
+          // Unknown values below 256 are kept (to_string says "unknown"), as in error_reply.
+          if (code > UINT8_MAX) return status::invalid_argument(field(t, "code: exceeds 255"));
+          m.code = static_cast<route_error_code>(code);
+          have_code = true;
+          return {};
+        }
+        if (key == "error") {
+          if (take_nil(r)) {
+            m.error.clear();
+            return {};
+          }
+          return read_string(r, field(t, "error"), limits.max_error_bytes, m.error);
+        }
+        known = false;
+        return {};
+      });
+  if (!s.ok()) return s;
+  if (!have_ok) return missing(t, "ok");
+  if (!m.ok && !have_code) return missing(t, "code");
+  return m;
+}
+
+}  // namespace
+
+// The conversions above throw nothing but std::bad_alloc (json values are built only from checked
+// items); the catch keeps even that inside the status contract.
+result<admin_request> decode_admin_request(std::span<const uint8_t> payload,
+                                           const admin_protocol_limits& limits) {
+  try {
+    return decode_request(payload, limits);
+  } catch (const std::exception& e) {
+    return status::out_of_range(std::string("admin_request: ") + e.what());
+  }
+}
+
+result<admin_reply> decode_admin_reply(std::span<const uint8_t> payload,
+                                       const admin_protocol_limits& limits) {
+  try {
+    return decode_reply(payload, limits);
+  } catch (const std::exception& e) {
+    return status::out_of_range(std::string("admin_reply: ") + e.what());
+  }
+}
+
+}  // namespace eldr

@@ -1,0 +1,69 @@
+// metrics_http: a minimal HTTP/1.1 server for Prometheus scrapes -- GET /metrics (text exposition
+// format 0.0.4) and GET /healthz ("ok") -- so that eldr-node needs no HTTP library.
+//
+// One background thread multiplexes the listening socket and every connection with poll(). It is
+// built to survive hostile or broken clients without growing memory or stalling other clients:
+//   - a request (request line + headers) larger than 8 KiB is answered 431 and closed;
+//   - a connection that has not sent a complete request within 2 s is closed; a response not
+//     written within 10 s is abandoned;
+//   - at most 64 connections are kept; a new one evicts the oldest.
+// Every response carries "Connection: close" (one request per connection: Prometheus reconnects
+// cheaply, and it keeps the state machine small). Answers: 200 for GET/HEAD of /metrics and
+// /healthz (a query string is ignored), 404 for another path, 405 for another method, 400 for
+// anything that is not an HTTP/1.x request line.
+//
+// Thread safety: start() and the destructor from one thread; render() is called on the server's
+// thread, one call at a time, so it must be safe to run concurrently with the rest of the program.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "core/status.hpp"
+
+namespace eldr {
+
+// "host:port" split and checked: host non-empty (a name, an IPv4 address or a bracketed IPv6
+// address such as "[::1]", brackets removed in `host`), port decimal 0..65535. Shared with the
+// node configuration so that what validates there is exactly what start() accepts.
+struct host_port {
+  std::string host;
+  uint16_t port = 0;
+};
+result<host_port> parse_host_port(std::string_view text);
+
+// The content type of Prometheus' text exposition format, sent with /metrics.
+inline constexpr std::string_view prometheus_content_type =
+    "text/plain; version=0.0.4; charset=utf-8";
+
+class metrics_http_server {
+ public:
+  // The whole /metrics body, in Prometheus text format. An exception escaping it is answered 500.
+  using render_fn = std::function<std::string()>;
+
+  // Binds `address` ("127.0.0.1:9700"; port 0 picks a free port, see port()), listens and starts
+  // the server thread. Errors: invalid_argument (malformed address, empty render), io_error (the
+  // name does not resolve, or socket/bind/listen fail -- e.g. the port is taken), naming the
+  // address and the OS's reason.
+  static result<std::unique_ptr<metrics_http_server>> start(const std::string& address,
+                                                            render_fn render);
+
+  // Stops the thread (wakes its poll(); no waiting on timeouts), closes every socket.
+  ~metrics_http_server();
+  metrics_http_server(const metrics_http_server&) = delete;
+  metrics_http_server& operator=(const metrics_http_server&) = delete;
+
+  // The port actually bound: the configured one, or the one the OS picked for port 0.
+  uint16_t port() const;
+
+  struct impl;
+
+ private:
+  explicit metrics_http_server(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace eldr

@@ -1,0 +1,546 @@
+// node_config: see node_config.hpp; the file format is documented in docs/configuration.md.
+#include "cluster/node_config.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <initializer_list>
+#include <iterator>
+#include <limits>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "cluster/metrics_http.hpp"
+#include "core/file_io.hpp"
+#include "core/routing.hpp"
+
+// toml++ is used header-only in this translation unit, without exceptions (parse() returns a
+// parse_result). Debian's libtomlplusplus.so is built with exceptions (namespace toml::v3::ex),
+// so linking it would not provide the noex API; header-only keeps us independent of how the
+// shared library was built. Its headers are third-party code: their warnings are not ours.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wshadow"
+#pragma GCC diagnostic ignored "-Wold-style-cast"
+#pragma GCC diagnostic ignored "-Wcast-align"
+#pragma GCC diagnostic ignored "-Woverloaded-virtual"
+#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
+#define TOML_HEADER_ONLY 1
+#define TOML_EXCEPTIONS 0
+#define TOML_ENABLE_FORMATTERS 0
+// toml++ 3.3.0 (Debian 12) checks a parse_key() precondition with TOML_ASSERT_ASSUME, which a
+// malformed table header such as "[=a]" or "[[[1]]]" breaks: debug builds abort on it, and clang
+// release builds compile it to __builtin_assume -- undefined behaviour on a user's typo. Without
+// the check the parser reports an ordinary syntax error (fixed upstream in tomlplusplus PR #301),
+// so the macro is made a no-op before the parser is compiled.
+#include <toml++/impl/preprocessor.h>
+#undef TOML_ASSERT_ASSUME
+#define TOML_ASSERT_ASSUME(expr) static_assert(true)
+#include <toml++/toml.h>
+#pragma GCC diagnostic pop
+
+namespace eldr {
+namespace {
+
+constexpr size_t max_model_name_bytes = 256;
+constexpr uint64_t max_config_file_bytes = uint64_t{16} << 20;  // a typo'd path to a huge file
+
+constexpr std::string_view known_roles[] = {"router", "signature-cache", "load-monitor", "refit"};
+constexpr std::string_view known_log_levels[] = {"trace", "debug", "info", "warn", "error", "off"};
+
+std::string quoted(std::string_view s) {
+  return "\"" + std::string(s) + "\"";
+}
+
+// Shortest text that reads back as the same value ("-0.5", not "-0.500000").
+template <class F>
+std::string number_text(F value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value < 0 ? "-inf" : "inf";
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, value);
+  return std::string(buf, r.ptr);
+}
+
+// "a, b, c", for the lists of valid values in messages.
+template <class Range>
+std::string joined(const Range& items) {
+  std::string out;
+  for (std::string_view s : items)
+    out += (out.empty() ? "" : ", ") + std::string(s);
+  return out;
+}
+
+// Edit distance, to suggest the key a typo meant ("tua" -> "tau").
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+const char* type_name(toml::node_type t) {
+  switch (t) {
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a float";
+    case toml::node_type::boolean:
+      return "a boolean";
+    case toml::node_type::date:
+      return "a date";
+    case toml::node_type::time:
+      return "a time";
+    case toml::node_type::date_time:
+      return "a date-time";
+    case toml::node_type::none:
+      break;
+  }
+  return "nothing";
+}
+
+status wrong_type(const std::string& key, const char* expected, const toml::node& n) {
+  return status::invalid_argument(key + ": expected " + expected + ", got " + type_name(n.type()));
+}
+
+// Conversions from one TOML value to one field. Integers must fit the field's type exactly:
+// never wrapped, never clamped.
+status convert(const toml::node& n, const std::string& key, std::string& out) {
+  const auto* v = n.as_string();
+  if (v == nullptr) return wrong_type(key, "a string", n);
+  // Strings become paths and endpoints, which C APIs would silently truncate at a NUL.
+  if (v->get().find('\0') != std::string::npos)
+    return status::invalid_argument(key + ": must not contain a NUL character");
+  out = v->get();
+  return {};
+}
+
+status convert(const toml::node& n, const std::string& key, bool& out) {
+  const auto* v = n.as_boolean();
+  if (v == nullptr) return wrong_type(key, "a boolean (true or false)", n);
+  out = v->get();
+  return {};
+}
+
+template <class Int>
+status convert_integer(const toml::node& n, const std::string& key, Int& out,
+                       const char* type_text) {
+  const auto* v = n.as_integer();
+  if (v == nullptr) return wrong_type(key, "an integer", n);
+  const int64_t x = v->get();
+  if (!std::in_range<Int>(x))
+    return status::invalid_argument(key + ": out of range for " + type_text + " (" +
+                                    std::to_string(std::numeric_limits<Int>::min()) + ".." +
+                                    std::to_string(std::numeric_limits<Int>::max()) + "), got " +
+                                    std::to_string(x));
+  out = static_cast<Int>(x);
+  return {};
+}
+status convert(const toml::node& n, const std::string& key, uint32_t& out) {
+  return convert_integer(n, key, out, "an unsigned 32-bit integer");
+}
+status convert(const toml::node& n, const std::string& key, uint64_t& out) {
+  return convert_integer(n, key, out, "an unsigned 64-bit integer");
+}
+status convert(const toml::node& n, const std::string& key, int64_t& out) {
+  return convert_integer(n, key, out, "a 64-bit integer");
+}
+
+// Floats accept integers too ("tau = 0" is not a type error worth stopping a node for).
+status convert(const toml::node& n, const std::string& key, double& out) {
+  if (const auto* f = n.as_floating_point()) {
+    out = f->get();
+  } else if (const auto* i = n.as_integer()) {
+    out = static_cast<double>(i->get());
+  } else {
+    return wrong_type(key, "a number", n);
+  }
+  return {};
+}
+status convert(const toml::node& n, const std::string& key, float& out) {
+  double d = 0;
+  if (status s = convert(n, key, d); !s.ok()) return s;
+  if (std::isfinite(d) && std::abs(d) > std::numeric_limits<float>::max())
+    return status::invalid_argument(key + ": out of range for a 32-bit float, got " +
+                                    number_text(d));
+  out = static_cast<float>(d);  // nan and inf stay so; validation refuses them by name
+  return {};
+}
+
+status convert(const toml::node& n, const std::string& key, std::vector<std::string>& out) {
+  const auto* a = n.as_array();
+  if (a == nullptr) return wrong_type(key, "an array of strings", n);
+  std::vector<std::string> values(a->size());
+  for (size_t i = 0; i < a->size(); ++i)
+    if (status s = convert((*a)[i], key + "[" + std::to_string(i) + "]", values[i]); !s.ok())
+      return s;
+  out = std::move(values);
+  return {};
+}
+
+// The first error of a sequence of steps; later steps still run but cannot replace it, which
+// keeps the reading code a flat list of fields.
+class first_error {
+ public:
+  void operator()(status s) {
+    if (first_.ok() && !s.ok()) first_ = std::move(s);
+  }
+  const status& get() const { return first_; }
+
+ private:
+  status first_;
+};
+
+// One TOML table being read: `path` names it in errors ("runtime", "models[1]").
+class table_reader {
+ public:
+  table_reader(const toml::table& t, std::string path) : table_(t), path_(std::move(path)) {}
+
+  std::string key_path(std::string_view key) const {
+    return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  }
+
+  // Every key of the table must be one of `known`: a typo is an error, not a silent default.
+  status check_known(std::initializer_list<std::string_view> known) const {
+    for (const auto& [k, v] : table_) {
+      const std::string_view key = k.str();
+      if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+      std::string message = key_path(key) + (v.is_table() ? ": unknown table" : ": unknown key");
+      const auto closest = std::min_element(known.begin(), known.end(), [&](auto a, auto b) {
+        return edit_distance(key, a) < edit_distance(key, b);
+      });
+      if (closest != known.end() && edit_distance(key, *closest) <= 2)
+        message += " (did you mean " + key_path(*closest) + "?)";
+      else
+        message += "; valid: " + joined(known);
+      return status::invalid_argument(message);
+    }
+    return {};
+  }
+
+  // Absent keys leave `out` (its default) untouched.
+  template <class T>
+  status read(std::string_view key, T& out) const {
+    const toml::node* n = table_.get(key);
+    return n == nullptr ? status{} : convert(*n, key_path(key), out);
+  }
+
+ private:
+  const toml::table& table_;
+  std::string path_;
+};
+
+// A sub-table of the root, or nullptr when absent.
+result<const toml::table*> section(const toml::table& root, std::string_view name) {
+  const toml::node* n = root.get(name);
+  if (n == nullptr) return static_cast<const toml::table*>(nullptr);
+  if (!n->is_table()) return wrong_type(std::string(name), "a table", *n);
+  return n->as_table();
+}
+
+status read_model(const toml::table& t, const std::string& path, model_config& m) {
+  const table_reader r(t, path);
+  first_error e;
+  e(r.check_known({"name", "workers", "max_workers", "centroids", "policy", "tau", "widen_single",
+                   "seed", "worker_timeout_ms", "refit_interval_s", "sample_size", "min_sample",
+                   "max_balance_ratio", "score_tolerance", "refit_batch_size", "kv_endpoints",
+                   "counts_endpoints"}));
+  e(r.read("name", m.name));
+  e(r.read("workers", m.workers));
+  e(r.read("max_workers", m.max_workers));
+  e(r.read("centroids", m.centroids));
+  e(r.read("policy", m.policy));
+  e(r.read("tau", m.tau));
+  e(r.read("widen_single", m.widen_single));
+  e(r.read("seed", m.seed));
+  e(r.read("worker_timeout_ms", m.worker_timeout_ms));
+  e(r.read("refit_interval_s", m.refit_interval_s));
+  e(r.read("sample_size", m.sample_size));
+  e(r.read("min_sample", m.min_sample));
+  e(r.read("max_balance_ratio", m.max_balance_ratio));
+  e(r.read("score_tolerance", m.score_tolerance));
+  e(r.read("refit_batch_size", m.refit_batch_size));
+  e(r.read("kv_endpoints", m.kv_endpoints));
+  e(r.read("counts_endpoints", m.counts_endpoints));
+  return e.get();
+}
+
+// Reads the document into `c` (whose fields start at their defaults). Structure and types only;
+// ranges are validate_node_config's.
+status read_document(const toml::table& root, node_config& c) {
+  first_error e;
+  e(table_reader(root, "").check_known(
+      {"node", "endpoints", "limits", "runtime", "signature_cache", "models"}));
+  if (!e.get().ok()) return e.get();
+
+  const auto read_section = [&](std::string_view name, auto&& fill) {
+    auto t = section(root, name);
+    if (!t.ok()) return e(t.error());
+    if (*t != nullptr) fill(table_reader(**t, std::string(name)));
+  };
+  read_section("node", [&](const table_reader& r) {
+    e(r.check_known({"name", "roles", "data_dir"}));
+    e(r.read("name", c.name));
+    e(r.read("roles", c.roles));
+    e(r.read("data_dir", c.data_dir));
+  });
+  read_section("endpoints", [&](const table_reader& r) {
+    e(r.check_known({"route", "worker", "admin", "metrics"}));
+    e(r.read("route", c.route_endpoint));
+    e(r.read("worker", c.worker_endpoint));
+    e(r.read("admin", c.admin_endpoint));
+    e(r.read("metrics", c.metrics_address));
+  });
+  read_section("limits", [&](const table_reader& r) {
+    e(r.check_known({"max_message_bytes", "max_blocks", "max_pending", "max_tracked_requests"}));
+    e(r.read("max_message_bytes", c.max_message_bytes));
+    e(r.read("max_blocks", c.max_blocks));
+    e(r.read("max_pending", c.max_pending));
+    e(r.read("max_tracked_requests", c.max_tracked_requests));
+  });
+  read_section("runtime", [&](const table_reader& r) {
+    e(r.check_known({"threads", "log_level", "explain_history"}));
+    e(r.read("threads", c.threads));
+    e(r.read("log_level", c.log_level));
+    e(r.read("explain_history", c.explain_history));
+  });
+  read_section("signature_cache", [&](const table_reader& r) {
+    e(r.check_known({"memory_bytes", "max_blocks", "sync_wal", "commit_interval_ms"}));
+    e(r.read("memory_bytes", c.cache_memory_bytes));
+    e(r.read("max_blocks", c.cache_max_blocks));
+    e(r.read("sync_wal", c.sync_wal));
+    e(r.read("commit_interval_ms", c.commit_interval_ms));
+  });
+
+  // [[models]]: an array of tables (inline tables in an array are the same thing to TOML).
+  if (const toml::node* n = root.get("models")) {
+    const toml::array* a = n->as_array();
+    if (a == nullptr) {
+      e(wrong_type("models", "an array of tables ([[models]])", *n));
+    } else {
+      c.models.resize(a->size());
+      for (size_t i = 0; i < a->size(); ++i) {
+        const std::string path = "models[" + std::to_string(i) + "]";
+        const toml::table* t = (*a)[i].as_table();
+        if (t == nullptr) {
+          e(wrong_type(path, "a table", (*a)[i]));
+          continue;
+        }
+        e(read_model(*t, path, c.models[i]));
+      }
+    }
+  }
+  return e.get();
+}
+
+bool is_wildcard_port(std::string_view port) {
+  return port == "*" || port == "0";
+}
+
+// Why a ZeroMQ endpoint is unusable, or "" when it is fine. Bind endpoints may ask for a free
+// port ("*" or 0); connect endpoints need a real one.
+std::string endpoint_problem(std::string_view ep, bool bind) {
+  constexpr std::string_view tcp = "tcp://", ipc = "ipc://", inproc = "inproc://";
+  if (ep.starts_with(ipc) || ep.starts_with(inproc)) {
+    const size_t prefix = ep.starts_with(ipc) ? ipc.size() : inproc.size();
+    return ep.size() > prefix ? "" : "has no path or name after the scheme";
+  }
+  if (!ep.starts_with(tcp)) return "must start with tcp://, ipc:// or inproc://";
+  const std::string_view rest = ep.substr(tcp.size());
+  const size_t colon = rest.rfind(':');
+  if (colon == rest.npos || colon == 0) return "must be tcp://host:port";
+  const std::string_view port = rest.substr(colon + 1);
+  if (bind && port == "*") return "";
+  unsigned value = 0;
+  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || value > 65535)
+    return bind ? "port must be a number in 0..65535 or *" : "port must be a number in 1..65535";
+  if (!bind && value == 0) return "port must be a number in 1..65535";
+  return "";
+}
+
+status check_endpoint(const std::string& key, const std::string& ep, bool bind) {
+  const std::string why = endpoint_problem(ep, bind);
+  if (why.empty()) return {};
+  return status::invalid_argument(key + ": " + quoted(ep) + " " + why);
+}
+
+template <class T>
+status at_least(const std::string& key, T value, T min) {
+  if (value >= min) return {};
+  return status::invalid_argument(key + ": must be >= " + std::to_string(min) + ", got " +
+                                  std::to_string(value));
+}
+
+// Finite and >= min: NaN and infinities are refused by name.
+template <class F>
+status finite_at_least(const std::string& key, F value, F min) {
+  if (std::isfinite(value) && value >= min) return {};
+  return status::invalid_argument(key + ": must be finite and >= " + number_text(min) + ", got " +
+                                  number_text(value));
+}
+
+status validate_model(const model_config& m, const std::string& p) {
+  if (m.name.empty()) return status::invalid_argument(p + ".name: must be non-empty");
+  if (m.name.size() > max_model_name_bytes)
+    return status::invalid_argument(p + ".name: longer than " +
+                                    std::to_string(max_model_name_bytes) + " bytes");
+  // Names appear in logs, metrics labels and directory names: no control characters.
+  if (std::any_of(m.name.begin(), m.name.end(),
+                  [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; }))
+    return status::invalid_argument(p + ".name: must not contain control characters");
+
+  first_error e;
+  e(at_least(p + ".max_workers", m.max_workers, 1u));
+  if (m.workers > m.max_workers)
+    e(status::invalid_argument(p + ".workers: " + std::to_string(m.workers) +
+                               " exceeds max_workers (" + std::to_string(m.max_workers) + ")"));
+
+  const auto names = policy_names();
+  if (m.policy == "domain") {
+    e(status::invalid_argument(
+        p +
+        ".policy: \"domain\" needs calibration domain labels, which a node does not have; "
+        "use eldr"));
+  } else if (std::find(names.begin(), names.end(), m.policy) == names.end()) {
+    std::string valid;
+    for (std::string_view n : names)
+      if (n != "domain") valid += (valid.empty() ? "" : ", ") + std::string(n);
+    e(status::invalid_argument(p + ".policy: unknown policy " + quoted(m.policy) +
+                               "; valid: " + valid));
+  }
+  e(finite_at_least(p + ".tau", m.tau, 0.0f));
+  e(at_least(p + ".worker_timeout_ms", m.worker_timeout_ms, int64_t{0}));
+  e(at_least(p + ".sample_size", m.sample_size, 1u));
+  if (m.min_sample > m.sample_size)
+    e(status::invalid_argument(p + ".min_sample: " + std::to_string(m.min_sample) +
+                               " exceeds sample_size (" + std::to_string(m.sample_size) + ")"));
+  e(finite_at_least(p + ".max_balance_ratio", m.max_balance_ratio, 1.0));
+  e(finite_at_least(p + ".score_tolerance", m.score_tolerance, 0.0));
+  e(at_least(p + ".refit_batch_size", m.refit_batch_size, 1u));
+  for (size_t i = 0; i < m.kv_endpoints.size(); ++i)
+    e(check_endpoint(p + ".kv_endpoints[" + std::to_string(i) + "]", m.kv_endpoints[i], false));
+  for (size_t i = 0; i < m.counts_endpoints.size(); ++i)
+    e(check_endpoint(p + ".counts_endpoints[" + std::to_string(i) + "]", m.counts_endpoints[i],
+                     false));
+  return e.get();
+}
+
+}  // namespace
+
+node_config default_node_config() {
+  node_config c;
+  model_config m;
+  m.name = "default";
+  c.models.push_back(std::move(m));
+  return c;
+}
+
+status validate_node_config(const node_config& c) {
+  first_error e;
+  if (c.name.empty()) e(status::invalid_argument("node.name: must be non-empty"));
+  if (c.roles.empty())
+    e(status::invalid_argument("node.roles: at least one role is required; valid: " +
+                               joined(known_roles)));
+  for (size_t i = 0; i < c.roles.size(); ++i) {
+    const std::string key = "node.roles[" + std::to_string(i) + "]";
+    if (std::find(std::begin(known_roles), std::end(known_roles), c.roles[i]) ==
+        std::end(known_roles))
+      e(status::invalid_argument(key + ": unknown role " + quoted(c.roles[i]) +
+                                 "; valid: " + joined(known_roles)));
+    else if (std::find(c.roles.begin(), c.roles.begin() + static_cast<ptrdiff_t>(i), c.roles[i]) !=
+             c.roles.begin() + static_cast<ptrdiff_t>(i))
+      e(status::invalid_argument(key + ": duplicate role " + quoted(c.roles[i])));
+  }
+  if (c.data_dir.empty()) e(status::invalid_argument("node.data_dir: must be non-empty"));
+
+  // Bind endpoints: well-formed, and distinct unless they ask for a free port (two binds of one
+  // address would fail at start-up with a less helpful message).
+  const std::pair<const char*, const std::string*> binds[] = {
+      {"endpoints.route", &c.route_endpoint},
+      {"endpoints.worker", &c.worker_endpoint},
+      {"endpoints.admin", &c.admin_endpoint}};
+  for (size_t i = 0; i < std::size(binds); ++i) {
+    const std::string& ep = *binds[i].second;
+    e(check_endpoint(binds[i].first, ep, true));
+    const bool free_port =
+        ep.starts_with("tcp://") && is_wildcard_port(ep.substr(ep.rfind(':') + 1));
+    for (size_t j = 0; j < i && !free_port; ++j)
+      if (*binds[j].second == ep)
+        e(status::invalid_argument(std::string(binds[i].first) + ": " + quoted(ep) + " is also " +
+                                   binds[j].first));
+  }
+  if (!c.metrics_address.empty()) {
+    auto hp = parse_host_port(c.metrics_address);
+    if (!hp.ok())
+      e(status::invalid_argument("endpoints.metrics: " + hp.error().message() +
+                                 "; \"\" turns the metrics server off"));
+  }
+
+  e(at_least("limits.max_message_bytes", c.max_message_bytes, 1024u));
+  e(at_least("limits.max_blocks", c.max_blocks, 1u));
+  e(at_least("limits.max_pending", c.max_pending, 1u));
+  e(at_least("limits.max_tracked_requests", c.max_tracked_requests, 1u));
+
+  if (c.threads < 1 || c.threads > 64)
+    e(status::invalid_argument("runtime.threads: must be in 1..64, got " +
+                               std::to_string(c.threads)));
+  if (std::find(std::begin(known_log_levels), std::end(known_log_levels), c.log_level) ==
+      std::end(known_log_levels))
+    e(status::invalid_argument("runtime.log_level: unknown level " + quoted(c.log_level) +
+                               "; valid: " + joined(known_log_levels)));
+
+  e(at_least("signature_cache.max_blocks", c.cache_max_blocks, uint64_t{1}));
+
+  if (c.models.empty())
+    e(status::invalid_argument("models: at least one [[models]] table is required"));
+  for (size_t i = 0; i < c.models.size(); ++i) {
+    const std::string p = "models[" + std::to_string(i) + "]";
+    e(validate_model(c.models[i], p));
+    for (size_t j = 0; j < i; ++j)
+      if (!c.models[i].name.empty() && c.models[j].name == c.models[i].name)
+        e(status::invalid_argument(p + ".name: duplicate model name " + quoted(c.models[i].name) +
+                                   " (also models[" + std::to_string(j) + "])"));
+  }
+  return e.get();
+}
+
+result<node_config> parse_node_config(const std::string& toml_text, const std::string& origin) {
+  const std::string prefix = origin.empty() ? "" : origin + ": ";
+  toml::parse_result parsed = toml::parse(std::string_view(toml_text), std::string_view(origin));
+  if (!parsed) {
+    const toml::parse_error& err = parsed.error();
+    return status::invalid_argument(prefix + "line " + std::to_string(err.source().begin.line) +
+                                    ", column " + std::to_string(err.source().begin.column) +
+                                    ": TOML syntax error: " + std::string(err.description()));
+  }
+  node_config c;
+  if (status s = read_document(parsed.table(), c); !s.ok())
+    return status::invalid_argument(prefix + s.message());
+  if (status s = validate_node_config(c); !s.ok())
+    return status::invalid_argument(prefix + s.message());
+  return c;
+}
+
+result<node_config> load_node_config(const std::string& path) {
+  auto bytes = read_file(path, max_config_file_bytes);
+  if (!bytes.ok()) return bytes.error();
+  return parse_node_config(std::string(bytes->begin(), bytes->end()), path);
+}
+
+}  // namespace eldr

@@ -1,0 +1,87 @@
+// node_config: the configuration of one eldr-node, read from one TOML file (docs/configuration.md
+// documents every key) or taken from the embedded default (no file: one node, all roles, RocksDB
+// under ./eldr-data, endpoints on loopback).
+//
+// Validated once at start-up into this immutable struct: an unknown key, a wrong type or a value
+// out of range is an error naming the file and the key ("eldr.toml: models[1].tau: must be finite
+// and >= 0, got -0.5"), and the node stops before binding anything. Keys absent from the file keep
+// the defaults below; the TOML key of each field is in docs/configuration.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+
+namespace eldr {
+
+// One model's decode pool and its routing.
+struct model_config {
+  std::string name;      // [models] name: what route requests name; unique, non-empty
+  uint32_t workers = 0;  // K: decode workers in the pool (0 = from the centroid file, else from
+                         // registrations, up to max_workers)
+  uint32_t max_workers = 1024;
+  std::string centroids;  // centroid file loaded at start-up when the store has none ("" = none)
+  std::string policy = "eldr";  // rr, random, jsq, p2c, eldr (eldr routes by load only -- JSQ --
+                                // until a centroid set exists)
+  float tau = 0.1f;             // locality band half-width
+  bool widen_single = true;
+  uint64_t seed = 1;                 // rr/random/p2c
+  int64_t worker_timeout_ms = 3000;  // a worker silent this long leaves the candidate set
+  // Refit: every refit_interval_s (0 = only on `eldrctl refit`), on a reservoir of sample_size
+  // live signatures, once at least min_sample have been seen.
+  uint32_t refit_interval_s = 0;
+  uint32_t sample_size = 4096;
+  uint32_t min_sample = 256;
+  double max_balance_ratio = 3.0;
+  double score_tolerance = 0.0;
+  uint32_t refit_batch_size = 16;
+  std::vector<std::string> kv_endpoints;      // vLLM KV-event publishers to subscribe to
+  std::vector<std::string> counts_endpoints;  // eldr counts publishers to subscribe to
+};
+
+struct node_config {
+  std::string name = "eldr-node";  // node.name: shown in status and logs
+  std::vector<std::string> roles{"router", "signature-cache", "load-monitor", "refit"};
+  std::string data_dir = "./eldr-data";  // node.data_dir: RocksDB stores, one per model
+  // [endpoints]: ZeroMQ bind addresses; port 0 / "*" picks a free port (tests).
+  std::string route_endpoint = "tcp://127.0.0.1:5700";
+  std::string worker_endpoint = "tcp://127.0.0.1:5701";
+  std::string admin_endpoint = "tcp://127.0.0.1:5702";
+  std::string metrics_address = "127.0.0.1:9700";  // HTTP host:port for /metrics; "" = off
+  // [limits]
+  uint32_t max_message_bytes = 4u << 20;
+  uint32_t max_blocks = 4096;
+  uint32_t max_pending = 10000;              // route requests accepted and not yet answered
+  uint32_t max_tracked_requests = 1u << 20;  // in-flight request ids remembered per model
+  // [runtime]
+  uint32_t threads = 2;             // CAF scheduler threads
+  std::string log_level = "info";   // trace, debug, info, warn, error, off
+  uint32_t explain_history = 4096;  // recent decisions kept for `eldrctl explain`
+  // [signature_cache]
+  uint64_t cache_memory_bytes = uint64_t{256} << 20;
+  uint64_t cache_max_blocks = uint64_t{1} << 22;
+  bool sync_wal = false;
+  uint32_t commit_interval_ms = 10;  // group commit of ingested events
+  std::vector<model_config> models;  // at least one
+};
+
+// The embedded default: one model "default" (K from registrations), all roles, loopback.
+node_config default_node_config();
+
+// Parses and validates TOML text; `origin` (a path) prefixes errors ("origin: key: problem";
+// syntax errors "origin: line L, column C: TOML syntax error: ..."). All errors are
+// invalid_argument and report the first problem found. The file must hold at least one
+// [[models]] table (the embedded default's model is not added to a file's).
+result<node_config> parse_node_config(const std::string& toml_text, const std::string& origin);
+// read_file + parse_node_config(text, path); a missing or unreadable file is not_found/io_error.
+result<node_config> load_node_config(const std::string& path);
+
+// Checks every range and cross-field rule (unique model names, roles known, endpoints parseable,
+// workers <= max_workers, ...); messages name the TOML key without an origin ("models[0].tau:
+// ..."). Called by the parsers; exposed for configs built in code (tests) or changed after
+// parsing (command-line overrides).
+status validate_node_config(const node_config& c);
+
+}  // namespace eldr

@@ -1,0 +1,432 @@
+#!/usr/bin/python3
+"""eldr_client: the Python client of an eldr node, for prefill workers, decode workers and operators.
+
+The node binds three ZeroMQ ROUTER sockets (route, worker and admin endpoints). Each client here
+connects one DEALER socket to one of them and speaks eldr's wire protocol version 1
+(docs/protocol.md sections 3 to 5): every message is one frame holding one MessagePack map with
+"version": 1 and a "type"; the reply comes back on the same connection and is matched to its
+request by the "id" key.
+
+Requirements: Python 3.11 with Debian's python3-zmq and python3-msgpack only, so run it with
+/usr/bin/python3 (a python3 earlier on PATH may not see Debian's packages). Copy this one file
+next to your worker, or put cluster/python on PYTHONPATH.
+
+Classes
+-------
+RouteClient(endpoint, timeout_ms=2000)      a prefill worker (or its proxy) asking where to decode
+    route(request_id, model, blocks, counts=None, label=None, explain=False) -> dict
+        the route_reply as a dict: id, worker, endpoint, epoch, covered_blocks, total_blocks and,
+        when asked, explain {policy, tau, band: [[worker, score], ...]}. Raises EldrError on an
+        error_reply, TimeoutError when no answer comes within timeout_ms.
+    send(...) / receive(timeout_ms=None)     pipelining: many requests outstanding on one socket;
+        receive() returns the next reply dict to arrive (route_reply or error_reply: look at
+        reply["type"] and match reply["id"]), raises TimeoutError. Do not mix with route() on one
+        client: route() drops replies to other ids.
+
+WorkerClient(endpoint, timeout_ms=2000)     a decode worker (and any vLLM KV-event publisher)
+    register(model, worker, endpoint, capacity=0)
+    report_load(model, worker, in_flight, running=0, waiting=0, kv_usage=0.0, seq=None)
+    finished(model, worker, request_ids)
+    drain(model, worker, drain=True)
+    register_publisher(model, endpoint, replay_endpoint="")
+        each returns the worker_ack as a dict {id, state, epoch}; raises EldrError/TimeoutError.
+
+AdminClient(endpoint, timeout_ms=5000)       operators (eldrctl is the C++ equivalent)
+    call(command, **args) -> result          e.g. call("workers", model="m"),
+        call("centroids.import", model="m", file=open(path, "rb").read()). Raises EldrError when
+        the node answers ok = false.
+
+counts_message(layers, experts, top_k, blocks, seq=None) -> dict
+    builds an eldr counts message (docs/protocol.md section 2) to pass as route(counts=...):
+    blocks = [(hash, parent, per_layer), ...] where per_layer[l] is either the expert ids the
+    block's tokens picked at layer l (a flat list of tokens * top_k ids, or one list of top_k ids
+    per token: the rows of the MoE router's top-k output for the block's tokens), or a mapping
+    {expert_id: count}. Validated here with the node's rules, so a mistake raises ValueError at
+    the prefill worker instead of being skipped (bad_counts) on the node.
+
+Block hashes may be given as Python ints (uint64; negative int64 values are taken as their two's
+complement) or as bytes (the last 8 bytes, big-endian, as vLLM's newer bytes hashes are
+normalised by the node), so vLLM's hashes can be passed as they come.
+
+Examples
+--------
+A prefill worker (route one request, then hand its KV cache over to the chosen decode worker):
+
+    from eldr_client import RouteClient, EldrError, counts_message
+    router = RouteClient("tcp://eldr-node:5700", timeout_ms=200)
+    counts = counts_message(48, 128, 8, blocks=[
+        # (block hash, parent hash or None, per layer: the top-k expert ids of each token)
+        (block_hashes[i], block_hashes[i - 1] if i else None, topk_ids_of_block(i))
+        for i in computed_blocks])
+    try:
+        reply = router.route(request_id, "qwen3-30b-a3b", block_hashes, counts=counts)
+        target = reply["endpoint"]          # the decode worker's KV-transfer endpoint
+    except EldrError as e:                  # e.code, e.name ("no_eligible_worker", ...), e.message
+        target = fallback_endpoint
+    except TimeoutError:
+        target = fallback_endpoint
+
+A decode worker (register, report load periodically, report finished requests, drain on exit):
+
+    from eldr_client import WorkerClient
+    node = WorkerClient("tcp://eldr-node:5701")
+    node.register("qwen3-30b-a3b", worker=3, endpoint="tcp://10.0.0.3:5600", capacity=64)
+    node.register_publisher("qwen3-30b-a3b", "tcp://10.0.0.3:5557", "tcp://10.0.0.3:5558")
+    while serving:                          # seq defaults to the wall clock (restart-safe)
+        node.report_load("qwen3-30b-a3b", 3, in_flight=len(active), running=len(running),
+                         waiting=len(waiting), kv_usage=kv_used / kv_total)
+        if done_ids:
+            node.finished("qwen3-30b-a3b", 3, done_ids)
+        time.sleep(0.5)
+    node.drain("qwen3-30b-a3b", 3)          # no new requests; those in flight finish
+
+Thread safety: none; a client owns a ZeroMQ socket, which belongs to one thread. Make one client
+per thread (they may share one zmq.Context via context=).
+"""
+import itertools
+import operator
+import os
+import sys
+import time
+
+import msgpack
+import zmq
+
+PROTOCOL_VERSION = 1
+COUNTS_VERSION = 1
+
+# Error codes of error_reply and admin_reply (docs/protocol.md section 3). A code not listed here
+# is treated as internal, as the protocol says.
+ERROR_CODES = {
+    1: "malformed",
+    2: "too_large",
+    3: "unknown_type",
+    4: "unknown_model",
+    5: "no_eligible_worker",
+    6: "overloaded",
+    7: "internal",
+}
+
+_U64 = (1 << 64) - 1
+
+
+class EldrError(Exception):
+    """The node answered with an error: code (int), name (str), message (str), id (str or None)."""
+
+    def __init__(self, code, message, request_id=None):
+        self.code = int(code) if isinstance(code, int) else 7
+        self.name = ERROR_CODES.get(self.code, "internal")
+        self.message = message
+        self.id = request_id
+        super().__init__("%s (%d): %s" % (self.name, self.code, message))
+
+
+class ProtocolError(Exception):
+    """The node's answer did not decode as a message of this protocol (a broken or foreign peer)."""
+
+
+def normalize_hash(h):
+    """A KV block hash as the uint64 the node uses (int, negative int64, or bytes: last 8 bytes).
+    Any integer type works (numpy, torch scalars): they are read through operator.index."""
+    if isinstance(h, (bytes, bytearray, memoryview)):
+        b = bytes(h)
+        if not 1 <= len(b) <= 64:
+            raise ValueError("a bytes block hash holds 1..64 bytes, got %d" % len(b))
+        return int.from_bytes(b[-8:], "big")
+    if isinstance(h, bool):
+        raise TypeError("a block hash is an int or bytes, not a bool")
+    try:
+        v = operator.index(h)
+    except TypeError:
+        raise TypeError("a block hash is an int or bytes, not %s" % type(h).__name__) from None
+    if v < -(1 << 63) or v > _U64:
+        raise ValueError("block hash %d does not fit in 64 bits" % v)
+    return v & _U64
+
+
+def _flatten_ids(ids):
+    """Expert ids from a flat sequence or from one top-k row per token (lists, numpy, torch)."""
+    out = []
+    for x in ids:
+        if hasattr(x, "__iter__"):  # one token's top-k row
+            out.extend(operator.index(y) for y in x)
+        else:
+            out.append(operator.index(x))
+    return out
+
+
+def _layer_counts(entry, experts, layer):
+    """{expert: count} of one layer from a mapping or an iterable of picked expert ids."""
+    if hasattr(entry, "items"):
+        counts = {operator.index(e): operator.index(c) for e, c in entry.items() if c != 0}
+    else:
+        counts = {}
+        for e in _flatten_ids(entry):
+            counts[e] = counts.get(e, 0) + 1
+    for e, c in counts.items():
+        if not 0 <= e < experts:
+            raise ValueError("layer %d: expert id %d is not in 0..%d" % (layer, e, experts - 1))
+        if c < 0:
+            raise ValueError("layer %d: negative count for expert %d" % (layer, e))
+    return counts
+
+
+def counts_block(layers, experts, top_k, block_hash, parent, per_layer, tokens=None):
+    """One block of a counts message: [hash, parent, tokens, sizes, ids bin, counts bin]."""
+    if len(per_layer) != layers:
+        raise ValueError("a block needs counts for %d layers, got %d" % (layers, len(per_layer)))
+    per = [_layer_counts(per_layer[l], experts, l) for l in range(layers)]
+    if tokens is None:
+        total = sum(per[0].values()) if per else 0
+        if total % top_k:
+            raise ValueError("layer 0 holds %d expert picks, not a multiple of top_k %d"
+                             % (total, top_k))
+        tokens = total // top_k
+    tokens = operator.index(tokens)
+    if not 1 <= tokens <= 255:
+        raise ValueError("a block holds 1..255 tokens, got %d" % tokens)
+    sizes, ids, cnts = [], bytearray(), bytearray()
+    for l, c in enumerate(per):
+        if sum(c.values()) != tokens * top_k:
+            raise ValueError("layer %d sums to %d, expected tokens * top_k = %d"
+                             % (l, sum(c.values()), tokens * top_k))
+        for e in sorted(c):
+            if c[e] > tokens:  # each token picks k DISTINCT experts
+                raise ValueError("layer %d: expert %d picked %d times by %d tokens"
+                                 % (l, e, c[e], tokens))
+            ids.append(e)
+            cnts.append(c[e])
+        sizes.append(len(c))
+    return [normalize_hash(block_hash), None if parent is None else normalize_hash(parent),
+            tokens, sizes, bytes(ids), bytes(cnts)]
+
+
+def counts_message(layers, experts, top_k, blocks, seq=None):
+    """An eldr counts message (docs/protocol.md section 2) as a dict ready for msgpack.
+
+    blocks: iterable of (hash, parent, per_layer) or (hash, parent, per_layer, tokens); see the
+    module docstring for per_layer. Raises ValueError on anything the node would refuse.
+    """
+    if not (1 <= layers <= 1024 and 1 <= experts <= 256 and 1 <= top_k <= experts):
+        raise ValueError("geometry [%d, %d, %d]: need 1 <= L <= 1024, 1 <= E <= 256, 1 <= k <= E"
+                         % (layers, experts, top_k))
+    out_blocks = []
+    for b in blocks:
+        if len(b) not in (3, 4):
+            raise ValueError("a block is (hash, parent, per_layer[, tokens])")
+        out_blocks.append(counts_block(layers, experts, top_k, *b))
+    if len(out_blocks) > 4096:
+        raise ValueError("a counts message holds at most 4096 blocks, got %d" % len(out_blocks))
+    msg = {"v": COUNTS_VERSION, "model": [layers, experts, top_k]}
+    if seq is not None:
+        msg["seq"] = int(seq)
+    msg["blocks"] = out_blocks
+    return msg
+
+
+def encode(msg_type, fields):
+    """One wire message: the envelope plus `fields` (None values are left out: optional)."""
+    m = {"version": PROTOCOL_VERSION, "type": msg_type}
+    for k, v in fields.items():
+        if v is not None:
+            m[k] = v
+    return msgpack.packb(m, use_bin_type=True)
+
+
+def decode(payload, expected_types):
+    """A reply payload as a dict; ProtocolError when it is not a version-1 map of those types."""
+    try:
+        m = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    except Exception as e:  # msgpack raises several unrelated types on bad input
+        raise ProtocolError("reply does not decode as MessagePack: %s" % e) from None
+    if not isinstance(m, dict):
+        raise ProtocolError("reply is a %s, not a map" % type(m).__name__)
+    if m.get("version") != PROTOCOL_VERSION:
+        raise ProtocolError("reply of version %r, this client reads %d"
+                            % (m.get("version"), PROTOCOL_VERSION))
+    if m.get("type") not in expected_types:
+        raise ProtocolError("reply of type %r, expected one of %s"
+                            % (m.get("type"), ", ".join(expected_types)))
+    return m
+
+
+def error_from(reply):
+    """The EldrError an error_reply (or a failed admin_reply) stands for."""
+    if reply.get("type") == "admin_reply":
+        return EldrError(reply.get("code", 7), reply.get("error", ""), reply.get("id"))
+    return EldrError(reply.get("code", 7), reply.get("message", ""), reply.get("id"))
+
+
+def route_request(request_id, model, blocks, counts=None, label=None, explain=False):
+    """The encoded route_request (docs/protocol.md section 3)."""
+    return encode("route_request", {
+        "id": str(request_id),
+        "model": str(model),
+        "blocks": [normalize_hash(h) for h in blocks],
+        "counts": counts,
+        "label": None if label is None else int(label),
+        "explain": True if explain else None,
+    })
+
+
+class _Client:
+    """A DEALER connected to one node endpoint, with id correlation and timeouts."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, endpoint, timeout_ms, reply_types, context=None):
+        self.endpoint = endpoint
+        self.timeout_ms = int(timeout_ms)
+        self._reply_types = reply_types
+        self._own_context = context is None
+        self._ctx = context if context is not None else zmq.Context()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        # Closing must never hang on messages a dead node will not take.
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.connect(endpoint)
+        self._poller = zmq.Poller()
+        self._poller.register(self._sock, zmq.POLLIN)
+        self._prefix = "py-%d-%x-" % (os.getpid(), id(self))
+
+    def next_id(self):
+        return self._prefix + str(next(_Client._ids))
+
+    def close(self):
+        if self._sock is not None:
+            self._sock.close(0)
+            self._sock = None
+            if self._own_context:
+                self._ctx.term()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _send(self, payload):
+        # A DEALER with no connected peer blocks in send; bound that by the timeout instead.
+        if not self._sock.poll(self.timeout_ms, zmq.POLLOUT):
+            raise TimeoutError("%s: cannot send within %d ms" % (self.endpoint, self.timeout_ms))
+        self._sock.send(payload, zmq.NOBLOCK)
+
+    def _receive(self, timeout_ms):
+        timeout_ms = self.timeout_ms if timeout_ms is None else int(timeout_ms)
+        if not self._poller.poll(timeout_ms):
+            raise TimeoutError("%s: no reply within %d ms" % (self.endpoint, timeout_ms))
+        # One frame from a node talking to a DEALER; the last one is the message in any case (a
+        # node that adds a REQ-style empty delimiter is understood too, as by the C++ client).
+        frames = self._sock.recv_multipart()
+        return decode(frames[-1], self._reply_types)
+
+    def _call(self, request_id, payload):
+        """Sends and waits for the reply to request_id; replies to other ids (late answers to a
+        call that timed out earlier) are dropped. A reply without an id answers this call: the
+        node could not read the id of the one request outstanding."""
+        self._send(payload)
+        deadline = time.monotonic() + self.timeout_ms / 1000.0
+        while True:
+            left = int((deadline - time.monotonic()) * 1000)
+            if left <= 0:
+                raise TimeoutError("%s: no reply within %d ms" % (self.endpoint, self.timeout_ms))
+            reply = self._receive(left)
+            rid = reply.get("id")
+            if rid == request_id or not rid:
+                return reply
+
+
+class RouteClient(_Client):
+    """A prefill worker's connection to the node's route endpoint."""
+
+    def __init__(self, endpoint, timeout_ms=2000, context=None):
+        super().__init__(endpoint, timeout_ms, ("route_reply", "error_reply"), context)
+
+    def route(self, request_id, model, blocks, counts=None, label=None, explain=False):
+        """Where to decode this request: the route_reply dict. Raises EldrError, TimeoutError."""
+        reply = self._call(str(request_id),
+                           route_request(request_id, model, blocks, counts, label, explain))
+        if reply["type"] == "error_reply":
+            raise error_from(reply)
+        return reply
+
+    def send(self, request_id, model, blocks, counts=None, label=None, explain=False):
+        """Pipelined: sends the request and returns at once; the answer comes from receive()."""
+        self._send(route_request(request_id, model, blocks, counts, label, explain))
+
+    def receive(self, timeout_ms=None):
+        """The next reply to arrive, route_reply or error_reply (not raised; see reply["type"])."""
+        return self._receive(timeout_ms)
+
+
+class WorkerClient(_Client):
+    """A decode worker's (or publisher's) connection to the node's worker endpoint."""
+
+    def __init__(self, endpoint, timeout_ms=2000, context=None):
+        super().__init__(endpoint, timeout_ms, ("worker_ack", "error_reply"), context)
+        self._seq = 0
+
+    def _worker_call(self, msg_type, fields):
+        rid = self.next_id()
+        reply = self._call(rid, encode(msg_type, dict({"id": rid}, **fields)))
+        if reply["type"] == "error_reply":
+            raise error_from(reply)
+        return reply
+
+    def register(self, model, worker, endpoint, capacity=0):
+        """Announces decode worker `worker` (its index in the model's pool) and its KV endpoint."""
+        return self._worker_call("worker_register", {
+            "model": str(model), "worker": int(worker), "endpoint": str(endpoint),
+            "capacity": int(capacity)})
+
+    def report_load(self, model, worker, in_flight, running=0, waiting=0, kv_usage=0.0, seq=None):
+        """The worker's own load. The node ignores a report older than one it applied, so seq
+        must increase per worker, also across restarts of the worker: the default is the wall
+        clock in microseconds (kept strictly increasing within this client)."""
+        if not 0.0 <= float(kv_usage) <= 1.0:  # the node refuses it (malformed) otherwise
+            raise ValueError("kv_usage %r is outside 0..1" % (kv_usage,))
+        if seq is None:
+            self._seq = max(self._seq + 1, time.time_ns() // 1000)
+            seq = self._seq
+        return self._worker_call("load_report", {
+            "model": str(model), "worker": int(worker), "in_flight": int(in_flight),
+            "running": int(running), "waiting": int(waiting), "kv_usage": float(kv_usage),
+            "seq": int(seq)})
+
+    def finished(self, model, worker, request_ids):
+        """Requests the worker completed or aborted."""
+        return self._worker_call("finished", {
+            "model": str(model), "worker": int(worker),
+            "requests": [str(r) for r in request_ids]})
+
+    def drain(self, model, worker, drain=True):
+        """Stop (drain=True) or resume (False) receiving requests; those in flight finish."""
+        return self._worker_call("worker_drain", {
+            "model": str(model), "worker": int(worker), "drain": bool(drain)})
+
+    def register_publisher(self, model, endpoint, replay_endpoint=""):
+        """A vLLM KV-event publisher (PUB endpoint, optional replay ROUTER) for the cache."""
+        return self._worker_call("publisher_register", {
+            "model": str(model), "endpoint": str(endpoint),
+            "replay_endpoint": str(replay_endpoint)})
+
+
+class AdminClient(_Client):
+    """An operator's connection to the node's admin endpoint (docs/protocol.md section 5)."""
+
+    def __init__(self, endpoint, timeout_ms=5000, context=None):
+        super().__init__(endpoint, timeout_ms, ("admin_reply", "error_reply"), context)
+
+    def call(self, command, /, **args):
+        """Runs one command; its result (any value; bytes for centroids.export). Raises
+        EldrError when the node refuses it, TimeoutError when it does not answer."""
+        rid = self.next_id()
+        reply = self._call(rid, encode("admin_request",
+                                       {"id": rid, "command": str(command), "args": args}))
+        if reply["type"] == "error_reply" or not reply.get("ok", False):
+            raise error_from(reply)
+        return reply.get("result")
+
+
+if __name__ == "__main__":
+    sys.stderr.write(__doc__)
+    sys.exit(2)

@@ -1,0 +1,553 @@
+// worker_protocol: see worker_protocol.hpp and docs/protocol.md, section 4.
+#include "cluster/worker_protocol.hpp"
+
+#include <cmath>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "core/msgpack.hpp"
+
+namespace eldr {
+namespace {
+
+using msgpack::item;
+using msgpack::kind;
+using msgpack::reader;
+
+constexpr std::string_view register_type = "worker_register";
+constexpr std::string_view load_type = "load_report";
+constexpr std::string_view finished_type = "finished";
+constexpr std::string_view drain_type = "worker_drain";
+constexpr std::string_view publisher_type = "publisher_register";
+constexpr std::string_view ack_type = "worker_ack";
+constexpr uint32_t max_type_bytes = 64;
+constexpr uint32_t max_state_bytes = 64;
+
+std::string join(std::string_view a, std::string_view b) {
+  std::string s(a);
+  s += b;
+  return s;
+}
+
+std::string field(std::string_view type, std::string_view name) {
+  std::string s(type);
+  s += '.';
+  s += name;
+  return s;
+}
+
+// Prefixes a status with the field it is about, keeping its code (see route_protocol.cpp).
+status at(std::string_view what, const status& s) {
+  return {s.code(), join(what, ": ") + s.message()};
+}
+
+status next_of(reader& r, kind want, std::string_view what, item& it) {
+  if (status s = r.next(it); !s.ok()) return at(what, s);
+  if (it.type != want)
+    return status::invalid_argument(join(what, ": expected ") + msgpack::to_string(want) +
+                                    ", found " + msgpack::to_string(it.type));
+  return {};
+}
+
+status read_string(reader& r, std::string_view what, uint32_t max_bytes, std::string& out) {
+  item it;
+  if (status s = next_of(r, kind::str, what, it); !s.ok()) return s;
+  if (it.length > max_bytes)
+    return status::out_of_range(join(what, ": ") + std::to_string(it.length) + " bytes, limit " +
+                                std::to_string(max_bytes));
+  out.assign(it.str());
+  return {};
+}
+
+status read_nonempty(reader& r, std::string_view what, uint32_t max_bytes, std::string& out) {
+  if (status s = read_string(r, what, max_bytes, out); !s.ok()) return s;
+  if (out.empty()) return status::invalid_argument(join(what, ": empty"));
+  return {};
+}
+
+status read_u64(reader& r, std::string_view what, uint64_t& out) {
+  item it;
+  if (status s = next_of(r, kind::positive_int, what, it); !s.ok()) return s;
+  out = it.uint_value;
+  return {};
+}
+
+status read_u32(reader& r, std::string_view what, uint32_t& out) {
+  uint64_t v = 0;
+  if (status s = read_u64(r, what, v); !s.ok()) return s;
+  if (v > UINT32_MAX) return status::invalid_argument(join(what, ": exceeds 2^32-1"));
+  out = static_cast<uint32_t>(v);
+  return {};
+}
+
+status read_bool(reader& r, std::string_view what, bool& out) {
+  item it;
+  if (status s = next_of(r, kind::boolean, what, it); !s.ok()) return s;
+  out = it.boolean;
+  return {};
+}
+
+// Any MessagePack number is accepted (Python writes float64, a hand-written peer may send 0 or 1).
+status read_fraction(reader& r, std::string_view what, float& out) {
+  item it;
+  if (status s = r.next(it); !s.ok()) return at(what, s);
+  double v = 0.0;
+  if (it.is_float())
+    v = it.float_value;
+  else if (it.type == kind::positive_int)
+    v = static_cast<double>(it.uint_value);
+  else if (it.type == kind::negative_int)
+    v = static_cast<double>(it.int_value);
+  else
+    return status::invalid_argument(join(what, ": expected a number, found ") +
+                                    msgpack::to_string(it.type));
+  if (!(v >= 0.0 && v <= 1.0))  // also refuses NaN
+    return status::invalid_argument(join(what, ": ") + std::to_string(v) + " is outside 0..1");
+  out = static_cast<float>(v);
+  return {};
+}
+
+// True when the next value is nil, which is then consumed: optional fields may be sent as nil.
+bool take_nil(reader& r) {
+  item it;
+  if (!r.peek(it).ok() || it.type != kind::nil) return false;
+  (void)r.skip();
+  return true;
+}
+
+// The optional correlation id: absent or nil reads as "".
+status read_id(reader& r, std::string_view type, uint32_t max_bytes, std::string& out) {
+  if (take_nil(r)) {
+    out.clear();
+    return {};
+  }
+  return read_string(r, field(type, "id"), max_bytes, out);
+}
+
+status missing(std::string_view type, std::string_view name) {
+  return status::invalid_argument(field(type, name) + ": missing");
+}
+
+// The envelope shared by every message: a map holding "version" (1) and "type", plus the
+// message's own fields. A first pass over the whole map checks the structure, the version and
+// reads the type (so a message of another type or version is named as such even when its fields
+// come first and would not decode); `what` names the message in errors of that pass.
+struct envelope {
+  std::string type;
+  size_t fields_at = 0;
+  uint32_t pairs = 0;
+};
+
+status read_envelope(std::span<const uint8_t> payload, uint32_t max_payload_bytes,
+                     std::string_view what, reader& r, envelope& env) {
+  if (payload.size() > max_payload_bytes)
+    return status::out_of_range(join(what, ": payload of ") + std::to_string(payload.size()) +
+                                " bytes, limit " + std::to_string(max_payload_bytes));
+  item top;
+  if (status s = next_of(r, kind::map, what, top); !s.ok()) return s;
+  env.fields_at = r.offset();
+  env.pairs = top.length;
+  bool have_version = false, have_type = false;
+  const std::string key_what = join(what, " key");
+  for (uint32_t i = 0; i < top.length; ++i) {
+    item key;
+    if (status s = next_of(r, kind::str, key_what, key); !s.ok()) return s;
+    if (key.str() == "version") {
+      uint32_t v = 0;
+      if (status s = read_u32(r, field(what, "version"), v); !s.ok()) return s;
+      if (v != worker_protocol_version)
+        return status::failed_precondition(field(what, "version: ") + std::to_string(v) +
+                                           ", this build reads " +
+                                           std::to_string(worker_protocol_version));
+      have_version = true;
+    } else if (key.str() == "type") {
+      if (status s = read_string(r, field(what, "type"), max_type_bytes, env.type); !s.ok())
+        return s;
+      have_type = true;
+    } else if (status s = r.skip(); !s.ok()) {
+      return at(field(what, key.str()), s);
+    }
+  }
+  if (!r.at_end()) return status::corrupt(join(what, ": trailing bytes after the message"));
+  if (!have_version) return status::invalid_argument(field(what, "version: missing"));
+  if (!have_type) return status::invalid_argument(field(what, "type: missing"));
+  return {};
+}
+
+// Second pass: hands every field but version and type to on_field(key, reader, known) in wire
+// order; a field it does not know (known = false) is skipped. The structure was checked by
+// read_envelope, so only field contents can fail here.
+template <class F>
+status for_each_field(reader& r, const envelope& env, F&& on_field) {
+  r.seek(env.fields_at);
+  for (uint32_t i = 0; i < env.pairs; ++i) {
+    const std::string_view key = *r.read_str();
+    bool known = false;
+    if (key != "version" && key != "type") {
+      if (status s = on_field(key, r, known); !s.ok()) return s;
+    }
+    if (!known) (void)r.skip();
+  }
+  return {};
+}
+
+void write_envelope(msgpack::writer& w, uint32_t fields, std::string_view type) {
+  w.write_map_header(fields + 2);
+  w.write_str("version");
+  w.write_uint(worker_protocol_version);
+  w.write_str("type");
+  w.write_str(type);
+}
+
+// Writes the common head of a worker message: envelope, optional id, model.
+void write_head(msgpack::writer& w, uint32_t fields, std::string_view type, const std::string& id,
+                const std::string& model) {
+  write_envelope(w, fields + 1 + (id.empty() ? 0 : 1), type);
+  if (!id.empty()) {
+    w.write_str("id");
+    w.write_str(id);
+  }
+  w.write_str("model");
+  w.write_str(model);
+}
+
+// Fields every worker message may share: id, model, worker. Sets known when the key was one.
+struct common_fields {
+  bool have_model = false;
+  bool have_worker = false;
+};
+
+status read_common(std::string_view type, std::string_view key, reader& r,
+                   const worker_protocol_limits& limits, std::string& id, std::string& model,
+                   uint32_t* worker, common_fields& seen, bool& known) {
+  known = true;
+  if (key == "id") return read_id(r, type, limits.max_id_bytes, id);
+  if (key == "model") {
+    seen.have_model = true;
+    return read_nonempty(r, field(type, "model"), limits.max_model_bytes, model);
+  }
+  if (worker && key == "worker") {
+    seen.have_worker = true;
+    return read_u32(r, field(type, "worker"), *worker);
+  }
+  known = false;
+  return {};
+}
+
+status check_common(std::string_view type, const common_fields& seen, bool needs_worker) {
+  if (!seen.have_model) return missing(type, "model");
+  if (needs_worker && !seen.have_worker) return missing(type, "worker");
+  return {};
+}
+
+result<worker_message> decode_register(reader& r, const envelope& env,
+                                       const worker_protocol_limits& limits) {
+  worker_register m;
+  common_fields seen;
+  bool have_endpoint = false;
+  const std::string_view t = register_type;
+  status s = for_each_field(r, env, [&](std::string_view key, reader& in, bool& known) -> status {
+    if (status e = read_common(t, key, in, limits, m.id, m.model, &m.worker, seen, known);
+        !e.ok() || known)
+      return e;
+    known = true;
+    if (key == "endpoint") {
+      have_endpoint = true;
+      return read_nonempty(in, field(t, "endpoint"), limits.max_endpoint_bytes, m.endpoint);
+    }
+    if (key == "capacity") {
+      if (take_nil(in)) {
+        m.capacity = 0;
+        return {};
+      }
+      return read_u32(in, field(t, "capacity"), m.capacity);
+    }
+    known = false;
+    return {};
+  });
+  if (!s.ok()) return s;
+  if (status e = check_common(t, seen, true); !e.ok()) return e;
+  if (!have_endpoint) return missing(t, "endpoint");
+  return worker_message(std::move(m));
+}
+
+result<worker_message> decode_load(reader& r, const envelope& env,
+                                   const worker_protocol_limits& limits) {
+  load_report m;
+  common_fields seen;
+  bool have_in_flight = false, have_seq = false;
+  const std::string_view t = load_type;
+  status s = for_each_field(r, env, [&](std::string_view key, reader& in, bool& known) -> status {
+    if (status e = read_common(t, key, in, limits, m.id, m.model, &m.worker, seen, known);
+        !e.ok() || known)
+      return e;
+    known = true;
+    if (key == "in_flight") {
+      have_in_flight = true;
+      return read_u32(in, field(t, "in_flight"), m.in_flight);
+    }
+    if (key == "seq") {
+      have_seq = true;
+      return read_u64(in, field(t, "seq"), m.seq);
+    }
+    // Informational fields are optional and may be nil.
+    if (key == "running") {
+      if (take_nil(in)) return {};
+      return read_u32(in, field(t, "running"), m.running);
+    }
+    if (key == "waiting") {
+      if (take_nil(in)) return {};
+      return read_u32(in, field(t, "waiting"), m.waiting);
+    }
+    if (key == "kv_usage") {
+      if (take_nil(in)) return {};
+      return read_fraction(in, field(t, "kv_usage"), m.kv_usage);
+    }
+    known = false;
+    return {};
+  });
+  if (!s.ok()) return s;
+  if (status e = check_common(t, seen, true); !e.ok()) return e;
+  if (!have_in_flight) return missing(t, "in_flight");
+  if (!have_seq) return missing(t, "seq");
+  return worker_message(std::move(m));
+}
+
+result<worker_message> decode_finished(reader& r, const envelope& env,
+                                       const worker_protocol_limits& limits) {
+  finished_requests m;
+  common_fields seen;
+  bool have_requests = false;
+  const std::string_view t = finished_type;
+  status s = for_each_field(r, env, [&](std::string_view key, reader& in, bool& known) -> status {
+    if (status e = read_common(t, key, in, limits, m.id, m.model, &m.worker, seen, known);
+        !e.ok() || known)
+      return e;
+    known = true;
+    if (key != "requests") {
+      known = false;
+      return {};
+    }
+    have_requests = true;
+    item a;
+    if (status e = next_of(in, kind::array, field(t, "requests"), a); !e.ok()) return e;
+    if (a.length > limits.max_finished)
+      return status::out_of_range(field(t, "requests: ") + std::to_string(a.length) +
+                                  " ids, limit " + std::to_string(limits.max_finished));
+    m.requests.clear();
+    m.requests.reserve(a.length);  // <= max_finished, and <= the bytes left
+    for (uint32_t i = 0; i < a.length; ++i) {
+      std::string id;
+      if (status e = read_nonempty(in, field(t, "requests[") + std::to_string(i) + "]",
+                                   limits.max_id_bytes, id);
+          !e.ok())
+        return e;
+      m.requests.push_back(std::move(id));
+    }
+    return {};
+  });
+  if (!s.ok()) return s;
+  if (status e = check_common(t, seen, true); !e.ok()) return e;
+  if (!have_requests) return missing(t, "requests");
+  return worker_message(std::move(m));
+}
+
+result<worker_message> decode_drain(reader& r, const envelope& env,
+                                    const worker_protocol_limits& limits) {
+  worker_drain m;
+  common_fields seen;
+  bool have_drain = false;
+  const std::string_view t = drain_type;
+  status s = for_each_field(r, env, [&](std::string_view key, reader& in, bool& known) -> status {
+    if (status e = read_common(t, key, in, limits, m.id, m.model, &m.worker, seen, known);
+        !e.ok() || known)
+      return e;
+    known = key == "drain";
+    if (!known) return {};
+    have_drain = true;
+    return read_bool(in, field(t, "drain"), m.drain);
+  });
+  if (!s.ok()) return s;
+  if (status e = check_common(t, seen, true); !e.ok()) return e;
+  if (!have_drain) return missing(t, "drain");
+  return worker_message(std::move(m));
+}
+
+result<worker_message> decode_publisher(reader& r, const envelope& env,
+                                        const worker_protocol_limits& limits) {
+  publisher_register m;
+  common_fields seen;
+  bool have_endpoint = false;
+  const std::string_view t = publisher_type;
+  status s = for_each_field(r, env, [&](std::string_view key, reader& in, bool& known) -> status {
+    if (status e = read_common(t, key, in, limits, m.id, m.model, nullptr, seen, known);
+        !e.ok() || known)
+      return e;
+    known = true;
+    if (key == "endpoint") {
+      have_endpoint = true;
+      return read_nonempty(in, field(t, "endpoint"), limits.max_endpoint_bytes, m.endpoint);
+    }
+    if (key == "replay_endpoint") {
+      if (take_nil(in)) {
+        m.replay_endpoint.clear();
+        return {};
+      }
+      return read_string(in, field(t, "replay_endpoint"), limits.max_endpoint_bytes,
+                         m.replay_endpoint);
+    }
+    known = false;
+    return {};
+  });
+  if (!s.ok()) return s;
+  if (status e = check_common(t, seen, false); !e.ok()) return e;
+  if (!have_endpoint) return missing(t, "endpoint");
+  return worker_message(std::move(m));
+}
+
+}  // namespace
+
+std::string_view worker_message_type(const worker_message& m) {
+  switch (m.index()) {
+    case 0:
+      return register_type;
+    case 1:
+      return load_type;
+    case 2:
+      return finished_type;
+    case 3:
+      return drain_type;
+    default:
+      return publisher_type;
+  }
+}
+
+std::string& worker_message_id(worker_message& m) {
+  return std::visit([](auto& v) -> std::string& { return v.id; }, m);
+}
+
+const std::string& worker_message_id(const worker_message& m) {
+  return std::visit([](const auto& v) -> const std::string& { return v.id; }, m);
+}
+
+std::vector<uint8_t> encode_worker_message(const worker_message& m) {
+  std::vector<uint8_t> out;
+  msgpack::writer w(out);
+  std::visit(
+      [&](const auto& v) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, worker_register>) {
+          write_head(w, 3, register_type, v.id, v.model);
+          w.write_str("worker");
+          w.write_uint(v.worker);
+          w.write_str("endpoint");
+          w.write_str(v.endpoint);
+          w.write_str("capacity");
+          w.write_uint(v.capacity);
+        } else if constexpr (std::is_same_v<T, load_report>) {
+          write_head(w, 6, load_type, v.id, v.model);
+          w.write_str("worker");
+          w.write_uint(v.worker);
+          w.write_str("in_flight");
+          w.write_uint(v.in_flight);
+          w.write_str("running");
+          w.write_uint(v.running);
+          w.write_str("waiting");
+          w.write_uint(v.waiting);
+          w.write_str("kv_usage");
+          w.write_float32(v.kv_usage);
+          w.write_str("seq");
+          w.write_uint(v.seq);
+        } else if constexpr (std::is_same_v<T, finished_requests>) {
+          write_head(w, 2, finished_type, v.id, v.model);
+          w.write_str("worker");
+          w.write_uint(v.worker);
+          w.write_str("requests");
+          w.write_array_header(static_cast<uint32_t>(v.requests.size()));
+          for (const std::string& r : v.requests)
+            w.write_str(r);
+        } else if constexpr (std::is_same_v<T, worker_drain>) {
+          write_head(w, 2, drain_type, v.id, v.model);
+          w.write_str("worker");
+          w.write_uint(v.worker);
+          w.write_str("drain");
+          w.write_bool(v.drain);
+        } else {
+          static_assert(std::is_same_v<T, publisher_register>);
+          const bool replay = !v.replay_endpoint.empty();
+          write_head(w, 1 + (replay ? 1 : 0), publisher_type, v.id, v.model);
+          w.write_str("endpoint");
+          w.write_str(v.endpoint);
+          if (replay) {
+            w.write_str("replay_endpoint");
+            w.write_str(v.replay_endpoint);
+          }
+        }
+      },
+      m);
+  return out;
+}
+
+std::vector<uint8_t> encode_worker_ack(const worker_ack& m) {
+  std::vector<uint8_t> out;
+  msgpack::writer w(out);
+  write_envelope(w, 2 + (m.id.empty() ? 0 : 1), ack_type);
+  if (!m.id.empty()) {
+    w.write_str("id");
+    w.write_str(m.id);
+  }
+  w.write_str("state");
+  w.write_str(m.state);
+  w.write_str("epoch");
+  w.write_uint(m.epoch);
+  return out;
+}
+
+result<worker_message> decode_worker_message(std::span<const uint8_t> payload,
+                                             const worker_protocol_limits& limits) {
+  reader r(payload.data(), payload.size());
+  envelope env;
+  if (status s = read_envelope(payload, limits.max_payload_bytes, "worker message", r, env);
+      !s.ok())
+    return s;
+  if (env.type == register_type) return decode_register(r, env, limits);
+  if (env.type == load_type) return decode_load(r, env, limits);
+  if (env.type == finished_type) return decode_finished(r, env, limits);
+  if (env.type == drain_type) return decode_drain(r, env, limits);
+  if (env.type == publisher_type) return decode_publisher(r, env, limits);
+  return status::not_found("worker message.type: \"" + env.type + "\"");
+}
+
+result<worker_ack> decode_worker_ack(std::span<const uint8_t> payload,
+                                     const worker_protocol_limits& limits) {
+  reader r(payload.data(), payload.size());
+  envelope env;
+  if (status s = read_envelope(payload, limits.max_payload_bytes, ack_type, r, env); !s.ok())
+    return s;
+  if (env.type != ack_type) return status::not_found(field(ack_type, "type: \"") + env.type + "\"");
+  worker_ack m;
+  bool have_state = false;
+  status s = for_each_field(r, env, [&](std::string_view key, reader& in, bool& known) -> status {
+    known = true;
+    if (key == "id") return read_id(in, ack_type, limits.max_id_bytes, m.id);
+    if (key == "state") {
+      have_state = true;
+      return read_string(in, field(ack_type, "state"), max_state_bytes, m.state);
+    }
+    if (key == "epoch") {
+      if (take_nil(in)) {
+        m.epoch = 0;
+        return {};
+      }
+      return read_u64(in, field(ack_type, "epoch"), m.epoch);
+    }
+    known = false;
+    return {};
+  });
+  if (!s.ok()) return s;
+  if (!have_state) return missing(ack_type, "state");
+  return m;
+}
+
+}  // namespace eldr

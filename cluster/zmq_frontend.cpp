@@ -1,0 +1,394 @@
+// zmq_frontend: see zmq_frontend.hpp.
+#include "cluster/zmq_frontend.hpp"
+
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+namespace eldr {
+namespace {
+
+std::span<const uint8_t> bytes(const zmq::message_t& m) {
+  return {static_cast<const uint8_t*>(m.data()), m.size()};
+}
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// "tcp://127.0.0.1:0" is ZeroMQ's "tcp://127.0.0.1:*": both pick a free port.
+std::string bind_form(const std::string& endpoint) {
+  if (endpoint.size() > 2 && endpoint.compare(endpoint.size() - 2, 2, ":0") == 0)
+    return endpoint.substr(0, endpoint.size() - 1) + "*";
+  return endpoint;
+}
+
+struct queued_reply {
+  reply_address to;
+  std::vector<uint8_t> payload;
+};
+
+}  // namespace
+
+const char* to_string(frontend_channel c) {
+  switch (c) {
+    case frontend_channel::route:
+      return "route";
+    case frontend_channel::worker:
+      return "worker";
+    case frontend_channel::admin:
+      return "admin";
+  }
+  return "unknown";
+}
+
+class zmq_frontend::impl {
+ public:
+  impl(frontend_options o, frontend_callbacks cb) : opt(std::move(o)), callbacks(std::move(cb)) {}
+  ~impl() { stop(); }
+
+  frontend_options opt;
+  frontend_callbacks callbacks;
+  frontend_counters counters;
+  zmq::context_t ctx{1};
+  std::array<std::unique_ptr<zmq::socket_t>, frontend_channel_count> routers;
+  std::array<std::string, frontend_channel_count> bound;
+  int wake_fd = -1;
+  std::thread thread;
+  std::atomic<bool> stopping{false};
+
+  std::mutex mutex;  // guards outbox and new_subscriptions
+  std::deque<queued_reply> outbox;
+  std::vector<std::pair<uint32_t, std::string>> new_subscriptions;
+  std::map<std::string, uint32_t> subscription_ids;  // endpoint -> id, guarded by mutex
+
+  // Owned by the frontend thread.
+  std::vector<std::pair<uint32_t, std::unique_ptr<zmq::socket_t>>> subs;
+  std::vector<kv_decode_issue> issues;
+
+  status bind_all() {
+    try {
+      for (size_t c = 0; c < frontend_channel_count; ++c) {
+        if (opt.endpoints[c].empty()) continue;
+        auto s = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::router);
+        s->set(zmq::sockopt::linger, 0);
+        s->set(zmq::sockopt::sndhwm, opt.send_hwm);
+        s->set(zmq::sockopt::rcvhwm, opt.send_hwm);
+        // Never block on a peer: with ROUTER_MANDATORY off, a reply to a gone peer is dropped.
+        s->set(zmq::sockopt::sndtimeo, 0);
+        const uint32_t limit = c == 0   ? opt.route_limits.max_payload_bytes
+                               : c == 1 ? opt.worker_limits.max_payload_bytes
+                                        : opt.admin_limits.max_payload_bytes;
+        // ZeroMQ drops larger frames before we see them; the codec's own limit answers the rest.
+        s->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limit) + 4096);
+        s->bind(bind_form(opt.endpoints[c]));
+        bound[c] = s->get(zmq::sockopt::last_endpoint);
+        routers[c] = std::move(s);
+      }
+    } catch (const zmq::error_t& e) {
+      return status::invalid_argument(std::string("cannot bind a node endpoint: ") + e.what());
+    }
+    wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd < 0) return status::io_error("eventfd failed");
+    return {};
+  }
+
+  void wake() {
+    const uint64_t one = 1;
+    [[maybe_unused]] const auto n = ::write(wake_fd, &one, sizeof one);
+  }
+
+  void stop() {
+    if (thread.joinable()) {
+      stopping = true;
+      wake();
+      thread.join();
+    }
+    if (wake_fd >= 0) ::close(wake_fd);
+    wake_fd = -1;
+  }
+
+  void queue(reply_address to, std::vector<uint8_t> payload) {
+    bool was_empty = false;
+    {
+      std::lock_guard lock(mutex);
+      was_empty = outbox.empty();
+      outbox.push_back({std::move(to), std::move(payload)});
+    }
+    if (was_empty) wake();  // one wake per burst: the loop drains the whole outbox
+  }
+
+  void send_queued() {
+    // Consume the wake-up BEFORE taking the batch: a reply queued after the swap finds the
+    // outbox empty and wakes the loop again, so none is left behind.
+    uint64_t dummy = 0;
+    [[maybe_unused]] const auto n = ::read(wake_fd, &dummy, sizeof dummy);
+    std::deque<queued_reply> batch;
+    {
+      std::lock_guard lock(mutex);
+      batch.swap(outbox);
+    }
+    for (auto& r : batch) {
+      const auto c = static_cast<size_t>(r.to.channel);
+      if (r.to.channel == frontend_channel::route) counters.pending.fetch_sub(1);
+      auto& s = routers[c];
+      if (!s) continue;
+      try {
+        bool ok =
+            s->send(zmq::buffer(r.to.peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait)
+                .has_value();
+        if (ok && r.to.delimiter)
+          ok = s->send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait)
+                   .has_value();
+        if (ok)
+          ok =
+              s->send(zmq::message_t(r.payload.data(), r.payload.size()), zmq::send_flags::dontwait)
+                  .has_value();
+        (ok ? counters.replies_sent : counters.replies_dropped).fetch_add(1);
+      } catch (const zmq::error_t&) {
+        counters.replies_dropped.fetch_add(1);
+      }
+    }
+  }
+
+  void add_subscriptions() {
+    std::vector<std::pair<uint32_t, std::string>> todo;
+    {
+      std::lock_guard lock(mutex);
+      todo.swap(new_subscriptions);
+    }
+    for (auto& [id, endpoint] : todo) {
+      try {
+        auto s = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::sub);
+        s->set(zmq::sockopt::rcvhwm, 100000);
+        s->set(zmq::sockopt::maxmsgsize, opt.max_publisher_message_bytes);
+        s->set(zmq::sockopt::linger, 0);
+        s->set(zmq::sockopt::subscribe, "");
+        s->connect(endpoint);
+        subs.emplace_back(id, std::move(s));
+        spdlog::info("subscribed to publisher {} (subscription {})", endpoint, id);
+      } catch (const zmq::error_t& e) {
+        spdlog::warn("cannot subscribe to publisher {}: {}", endpoint, e.what());
+      }
+    }
+  }
+
+  void handle_router(frontend_channel c, std::vector<zmq::message_t>& parts) {
+    counters.received[static_cast<size_t>(c)].fetch_add(1);
+    // DEALER peers send [id, payload]; REQ peers [id, "", payload].
+    reply_address from{c, {}, false};
+    const zmq::message_t* payload = nullptr;
+    if (parts.size() == 2) {
+      payload = &parts[1];
+    } else if (parts.size() == 3 && parts[1].size() == 0) {
+      from.delimiter = true;
+      payload = &parts[2];
+    } else {
+      counters.bad_frames.fetch_add(1);
+      if (!parts.empty()) {
+        from.peer = parts[0].to_string();
+        count_and_answer(from, std::nullopt, route_error_code::malformed,
+                         "a message is exactly one frame (MessagePack map)");
+      }
+      return;
+    }
+    from.peer = parts[0].to_string();
+    const auto data = bytes(*payload);
+    switch (c) {
+      case frontend_channel::route: {
+        if (counters.pending.load() >= opt.max_pending) {
+          counters.overloaded.fetch_add(1);
+          counters.pending.fetch_add(1);  // released by the reply below
+          reply_error_now(from, std::nullopt, route_error_code::overloaded,
+                          "the node has too many pending route requests");
+          return;
+        }
+        issues.clear();
+        auto req = decode_route_request(data, opt.route_limits, issues);
+        if (!req.ok()) {
+          counters.pending.fetch_add(1);
+          count_and_answer(from, std::nullopt, route_error_code_for(req.error()),
+                           req.error().message());
+          return;
+        }
+        counters.pending.fetch_add(1);
+        route_job job{std::move(from), std::move(*req), steady_ns(),
+                      static_cast<uint32_t>(issues.size())};
+        callbacks.on_route(std::move(job));
+        return;
+      }
+      case frontend_channel::worker: {
+        auto m = decode_worker_message(data, opt.worker_limits);
+        if (!m.ok()) {
+          count_and_answer(from, std::nullopt, route_error_code_for(m.error()),
+                           m.error().message());
+          return;
+        }
+        callbacks.on_worker(worker_job{std::move(from), std::move(*m)});
+        return;
+      }
+      case frontend_channel::admin: {
+        auto m = decode_admin_request(data, opt.admin_limits);
+        if (!m.ok()) {
+          count_and_answer(from, std::nullopt, route_error_code_for(m.error()),
+                           m.error().message());
+          return;
+        }
+        callbacks.on_admin(admin_job{std::move(from), std::move(*m)});
+        return;
+      }
+    }
+  }
+
+  void count_and_answer(const reply_address& to, std::optional<std::string> id,
+                        route_error_code code, std::string message) {
+    switch (code) {
+      case route_error_code::too_large:
+        counters.too_large.fetch_add(1);
+        break;
+      case route_error_code::unknown_type:
+        counters.unknown_type.fetch_add(1);
+        break;
+      default:
+        counters.malformed.fetch_add(1);
+        break;
+    }
+    reply_error_now(to, std::move(id), code, std::move(message));
+  }
+
+  void reply_error_now(const reply_address& to, std::optional<std::string> id,
+                       route_error_code code, std::string message) {
+    error_reply e{std::move(id), code, std::move(message)};
+    queue(to, encode_error_reply(e));
+  }
+
+  void run() {
+    std::vector<zmq::pollitem_t> items;
+    std::vector<zmq::message_t> parts;
+    std::vector<frontend_channel> item_channel;
+    while (!stopping.load()) {
+      add_subscriptions();
+      items.clear();
+      item_channel.clear();
+      for (size_t c = 0; c < frontend_channel_count; ++c) {
+        if (!routers[c]) continue;
+        items.push_back({routers[c]->handle(), 0, ZMQ_POLLIN, 0});
+        item_channel.push_back(static_cast<frontend_channel>(c));
+      }
+      const size_t first_sub = items.size();
+      for (auto& [id, s] : subs)
+        items.push_back({s->handle(), 0, ZMQ_POLLIN, 0});
+      items.push_back({nullptr, wake_fd, ZMQ_POLLIN, 0});
+      try {
+        zmq::poll(items, std::chrono::milliseconds(-1));
+      } catch (const zmq::error_t& e) {
+        if (e.num() == EINTR) continue;
+        spdlog::error("frontend poll failed: {}", e.what());
+        return;
+      }
+      if (items.back().revents & ZMQ_POLLIN) send_queued();
+      // Drain each socket up to a budget so that one busy socket cannot starve the others.
+      for (size_t i = 0; i < first_sub; ++i) {
+        if (!(items[i].revents & ZMQ_POLLIN)) continue;
+        auto& s = *routers[static_cast<size_t>(item_channel[i])];
+        for (int n = 0; n < 256; ++n) {
+          parts.clear();
+          std::optional<size_t> got;
+          try {
+            got = zmq::recv_multipart(s, std::back_inserter(parts), zmq::recv_flags::dontwait);
+          } catch (const zmq::error_t&) {
+            counters.bad_frames.fetch_add(1);
+            break;
+          }
+          if (!got) break;
+          handle_router(item_channel[i], parts);
+        }
+      }
+      for (size_t i = first_sub; i + 1 < items.size(); ++i) {
+        if (!(items[i].revents & ZMQ_POLLIN)) continue;
+        auto& [id, s] = subs[i - first_sub];
+        for (int n = 0; n < 256; ++n) {
+          parts.clear();
+          std::optional<size_t> got;
+          try {
+            got = zmq::recv_multipart(*s, std::back_inserter(parts), zmq::recv_flags::dontwait);
+          } catch (const zmq::error_t&) {
+            break;
+          }
+          if (!got) break;
+          counters.publisher_messages.fetch_add(1);
+          publisher_frames f{id, {}};
+          f.frames.reserve(parts.size());
+          for (auto& p : parts) {
+            const auto b = bytes(p);
+            f.frames.emplace_back(b.begin(), b.end());
+          }
+          callbacks.on_publisher(std::move(f));
+        }
+      }
+      // Replies queued by callbacks run on this thread (e.g. errors) go out in the same round.
+      bool pending_out = false;
+      {
+        std::lock_guard lock(mutex);
+        pending_out = !outbox.empty();
+      }
+      if (pending_out) send_queued();
+    }
+  }
+};
+
+zmq_frontend::zmq_frontend(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+zmq_frontend::~zmq_frontend() = default;
+
+result<std::unique_ptr<zmq_frontend>> zmq_frontend::start(frontend_options options,
+                                                          frontend_callbacks callbacks) {
+  auto p = std::make_unique<impl>(std::move(options), std::move(callbacks));
+  if (auto s = p->bind_all(); !s.ok()) return s;
+  auto* raw = p.get();
+  p->thread = std::thread([raw] { raw->run(); });
+  return std::unique_ptr<zmq_frontend>(new zmq_frontend(std::move(p)));
+}
+
+const std::string& zmq_frontend::bound(frontend_channel c) const {
+  return impl_->bound[static_cast<size_t>(c)];
+}
+
+void zmq_frontend::reply(const reply_address& to, std::vector<uint8_t> payload) {
+  impl_->queue(to, std::move(payload));
+}
+
+void reply_sink::reply_error(const reply_address& to, std::optional<std::string> id,
+                             route_error_code code, std::string message) {
+  reply(to, encode_error_reply(error_reply{std::move(id), code, std::move(message)}));
+}
+
+uint32_t zmq_frontend::subscribe(const std::string& endpoint) {
+  uint32_t id = 0;
+  {
+    std::lock_guard lock(impl_->mutex);
+    auto [it, inserted] = impl_->subscription_ids.try_emplace(
+        endpoint, static_cast<uint32_t>(impl_->subscription_ids.size()));
+    id = it->second;
+    if (!inserted) return id;
+    impl_->new_subscriptions.emplace_back(id, endpoint);
+  }
+  impl_->wake();
+  return id;
+}
+
+const frontend_counters& zmq_frontend::counters() const {
+  return impl_->counters;
+}
+
+}  // namespace eldr

@@ -1,0 +1,136 @@
+// zmq_frontend: the node's ZeroMQ edge, on one thread -- three ROUTER sockets (route, worker and
+// admin endpoints, docs/protocol.md) and the SUB sockets of the KV-event and counts publishers the
+// signature cache follows.
+//
+// The frontend decodes every request on its own thread, answers the ones that cannot be served
+// (malformed, too large, unknown type, over the pending limit) itself with an error_reply, and
+// hands the rest to callbacks (the actors). Answers come back through reply(), from any thread:
+// they are queued and the frontend thread sends them, because a ZeroMQ socket belongs to one
+// thread. Sends never block: a peer that is gone or not reading (its queue at the high-water mark)
+// loses its reply, which is counted, and no other client waits for it.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cluster/admin_protocol.hpp"
+#include "cluster/route_protocol.hpp"
+#include "cluster/worker_protocol.hpp"
+#include "core/status.hpp"
+
+namespace eldr {
+
+enum class frontend_channel : uint8_t { route = 0, worker = 1, admin = 2 };
+inline constexpr size_t frontend_channel_count = 3;
+const char* to_string(frontend_channel c);
+
+// Who to answer: the channel and the peer's ZeroMQ routing id (plus an empty delimiter frame when
+// the peer is a REQ socket).
+struct reply_address {
+  frontend_channel channel = frontend_channel::route;
+  std::string peer;
+  bool delimiter = false;
+};
+
+struct route_job {
+  reply_address from;
+  route_request request;
+  int64_t received_ns = 0;        // steady clock, for the node-side latency histogram
+  uint32_t bad_count_blocks = 0;  // counts blocks skipped by the decoder (bad_counts)
+};
+struct worker_job {
+  reply_address from;
+  worker_message message;
+};
+struct admin_job {
+  reply_address from;
+  admin_request request;
+};
+
+// A raw message from a subscribed publisher: frames as received (topic, [seq,] payload).
+struct publisher_frames {
+  uint32_t subscription = 0;  // the id subscribe() returned
+  std::vector<std::vector<uint8_t>> frames;
+};
+
+struct frontend_options {
+  // Bind endpoints; "" = that channel is not served. Port 0 or "*" picks a free port.
+  std::array<std::string, frontend_channel_count> endpoints;
+  route_protocol_limits route_limits;
+  worker_protocol_limits worker_limits;
+  admin_protocol_limits admin_limits;
+  uint32_t max_pending = 10000;  // route requests handed over and not yet answered
+  int send_hwm = 100000;         // per peer: replies queued before they are dropped
+  int64_t max_publisher_message_bytes = int64_t{64} << 20;
+};
+
+struct frontend_callbacks {
+  std::function<void(route_job)> on_route;
+  std::function<void(worker_job)> on_worker;
+  std::function<void(admin_job)> on_admin;
+  std::function<void(publisher_frames)> on_publisher;
+};
+
+// Counters, readable from any thread.
+struct frontend_counters {
+  std::atomic<uint64_t> received[frontend_channel_count]{};
+  std::atomic<uint64_t> replies_sent{0};
+  std::atomic<uint64_t> replies_dropped{0};  // peer gone or at its high-water mark
+  std::atomic<uint64_t> malformed{0};
+  std::atomic<uint64_t> too_large{0};
+  std::atomic<uint64_t> unknown_type{0};
+  std::atomic<uint64_t> overloaded{0};
+  std::atomic<uint64_t> bad_frames{0};  // wrong frame count on a ROUTER socket
+  std::atomic<uint64_t> publisher_messages{0};
+  std::atomic<uint32_t> pending{0};
+};
+
+// Where actors send their answers and publisher subscriptions: the ZeroMQ frontend in a node, a
+// recording fake in the actors' unit tests. Implementations are thread-safe.
+class reply_sink {
+ public:
+  virtual ~reply_sink() = default;
+  // Queues an answer for a peer.
+  virtual void reply(const reply_address& to, std::vector<uint8_t> payload) = 0;
+  // Starts following a publisher; returns the subscription id its frames will carry (the same id
+  // for the same endpoint).
+  virtual uint32_t subscribe(const std::string& endpoint) = 0;
+  // Encodes and queues an error_reply.
+  void reply_error(const reply_address& to, std::optional<std::string> id, route_error_code code,
+                   std::string message);
+};
+
+class zmq_frontend final : public reply_sink {
+ public:
+  // Binds every endpoint and starts the thread. Errors: an endpoint ZeroMQ refuses.
+  static result<std::unique_ptr<zmq_frontend>> start(frontend_options options,
+                                                     frontend_callbacks callbacks);
+  // Stops the thread; replies still queued are dropped.
+  ~zmq_frontend() override;
+
+  // The endpoint actually bound for a channel (port resolved), "" when not served.
+  const std::string& bound(frontend_channel c) const;
+
+  // Queues an answer; thread-safe. A reply on the route channel releases one pending slot.
+  void reply(const reply_address& to, std::vector<uint8_t> payload) override;
+
+  // Connects a SUB socket (all topics) to a publisher; thread-safe, takes effect on the frontend
+  // thread. Returns the subscription id that frames carry. Subscribing twice to one endpoint
+  // returns the first id.
+  uint32_t subscribe(const std::string& endpoint) override;
+
+  const frontend_counters& counters() const;
+
+  class impl;
+
+ private:
+  explicit zmq_frontend(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace eldr

@@ -1,0 +1,191 @@
+// refit: the online refit's core (eldr-method.md section 6) -- the reservoir of live signatures it
+// fits on, the fit of a candidate centroid_set aligned to the current worker identities, and the
+// validation that decides whether the candidate may replace the current set.
+//
+// A refit reruns balanced K-means on a sample of live signatures, matches the new centroids to the
+// workers that own the old ones (so each worker keeps its region and its warm caches), and
+// hot-swaps the set. A candidate that fails validation -- non-finite or zero centroids, degenerate
+// clusters, broken balance, or a predicted distinct-expert score worse than the current set's on
+// the same sample -- is rejected with a reason, and the current set stays.
+//
+// Everything here is a pure function of its inputs and seeds: no clocks, no globals.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/balanced_kmeans.hpp"
+#include "core/centroid_set.hpp"
+#include "core/random.hpp"
+#include "core/signature.hpp"
+#include "core/status.hpp"
+
+namespace eldr {
+
+// A uniform sample of at most `capacity` live request signatures (Vitter's algorithm R): after n
+// signatures were offered, each of them is held with probability capacity / n. Stored dense and
+// unit-norm, width floats per row, row-major, ready for balanced_kmeans.
+//
+// Empty (all-zero) signatures carry no locality and are left out: they are neither held nor
+// counted in seen() (counted in skipped()). Signatures of another width are refused: a centroid
+// set with a new layer mask changes the width, and the owner then reset()s the sample.
+//
+// Thread safety: none (the router actor owns it and hands a copy of points() to the refit).
+class signature_sample {
+ public:
+  // Errors: capacity == 0 or width == 0 (invalid_argument); capacity * width above 2^30 floats
+  // (out_of_range: a 4 GiB sample is a configuration mistake).
+  static result<signature_sample> make(uint32_t capacity, uint32_t width, uint64_t seed);
+
+  uint32_t capacity() const { return capacity_; }
+  uint32_t width() const { return width_; }
+  std::size_t size() const { return width_ == 0 ? 0 : points_.size() / width_; }  // rows held
+  uint64_t seen() const { return seen_; }        // non-empty signatures offered since clear()
+  uint64_t skipped() const { return skipped_; }  // empty signatures offered since clear()
+
+  // Offers one signature. Errors (invalid_argument, nothing changes): width differs from width();
+  // index and value lengths differ; indices not strictly increasing or >= width; a NaN/Inf value.
+  // Values are re-normalised before storing (they are unit already when built by
+  // signature_builder; this keeps float drift from tripping the fit's unit-norm check).
+  status add(const signature& s);
+  // Offers a dense vector of width() floats (e.g. replayed from a trace). Same errors and
+  // normalisation as add(); an all-zero vector is skipped.
+  status add_dense(std::span<const float> v);
+
+  // Forgets every held row and the counts; the random stream continues (not reseeded), so a
+  // cleared sample does not replay the draws it made before.
+  void clear();
+  // clear() and change the width (a new layer mask). Errors: width == 0, or capacity * width
+  // above 2^30 floats; the sample is unchanged on error.
+  status reset(uint32_t width);
+
+  // The held rows, size() * width() floats, row-major, each unit norm. Row order is not
+  // meaningful. Valid until the next non-const call.
+  std::span<const float> points() const { return points_; }
+
+ private:
+  signature_sample(uint32_t capacity, uint32_t width, uint64_t seed);
+  // Takes the normalised row in scratch_ (reservoir step).
+  void offer_scratch();
+
+  uint32_t capacity_ = 0;
+  uint32_t width_ = 0;
+  uint64_t seen_ = 0;
+  uint64_t skipped_ = 0;
+  rng_engine rng_;
+  std::vector<float> points_;
+  std::vector<float> scratch_;
+};
+
+// The checks a candidate must pass, and the knobs of the distinct-expert score.
+struct refit_validation_options {
+  // A cluster (argmax assignment of the sample to the candidate) with fewer members is degenerate.
+  // 0 = max(1, N / (10 K)): a worker that almost no live request prefers.
+  uint32_t min_cluster_points = 0;
+  // Largest allowed argmax cluster size over its worker's share of the sample. Must be >= 1.
+  double max_balance_ratio = 3.0;
+  // Relative capacities of heterogeneous workers (as kmeans_options::worker_weights): worker k's
+  // share is N * w_k / sum(w). Empty = equal shares N / K. refit_candidate fills it from the
+  // fit's weights when left empty.
+  std::vector<double> worker_weights;
+  // Decode batch size of the distinct-expert score. Must be >= 1.
+  uint32_t batch_size = 16;
+  // The candidate is rejected when its score > current score * (1 + score_tolerance); 0 means
+  // "not worse" (equal is accepted). Must be >= 0 and finite.
+  double score_tolerance = 0.0;
+  // Seed of the batch draws: same seed, same inputs => same score.
+  uint64_t seed = 0;
+  // Threads for scoring the sample against K centroids; 0 = hardware concurrency, capped at 16.
+  // The figures do not depend on it.
+  uint32_t threads = 1;
+};
+
+// The outcome of validate_refit, for the admin "refit" command and the logs.
+struct refit_report {
+  bool accepted = false;
+  // Empty when accepted; else starts with the failed check -- "sample too small",
+  // "non-finite centroid", "zero centroid", "degenerate clusters", "balance broken",
+  // "distinct-expert score worse" -- followed by ": " and the figures that failed it.
+  std::string reason;
+
+  uint32_t k = 0;
+  uint64_t points = 0;              // N, sample rows
+  uint32_t min_cluster_points = 0;  // the threshold used (after defaulting)
+  // Argmax assignment of the sample to the candidate (ties to the lower index).
+  uint32_t min_cluster_size = 0;
+  uint32_t max_cluster_size = 0;
+  // max over workers of cluster size / share (N / K, or weighted); the worst worker's ratio.
+  double balance_ratio = 0.0;
+  double objective = 0.0;  // mean cosine of every point to its best candidate centroid
+  // Distinct-expert score of the candidate and of the current set on the sample (lower is
+  // better). current_score is meaningful only when score_checked.
+  double candidate_score = 0.0;
+  double current_score = 0.0;
+  bool score_checked = false;
+  std::string score_note;  // why the comparison was skipped (no current set, another width)
+};
+
+// The predicted number of distinct experts a decode batch touches: the quantity ELDR's routing
+// lowers (eldr-method.md sections 1 and 5; a nonzero signature dimension is one expert in one kept
+// layer). On the sample: every point goes to its best-scoring centroid's worker (argmax, ties to
+// the lower index: where the locality band concentrates traffic); each worker with m > 0 points
+// shuffles them (seeded per worker, so a worker's draw does not depend on the others) and forms
+// ceil(m / B) batches of min(B, m) members, taking its shuffled list cyclically; a batch's count is
+// the number of dimensions nonzero in at least one member. The score is the mean count over all
+// batches of all workers (busier workers weigh more, as they run more batches).
+// Errors (invalid_argument): width != set.width(); points empty or not a multiple of width;
+// batch_size == 0; a non-finite coordinate.
+result<double> predicted_distinct_experts(const centroid_set& set, std::span<const float> points,
+                                          uint32_t width, const refit_validation_options& options);
+
+// Runs the checks listed above, in that order, stopping at the first that fails (figures already
+// computed stay filled in). `points` are N unit-norm rows of `width` floats; `current` may be null
+// (the first fit): the score comparison is then skipped and score_note says so, as it is when
+// current's width differs from width (a new layer mask: the two sets score different spaces). A
+// current set of another K (a membership change) is still compared: the score is per batch.
+// Errors (invalid_argument; a rejection is not an error): width == 0; points not a multiple of
+// width; candidate.width() != width; bad options (max_balance_ratio < 1, batch_size == 0,
+// score_tolerance negative or not finite, worker_weights neither empty nor K positive finite
+// values); a non-finite coordinate.
+result<refit_report> validate_refit(const centroid_set& candidate, const centroid_set* current,
+                                    std::span<const float> points, uint32_t width,
+                                    const refit_validation_options& options = {});
+
+struct refit_options {
+  uint32_t k = 0;      // workers; 0 = current->k() (required when there is no current set)
+  uint64_t epoch = 0;  // the candidate's epoch; 0 = current->epoch() + 1, or 1 without a current
+  // The fit. When initial_centroids is empty and the current set has the same K and width, the fit
+  // starts from the current centroids (section 6: "seeded from the current centroids").
+  kmeans_options kmeans;
+  // Match the new centroids to the current workers (align_centroids) when K and width agree.
+  bool align = true;
+  refit_validation_options validation;
+};
+
+struct refit_outcome {
+  // The aligned candidate, stamped with its epoch; null when the fit could not run (sample too
+  // small) or produced unusable rows. Install it only when report.accepted.
+  std::shared_ptr<const centroid_set> candidate;
+  refit_report report;
+  bool aligned = false;  // worker identities were matched to the current set
+  uint32_t iterations = 0;
+  bool converged = false;
+  std::vector<uint32_t> fit_cluster_sizes;  // the balanced fit's own cluster sizes (aligned)
+};
+
+// Fits K centroids to the sample with balanced_kmeans, aligns them to the current set, builds the
+// candidate and validates it. A candidate that fails a check is returned with accepted = false;
+// the caller keeps the current set.
+// Errors: width == 0 or points not a multiple of width, k unresolvable (0 without a current set),
+// bad validation options (invalid_argument); anything balanced_kmeans refuses in the sample
+// (zero or non-unit rows, NaN) or in options.kmeans, passed through.
+result<refit_outcome> refit_candidate(std::span<const float> points, uint32_t width,
+                                      const centroid_set* current, const refit_options& options);
+// The same on a signature_sample's rows.
+result<refit_outcome> refit_candidate(const signature_sample& sample, const centroid_set* current,
+                                      const refit_options& options);
+
+}  // namespace eldr

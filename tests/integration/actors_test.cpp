@@ -1,0 +1,286 @@
+// The node's actors under CAF's deterministic testing scheduler: messages are delivered one by one
+// when the test runs the scheduler, time is a variable the test advances, answers are recorded
+// by a fake reply sink instead of going to sockets. Only the signature cache's RocksDB is real
+// (hence the integration label).
+#include <gtest/gtest.h>
+
+#include <caf/all.hpp>
+#include <mutex>
+
+#include "actors/admin_actor.hpp"
+#include "actors/load_monitor_actor.hpp"
+#include "actors/node_metrics.hpp"
+#include "actors/refit_actor.hpp"
+#include "actors/router_actor.hpp"
+#include "actors/sigcache_actor.hpp"
+#include "core/centroid_file.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace eldr {
+namespace {
+
+// Records every answer, decoded by the channel it was sent on.
+class recording_sink final : public reply_sink {
+ public:
+  void reply(const reply_address& to, std::vector<uint8_t> payload) override {
+    std::lock_guard lock(mutex_);
+    sent_.emplace_back(to, std::move(payload));
+  }
+  uint32_t subscribe(const std::string&) override { return next_id_++; }
+
+  std::vector<std::pair<reply_address, std::vector<uint8_t>>> take() {
+    std::lock_guard lock(mutex_);
+    return std::exchange(sent_, {});
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::pair<reply_address, std::vector<uint8_t>>> sent_;
+  uint32_t next_id_ = 0;
+};
+
+const model_geometry toy{2, 8, 2};
+
+centroid_file toy_centroids(uint32_t rotate, signature_transform t = signature_transform::count) {
+  centroid_file f;
+  f.model_name = "toy";
+  f.spec = *signature_spec::make(toy, t, {}, {});
+  f.workers = 4;
+  f.centroids.assign(4 * 16, 0.0f);
+  for (uint32_t w = 0; w < 4; ++w)
+    for (uint32_t l = 0; l < 2; ++l)
+      for (uint32_t e : {2 * ((w + rotate) % 4), 2 * ((w + rotate) % 4) + 1})
+        f.centroids[w * 16 + l * 8 + e] = 0.5f;
+  return f;
+}
+
+route_request request_for(const std::string& id, uint32_t domain, uint64_t hash) {
+  std::vector<uint8_t> ids;
+  for (int t = 0; t < 4; ++t)
+    for (int l = 0; l < 2; ++l) {
+      ids.push_back(static_cast<uint8_t>(2 * domain));
+      ids.push_back(static_cast<uint8_t>(2 * domain + 1));
+    }
+  route_request r;
+  r.id = id;
+  r.model = "toy";
+  r.block_hashes = {hash};
+  counts_message c;
+  c.geometry = toy;
+  c.blocks.push_back({hash, std::nullopt, *block_counts::from_tokens(toy, ids, 0, 4)});
+  r.counts = std::move(c);
+  return r;
+}
+
+class ActorsTest : public ::testing::Test {
+ protected:
+  ActorsTest()
+      : sys_(configure(cfg_)),
+        sched_(dynamic_cast<caf::scheduler::test_coordinator&>(sys_.scheduler())) {
+    node_config c = default_node_config();
+    c.data_dir = dir_.path();
+    c.models[0].name = "toy";
+    c.models[0].workers = 4;
+    c.models[0].widen_single = false;
+    c.models[0].worker_timeout_ms = 1000;
+    auto ctx = std::make_shared<node_context>();
+    ctx->config = c;
+    ctx->edge = &sink_;
+    ctx->metrics = std::make_shared<node_metrics>();
+    ctx->now_ms = [this] { return now_; };
+    auto caches = open_model_caches(c);
+    EXPECT_TRUE(caches.ok());
+    sigcache_ = spawn_sigcache(sys_, ctx, std::move(*caches), /*detached=*/false);
+    router_ = spawn_router(sys_, ctx, sigcache_, std::vector<router_model_init>(1));
+    monitor_ = spawn_load_monitor(sys_, ctx, router_, sigcache_);
+    refit_ = spawn_refit(sys_, ctx, router_, /*detached=*/false);
+    admin_ = spawn_admin(sys_, ctx, router_, sigcache_, refit_);
+    sched_.run();
+  }
+  ~ActorsTest() override {
+    for (auto* a : {&admin_, &refit_, &monitor_, &router_, &sigcache_})
+      caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+    sched_.run();
+  }
+
+  static caf::actor_system_config& configure(caf::actor_system_config& cfg) {
+    cfg.set("scheduler.policy", caf::atom("testing"));
+    cfg.set("logger.verbosity", caf::atom("quiet"));
+    return cfg;
+  }
+
+  void admin(const std::string& command, nlohmann::json args) {
+    auto job = std::make_shared<const admin_job>(
+        admin_job{{frontend_channel::admin, "op", false}, {"a", command, std::move(args)}});
+    caf::anon_send(admin_, admin_atom::value, admin_job_ptr(job));
+  }
+  void route(route_request r) {
+    auto job = std::make_shared<const route_job>(
+        route_job{{frontend_channel::route, "prefill", false}, std::move(r), 0, 0});
+    caf::anon_send(router_, route_atom::value, route_job_ptr(job));
+  }
+  void worker(worker_message m) {
+    auto job = std::make_shared<const worker_job>(
+        worker_job{{frontend_channel::worker, "decode", false}, std::move(m)});
+    caf::anon_send(monitor_, worker_atom::value, worker_job_ptr(job));
+  }
+  void register_all() {
+    for (uint32_t w = 0; w < 4; ++w)
+      worker(worker_register{"", "toy", w, "tcp://w" + std::to_string(w), 0});
+    sched_.run();
+    sink_.take();
+  }
+  // Route replies recorded since the last call, in the order they were sent.
+  std::vector<route_reply> route_replies() {
+    std::vector<route_reply> out;
+    for (auto& [to, bytes] : sink_.take()) {
+      if (to.channel != frontend_channel::route) continue;
+      auto r = decode_route_reply(bytes, {});
+      EXPECT_TRUE(r.ok()) << "not a route_reply";
+      if (r.ok()) out.push_back(*r);
+    }
+    return out;
+  }
+  admin_reply last_admin_reply() {
+    admin_reply out;
+    for (auto& [to, bytes] : sink_.take())
+      if (to.channel == frontend_channel::admin) out = *decode_admin_reply(bytes, {});
+    return out;
+  }
+  void import(const centroid_file& f) {
+    admin("centroids.import",
+          {{"model", "toy"}, {"file", nlohmann::json::binary(encode_centroid_file(f))}});
+  }
+
+  testing::temp_dir dir_{"eldr-actors"};
+  recording_sink sink_;
+  int64_t now_ = 1000;
+  caf::actor_system_config cfg_;
+  caf::actor_system sys_;
+  caf::scheduler::test_coordinator& sched_;
+  caf::actor sigcache_, router_, monitor_, refit_, admin_;
+};
+
+TEST_F(ActorsTest, EachDecisionSeesOneSetAndItsEpoch) {
+  register_all();
+  import(toy_centroids(0));
+  sched_.run();
+  ASSERT_TRUE(last_admin_reply().ok);
+  // Requests of all four domains interleaved with a swap to a rotated set (worker w serves
+  // domain (w + 1) % 4 under epoch 2): every decision must match the set of the epoch it reports.
+  for (uint32_t i = 0; i < 8; ++i)
+    route(request_for("a" + std::to_string(i), i % 4, 100 + i));
+  import(toy_centroids(1));
+  for (uint32_t i = 0; i < 8; ++i)
+    route(request_for("b" + std::to_string(i), i % 4, 200 + i));
+  sched_.run();
+  route(request_for("after", 1, 300));
+  sched_.run();
+  const auto replies = route_replies();
+  ASSERT_EQ(replies.size(), 17u);
+  uint64_t last_epoch = 0;
+  for (const auto& r : replies) {
+    const uint32_t domain =
+        r.id == "after" ? 1 : static_cast<uint32_t>(std::stoul(r.id.substr(1))) % 4;
+    ASSERT_TRUE(r.epoch == 1 || r.epoch == 2) << r.id;
+    EXPECT_EQ(r.worker, r.epoch == 1 ? domain : (domain + 3) % 4) << r.id << " epoch " << r.epoch;
+    EXPECT_GE(r.epoch, last_epoch) << "epochs went back at " << r.id;
+    last_epoch = r.epoch;
+  }
+  EXPECT_EQ(replies.back().epoch, 2u);
+}
+
+TEST_F(ActorsTest, ASwapWithANewSpecReSignsTheRequestsInFlight) {
+  register_all();
+  import(toy_centroids(0));
+  sched_.run();
+  last_admin_reply();
+  // The router asks the cache to store a set with a new spec (admin, then router, one message
+  // each), then a request arrives and is signed under the old spec; the install lands between
+  // its signature and its decision, so the request is signed again under the new spec.
+  import(toy_centroids(0, signature_transform::binary));
+  sched_.run_once();  // admin forwards the import
+  sched_.run_once();  // router asks the cache to store it
+  route(request_for("r", 2, 21));
+  sched_.run();
+  const auto replies = route_replies();
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].epoch, 2u);
+  EXPECT_EQ(replies[0].worker, 2u);
+  admin("status", nlohmann::json::object());
+  sched_.run();
+  const auto status = last_admin_reply();
+  ASSERT_TRUE(status.ok);
+  EXPECT_EQ(status.result["models"][0]["resigned_after_swap"], 1);
+}
+
+TEST_F(ActorsTest, SilentWorkersTimeOutOnTheInjectedClock) {
+  register_all();
+  import(toy_centroids(0));
+  sched_.run();
+  last_admin_reply();
+  now_ += 900;
+  for (uint32_t w : {0u, 1u, 2u})
+    worker(load_report{"", "toy", w, 0, 0, 0, 0.0f, 1});
+  sched_.run();
+  sink_.take();
+  now_ += 200;  // worker 3: 1100 ms silent > 1000 ms
+  route(request_for("x", 3, 31));
+  sched_.run();
+  auto replies = route_replies();
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_NE(replies[0].worker, 3u);
+  worker(load_report{"", "toy", 3, 0, 0, 0, 0.0f, 1});
+  route(request_for("y", 3, 32));
+  sched_.run();
+  replies = route_replies();
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].worker, 3u);
+}
+
+TEST_F(ActorsTest, RejectedRefitKeepsTheCurrentSet) {
+  register_all();
+  import(toy_centroids(0));
+  sched_.run();
+  last_admin_reply();
+  // Default min_sample (256) is far above the 8 signatures seen.
+  for (uint32_t i = 0; i < 8; ++i)
+    route(request_for("s" + std::to_string(i), i % 4, 100 + i));
+  sched_.run();
+  route_replies();
+  admin("refit", {{"model", "toy"}});
+  sched_.run();
+  const auto r = last_admin_reply();
+  ASSERT_TRUE(r.ok);
+  EXPECT_FALSE(r.result["accepted"].get<bool>());
+  admin("centroids.show", {{"model", "toy"}});
+  sched_.run();
+  EXPECT_EQ(last_admin_reply().result["epoch"], 1);
+}
+
+TEST_F(ActorsTest, UnknownModelsAndCommandsAreAnswered) {
+  auto r = request_for("u", 0, 1);
+  r.model = "other";
+  route(r);
+  admin("frobnicate", nlohmann::json::object());
+  worker(worker_register{"", "other", 0, "tcp://x", 0});
+  sched_.run();
+  int errors = 0;
+  for (auto& [to, bytes] : sink_.take()) {
+    if (to.channel == frontend_channel::admin) {
+      auto a = decode_admin_reply(bytes, {});
+      ASSERT_TRUE(a.ok());
+      EXPECT_FALSE(a->ok);
+      EXPECT_EQ(a->code, route_error_code::unknown_type);
+    } else {
+      auto e = decode_error_reply(bytes, {});
+      ASSERT_TRUE(e.ok());
+      EXPECT_EQ(e->code, route_error_code::unknown_model);
+    }
+    ++errors;
+  }
+  EXPECT_EQ(errors, 3);
+}
+
+}  // namespace
+}  // namespace eldr

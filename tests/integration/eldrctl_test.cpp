@@ -1,0 +1,457 @@
+// eldrctl, the real binary, against a fake node: a ZeroMQ ROUTER on an ephemeral loopback port in
+// a thread of the test, which decodes every admin request with decode_admin_request, records it,
+// and answers a canned admin_reply (encode_admin_reply) chosen per command. Checked: the tables
+// and --json, the arguments each subcommand sends, the exit codes (1 node error, 2 usage, 3
+// transport), and that centroid files are validated locally and travel byte for byte.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "cluster/admin_protocol.hpp"
+#include "core/centroid_file.hpp"
+#include "core/file_io.hpp"
+#include "tests/support/process.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace eldr {
+namespace {
+
+using json = nlohmann::json;
+
+const std::string eldrctl = std::string(ELDR_BINARY_DIR) + "/tools/eldrctl/eldrctl";
+
+// The fake node. handler(request) -> the reply to send (its id is filled in here), or nullopt to
+// stay silent (a node that never answers).
+class fake_admin_node {
+ public:
+  using handler = std::function<std::optional<admin_reply>(const admin_request&)>;
+
+  explicit fake_admin_node(handler h)
+      : handler_(std::move(h)), sock_(ctx_, zmq::socket_type::router) {
+    sock_.set(zmq::sockopt::linger, 0);
+    sock_.bind("tcp://127.0.0.1:*");
+    endpoint_ = sock_.get(zmq::sockopt::last_endpoint);
+    // The socket is used by the thread only from here on (thread start is a memory barrier).
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~fake_admin_node() {
+    stop_ = true;
+    thread_.join();
+  }
+  const std::string& endpoint() const { return endpoint_; }
+  std::vector<admin_request> requests() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return requests_;
+  }
+  std::vector<std::string> commands() {
+    std::vector<std::string> out;
+    for (const admin_request& r : requests())
+      out.push_back(r.command);
+    return out;
+  }
+  std::vector<std::string> errors() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return errors_;
+  }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      zmq::pollitem_t item{sock_.handle(), 0, ZMQ_POLLIN, 0};
+      // Bounded only so that the destructor's stop is noticed; requests are handled on arrival.
+      zmq::poll(&item, 1, std::chrono::milliseconds(20));
+      if ((item.revents & ZMQ_POLLIN) == 0) continue;
+      std::vector<zmq::message_t> frames;
+      if (!zmq::recv_multipart(sock_, std::back_inserter(frames))) continue;
+      if (frames.size() != 2) {
+        record_error("request of " + std::to_string(frames.size()) + " frames");
+        continue;
+      }
+      const std::span<const uint8_t> payload(frames[1].data<uint8_t>(), frames[1].size());
+      auto req = decode_admin_request(payload, admin_protocol_limits{});
+      if (!req.ok()) {
+        record_error(req.error().to_string());
+        continue;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        requests_.push_back(*req);
+      }
+      std::optional<admin_reply> reply = handler_(*req);
+      if (!reply) continue;
+      reply->id = req->id;
+      const std::vector<uint8_t> bytes = encode_admin_reply(*reply);
+      sock_.send(frames[0], zmq::send_flags::sndmore);
+      sock_.send(zmq::buffer(bytes), zmq::send_flags::none);
+    }
+  }
+  void record_error(std::string e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    errors_.push_back(std::move(e));
+  }
+
+  handler handler_;
+  zmq::context_t ctx_;
+  zmq::socket_t sock_;
+  std::string endpoint_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::vector<admin_request> requests_;
+  std::vector<std::string> errors_;
+  std::thread thread_;
+};
+
+admin_reply ok_reply(json result) {
+  admin_reply r;
+  r.ok = true;
+  r.result = std::move(result);
+  return r;
+}
+
+admin_reply error_reply_of(route_error_code code, std::string message) {
+  admin_reply r;
+  r.ok = false;
+  r.code = code;
+  r.error = std::move(message);
+  return r;
+}
+
+const json status_result = {
+    {"node",
+     {{"name", "eldr-test"},
+      {"version", "0.1.0"},
+      {"roles", {"router", "cache"}},
+      {"uptime_s", 3725}}},
+    {"endpoints",
+     {{"route", "tcp://127.0.0.1:5700"},
+      {"worker", "tcp://127.0.0.1:5701"},
+      {"admin", "tcp://127.0.0.1:5702"},
+      {"metrics", "http://127.0.0.1:9464/metrics"}}},
+    {"models",
+     json::array({{{"name", "qwen3-30b-a3b"},
+                   {"k", 8},
+                   {"policy", "eldr"},
+                   {"tau", 0.1},
+                   {"epoch", 12},
+                   {"width", 6144},
+                   {"workers", {{"registered", 8}, {"active", 7}, {"draining", 1}, {"dead", 0}}}},
+                  {{"name", "m"},
+                   {"k", 2},
+                   {"policy", "jsq"},
+                   {"tau", 0},
+                   {"epoch", 0},
+                   {"width", 0},
+                   {"workers", {{"registered", 2}, {"active", 2}, {"draining", 0}, {"dead", 0}}},
+                   {"shiny_new_field", "yes"}}})},
+    {"counters", {{"routed", 1234}, {"errors", 5}}},
+    {"replication", {{"peers", 2}}}};
+
+const json workers_result = {{{"model", "m"},
+                              {"worker", 0},
+                              {"endpoint", "tcp://10.0.0.1:5600"},
+                              {"state", "active"},
+                              {"load", 3},
+                              {"capacity", 64},
+                              {"last_report_ms_ago", 120},
+                              {"routed", 1000},
+                              {"finished", 997}},
+                             {{"model", "m"},
+                              {"worker", 1},
+                              {"endpoint", "tcp://10.0.0.2:5600"},
+                              {"state", "draining"},
+                              {"load", 12},
+                              {"capacity", 64},
+                              {"last_report_ms_ago", 80},
+                              {"routed", 2000},
+                              {"finished", 1988}}};
+
+// A node that knows every command: canned results, and the arguments echoed where useful.
+std::optional<admin_reply> canned(const admin_request& r) {
+  if (r.command == "status") return ok_reply(status_result);
+  if (r.command == "workers") return ok_reply(workers_result);
+  if (r.command == "centroids.import") return ok_reply({{"epoch", 13}});
+  if (r.command == "policy")
+    return ok_reply(
+        {{"policy", r.args.value("policy", "eldr")}, {"tau", r.args.value("tau", 0.1)}});
+  if (r.command == "drain" || r.command == "undrain")
+    return error_reply_of(route_error_code::unknown_model, "no pool for model x");
+  return error_reply_of(route_error_code::unknown_type, "unknown command " + r.command);
+}
+
+// A small valid centroid set: 2 workers over a 2-layer, 4-expert model, unit rows.
+centroid_file sample_centroids() {
+  centroid_file f;
+  f.model_name = "m";
+  f.spec = *signature_spec::make({2, 4, 2}, signature_transform::count, {0, 1}, {});
+  f.epoch = 7;
+  f.workers = 2;
+  f.centroids.assign(2 * f.spec.width(), 0.0f);
+  f.centroids[0] = 1.0f;
+  f.centroids[f.spec.width() + 3] = 0.6f;
+  f.centroids[f.spec.width() + 4] = 0.8f;
+  f.provenance.tool = "eldrctl_test";
+  return f;
+}
+
+testing::process_result ctl(const fake_admin_node& node, const std::string& args) {
+  return testing::run_command(eldrctl + " --node " + node.endpoint() + " --timeout-ms 5000 " +
+                              args);
+}
+
+std::vector<std::string> lines_of(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  std::string line;
+  while (std::getline(in, line))
+    out.push_back(line);
+  return out;
+}
+
+// The line that starts with `prefix` (after indentation), or "".
+std::string line_starting(const std::string& out, const std::string& prefix) {
+  for (const std::string& l : lines_of(out)) {
+    const size_t at = l.find_first_not_of(' ');
+    if (at != std::string::npos && l.compare(at, prefix.size(), prefix) == 0) return l;
+  }
+  return "";
+}
+
+struct Eldrctl : ::testing::Test {
+  testing::temp_dir dir{"eldrctl"};
+  void SetUp() override {
+    ASSERT_FALSE(dir.path().empty());
+    // The test runs the program; building this test alone does not build it.
+    ASSERT_TRUE(std::filesystem::exists(eldrctl)) << eldrctl << " is missing: build target eldrctl";
+  }
+};
+
+TEST_F(Eldrctl, StatusPrintsAlignedTables) {
+  fake_admin_node node(canned);
+  const auto r = ctl(node, "status");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(node.commands(), std::vector<std::string>{"status"});
+  EXPECT_EQ(node.requests()[0].args, json::object());
+
+  EXPECT_NE(r.output.find("node eldr-test  version 0.1.0  roles router,cache  uptime 1h2m5s"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(line_starting(r.output, "route").find("tcp://127.0.0.1:5700"), std::string::npos);
+  EXPECT_NE(line_starting(r.output, "metrics").find("http://127.0.0.1:9464/metrics"),
+            std::string::npos);
+  // One row per model, columns aligned with the header.
+  const std::string header = line_starting(r.output, "MODEL");
+  const std::string row1 = line_starting(r.output, "qwen3-30b-a3b");
+  const std::string row2 = line_starting(r.output, "m ");
+  ASSERT_FALSE(header.empty() || row1.empty() || row2.empty()) << r.output;
+  EXPECT_EQ(header.find("POLICY"), row1.find("eldr")) << r.output;
+  EXPECT_EQ(header.find("POLICY"), row2.find("jsq")) << r.output;
+  // Numbers are right-aligned: the last digit sits under the header's last letter.
+  EXPECT_EQ(header.find("EPOCH") + 4, row1.find("12") + 1) << r.output;
+  EXPECT_EQ(header.find("ACTIVE") + 5, row1.find(" 7 ") + 1) << r.output;
+  // Fields this build does not know are shown, not dropped.
+  EXPECT_NE(header.find("SHINY_NEW_FIELD"), std::string::npos) << r.output;
+  EXPECT_NE(row2.find("yes"), std::string::npos) << r.output;
+  EXPECT_NE(line_starting(r.output, "routed").find("1234"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("replication"), std::string::npos) << r.output;
+}
+
+TEST_F(Eldrctl, JsonPrintsTheRawResult) {
+  fake_admin_node node(canned);
+  for (const char* args : {"--json status", "status --json"}) {
+    const auto r = ctl(node, args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(json::parse(r.output, nullptr, false), status_result) << r.output;
+  }
+}
+
+TEST_F(Eldrctl, WorkersTableAndModelFilter) {
+  fake_admin_node node(canned);
+  auto r = ctl(node, "workers --model m");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(node.requests().size(), 1u);
+  EXPECT_EQ(node.requests()[0].args, json({{"model", "m"}}));
+  const std::string header = line_starting(r.output, "MODEL");
+  ASSERT_FALSE(header.empty()) << r.output;
+  for (const char* h :
+       {"WORKER", "ENDPOINT", "STATE", "LOAD", "CAPACITY", "LAST_REPORT_MS", "ROUTED", "FINISHED"})
+    EXPECT_NE(header.find(h), std::string::npos) << h << "\n" << r.output;
+  EXPECT_EQ(lines_of(r.output).size(), 3u) << r.output;  // header + 2 workers
+  EXPECT_NE(r.output.find("tcp://10.0.0.2:5600"), std::string::npos);
+  EXPECT_EQ(header.find("STATE"), lines_of(r.output)[2].find("draining")) << r.output;
+
+  r = ctl(node, "workers");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(node.requests().at(1).args, json::object());  // no filter: no "model" key
+}
+
+TEST_F(Eldrctl, NodeErrorExitsOneWithCodeNameAndMessage) {
+  fake_admin_node node([](const admin_request& r) -> std::optional<admin_reply> {
+    if (r.command == "refit")  // a code newer than this build: still the node's refusal
+      return error_reply_of(static_cast<route_error_code>(42), "not in this century");
+    return canned(r);
+  });
+  auto r = ctl(node, "drain x 3");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("unknown_model"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no pool for model x"), std::string::npos) << r.output;
+  ASSERT_EQ(node.requests().size(), 1u);
+  EXPECT_EQ(node.requests()[0].command, "drain");
+  EXPECT_EQ(node.requests()[0].args, json({{"model", "x"}, {"worker", 3}}));
+
+  r = ctl(node, "refit x");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("not in this century"), std::string::npos) << r.output;
+}
+
+TEST_F(Eldrctl, TransportFailuresExitThree) {
+  // A node that takes the request and never answers.
+  fake_admin_node silent([](const admin_request&) { return std::nullopt; });
+  auto r =
+      testing::run_command(eldrctl + " --node " + silent.endpoint() + " --timeout-ms 200 status");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_EQ(silent.commands(), std::vector<std::string>{"status"});
+
+  // Nothing listens: take a free port from a fresh ROUTER and close it again.
+  std::string dead;
+  {
+    zmq::context_t ctx;
+    zmq::socket_t s(ctx, zmq::socket_type::router);
+    s.set(zmq::sockopt::linger, 0);
+    s.bind("tcp://127.0.0.1:*");
+    dead = s.get(zmq::sockopt::last_endpoint);
+  }
+  r = testing::run_command(eldrctl + " --node " + dead + " --timeout-ms 200 workers");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+}
+
+TEST_F(Eldrctl, UsageErrorsExitTwo) {
+  fake_admin_node node(canned);
+  for (const char* args : {"", "drain m", "drain m notanumber", "bogus", "centroids",
+                           "centroids export m", "policy m --tau -1"}) {
+    const auto r = ctl(node, args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+  }
+  EXPECT_EQ(ctl(node, "--help").exit_code, 0);
+  // An endpoint ZeroMQ cannot parse is a usage error, not a transport failure.
+  EXPECT_EQ(testing::run_command(eldrctl + " --node nonsense status").exit_code, 2);
+  EXPECT_TRUE(node.requests().empty());
+}
+
+TEST_F(Eldrctl, InvalidCentroidFileIsRefusedLocally) {
+  fake_admin_node node(canned);
+  // Not a centroid file at all, and a well-formed one whose centroid is not unit norm.
+  const std::vector<uint8_t> junk = {0x93, 0x01, 0x02, 0x03};
+  ASSERT_TRUE(write_file_atomic(dir.sub("junk.centroids"), junk).ok());
+  centroid_file bad = sample_centroids();
+  bad.centroids[0] = 2.0f;
+  ASSERT_TRUE(write_file_atomic(dir.sub("bad.centroids"), encode_centroid_file(bad)).ok());
+
+  auto r = ctl(node, "centroids import m " + dir.sub("junk.centroids"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("refusing"), std::string::npos) << r.output;
+  r = ctl(node, "centroids import m " + dir.sub("bad.centroids"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("norm"), std::string::npos) << r.output;  // the reason
+  r = ctl(node, "centroids import m " + dir.sub("missing.centroids"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+
+  // Had eldrctl sent an import, it would have waited for the answer, which the fake node gives
+  // only after recording the request: so the node's record is complete once eldrctl exited.
+  r = ctl(node, "status");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(node.commands(), std::vector<std::string>{"status"});
+}
+
+TEST_F(Eldrctl, ValidCentroidFileTravelsByteForByte) {
+  fake_admin_node node(canned);
+  const std::string path = dir.sub("set.centroids");
+  ASSERT_TRUE(write_centroid_file(sample_centroids(), path).ok());
+  auto bytes = read_file(path);
+  ASSERT_TRUE(bytes.ok());
+
+  const auto r = ctl(node, "centroids import m " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(line_starting(r.output, "epoch").find("13"), std::string::npos) << r.output;
+  ASSERT_EQ(node.requests().size(), 1u);
+  const admin_request req = node.requests()[0];
+  EXPECT_EQ(req.command, "centroids.import");
+  EXPECT_EQ(req.args.value("model", ""), "m");
+  ASSERT_TRUE(req.args.contains("file") && req.args["file"].is_binary()) << req.args.dump();
+  EXPECT_EQ(static_cast<const std::vector<uint8_t>&>(req.args["file"].get_binary()), *bytes);
+}
+
+TEST_F(Eldrctl, ExportWritesTheNodesFile) {
+  const std::vector<uint8_t> file = encode_centroid_file(sample_centroids());
+  fake_admin_node node([&](const admin_request& r) -> std::optional<admin_reply> {
+    if (r.command == "centroids.export") return ok_reply(json::binary(file));
+    return canned(r);
+  });
+  const std::string out = dir.sub("out.centroids");
+  auto r = ctl(node, "centroids export m --epoch 7 -o " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(node.requests().at(0).args, json({{"model", "m"}, {"epoch", 7}}));
+  auto written = read_file(out);
+  ASSERT_TRUE(written.ok()) << written.error().to_string();
+  EXPECT_EQ(*written, file);
+  EXPECT_NE(r.output.find("epoch 7"), std::string::npos) << r.output;
+
+  // Without --epoch, no epoch key: the node exports its current set.
+  r = ctl(node, "centroids export m -o " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(node.requests().at(1).args, json({{"model", "m"}}));
+}
+
+TEST_F(Eldrctl, EveryCommandSendsItsArguments) {
+  fake_admin_node node([](const admin_request& r) -> std::optional<admin_reply> {
+    if (r.command == "explain")
+      return ok_reply({{"request", "req-9"},
+                       {"worker", 3},
+                       {"policy", "eldr"},
+                       {"band", {{3, 0.8}, {1, 0.75}}}});
+    if (r.command == "drain" || r.command == "undrain") return ok_reply({{"state", "draining"}});
+    if (r.command == "policy" || r.command == "refit" || r.command == "centroids.show" ||
+        r.command == "centroids.swap" || r.command == "centroids.rollback")
+      return ok_reply({{"epoch", 5}});
+    return canned(r);
+  });
+  const std::vector<std::pair<std::string, std::pair<std::string, json>>> cases = {
+      {"drain m 1", {"drain", {{"model", "m"}, {"worker", 1}}}},
+      {"undrain m 1", {"undrain", {{"model", "m"}, {"worker", 1}}}},
+      {"centroids show m", {"centroids.show", {{"model", "m"}}}},
+      {"centroids swap m 5", {"centroids.swap", {{"model", "m"}, {"epoch", 5}}}},
+      {"centroids rollback m", {"centroids.rollback", {{"model", "m"}}}},
+      {"refit m", {"refit", {{"model", "m"}}}},
+      {"explain m req-9", {"explain", {{"model", "m"}, {"request", "req-9"}}}},
+      {"policy m", {"policy", {{"model", "m"}}}},
+      {"policy m --set jsq --tau 0.25",
+       {"policy", {{"model", "m"}, {"policy", "jsq"}, {"tau", 0.25}}}},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto r = ctl(node, cases[i].first);
+    ASSERT_EQ(r.exit_code, 0) << cases[i].first << "\n" << r.output;
+    const auto reqs = node.requests();
+    ASSERT_EQ(reqs.size(), i + 1);
+    EXPECT_EQ(reqs[i].command, cases[i].second.first) << cases[i].first;
+    EXPECT_EQ(reqs[i].args, cases[i].second.second) << cases[i].first;
+    if (cases[i].second.first == "explain") {
+      // The band [[worker, score], ...] is shown as a table with named columns.
+      EXPECT_NE(line_starting(r.output, "WORKER").find("SCORE"), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find("0.75"), std::string::npos) << r.output;
+    }
+  }
+  EXPECT_TRUE(node.errors().empty());
+}
+
+}  // namespace
+}  // namespace eldr

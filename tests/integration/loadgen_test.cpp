@@ -1,0 +1,400 @@
+// eldr-loadgen as a process against a fake node (this file's ROUTER sockets speaking the project's
+// own codecs): setup (status, centroids.import, worker and publisher registration, policy), the
+// route path with counts and vLLM KV events, the decode path's finished and load reports, the
+// JSON report, the route-only mode, and an unreachable node.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "cluster/admin_protocol.hpp"
+#include "cluster/kv_events.hpp"
+#include "cluster/route_protocol.hpp"
+#include "cluster/worker_protocol.hpp"
+#include "core/centroid_file.hpp"
+#include "tests/support/process.hpp"
+
+namespace {
+
+using json = nlohmann::json;
+
+const std::string loadgen_binary =
+    std::string(ELDR_BINARY_DIR) + "/tools/eldr-loadgen/eldr-loadgen";
+
+// What the fake node saw; read after stop().
+struct node_record {
+  std::vector<std::string> policies;
+  std::vector<eldr::worker_register> registers;
+  std::vector<std::string> publishers;
+  std::vector<eldr::centroid_file> imported;
+  std::multiset<std::string> routed, finished;
+  uint64_t load_reports = 0;
+  // Route blocks with neither counts in their request nor a BlockStored event from the loadgen
+  // (before the request, or shortly after: the two streams travel on different sockets).
+  uint64_t uncovered_blocks = 0;
+  uint64_t total_blocks = 0;
+  uint64_t counts_blocks = 0;
+  uint64_t stored = 0, removed = 0, cleared = 0;
+  uint64_t decode_errors = 0;  // any message or payload that did not decode
+};
+
+// A node with JSQ routing over K workers. One thread polls every socket with a timeout.
+class fake_node {
+ public:
+  explicit fake_node(uint32_t k) : k_(k), load_(k, 0) {
+    for (zmq::socket_t* s : {&admin_, &route_, &worker_}) {
+      s->set(zmq::sockopt::linger, 0);
+      s->bind("tcp://127.0.0.1:*");
+    }
+    sub_.set(zmq::sockopt::subscribe, "");
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~fake_node() { stop(); }
+
+  std::string admin_endpoint() { return admin_.get(zmq::sockopt::last_endpoint); }
+  void stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    rec_.uncovered_blocks = uncovered_.size();
+  }
+  const node_record& record() const { return rec_; }
+
+ private:
+  static std::span<const uint8_t> bytes(const zmq::message_t& m) {
+    return {static_cast<const uint8_t*>(m.data()), m.size()};
+  }
+  static void reply(zmq::socket_t& s, zmq::message_t& identity, const std::vector<uint8_t>& p) {
+    (void)s.send(identity, zmq::send_flags::sndmore);
+    (void)s.send(zmq::buffer(p), zmq::send_flags::none);
+  }
+  // [identity, payload] from a DEALER; false when the shape is wrong.
+  static bool receive(zmq::socket_t& s, zmq::message_t& identity, zmq::message_t& payload) {
+    if (!s.recv(identity, zmq::recv_flags::dontwait)) return false;
+    if (!identity.more()) return false;
+    if (!s.recv(payload, zmq::recv_flags::none)) return false;
+    while (payload.more())
+      (void)s.recv(payload, zmq::recv_flags::none);  // keep the last frame
+    return true;
+  }
+
+  void on_admin() {
+    zmq::message_t id, payload;
+    if (!receive(admin_, id, payload)) return;
+    auto req = eldr::decode_admin_request(bytes(payload), {});
+    if (!req.ok()) {
+      ++rec_.decode_errors;
+      return;
+    }
+    eldr::admin_reply r;
+    r.id = req->id;
+    r.ok = true;
+    if (req->command == "status") {
+      r.result = {
+          {"endpoints",
+           {{"route", wildcard(route_)},
+            {"worker", wildcard(worker_)},
+            {"admin", admin_endpoint()},
+            {"metrics", ""}}},
+          {"models",
+           json::array({{{"name", "fake-model"}, {"k", k_}, {"policy", "jsq"}, {"epoch", 3}}})}};
+    } else if (req->command == "centroids.import") {
+      const auto& bin = req->args.at("file").get_binary();
+      auto f =
+          eldr::parse_centroid_file(std::span<const uint8_t>(bin.data(), bin.size()), "import");
+      if (f.ok()) {
+        r.result = {{"epoch", f->epoch}};
+        rec_.imported.push_back(std::move(f).value());
+      } else {
+        r.ok = false;
+        r.code = eldr::route_error_code::malformed;
+        r.error = f.error().message();
+      }
+    } else if (req->command == "policy") {
+      rec_.policies.push_back(req->args.at("policy").get<std::string>());
+      r.result = {{"policy", rec_.policies.back()}, {"tau", 0.1}};
+    } else {
+      r.ok = false;
+      r.code = eldr::route_error_code::unknown_type;
+      r.error = "unknown command";
+    }
+    reply(admin_, id, eldr::encode_admin_reply(r));
+  }
+
+  // The node's status names bound endpoints; the loadgen must reach a wildcard through the admin
+  // endpoint's host.
+  static std::string wildcard(zmq::socket_t& s) {
+    const std::string e = s.get(zmq::sockopt::last_endpoint);
+    return "tcp://*:" + e.substr(e.rfind(':') + 1);
+  }
+
+  void on_route() {
+    zmq::message_t id, payload;
+    if (!receive(route_, id, payload)) return;
+    std::vector<eldr::kv_decode_issue> issues;
+    auto req = eldr::decode_route_request(bytes(payload), {}, issues);
+    if (!req.ok() || !issues.empty()) {
+      ++rec_.decode_errors;
+      return;
+    }
+    std::unordered_set<uint64_t> counted;
+    if (req->counts)
+      for (const eldr::counts_block& b : req->counts->blocks)
+        counted.insert(b.hash);
+    rec_.counts_blocks += counted.size();
+    uint32_t covered = 0;
+    for (uint64_t h : req->block_hashes) {
+      if (counted.count(h) != 0 || stored_.count(h) != 0) {
+        ++covered;
+      } else {
+        uncovered_.insert(h);
+      }
+    }
+    rec_.total_blocks += req->block_hashes.size();
+    uint32_t w = 0;
+    for (uint32_t i = 1; i < k_; ++i)
+      if (load_[i] < load_[w]) w = i;
+    ++load_[w];
+    rec_.routed.insert(req->id);
+    eldr::route_reply r;
+    r.id = req->id;
+    r.worker = w;
+    r.endpoint = "loadgen://decode/" + std::to_string(w);
+    r.epoch = 3;
+    r.covered_blocks = covered;
+    r.total_blocks = static_cast<uint32_t>(req->block_hashes.size());
+    reply(route_, id, eldr::encode_route_reply(r));
+  }
+
+  void on_worker() {
+    zmq::message_t id, payload;
+    if (!receive(worker_, id, payload)) return;
+    auto m = eldr::decode_worker_message(bytes(payload), {});
+    if (!m.ok()) {
+      ++rec_.decode_errors;
+      return;
+    }
+    eldr::worker_ack ack;
+    ack.state = "active";
+    ack.epoch = 3;
+    std::visit(
+        [&](auto& msg) {
+          using T = std::decay_t<decltype(msg)>;
+          ack.id = msg.id;
+          if constexpr (std::is_same_v<T, eldr::worker_register>) {
+            rec_.registers.push_back(msg);
+          } else if constexpr (std::is_same_v<T, eldr::load_report>) {
+            ++rec_.load_reports;
+            if (msg.worker < k_) load_[msg.worker] = msg.in_flight;
+          } else if constexpr (std::is_same_v<T, eldr::finished_requests>) {
+            for (const std::string& r : msg.requests)
+              rec_.finished.insert(r);
+            if (msg.worker < k_)
+              load_[msg.worker] -=
+                  std::min<int64_t>(load_[msg.worker], static_cast<int64_t>(msg.requests.size()));
+          } else if constexpr (std::is_same_v<T, eldr::publisher_register>) {
+            rec_.publishers.push_back(msg.endpoint);
+            sub_.connect(msg.endpoint);
+            ack.state = "subscribed";
+          }
+        },
+        *m);
+    reply(worker_, id, eldr::encode_worker_ack(ack));
+  }
+
+  void on_kv() {
+    std::vector<zmq::message_t> frames;
+    zmq::message_t f;
+    while (sub_.recv(f, zmq::recv_flags::dontwait)) {
+      const bool more = f.more();
+      frames.push_back(std::move(f));
+      if (!more) break;
+    }
+    if (frames.size() != 3 || frames[1].size() != 8) {
+      ++rec_.decode_errors;
+      return;
+    }
+    std::vector<eldr::kv_decode_issue> issues;
+    auto b = eldr::decode_kv_batch(bytes(frames[2]), {}, issues);
+    if (!b.ok() || !issues.empty()) {
+      ++rec_.decode_errors;
+      return;
+    }
+    for (const eldr::kv_event& e : b->events) {
+      switch (e.type) {
+        case eldr::kv_event_type::block_stored:
+          rec_.stored += e.block_hashes.size();
+          stored_.insert(e.block_hashes.begin(), e.block_hashes.end());
+          for (uint64_t h : e.block_hashes)
+            uncovered_.erase(h);
+          break;
+        case eldr::kv_event_type::block_removed:
+          rec_.removed += e.block_hashes.size();
+          for (uint64_t h : e.block_hashes)
+            stored_.erase(h);
+          break;
+        case eldr::kv_event_type::all_blocks_cleared:
+          ++rec_.cleared;
+          stored_.clear();
+          break;
+      }
+    }
+  }
+
+  void loop() {
+    while (!stop_) {
+      zmq::pollitem_t items[] = {{admin_.handle(), 0, ZMQ_POLLIN, 0},
+                                 {route_.handle(), 0, ZMQ_POLLIN, 0},
+                                 {worker_.handle(), 0, ZMQ_POLLIN, 0},
+                                 {sub_.handle(), 0, ZMQ_POLLIN, 0}};
+      if (zmq::poll(items, 4, std::chrono::milliseconds(50)) <= 0) continue;
+      // KV events first: a prefill publishes a block's event before it routes the request.
+      if ((items[3].revents & ZMQ_POLLIN) != 0) on_kv();
+      if ((items[0].revents & ZMQ_POLLIN) != 0) on_admin();
+      if ((items[2].revents & ZMQ_POLLIN) != 0) on_worker();
+      if ((items[1].revents & ZMQ_POLLIN) != 0) on_route();
+    }
+  }
+
+  uint32_t k_;
+  std::vector<int64_t> load_;
+  zmq::context_t ctx_{1};
+  zmq::socket_t admin_{ctx_, zmq::socket_type::router};
+  zmq::socket_t route_{ctx_, zmq::socket_type::router};
+  zmq::socket_t worker_{ctx_, zmq::socket_type::router};
+  zmq::socket_t sub_{ctx_, zmq::socket_type::sub};
+  std::unordered_set<uint64_t> stored_;
+  std::unordered_set<uint64_t> uncovered_;
+  node_record rec_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+json last_json_line(const std::string& output) {
+  std::size_t start = output.rfind("\n{");
+  start =
+      start == std::string::npos ? (output.rfind('{', 0) == 0 ? 0 : std::string::npos) : start + 1;
+  if (start == std::string::npos) return json();
+  return json::parse(output.substr(start, output.find('\n', start) - start), nullptr, false);
+}
+
+TEST(Loadgen, PlaysEveryPolicyThroughTheNode) {
+  fake_node node(3);
+  // 40 requests (rate * duration), short outputs, four times faster than real time.
+  const auto r = eldr::testing::run_command(
+      loadgen_binary + " --node " + node.admin_endpoint() +
+      " --synthetic qwen-task --rate 40 --duration 1 --decode-workers 3 --json --quiet"
+      " --calibration-requests 120 --pairs 500 --prompt-max 200 --output-tokens 6 --time-scale 4"
+      " --prompt-pool 8 --report-ms 20 --capacity 64");
+  node.stop();
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json j = last_json_line(r.output);
+  ASSERT_TRUE(j.is_object()) << r.output;
+  for (const char* key : {"route_rps", "route_p50_us", "route_p99_us", "errors", "tpot_p50_ms",
+                          "tpot_p99_ms", "ttft_p50_ms"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  ASSERT_TRUE(j["policies"].contains("eldr"));
+  ASSERT_TRUE(j["policies"].contains("jsq"));
+  EXPECT_EQ(j["policy"], "eldr");  // the top level is the first policy's
+  for (const char* p : {"eldr", "jsq"}) {
+    const json& q = j["policies"][p];
+    EXPECT_EQ(q["sent"], 40) << p;
+    EXPECT_EQ(q["replied"], 40) << p;
+    EXPECT_EQ(q["errors"], 0) << p;
+    EXPECT_EQ(q["completed"], 40) << p;
+    EXPECT_GT(q["tpot_p50_ms"].get<double>(), 0.0) << p;
+    EXPECT_GE(q["ttft_p50_ms"].get<double>(), q["tpot_p50_ms"].get<double>()) << p;
+    EXPECT_GT(q["route_p50_us"].get<double>(), 0.0) << p;
+    // The node's coverage: 1 unless a KV event was overtaken by the route request it precedes.
+    EXPECT_GT(q["coverage_mean"].get<double>(), 0.9) << p;
+    EXPECT_EQ(q["epochs_seen"], json::array({3})) << p;
+    uint64_t decisions = 0;
+    for (const json& d : q["decisions_per_worker"])
+      decisions += d.get<uint64_t>();
+    EXPECT_EQ(decisions, 40u) << p;
+    EXPECT_GT(q["prefix_hit_fraction"].get<double>(), 0.0) << p;  // a pool of 8 prompts
+  }
+
+  const node_record& n = node.record();
+  EXPECT_EQ(n.decode_errors, 0u);
+  EXPECT_EQ(n.policies, (std::vector<std::string>{"eldr", "jsq"}));
+  ASSERT_EQ(n.imported.size(), 1u);
+  EXPECT_EQ(n.imported[0].workers, 3u);
+  EXPECT_EQ(n.imported[0].model_name, "fake-model");
+  EXPECT_EQ(n.imported[0].epoch, 4u);  // after the node's current epoch 3
+  ASSERT_EQ(n.registers.size(), 3u);
+  for (uint32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(n.registers[i].worker, i);
+    EXPECT_EQ(n.registers[i].endpoint, "loadgen://decode/" + std::to_string(i));
+    EXPECT_EQ(n.registers[i].model, "fake-model");
+    EXPECT_EQ(n.registers[i].capacity, 64u);
+  }
+  EXPECT_EQ(n.publishers.size(), 2u);
+  // Every routed request finished exactly once.
+  EXPECT_EQ(n.routed.size(), 80u);
+  EXPECT_EQ(n.finished, n.routed);
+  EXPECT_GT(n.load_reports, 0u);
+  // Every block of every request was either counted in the request or stored by a KV event;
+  // each policy's run starts from cleared caches.
+  EXPECT_EQ(n.uncovered_blocks, 0u);
+  EXPECT_GT(n.stored, 0u);
+  EXPECT_LT(n.counts_blocks, n.total_blocks);  // prefix hits sent no counts
+  EXPECT_EQ(n.cleared, 4u);                    // 2 publishers x 2 policies
+}
+
+TEST(Loadgen, RouteOnlyFinishesEveryDecision) {
+  fake_node node(2);
+  const auto r = eldr::testing::run_command(
+      loadgen_binary + " --node " + node.admin_endpoint() +
+      " --synthetic gpt-oss-task --rate 400 --duration 0.5 --decode-workers 2 --json --quiet"
+      " --route-only --no-import --policies jsq --max-outstanding 16 --prompt-pool 16");
+  node.stop();
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json j = last_json_line(r.output);
+  ASSERT_TRUE(j.is_object()) << r.output;
+  EXPECT_EQ(j["sent"], 200);
+  EXPECT_EQ(j["replied"], 200);
+  EXPECT_EQ(j["errors"], 0);
+  EXPECT_EQ(j["decode_steps"], 0);
+  EXPECT_GT(j["route_rps"].get<double>(), 0.0);
+  const node_record& n = node.record();
+  EXPECT_TRUE(n.imported.empty());
+  EXPECT_EQ(n.routed.size(), 200u);
+  EXPECT_EQ(n.finished, n.routed);
+  ASSERT_EQ(n.registers.size(), 2u);
+  EXPECT_EQ(n.registers[0].capacity, 0u);  // unbounded by default
+}
+
+TEST(Loadgen, UnreachableNodeExitsWithThree) {
+  // A bound but never answered ROUTER: the status call times out.
+  zmq::context_t ctx{1};
+  zmq::socket_t silent(ctx, zmq::socket_type::router);
+  silent.set(zmq::sockopt::linger, 0);
+  silent.bind("tcp://127.0.0.1:*");
+  const auto r = eldr::testing::run_command(
+      loadgen_binary + " --node " + silent.get(zmq::sockopt::last_endpoint) +
+      " --synthetic qwen-task --rate 10 --duration 1 --decode-workers 2 --json");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("unreachable"), std::string::npos) << r.output;
+}
+
+TEST(Loadgen, BadOptionsExitWithTwo) {
+  const auto r = eldr::testing::run_command(
+      loadgen_binary +
+      " --node tcp://127.0.0.1:1 --synthetic no-such-preset --rate 10 --duration 1"
+      " --decode-workers 2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("no-such-preset"), std::string::npos) << r.output;
+}
+
+}  // namespace

@@ -1,0 +1,452 @@
+// eldr-node end to end: real node processes on loopback ports chosen at run time, driven through
+// the C++ client library (route, worker and admin protocols).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <zmq.hpp>
+
+#include "cluster/client.hpp"
+#include "core/centroid_file.hpp"
+#include "core/expert_counts.hpp"
+#include "tests/support/node_process.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace eldr {
+namespace {
+
+using testing::node_process;
+using testing::node_toml;
+using testing::temp_dir;
+
+// The toy pool routes by locality alone: no widening of a one-worker band (the artifact's
+// recipe widens it to the top two, which would make the expected worker depend on loads).
+// A toy model: 2 layers, 8 experts, top-2; worker w's centroid puts its mass on experts 2w and
+// 2w+1 of both layers, so a request whose tokens pick those experts belongs to worker w.
+const model_geometry toy{2, 8, 2};
+constexpr uint32_t toy_k = 4;
+
+centroid_file toy_centroids(uint32_t rotate = 0) {
+  centroid_file f;
+  f.model_name = "toy";
+  f.spec = *signature_spec::make(toy, signature_transform::count, {}, {});
+  f.workers = toy_k;
+  f.centroids.assign(toy_k * f.spec.width(), 0.0f);
+  for (uint32_t w = 0; w < toy_k; ++w) {
+    const uint32_t home = (w + rotate) % toy_k;
+    for (uint32_t l = 0; l < toy.layers; ++l)
+      for (uint32_t e : {2 * home, 2 * home + 1})
+        f.centroids[w * 16 + l * 8 + e] = 0.5f;
+  }
+  f.epoch = 1;
+  f.provenance.source = "node_test";
+  f.provenance.kmeans_variant = "balanced";
+  return f;
+}
+
+// One block of 4 tokens that all pick experts {2w, 2w+1} in every layer.
+block_counts block_for(uint32_t w) {
+  std::vector<uint8_t> ids;
+  for (int t = 0; t < 4; ++t)
+    for (uint32_t l = 0; l < toy.layers; ++l) {
+      ids.push_back(static_cast<uint8_t>(2 * w));
+      ids.push_back(static_cast<uint8_t>(2 * w + 1));
+    }
+  return *block_counts::from_tokens(toy, ids, 0, 4);
+}
+
+route_request request_for(const std::string& id, uint32_t w, std::vector<uint64_t> blocks,
+                          bool send_counts) {
+  route_request r;
+  r.id = id;
+  r.model = "toy";
+  r.block_hashes = blocks;
+  if (send_counts) {
+    counts_message c;
+    c.geometry = toy;
+    std::optional<uint64_t> parent;
+    for (uint64_t h : blocks) {
+      c.blocks.push_back({h, parent, block_for(w)});
+      parent = h;
+    }
+    r.counts = std::move(c);
+  }
+  return r;
+}
+
+std::vector<uint8_t> as_bytes(const centroid_file& f) {
+  return encode_centroid_file(f);
+}
+
+const char* toy_model_toml =
+    "[[models]]\nname = \"toy\"\nworkers = 4\nworker_timeout_ms = 600000\nmin_sample = 16\n"
+    "sample_size = 256\nwiden_single = false\n";
+
+class NodeTest : public ::testing::Test {
+ protected:
+  void start(const std::string& models = toy_model_toml, const std::string& extra = "") {
+    node_ = std::make_unique<node_process>(dir_.sub("node.toml"),
+                                           node_toml(dir_.sub("data"), models, extra));
+    ASSERT_TRUE(node_->ok()) << "eldr-node did not become ready";
+    auto a = admin_client::connect(node_->admin());
+    auto r = route_client::connect(node_->route());
+    auto w = worker_client::connect(node_->worker());
+    ASSERT_TRUE(a.ok() && r.ok() && w.ok());
+    admin_ = std::move(*a);
+    route_ = std::move(*r);
+    worker_ = std::move(*w);
+  }
+
+  void register_workers(uint32_t k = toy_k) {
+    for (uint32_t w = 0; w < k; ++w) {
+      auto r = worker_->call(
+          worker_register{"", "toy", w, "tcp://10.0.0." + std::to_string(w) + ":9", 0});
+      ASSERT_TRUE(r.ok()) << r.error().to_string();
+      ASSERT_TRUE(std::holds_alternative<worker_ack>(*r));
+      EXPECT_EQ(std::get<worker_ack>(*r).state, "active");
+    }
+  }
+
+  uint64_t import(const centroid_file& f) {
+    auto r = admin_->call("centroids.import",
+                          {{"model", "toy"}, {"file", nlohmann::json::binary(as_bytes(f))}});
+    EXPECT_TRUE(r.ok()) << r.error().to_string();
+    return r.ok() ? r->value("epoch", uint64_t{0}) : 0;
+  }
+
+  route_reply must_route(const route_request& req) {
+    auto r = route_->route(req);
+    EXPECT_TRUE(r.ok()) << r.error().to_string();
+    if (!r.ok()) return {};
+    if (auto* e = std::get_if<error_reply>(&*r)) {
+      ADD_FAILURE() << "error reply " << to_string(e->code) << ": " << e->message;
+      return {};
+    }
+    return std::get<route_reply>(*r);
+  }
+
+  temp_dir dir_{"eldr-node-test"};
+  std::unique_ptr<node_process> node_;
+  std::unique_ptr<admin_client> admin_;
+  std::unique_ptr<route_client> route_;
+  std::unique_ptr<worker_client> worker_;
+};
+
+TEST_F(NodeTest, StatusReportsRolesEndpointsAndModels) {
+  start();
+  auto s = admin_->call("status");
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  EXPECT_EQ((*s)["node"]["roles"].size(), 4u);
+  EXPECT_EQ((*s)["endpoints"]["route"], node_->route());
+  ASSERT_EQ((*s)["models"].size(), 1u);
+  EXPECT_EQ((*s)["models"][0]["name"], "toy");
+  EXPECT_EQ((*s)["models"][0]["k"], toy_k);
+  EXPECT_EQ((*s)["models"][0]["epoch"], 0);
+}
+
+TEST_F(NodeTest, RoutesByLocalityWithCountsAndThenFromTheCache) {
+  start();
+  register_workers();
+  EXPECT_EQ(import(toy_centroids()), 1u);
+  for (uint32_t w = 0; w < toy_k; ++w) {
+    auto req = request_for("first-" + std::to_string(w), w, {100 + w * 10, 101 + w * 10}, true);
+    req.explain = true;
+    const auto r = must_route(req);
+    EXPECT_EQ(r.worker, w);
+    EXPECT_EQ(r.epoch, 1u);
+    EXPECT_EQ(r.covered_blocks, 2u);
+    EXPECT_EQ(r.total_blocks, 2u);
+    EXPECT_EQ(r.endpoint, "tcp://10.0.0." + std::to_string(w) + ":9");
+    ASSERT_TRUE(r.explain.has_value());
+    EXPECT_EQ(r.explain->policy, "eldr");
+  }
+  // The same prompts again without counts (prefix hits on the prefill side): the signature comes
+  // from the cache, so the decision and the coverage are the same. Tau 0.1 and equal loads (each
+  // worker holds one request) keep each request on its home worker.
+  for (uint32_t w = 0; w < toy_k; ++w) {
+    const auto r = must_route(
+        request_for("again-" + std::to_string(w), w, {100 + w * 10, 101 + w * 10}, false));
+    EXPECT_EQ(r.worker, w);
+    EXPECT_EQ(r.covered_blocks, 2u);
+  }
+  // Unknown blocks: still routed (by load), coverage 0.
+  const auto unknown = must_route(request_for("unknown", 0, {999999}, false));
+  EXPECT_EQ(unknown.covered_blocks, 0u);
+  EXPECT_EQ(unknown.total_blocks, 1u);
+  // explain reproduces a decision.
+  auto ex = admin_->call("explain", {{"model", "toy"}, {"request", "first-2"}});
+  ASSERT_TRUE(ex.ok()) << ex.error().to_string();
+  EXPECT_EQ((*ex)["worker"], 2);
+  EXPECT_EQ((*ex)["policy"], "eldr");
+  EXPECT_EQ((*ex)["epoch"], 1);
+}
+
+TEST_F(NodeTest, FinishedEventsAndLoadReportsDriveTheLoadView) {
+  start();
+  register_workers();
+  EXPECT_EQ(import(toy_centroids()), 1u);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(must_route(request_for("r" + std::to_string(i), 1, {500u + i}, true)).worker, 1u)
+        << "without widening, worker 1 is the band's only member";
+  auto workers = admin_->call("workers", {{"model", "toy"}});
+  ASSERT_TRUE(workers.ok());
+  EXPECT_EQ((*workers)[1]["load"], 3);
+  // Finished once per id: the duplicate changes nothing.
+  auto f = worker_->call(finished_requests{"", "toy", 1, {"r0", "r1", "r0"}});
+  ASSERT_TRUE(f.ok());
+  workers = admin_->call("workers", {{"model", "toy"}});
+  EXPECT_EQ((*workers)[1]["load"], 1);
+  // The worker's own report is authoritative.
+  ASSERT_TRUE(worker_->call(load_report{"", "toy", 1, 7, 7, 0, 0.5f, 1}).ok());
+  workers = admin_->call("workers", {{"model", "toy"}});
+  EXPECT_EQ((*workers)[1]["load"], 7);
+  // An older report is ignored.
+  ASSERT_TRUE(worker_->call(load_report{"", "toy", 1, 0, 0, 0, 0.0f, 1}).ok());
+  workers = admin_->call("workers", {{"model", "toy"}});
+  EXPECT_EQ((*workers)[1]["load"], 7);
+}
+
+TEST_F(NodeTest, DrainedWorkersGetNoRequestsUntilUndrained) {
+  start();
+  register_workers();
+  EXPECT_EQ(import(toy_centroids()), 1u);
+  auto d = admin_->call("drain", {{"model", "toy"}, {"worker", 2}});
+  ASSERT_TRUE(d.ok()) << d.error().to_string();
+  EXPECT_EQ((*d)["state"], "draining");
+  for (int i = 0; i < 8; ++i)
+    EXPECT_NE(must_route(request_for("d" + std::to_string(i), 2, {700u + i}, true)).worker, 2u);
+  // A worker may drain itself too; undrain brings it back.
+  ASSERT_TRUE(admin_->call("undrain", {{"model", "toy"}, {"worker", 2}}).ok());
+  auto self_drain = worker_->call(worker_drain{"", "toy", 3, true});
+  ASSERT_TRUE(self_drain.ok());
+  EXPECT_EQ(std::get<worker_ack>(*self_drain).state, "draining");
+  EXPECT_EQ(must_route(request_for("back", 2, {800}, true)).worker, 2u);
+}
+
+TEST_F(NodeTest, SilentWorkerLeavesTheCandidateSetAndReturnsWhenItReports) {
+  start("[[models]]\nname = \"toy\"\nworkers = 4\nworker_timeout_ms = 200\nwiden_single = false\n");
+  register_workers();
+  EXPECT_EQ(import(toy_centroids()), 1u);
+  // Workers 0, 1, 3 keep reporting; worker 2 falls silent. Poll the node's view (bounded) rather
+  // than assume how long the timeout takes to show.
+  uint64_t seq = 1;
+  bool dead = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!dead && std::chrono::steady_clock::now() < deadline) {
+    ++seq;
+    for (uint32_t w : {0u, 1u, 3u})
+      ASSERT_TRUE(worker_->call(load_report{"", "toy", w, 0, 0, 0, 0.0f, seq}).ok());
+    auto ws = admin_->call("workers", {{"model", "toy"}});
+    ASSERT_TRUE(ws.ok());
+    dead = (*ws)[2]["state"] == "dead";
+  }
+  ASSERT_TRUE(dead) << "worker 2 never timed out";
+  EXPECT_NE(must_route(request_for("t1", 2, {900}, true)).worker, 2u);
+  ASSERT_TRUE(worker_->call(load_report{"", "toy", 2, 0, 0, 0, 0.0f, 1}).ok());
+  EXPECT_EQ(must_route(request_for("t2", 2, {901}, true)).worker, 2u);
+}
+
+TEST_F(NodeTest, InvalidCentroidImportsAreRefusedAndChangeNothing) {
+  start();
+  register_workers();
+  EXPECT_EQ(import(toy_centroids()), 1u);
+  // Not a centroid file at all.
+  auto bad = admin_->call("centroids.import",
+                          {{"model", "toy"}, {"file", nlohmann::json::binary({1, 2, 3})}});
+  EXPECT_FALSE(bad.ok());
+  // A valid file with the wrong K for the pool.
+  auto wrong_k = toy_centroids();
+  wrong_k.workers = 3;
+  wrong_k.centroids.resize(3 * 16);
+  auto refused = admin_->call(
+      "centroids.import", {{"model", "toy"}, {"file", nlohmann::json::binary(as_bytes(wrong_k))}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message().find("decode workers"), std::string::npos)
+      << refused.error().message();
+  auto show = admin_->call("centroids.show", {{"model", "toy"}});
+  ASSERT_TRUE(show.ok());
+  EXPECT_EQ((*show)["epoch"], 1);
+  EXPECT_EQ((*show)["history"].size(), 1u);
+}
+
+TEST_F(NodeTest, SwapRollbackAndExportKeepEpochsMonotonic) {
+  start();
+  register_workers();
+  EXPECT_EQ(import(toy_centroids()), 1u);
+  EXPECT_EQ(import(toy_centroids(1)), 2u);  // worker w now serves home (w + 1) % 4
+  EXPECT_EQ(must_route(request_for("s1", 1, {1000}, true)).worker, 0u);
+  auto rb = admin_->call("centroids.rollback", {{"model", "toy"}});
+  ASSERT_TRUE(rb.ok()) << rb.error().to_string();
+  EXPECT_EQ((*rb)["epoch"], 1);
+  const auto r = must_route(request_for("s2", 1, {1001}, true));
+  EXPECT_EQ(r.worker, 1u);
+  EXPECT_EQ(r.epoch, 1u);
+  auto sw = admin_->call("centroids.swap", {{"model", "toy"}, {"epoch", 2}});
+  ASSERT_TRUE(sw.ok()) << sw.error().to_string();
+  EXPECT_EQ(must_route(request_for("s3", 1, {1002}, true)).epoch, 2u);
+  auto ex = admin_->call("centroids.export", {{"model", "toy"}, {"epoch", 1}});
+  ASSERT_TRUE(ex.ok());
+  ASSERT_TRUE(ex->is_binary());
+  auto parsed = parse_centroid_file(ex->get_binary(), "export");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().to_string();
+  EXPECT_EQ(parsed->epoch, 1u);
+  EXPECT_EQ(parsed->centroids.size(), toy_centroids().centroids.size());
+  EXPECT_FALSE(admin_->call("centroids.swap", {{"model", "toy"}, {"epoch", 99}}).ok());
+}
+
+TEST_F(NodeTest, HotSwapUnderLoadFailsNoDecisionAndNeverGoesBack) {
+  start();
+  register_workers();
+  EXPECT_EQ(import(toy_centroids()), 1u);
+  // A second client keeps a window of requests in flight while the swap happens.
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> ok{0}, failed{0}, went_back{0}, epoch2{0};
+  std::thread load([&] {
+    auto connected = route_client::connect(node_->route());
+    if (!connected.ok()) return;
+    auto client = std::move(*connected);
+    uint64_t sent = 0, last_epoch = 0;
+    auto send_one = [&] {
+      auto req = request_for("h" + std::to_string(sent), sent % toy_k, {2000 + sent % 64}, true);
+      ++sent;
+      return client->send(req).ok();
+    };
+    for (int i = 0; i < 32; ++i)
+      send_one();
+    while (!stop.load() || ok.load() + failed.load() < sent) {
+      auto r = client->receive(5000);
+      if (!r.ok()) {
+        failed += sent - ok.load() - failed.load();
+        break;
+      }
+      if (auto* rep = std::get_if<route_reply>(&*r)) {
+        ++ok;
+        // Replies come in the order the router decided, so epochs never go back.
+        if (rep->epoch < last_epoch) ++went_back;
+        last_epoch = rep->epoch;
+        if (rep->epoch == 2) ++epoch2;
+      } else {
+        ++failed;
+      }
+      if (!stop.load()) send_one();
+    }
+  });
+  // Let some traffic flow on epoch 1 first (bounded wait on observed progress).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (ok.load() < 200 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  EXPECT_EQ(import(toy_centroids(1)), 2u);
+  const uint64_t at_swap = ok.load();
+  while (ok.load() < at_swap + 200 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  stop = true;
+  load.join();
+  EXPECT_EQ(failed.load(), 0u);
+  EXPECT_EQ(went_back.load(), 0u);
+  EXPECT_GT(epoch2.load(), 100u);
+}
+
+TEST_F(NodeTest, RefitIsRejectedOnATooSmallSampleAndAcceptedOnLiveTraffic) {
+  start();
+  register_workers();
+  EXPECT_EQ(import(toy_centroids()), 1u);
+  auto early = admin_->call("refit", {{"model", "toy"}});
+  ASSERT_TRUE(early.ok()) << early.error().to_string();
+  EXPECT_FALSE((*early)["accepted"].get<bool>());
+  EXPECT_NE((*early)["reason"].get<std::string>().find("sample too small"), std::string::npos);
+  // Live traffic from the four domains; requests finish so loads stay even.
+  for (uint32_t i = 0; i < 64; ++i) {
+    const uint32_t w = i % toy_k;
+    const auto id = "live" + std::to_string(i);
+    must_route(request_for(id, w, {3000u + i}, true));
+    ASSERT_TRUE(worker_->call(finished_requests{"", "toy", w, {id}}).ok());
+  }
+  auto refit = admin_->call("refit", {{"model", "toy"}});
+  ASSERT_TRUE(refit.ok()) << refit.error().to_string();
+  EXPECT_TRUE((*refit)["accepted"].get<bool>()) << refit->dump();
+  EXPECT_EQ((*refit)["epoch"], 2);
+  // Aligned to the workers: each domain still goes to its home worker under epoch 2.
+  for (uint32_t w = 0; w < toy_k; ++w) {
+    const auto r = must_route(request_for("post" + std::to_string(w), w, {4000u + w}, true));
+    EXPECT_EQ(r.epoch, 2u);
+    EXPECT_EQ(r.worker, w);
+  }
+}
+
+TEST_F(NodeTest, RestartWithTheSameDataDirectoryIsWarm) {
+  start();
+  register_workers();
+  EXPECT_EQ(import(toy_centroids(1)), 1u);
+  EXPECT_EQ(must_route(request_for("before", 2, {5000, 5001}, true)).worker, 1u);
+  EXPECT_EQ(node_->stop(), 0);
+  start();
+  register_workers();
+  auto show = admin_->call("centroids.show", {{"model", "toy"}});
+  ASSERT_TRUE(show.ok());
+  EXPECT_EQ((*show)["epoch"], 1);
+  // Same blocks, no counts: the signature comes from the persisted cache.
+  const auto r = must_route(request_for("after", 2, {5000, 5001}, false));
+  EXPECT_EQ(r.covered_blocks, 2u);
+  EXPECT_EQ(r.worker, 1u);
+  EXPECT_EQ(r.epoch, 1u);
+}
+
+TEST_F(NodeTest, BadInputIsAnsweredCountedAndHarmless) {
+  start();
+  register_workers();
+  // Raw DEALER so that the test can send bytes no client would.
+  zmq::context_t ctx;
+  auto raw = [&](const std::string& endpoint, const std::vector<uint8_t>& payload) {
+    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.connect(endpoint);
+    s.send(zmq::buffer(payload), zmq::send_flags::none);
+    zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+    EXPECT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(5000)), 1);
+    zmq::message_t m;
+    EXPECT_TRUE(s.recv(m).has_value());
+    auto e = decode_error_reply({static_cast<const uint8_t*>(m.data()), m.size()}, {});
+    EXPECT_TRUE(e.ok());
+    return e.ok() ? e->code : route_error_code::internal;
+  };
+  EXPECT_EQ(raw(node_->route(), {0xc1, 0x00}), route_error_code::malformed);
+  route_request big = request_for("big", 0, {}, false);
+  big.block_hashes.assign(5000, 7);
+  EXPECT_EQ(raw(node_->route(), encode_route_request(big)), route_error_code::too_large);
+  // A route request sent to the worker endpoint is an unknown type there.
+  EXPECT_EQ(raw(node_->worker(), encode_route_request(request_for("x", 0, {1}, false))),
+            route_error_code::unknown_type);
+  auto wrong_model = request_for("wm", 0, {1}, false);
+  wrong_model.model = "no-such-model";
+  auto r = route_->route(wrong_model);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(std::holds_alternative<error_reply>(*r));
+  EXPECT_EQ(std::get<error_reply>(*r).code, route_error_code::unknown_model);
+  // The node goes on and counted every one.
+  auto s = admin_->call("status");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)["counters"]["malformed"], 1);
+  EXPECT_EQ((*s)["counters"]["too_large"], 1);
+  EXPECT_EQ((*s)["counters"]["unknown_type"], 1);
+  EXPECT_EQ(must_route(request_for("fine", 0, {1}, false)).total_blocks, 1u);
+}
+
+TEST_F(NodeTest, SlowClientDoesNotStallOthers) {
+  start();
+  register_workers();
+  // A client that sends many requests and never reads its replies.
+  zmq::context_t ctx;
+  zmq::socket_t silent(ctx, zmq::socket_type::dealer);
+  silent.set(zmq::sockopt::linger, 0);
+  silent.set(zmq::sockopt::rcvhwm, 1);
+  silent.connect(node_->route());
+  for (int i = 0; i < 2000; ++i)
+    silent.send(
+        zmq::buffer(encode_route_request(request_for("s" + std::to_string(i), 0, {1}, false))),
+        zmq::send_flags::none);
+  for (int i = 0; i < 20; ++i)
+    EXPECT_EQ(must_route(request_for("o" + std::to_string(i), 0, {1}, false)).total_blocks, 1u);
+}
+
+}  // namespace
+}  // namespace eldr

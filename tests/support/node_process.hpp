@@ -1,0 +1,81 @@
+// An eldr-node process for integration tests: written config (ports chosen by the node: port 0),
+// started, its bound endpoints read from its "eldr-node ready {json}" line, stopped with SIGTERM
+// (or killed) and reaped at destruction. Waits are bounded by deadlines, never sleeps.
+#pragma once
+
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tests/support/child_process.hpp"
+
+namespace eldr::testing {
+
+inline std::string node_binary() {
+  return std::string(ELDR_BINARY_DIR) + "/tools/eldr-node/eldr-node";
+}
+
+// A TOML config for one node on loopback with free ports, data under `data_dir`, and `models`
+// as raw TOML ([[models]] tables).
+inline std::string node_toml(const std::string& data_dir, const std::string& models,
+                             const std::string& extra = "") {
+  return "[node]\nname = \"test-node\"\ndata_dir = \"" + data_dir +
+         "\"\n[endpoints]\nroute = \"tcp://127.0.0.1:0\"\nworker = \"tcp://127.0.0.1:0\"\n"
+         "admin = \"tcp://127.0.0.1:0\"\nmetrics = \"127.0.0.1:0\"\n[runtime]\nlog_level = "
+         "\"warn\"\n" +
+         extra + models;
+}
+
+class node_process {
+ public:
+  // Writes `toml` to config_path and starts the node; ok() tells whether it became ready.
+  node_process(const std::string& config_path, const std::string& toml) {
+    std::ofstream(config_path) << toml;
+    child_ = std::make_unique<child_process>(
+        std::vector<std::string>{node_binary(), "--config", config_path});
+    // Start-up opens RocksDB and binds sockets: seconds at most, even on a loaded CI machine.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto line = child_->read_line(std::chrono::seconds(60));
+      if (!line) break;
+      const std::string prefix = "eldr-node ready ";
+      if (line->rfind(prefix, 0) == 0) {
+        ready_ = nlohmann::json::parse(line->substr(prefix.size()), nullptr, false);
+        break;
+      }
+    }
+  }
+  ~node_process() { stop(); }
+
+  bool ok() const { return ready_.is_object(); }
+  std::string route() const { return ready_.value("route", ""); }
+  std::string worker() const { return ready_.value("worker", ""); }
+  std::string admin() const { return ready_.value("admin", ""); }
+  std::string metrics() const { return ready_.value("metrics", ""); }
+  pid_t pid() const { return child_ ? child_->pid() : -1; }
+
+  // SIGTERM and wait: a clean stop (the node commits what is staged). Returns the exit status.
+  int stop() {
+    if (!child_ || !child_->running()) return exit_code_;
+    child_->signal(SIGTERM);
+    exit_code_ = child_->wait();
+    return exit_code_;
+  }
+  void kill() {
+    if (!child_ || !child_->running()) return;
+    child_->signal(SIGKILL);
+    exit_code_ = child_->wait();
+  }
+
+ private:
+  std::unique_ptr<child_process> child_;
+  nlohmann::json ready_;
+  int exit_code_ = -1;
+};
+
+}  // namespace eldr::testing

@@ -1,0 +1,390 @@
+// load_view: counting on route and finish, once per id; reports overriding the count and their
+// ordering; liveness timeouts driven by injected time; drain, capacity and registration; the
+// bounded id table; resize; and the spans handed to routing.
+#include "core/load_view.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "core/routing.hpp"
+
+// Counts heap allocations in this test program, so that a test can assert that the routing-side
+// calls (load, eligible, eligible_count) make none. Out of line so that GCC does not pair the
+// free() below with a new-expression and warn.
+namespace {
+std::atomic<uint64_t> allocations{0};
+}  // namespace
+
+__attribute__((noinline)) void* operator new(std::size_t n) {
+  allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+__attribute__((noinline)) void operator delete(void* p) noexcept {
+  std::free(p);
+}
+__attribute__((noinline)) void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+
+namespace eldr {
+namespace {
+
+load_view make_or_die(uint32_t k, const load_view_options& o = {}) {
+  auto v = load_view::make(k, o);
+  EXPECT_TRUE(v.ok()) << v.error().to_string();
+  return std::move(v).value();
+}
+
+// A pool of k registered workers at time 0, endpoints "w0", "w1", ...
+load_view registered_pool(uint32_t k, const load_view_options& o = {}, uint32_t capacity = 0) {
+  load_view v = make_or_die(k, o);
+  for (uint32_t w = 0; w < k; ++w)
+    EXPECT_TRUE(v.register_worker(w, "w" + std::to_string(w), capacity, 0).ok());
+  return v;
+}
+
+std::vector<uint32_t> loads(const load_view& v) {
+  return {v.load().begin(), v.load().end()};
+}
+
+std::vector<uint8_t> mask(load_view& v, int64_t now) {
+  auto e = v.eligible(now);
+  return {e.begin(), e.end()};
+}
+
+TEST(LoadView, MakeRejectsBadOptions) {
+  EXPECT_FALSE(load_view::make(0).ok());
+  load_view_options o;
+  o.report_timeout_ms = -1;
+  EXPECT_FALSE(load_view::make(2, o).ok());
+  o = {};
+  o.max_tracked = 0;
+  EXPECT_FALSE(load_view::make(2, o).ok());
+  o = {};
+  o.tracked_ttl_ms = 0;
+  EXPECT_FALSE(load_view::make(2, o).ok());
+  o = {};
+  o.max_id_bytes = 0;
+  EXPECT_FALSE(load_view::make(2, o).ok());
+}
+
+TEST(LoadView, StateNames) {
+  EXPECT_EQ(to_string(worker_state::unregistered), "unregistered");
+  EXPECT_EQ(to_string(worker_state::active), "active");
+  EXPECT_EQ(to_string(worker_state::draining), "draining");
+  EXPECT_EQ(to_string(worker_state::dead), "dead");
+  EXPECT_EQ(to_string(worker_state::full), "full");
+}
+
+TEST(LoadView, UnregisteredSlotsAreNotEligibleAndRefuseRoutesAndReports) {
+  load_view v = make_or_die(3);
+  EXPECT_EQ(mask(v, 0), (std::vector<uint8_t>{0, 0, 0}));
+  EXPECT_EQ(v.eligible_count(0), 0u);
+  ASSERT_TRUE(v.register_worker(1, "tcp://b:1", 0, 0).ok());
+  EXPECT_EQ(mask(v, 0), (std::vector<uint8_t>{0, 1, 0}));
+  EXPECT_EQ(v.eligible_count(0), 1u);
+
+  auto r = v.on_route("a", 0, 0);
+  EXPECT_EQ(r.code(), status_code::failed_precondition);
+  EXPECT_EQ(v.on_report(2, 1, 1, 0).code(), status_code::failed_precondition);
+  EXPECT_EQ(v.on_route("a", 3, 0).code(), status_code::invalid_argument);
+  EXPECT_EQ(v.register_worker(3, "x", 0, 0).code(), status_code::invalid_argument);
+  EXPECT_EQ(v.register_worker(0, "", 0, 0).code(), status_code::invalid_argument);
+  EXPECT_EQ(v.drain(0).code(), status_code::failed_precondition);
+  EXPECT_EQ(v.counters().routed, 0u);
+  EXPECT_EQ(loads(v), (std::vector<uint32_t>{0, 0, 0}));
+}
+
+TEST(LoadView, RouteIncrementsAndFinishDecrementsOncePerId) {
+  load_view v = registered_pool(2);
+  ASSERT_TRUE(v.on_route("r1", 0, 10).ok());
+  ASSERT_TRUE(v.on_route("r2", 0, 11).ok());
+  ASSERT_TRUE(v.on_route("r3", 1, 12).ok());
+  EXPECT_EQ(loads(v), (std::vector<uint32_t>{2, 1}));
+  EXPECT_EQ(v.tracked(), 3u);
+
+  EXPECT_TRUE(v.on_finished("r1", 20));
+  EXPECT_EQ(loads(v), (std::vector<uint32_t>{1, 1}));
+  EXPECT_FALSE(v.on_finished("r1", 21));     // duplicate
+  EXPECT_FALSE(v.on_finished("nope", 21));   // unknown
+  EXPECT_FALSE(v.on_finished(0, "r3", 21));  // r3 went to worker 1, not 0: left tracked
+  EXPECT_EQ(loads(v), (std::vector<uint32_t>{1, 1}));
+  EXPECT_TRUE(v.on_finished(1, "r3", 22));
+  EXPECT_EQ(loads(v), (std::vector<uint32_t>{1, 0}));
+
+  const auto& c = v.counters();
+  EXPECT_EQ(c.routed, 3u);
+  EXPECT_EQ(c.finished, 2u);
+  EXPECT_EQ(c.finished_unknown, 3u);
+  EXPECT_EQ(v.tracked(), 1u);
+  auto s0 = v.snapshot(0, 22);
+  ASSERT_TRUE(s0.ok());
+  EXPECT_EQ(s0->routed, 2u);
+  EXPECT_EQ(s0->finished, 1u);
+}
+
+TEST(LoadView, RejectsEmptyAndOverlongIdsWithoutCounting) {
+  load_view_options o;
+  o.max_id_bytes = 4;
+  load_view v = registered_pool(1, o);
+  EXPECT_EQ(v.on_route("", 0, 0).code(), status_code::invalid_argument);
+  EXPECT_EQ(v.on_route("12345", 0, 0).code(), status_code::invalid_argument);
+  EXPECT_TRUE(v.on_route("1234", 0, 0).ok());
+  EXPECT_EQ(v.counters().routed, 1u);
+  EXPECT_EQ(loads(v), (std::vector<uint32_t>{1}));
+}
+
+TEST(LoadView, RerouteOfATrackedIdReleasesTheEarlierRoute) {
+  load_view v = registered_pool(2);
+  ASSERT_TRUE(v.on_route("r", 0, 0).ok());
+  ASSERT_TRUE(v.on_route("r", 1, 1).ok());
+  EXPECT_EQ(loads(v), (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(v.counters().rerouted, 1u);
+  EXPECT_EQ(v.tracked(), 1u);
+  EXPECT_TRUE(v.on_finished("r", 2));
+  EXPECT_EQ(loads(v), (std::vector<uint32_t>{0, 0}));
+}
+
+TEST(LoadView, ReportOverridesTheCountAndStaleReportsAreIgnored) {
+  load_view v = registered_pool(2);
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(v.on_route("r" + std::to_string(i), 0, 0).ok());
+  EXPECT_EQ(loads(v)[0], 5u);
+
+  ASSERT_TRUE(v.on_report(0, 2, 7, 100).ok());  // first report applies whatever its seq
+  EXPECT_EQ(loads(v)[0], 2u);
+  ASSERT_TRUE(v.on_report(0, 9, 7, 101).ok());  // duplicate seq
+  ASSERT_TRUE(v.on_report(0, 9, 3, 102).ok());  // older seq
+  EXPECT_EQ(loads(v)[0], 2u);
+  EXPECT_EQ(v.counters().reports, 1u);
+  EXPECT_EQ(v.counters().reports_stale, 2u);
+  ASSERT_TRUE(v.on_report(0, 4, 8, 103).ok());
+  EXPECT_EQ(loads(v)[0], 4u);
+
+  auto s = v.snapshot(0, 110);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(s->has_reported_seq);
+  EXPECT_EQ(s->reported_seq, 8u);
+  EXPECT_EQ(s->last_report_age_ms, 7);  // the stale ones did not refresh liveness either
+
+  // Finishes after a report that already excluded them never wrap below zero.
+  ASSERT_TRUE(v.on_report(0, 0, 9, 120).ok());
+  EXPECT_TRUE(v.on_finished("r0", 121));
+  EXPECT_EQ(loads(v)[0], 0u);
+}
+
+TEST(LoadView, SilentWorkerTimesOutAndComesBackOnItsNextReport) {
+  load_view_options o;
+  o.report_timeout_ms = 1000;
+  load_view v = registered_pool(3, o);  // registration at t = 0 counts as a report
+  ASSERT_TRUE(v.on_report(0, 0, 1, 500).ok());
+  ASSERT_TRUE(v.on_report(1, 0, 1, 800).ok());
+
+  EXPECT_EQ(mask(v, 1000), (std::vector<uint8_t>{1, 1, 1}));  // age == timeout: still live
+  EXPECT_EQ(mask(v, 1001), (std::vector<uint8_t>{1, 1, 0}));  // worker 2: no report since 0
+  EXPECT_EQ(v.state(2, 1001), worker_state::dead);
+  EXPECT_EQ(mask(v, 1501), (std::vector<uint8_t>{0, 1, 0}));
+  EXPECT_EQ(v.eligible_count(1501), 1u);
+  EXPECT_EQ(mask(v, 1801), (std::vector<uint8_t>{0, 0, 0}));
+
+  ASSERT_TRUE(v.on_report(2, 0, 1, 1900).ok());
+  EXPECT_EQ(mask(v, 1900), (std::vector<uint8_t>{0, 0, 1}));
+  EXPECT_EQ(v.state(2, 1900), worker_state::active);
+  // Asking about an earlier time than the cached one recomputes instead of trusting the cache.
+  EXPECT_EQ(mask(v, 900), (std::vector<uint8_t>{1, 1, 1}));
+}
+
+TEST(LoadView, ZeroTimeoutNeverKillsAWorker) {
+  load_view v = registered_pool(1);
+  EXPECT_EQ(mask(v, int64_t{1} << 50), (std::vector<uint8_t>{1}));
+}
+
+TEST(LoadView, DrainedWorkerGetsNoNewRequestsButItsInFlightOnesFinish) {
+  load_view v = registered_pool(2);
+  ASSERT_TRUE(v.on_route("a", 1, 0).ok());
+  ASSERT_TRUE(v.drain(1).ok());
+  EXPECT_EQ(mask(v, 1), (std::vector<uint8_t>{1, 0}));
+  EXPECT_EQ(v.state(1, 1), worker_state::draining);
+  EXPECT_TRUE(v.on_finished("a", 2));
+  EXPECT_EQ(loads(v)[1], 0u);
+  EXPECT_EQ(mask(v, 2), (std::vector<uint8_t>{1, 0}));
+  ASSERT_TRUE(v.undrain(1).ok());
+  EXPECT_EQ(mask(v, 3), (std::vector<uint8_t>{1, 1}));
+}
+
+TEST(LoadView, DeadWinsOverDrainingInTheState) {
+  load_view_options o;
+  o.report_timeout_ms = 10;
+  load_view v = registered_pool(1, o);
+  ASSERT_TRUE(v.drain(0).ok());
+  EXPECT_EQ(v.state(0, 5), worker_state::draining);
+  EXPECT_EQ(v.state(0, 11), worker_state::dead);
+  auto s = v.snapshot(0, 11);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(s->draining);
+}
+
+TEST(LoadView, WorkerAtCapacityIsNotEligibleUntilItsLoadDrops) {
+  load_view v = registered_pool(2, {}, /*capacity=*/2);
+  ASSERT_TRUE(v.on_route("a", 0, 0).ok());
+  EXPECT_EQ(mask(v, 0), (std::vector<uint8_t>{1, 1}));
+  ASSERT_TRUE(v.on_route("b", 0, 0).ok());
+  EXPECT_EQ(mask(v, 0), (std::vector<uint8_t>{0, 1}));
+  EXPECT_EQ(v.state(0, 0), worker_state::full);
+  EXPECT_TRUE(v.on_finished("a", 1));
+  EXPECT_EQ(mask(v, 1), (std::vector<uint8_t>{1, 1}));
+  ASSERT_TRUE(v.on_report(1, 5, 1, 2).ok());  // a report can also fill a worker
+  EXPECT_EQ(mask(v, 2), (std::vector<uint8_t>{1, 0}));
+}
+
+TEST(LoadView, ReRegistrationResetsTheSlotAndIgnoresOlderFinishes) {
+  load_view v = registered_pool(1);
+  ASSERT_TRUE(v.on_route("old", 0, 0).ok());
+  ASSERT_TRUE(v.on_report(0, 1, 50, 0).ok());
+  ASSERT_TRUE(v.drain(0).ok());
+  ASSERT_TRUE(v.register_worker(0, "tcp://new:1", 8, 10).ok());  // the worker restarted
+  auto s = v.snapshot(0, 10);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->endpoint, "tcp://new:1");
+  EXPECT_EQ(s->capacity, 8u);
+  EXPECT_EQ(s->state, worker_state::active);
+  EXPECT_EQ(s->load, 0u);
+  EXPECT_FALSE(s->has_reported_seq);
+
+  ASSERT_TRUE(v.on_route("new", 0, 11).ok());
+  EXPECT_FALSE(v.on_finished("old", 12));  // routed to the previous instance
+  EXPECT_EQ(loads(v)[0], 1u);
+  ASSERT_TRUE(v.on_report(0, 1, 1, 13).ok());  // seq history restarted with the worker
+  EXPECT_EQ(v.counters().reports_stale, 0u);
+}
+
+TEST(LoadView, UnregisterMakesTheSlotIneligibleAndZeroLoad) {
+  load_view v = registered_pool(2);
+  ASSERT_TRUE(v.on_route("a", 0, 0).ok());
+  ASSERT_TRUE(v.unregister_worker(0).ok());
+  EXPECT_TRUE(v.unregister_worker(0).ok());  // idempotent
+  EXPECT_EQ(loads(v), (std::vector<uint32_t>{0, 0}));
+  EXPECT_EQ(mask(v, 1), (std::vector<uint8_t>{0, 1}));
+  EXPECT_FALSE(v.on_finished("a", 1));
+  auto s = v.snapshot(0, 1);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->state, worker_state::unregistered);
+  EXPECT_EQ(s->last_report_age_ms, -1);
+  EXPECT_EQ(s->routed, 1u);  // totals survive
+}
+
+TEST(LoadView, TrackedIdsAreBoundedOldestEvictedFirst) {
+  load_view_options o;
+  o.max_tracked = 3;
+  load_view v = registered_pool(1, o);
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(v.on_route("r" + std::to_string(i), 0, i).ok());
+  EXPECT_EQ(v.tracked(), 3u);
+  EXPECT_EQ(v.counters().tracked_evicted, 2u);
+  EXPECT_EQ(loads(v)[0], 5u);  // forgetting an id does not touch the load
+  EXPECT_FALSE(v.on_finished("r0", 10));
+  EXPECT_FALSE(v.on_finished("r1", 10));
+  EXPECT_TRUE(v.on_finished("r2", 10));
+  EXPECT_TRUE(v.on_finished("r4", 10));
+  EXPECT_EQ(loads(v)[0], 3u);
+}
+
+TEST(LoadView, TrackedIdsExpireAfterTheirTtl) {
+  load_view_options o;
+  o.tracked_ttl_ms = 100;
+  load_view v = registered_pool(1, o);
+  ASSERT_TRUE(v.on_route("a", 0, 0).ok());
+  ASSERT_TRUE(v.on_route("b", 0, 50).ok());
+  v.expire_tracked(100);  // age == ttl: kept
+  EXPECT_EQ(v.tracked(), 2u);
+  v.expire_tracked(101);
+  EXPECT_EQ(v.tracked(), 1u);
+  EXPECT_EQ(v.counters().tracked_expired, 1u);
+  EXPECT_FALSE(v.on_finished("a", 102));
+  EXPECT_TRUE(v.on_finished("b", 102));
+  ASSERT_TRUE(v.on_route("c", 0, 200).ok());
+  EXPECT_FALSE(v.on_finished("c", 301));  // expired by the finish call itself
+  EXPECT_EQ(v.counters().tracked_expired, 2u);
+  EXPECT_EQ(v.tracked(), 0u);
+}
+
+TEST(LoadView, ResizeKeepsSurvivorsAndNeutralisesRemovedSlots) {
+  load_view v = registered_pool(3);
+  ASSERT_TRUE(v.on_route("a", 0, 0).ok());
+  ASSERT_TRUE(v.on_route("c", 2, 0).ok());
+  ASSERT_TRUE(v.resize(2).ok());
+  EXPECT_EQ(v.k(), 2u);
+  EXPECT_EQ(v.load().size(), 2u);
+  EXPECT_EQ(mask(v, 1), (std::vector<uint8_t>{1, 1}));
+  ASSERT_TRUE(v.resize(4).ok());
+  EXPECT_EQ(loads(v), (std::vector<uint32_t>{1, 0, 0, 0}));
+  EXPECT_EQ(mask(v, 1), (std::vector<uint8_t>{1, 1, 0, 0}));
+  ASSERT_TRUE(v.register_worker(2, "again", 0, 1).ok());
+  EXPECT_FALSE(v.on_finished("c", 2));  // routed to the removed slot 2, not this one
+  EXPECT_TRUE(v.on_finished("a", 2));
+  EXPECT_EQ(loads(v), (std::vector<uint32_t>{0, 0, 0, 0}));
+  EXPECT_FALSE(v.resize(0).ok());
+}
+
+TEST(LoadView, SnapshotsListEveryWorker) {
+  load_view_options o;
+  o.report_timeout_ms = 100;
+  load_view v = make_or_die(3, o);
+  ASSERT_TRUE(v.register_worker(0, "tcp://a:1", 4, 0).ok());
+  ASSERT_TRUE(v.register_worker(2, "tcp://c:1", 0, 50).ok());
+  ASSERT_TRUE(v.on_route("x", 2, 60).ok());
+  auto all = v.snapshot_all(120);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].index, 0u);
+  EXPECT_EQ(all[0].endpoint, "tcp://a:1");
+  EXPECT_EQ(all[0].state, worker_state::dead);
+  EXPECT_EQ(all[0].last_report_age_ms, 120);
+  EXPECT_EQ(all[1].state, worker_state::unregistered);
+  EXPECT_EQ(all[1].endpoint, "");
+  EXPECT_EQ(all[2].state, worker_state::active);
+  EXPECT_EQ(all[2].load, 1u);
+  EXPECT_EQ(all[2].last_report_age_ms, 70);
+  EXPECT_FALSE(v.snapshot(3, 0).ok());
+}
+
+TEST(LoadView, RoutingSideCallsDoNotAllocate) {
+  load_view_options o;
+  o.report_timeout_ms = 100;
+  load_view v = registered_pool(8, o, /*capacity=*/4);
+  ASSERT_TRUE(v.on_route("a", 3, 0).ok());
+  (void)v.eligible(0);  // warm
+  const uint64_t before = allocations.load();
+  uint64_t sum = 0;
+  for (int64_t now = 0; now < 300; now += 7) {
+    sum += v.eligible(now)[3] + v.eligible_count(now) + v.load()[3];
+    ASSERT_TRUE(
+        v.on_report(static_cast<uint32_t>(now % 8), 1, static_cast<uint64_t>(now) + 1, now).ok());
+    v.expire_tracked(now);
+  }
+  EXPECT_EQ(allocations.load(), before);
+  EXPECT_GT(sum, 0u);
+  (void)v.snapshot_all(300);  // the admin listing allocates: proves the counter counts
+  EXPECT_GT(allocations.load(), before);
+}
+
+TEST(LoadView, FeedsRoutingPolicies) {
+  load_view v = registered_pool(3);
+  ASSERT_TRUE(v.on_route("a", 0, 0).ok());
+  ASSERT_TRUE(v.drain(1).ok());
+  policy_config c;
+  c.workers = 3;
+  auto jsq = make_policy("jsq", c);
+  ASSERT_TRUE(jsq.ok());
+  auto d = (*jsq)->route({nullptr, v.load(), v.eligible(0), -1});
+  ASSERT_TRUE(d.ok()) << d.error().to_string();
+  EXPECT_EQ(d->worker, 2u);  // 0 is busier, 1 is drained
+}
+
+}  // namespace
+}  // namespace eldr

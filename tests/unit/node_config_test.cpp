@@ -1,0 +1,418 @@
+// node_config: a full file parses to exactly the struct it describes, absent keys keep the
+// header's defaults, the shipped example parses, and every kind of mistake (unknown key, wrong
+// type, out of the type's range, out of the allowed range, duplicates, bad endpoints, TOML syntax)
+// is refused with a message naming the file and the key.
+#include "cluster/node_config.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+namespace eldr {
+namespace {
+
+const std::string origin = "eldr.toml";
+
+// The error message for `text`, or "" (and a test failure) when it parses.
+std::string error_of(const std::string& text) {
+  auto c = parse_node_config(text, origin);
+  EXPECT_FALSE(c.ok()) << "parsed:\n" << text;
+  if (c.ok()) return "";
+  EXPECT_EQ(c.error().code(), status_code::invalid_argument);
+  return c.error().message();
+}
+
+// A valid file with one model, with `extra` appended to the [[models]] table.
+std::string one_model(const std::string& extra = "") {
+  return "[[models]]\nname = \"m\"\n" + extra;
+}
+
+TEST(NodeConfig, FullFileParsesToTheExpectedStruct) {
+  const std::string text = R"(
+[node]
+name = "edge-1"
+roles = ["router", "load-monitor"]
+data_dir = "/var/lib/eldr"
+
+[endpoints]
+route = "tcp://0.0.0.0:6700"
+worker = "ipc:///run/eldr/worker"
+admin = "inproc://admin"
+metrics = "[::1]:0"
+
+[limits]
+max_message_bytes = 1024
+max_blocks = 8
+max_pending = 3
+max_tracked_requests = 4294967295
+
+[runtime]
+threads = 64
+log_level = "debug"
+explain_history = 0
+
+[signature_cache]
+memory_bytes = 9007199254740993
+max_blocks = 5
+sync_wal = true
+commit_interval_ms = 0
+
+[[models]]
+name = "qwen"
+workers = 16
+max_workers = 32
+centroids = "/c/qwen.centroids"
+policy = "p2c"
+tau = 0.25
+widen_single = false
+seed = 9223372036854775807
+worker_timeout_ms = 0
+refit_interval_s = 60
+sample_size = 100
+min_sample = 100
+max_balance_ratio = 1
+score_tolerance = 0.5
+refit_batch_size = 1
+kv_endpoints = ["tcp://10.0.0.1:5557", "ipc:///tmp/kv"]
+counts_endpoints = ["tcp://[fe80::1]:5560"]
+
+[[models]]
+name = "second"
+)";
+  auto parsed = parse_node_config(text, origin);
+  ASSERT_TRUE(parsed.ok()) << parsed.error().to_string();
+  const node_config& c = *parsed;
+  EXPECT_EQ(c.name, "edge-1");
+  EXPECT_EQ(c.roles, (std::vector<std::string>{"router", "load-monitor"}));
+  EXPECT_EQ(c.data_dir, "/var/lib/eldr");
+  EXPECT_EQ(c.route_endpoint, "tcp://0.0.0.0:6700");
+  EXPECT_EQ(c.worker_endpoint, "ipc:///run/eldr/worker");
+  EXPECT_EQ(c.admin_endpoint, "inproc://admin");
+  EXPECT_EQ(c.metrics_address, "[::1]:0");
+  EXPECT_EQ(c.max_message_bytes, 1024u);
+  EXPECT_EQ(c.max_blocks, 8u);
+  EXPECT_EQ(c.max_pending, 3u);
+  EXPECT_EQ(c.max_tracked_requests, 4294967295u);
+  EXPECT_EQ(c.threads, 64u);
+  EXPECT_EQ(c.log_level, "debug");
+  EXPECT_EQ(c.explain_history, 0u);
+  EXPECT_EQ(c.cache_memory_bytes, 9007199254740993ull);  // not representable as a double
+  EXPECT_EQ(c.cache_max_blocks, 5u);
+  EXPECT_TRUE(c.sync_wal);
+  EXPECT_EQ(c.commit_interval_ms, 0u);
+
+  ASSERT_EQ(c.models.size(), 2u);
+  const model_config& m = c.models[0];
+  EXPECT_EQ(m.name, "qwen");
+  EXPECT_EQ(m.workers, 16u);
+  EXPECT_EQ(m.max_workers, 32u);
+  EXPECT_EQ(m.centroids, "/c/qwen.centroids");
+  EXPECT_EQ(m.policy, "p2c");
+  EXPECT_EQ(m.tau, 0.25f);
+  EXPECT_FALSE(m.widen_single);
+  EXPECT_EQ(m.seed, 9223372036854775807ull);
+  EXPECT_EQ(m.worker_timeout_ms, 0);
+  EXPECT_EQ(m.refit_interval_s, 60u);
+  EXPECT_EQ(m.sample_size, 100u);
+  EXPECT_EQ(m.min_sample, 100u);
+  EXPECT_EQ(m.max_balance_ratio, 1.0);  // an integer where a float is expected is accepted
+  EXPECT_EQ(m.score_tolerance, 0.5);
+  EXPECT_EQ(m.refit_batch_size, 1u);
+  EXPECT_EQ(m.kv_endpoints, (std::vector<std::string>{"tcp://10.0.0.1:5557", "ipc:///tmp/kv"}));
+  EXPECT_EQ(m.counts_endpoints, (std::vector<std::string>{"tcp://[fe80::1]:5560"}));
+
+  // The second model names only itself: everything else is model_config's default.
+  model_config expected;
+  expected.name = "second";
+  const model_config& d = c.models[1];
+  EXPECT_EQ(d.name, expected.name);
+  EXPECT_EQ(d.workers, expected.workers);
+  EXPECT_EQ(d.max_workers, expected.max_workers);
+  EXPECT_EQ(d.centroids, expected.centroids);
+  EXPECT_EQ(d.policy, expected.policy);
+  EXPECT_EQ(d.tau, expected.tau);
+  EXPECT_EQ(d.widen_single, expected.widen_single);
+  EXPECT_EQ(d.seed, expected.seed);
+  EXPECT_EQ(d.worker_timeout_ms, expected.worker_timeout_ms);
+  EXPECT_EQ(d.sample_size, expected.sample_size);
+  EXPECT_EQ(d.min_sample, expected.min_sample);
+  EXPECT_TRUE(d.kv_endpoints.empty());
+}
+
+TEST(NodeConfig, AbsentTablesKeepTheHeaderDefaults) {
+  auto parsed = parse_node_config(one_model(), origin);
+  ASSERT_TRUE(parsed.ok()) << parsed.error().to_string();
+  const node_config defaults;
+  EXPECT_EQ(parsed->name, defaults.name);
+  EXPECT_EQ(parsed->roles, defaults.roles);
+  EXPECT_EQ(parsed->data_dir, defaults.data_dir);
+  EXPECT_EQ(parsed->route_endpoint, defaults.route_endpoint);
+  EXPECT_EQ(parsed->metrics_address, defaults.metrics_address);
+  EXPECT_EQ(parsed->max_message_bytes, defaults.max_message_bytes);
+  EXPECT_EQ(parsed->threads, defaults.threads);
+  EXPECT_EQ(parsed->log_level, defaults.log_level);
+  EXPECT_EQ(parsed->cache_memory_bytes, defaults.cache_memory_bytes);
+  EXPECT_EQ(parsed->commit_interval_ms, defaults.commit_interval_ms);
+  ASSERT_EQ(parsed->models.size(), 1u);
+  EXPECT_EQ(parsed->models[0].name, "m");
+}
+
+TEST(NodeConfig, EmbeddedDefaultIsValid) {
+  const node_config c = default_node_config();
+  EXPECT_TRUE(validate_node_config(c).ok()) << validate_node_config(c).to_string();
+  ASSERT_EQ(c.models.size(), 1u);
+  EXPECT_EQ(c.models[0].name, "default");
+  EXPECT_EQ(c.models[0].policy, "eldr");
+  EXPECT_EQ(c.roles.size(), 4u);
+}
+
+TEST(NodeConfig, ShippedExampleParses) {
+  const std::string path = std::string(ELDR_SOURCE_DIR) + "/deploy/eldr-node.example.toml";
+  auto c = load_node_config(path);
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  ASSERT_EQ(c->models.size(), 2u);
+  EXPECT_EQ(c->models[0].name, "qwen3-30b-a3b");
+  EXPECT_EQ(c->models[0].kv_endpoints.size(), 2u);
+  EXPECT_EQ(c->models[1].name, "deepseek-v2-lite");
+  EXPECT_EQ(c->models[1].policy, "p2c");
+  EXPECT_EQ(c->metrics_address, "127.0.0.1:9700");
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << path;
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// docs/configuration.md reproduces the example in its first ```toml block: the same text, so the
+// documentation cannot show a file the parser refuses.
+TEST(NodeConfig, DocumentedExampleIsTheShippedExample) {
+  const std::string doc = read_text(std::string(ELDR_SOURCE_DIR) + "/docs/configuration.md");
+  const std::string fence = "```toml\n";
+  const size_t begin = doc.find(fence);
+  ASSERT_NE(begin, std::string::npos);
+  const size_t end = doc.find("```", begin + fence.size());
+  ASSERT_NE(end, std::string::npos);
+  const std::string block = doc.substr(begin + fence.size(), end - begin - fence.size());
+  EXPECT_TRUE(parse_node_config(block, "docs/configuration.md").ok());
+  EXPECT_EQ(block, read_text(std::string(ELDR_SOURCE_DIR) + "/deploy/eldr-node.example.toml"));
+}
+
+TEST(NodeConfig, MissingFileNamesThePath) {
+  auto c = load_node_config("/nonexistent/eldr.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message().find("/nonexistent/eldr.toml"), std::string::npos)
+      << c.error().to_string();
+}
+
+TEST(NodeConfig, UnknownKeysAndTablesAreNamed) {
+  EXPECT_EQ(error_of(one_model("tua = 0.2\n")),
+            "eldr.toml: models[0].tua: unknown key (did you mean models[0].tau?)");
+  EXPECT_EQ(error_of("[nodes]\nname = \"x\"\n" + one_model()),
+            "eldr.toml: nodes: unknown table (did you mean node?)");
+  EXPECT_EQ(error_of("[runtime]\nthread = 4\n" + one_model()),
+            "eldr.toml: runtime.thread: unknown key (did you mean runtime.threads?)");
+  // Far from every known key: the valid ones are listed instead.
+  EXPECT_EQ(error_of("[endpoints]\nzzzzzz = 1\n" + one_model()),
+            "eldr.toml: endpoints.zzzzzz: unknown key; valid: route, worker, admin, metrics");
+  EXPECT_EQ(error_of("verbose = true\n" + one_model()),
+            "eldr.toml: verbose: unknown key; valid: node, endpoints, limits, runtime, "
+            "signature_cache, models");
+  // Dotted keys and sub-tables are keys too.
+  EXPECT_EQ(error_of("[limits.extra]\nx = 1\n" + one_model()),
+            "eldr.toml: limits.extra: unknown table; valid: max_message_bytes, max_blocks, "
+            "max_pending, max_tracked_requests");
+}
+
+TEST(NodeConfig, WrongTypesNameTheKeyAndTheExpectedType) {
+  EXPECT_EQ(error_of("[runtime]\nthreads = \"2\"\n" + one_model()),
+            "eldr.toml: runtime.threads: expected an integer, got a string");
+  EXPECT_EQ(error_of("[runtime]\nthreads = 2.0\n" + one_model()),
+            "eldr.toml: runtime.threads: expected an integer, got a float");
+  EXPECT_EQ(error_of("[node]\nroles = \"router\"\n" + one_model()),
+            "eldr.toml: node.roles: expected an array of strings, got a string");
+  EXPECT_EQ(error_of("[node]\nroles = [\"router\", 1]\n" + one_model()),
+            "eldr.toml: node.roles[1]: expected a string, got an integer");
+  EXPECT_EQ(error_of("[signature_cache]\nsync_wal = 1\n" + one_model()),
+            "eldr.toml: signature_cache.sync_wal: expected a boolean (true or false), got an "
+            "integer");
+  EXPECT_EQ(error_of(one_model("tau = \"0.1\"\n")),
+            "eldr.toml: models[0].tau: expected a number, got a string");
+  EXPECT_EQ(error_of(one_model("centroids = 1979-05-27\n")),
+            "eldr.toml: models[0].centroids: expected a string, got a date");
+  EXPECT_EQ(error_of("node = 5\n" + one_model()),
+            "eldr.toml: node: expected a table, got an integer");
+  EXPECT_EQ(error_of("[models]\nname = \"m\"\n"),
+            "eldr.toml: models: expected an array of tables ([[models]]), got a table");
+  EXPECT_EQ(error_of("models = [1]\n"), "eldr.toml: models[0]: expected a table, got an integer");
+  EXPECT_EQ(error_of("[[models]]\nname = \"a\\u0000b\"\n"),
+            "eldr.toml: models[0].name: must not contain a NUL character");
+}
+
+TEST(NodeConfig, IntegersOutsideTheFieldTypeAreRefusedNotWrapped) {
+  EXPECT_EQ(error_of("[runtime]\nthreads = -1\n" + one_model()),
+            "eldr.toml: runtime.threads: out of range for an unsigned 32-bit integer "
+            "(0..4294967295), got -1");
+  EXPECT_EQ(error_of("[limits]\nmax_blocks = 4294967296\n" + one_model()),
+            "eldr.toml: limits.max_blocks: out of range for an unsigned 32-bit integer "
+            "(0..4294967295), got 4294967296");
+  EXPECT_EQ(error_of("[signature_cache]\nmemory_bytes = -1\n" + one_model()),
+            "eldr.toml: signature_cache.memory_bytes: out of range for an unsigned 64-bit "
+            "integer (0..18446744073709551615), got -1");
+  EXPECT_EQ(error_of(one_model("seed = -5\n")),
+            "eldr.toml: models[0].seed: out of range for an unsigned 64-bit integer "
+            "(0..18446744073709551615), got -5");
+  EXPECT_EQ(error_of(one_model("tau = 1e39\n")),
+            "eldr.toml: models[0].tau: out of range for a 32-bit float, got 1e+39");
+  // Beyond int64 is already a TOML error.
+  EXPECT_NE(error_of("[limits]\nmax_blocks = 99999999999999999999\n" + one_model())
+                .find("eldr.toml: line 2"),
+            std::string::npos);
+}
+
+TEST(NodeConfig, ValuesOutOfTheirAllowedRangeAreNamed) {
+  EXPECT_EQ(error_of("[[models]]\nname = \"a\"\n[[models]]\nname = \"b\"\ntau = -0.5\n"),
+            "eldr.toml: models[1].tau: must be finite and >= 0, got -0.5");
+  EXPECT_EQ(error_of(one_model("tau = nan\n")),
+            "eldr.toml: models[0].tau: must be finite and >= 0, got nan");
+  EXPECT_EQ(error_of(one_model("tau = inf\n")),
+            "eldr.toml: models[0].tau: must be finite and >= 0, got inf");
+  EXPECT_EQ(error_of("[runtime]\nthreads = 0\n" + one_model()),
+            "eldr.toml: runtime.threads: must be in 1..64, got 0");
+  EXPECT_EQ(error_of("[runtime]\nthreads = 65\n" + one_model()),
+            "eldr.toml: runtime.threads: must be in 1..64, got 65");
+  EXPECT_EQ(error_of("[runtime]\nlog_level = \"verbose\"\n" + one_model()),
+            "eldr.toml: runtime.log_level: unknown level \"verbose\"; valid: trace, debug, info, "
+            "warn, error, off");
+  EXPECT_EQ(error_of("[limits]\nmax_message_bytes = 1023\n" + one_model()),
+            "eldr.toml: limits.max_message_bytes: must be >= 1024, got 1023");
+  EXPECT_EQ(error_of("[limits]\nmax_blocks = 0\n" + one_model()),
+            "eldr.toml: limits.max_blocks: must be >= 1, got 0");
+  EXPECT_EQ(error_of("[signature_cache]\nmax_blocks = 0\n" + one_model()),
+            "eldr.toml: signature_cache.max_blocks: must be >= 1, got 0");
+  EXPECT_EQ(error_of(one_model("policy = \"domain\"\n")),
+            "eldr.toml: models[0].policy: \"domain\" needs calibration domain labels, which a "
+            "node does not have; use eldr");
+  EXPECT_EQ(error_of(one_model("policy = \"jsqq\"\n")),
+            "eldr.toml: models[0].policy: unknown policy \"jsqq\"; valid: rr, random, jsq, p2c, "
+            "eldr");
+  EXPECT_EQ(error_of(one_model("worker_timeout_ms = -1\n")),
+            "eldr.toml: models[0].worker_timeout_ms: must be >= 0, got -1");
+  EXPECT_EQ(error_of(one_model("sample_size = 0\nmin_sample = 0\n")),
+            "eldr.toml: models[0].sample_size: must be >= 1, got 0");
+  EXPECT_EQ(error_of(one_model("sample_size = 10\nmin_sample = 11\n")),
+            "eldr.toml: models[0].min_sample: 11 exceeds sample_size (10)");
+  EXPECT_EQ(error_of(one_model("max_balance_ratio = 0.5\n")),
+            "eldr.toml: models[0].max_balance_ratio: must be finite and >= 1, got 0.5");
+  EXPECT_EQ(error_of(one_model("score_tolerance = -1\n")),
+            "eldr.toml: models[0].score_tolerance: must be finite and >= 0, got -1");
+  EXPECT_EQ(error_of(one_model("refit_batch_size = 0\n")),
+            "eldr.toml: models[0].refit_batch_size: must be >= 1, got 0");
+  EXPECT_EQ(error_of(one_model("workers = 9\nmax_workers = 8\n")),
+            "eldr.toml: models[0].workers: 9 exceeds max_workers (8)");
+  EXPECT_EQ(error_of("[node]\nroles = [\"router\", \"rooter\"]\n" + one_model()),
+            "eldr.toml: node.roles[1]: unknown role \"rooter\"; valid: router, signature-cache, "
+            "load-monitor, refit");
+  EXPECT_EQ(error_of("[node]\nroles = [\"refit\", \"refit\"]\n" + one_model()),
+            "eldr.toml: node.roles[1]: duplicate role \"refit\"");
+  EXPECT_EQ(error_of("[node]\nroles = []\n" + one_model()).substr(0, 49),
+            "eldr.toml: node.roles: at least one role is requi");
+  EXPECT_EQ(error_of("[node]\nname = \"\"\n" + one_model()),
+            "eldr.toml: node.name: must be non-empty");
+}
+
+TEST(NodeConfig, ModelNamesAreNonEmptyBoundedAndUnique) {
+  EXPECT_EQ(error_of("[[models]]\nname = \"a\"\n[[models]]\nname = \"b\"\n[[models]]\nname = "
+                     "\"a\"\n"),
+            "eldr.toml: models[2].name: duplicate model name \"a\" (also models[0])");
+  EXPECT_EQ(error_of("[[models]]\nworkers = 4\n"), "eldr.toml: models[0].name: must be non-empty");
+  EXPECT_EQ(error_of("[[models]]\nname = \"" + std::string(257, 'x') + "\"\n"),
+            "eldr.toml: models[0].name: longer than 256 bytes");
+  EXPECT_TRUE(
+      parse_node_config("[[models]]\nname = \"" + std::string(256, 'x') + "\"\n", origin).ok());
+  EXPECT_EQ(error_of("[[models]]\nname = \"a\\tb\"\n"),
+            "eldr.toml: models[0].name: must not contain control characters");
+}
+
+TEST(NodeConfig, AtLeastOneModelIsRequired) {
+  const std::string expected = "eldr.toml: models: at least one [[models]] table is required";
+  EXPECT_EQ(error_of(""), expected);
+  EXPECT_EQ(error_of("[node]\nname = \"x\"\n"), expected);
+  EXPECT_EQ(error_of("models = []\n"), expected);
+}
+
+TEST(NodeConfig, EndpointsAreChecked) {
+  EXPECT_EQ(error_of("[endpoints]\nroute = \"http://127.0.0.1:5700\"\n" + one_model()),
+            "eldr.toml: endpoints.route: \"http://127.0.0.1:5700\" must start with tcp://, "
+            "ipc:// or inproc://");
+  EXPECT_EQ(error_of("[endpoints]\nworker = \"tcp://127.0.0.1\"\n" + one_model()),
+            "eldr.toml: endpoints.worker: \"tcp://127.0.0.1\" must be tcp://host:port");
+  EXPECT_EQ(error_of("[endpoints]\nadmin = \"tcp://127.0.0.1:70000\"\n" + one_model()),
+            "eldr.toml: endpoints.admin: \"tcp://127.0.0.1:70000\" port must be a number in "
+            "0..65535 or *");
+  EXPECT_EQ(error_of("[endpoints]\nadmin = \"ipc://\"\n" + one_model()),
+            "eldr.toml: endpoints.admin: \"ipc://\" has no path or name after the scheme");
+  EXPECT_EQ(error_of("[endpoints]\nadmin = \"tcp://127.0.0.1:5700\"\n" + one_model()),
+            "eldr.toml: endpoints.admin: \"tcp://127.0.0.1:5700\" is also endpoints.route");
+  // Free ports may repeat: each bind gets its own.
+  EXPECT_TRUE(parse_node_config("[endpoints]\nroute = \"tcp://127.0.0.1:0\"\nworker = "
+                                "\"tcp://127.0.0.1:0\"\nadmin = \"tcp://127.0.0.1:*\"\n" +
+                                    one_model(),
+                                origin)
+                  .ok());
+  // Connect endpoints need a real port.
+  EXPECT_EQ(error_of(one_model("kv_endpoints = [\"tcp://10.0.0.1:5557\", \"tcp://10.0.0.2:*\"]\n")),
+            "eldr.toml: models[0].kv_endpoints[1]: \"tcp://10.0.0.2:*\" port must be a number in "
+            "1..65535");
+  EXPECT_EQ(error_of(one_model("counts_endpoints = [\"10.0.0.1:5560\"]\n")),
+            "eldr.toml: models[0].counts_endpoints[0]: \"10.0.0.1:5560\" must start with tcp://, "
+            "ipc:// or inproc://");
+
+  EXPECT_TRUE(parse_node_config("[endpoints]\nmetrics = \"\"\n" + one_model(), origin).ok());
+  EXPECT_TRUE(
+      parse_node_config("[endpoints]\nmetrics = \"localhost:0\"\n" + one_model(), origin).ok());
+  const std::string no_port = error_of("[endpoints]\nmetrics = \"localhost\"\n" + one_model());
+  EXPECT_EQ(no_port.rfind("eldr.toml: endpoints.metrics: \"localhost\": no port", 0), 0u)
+      << no_port;
+  const std::string big_port =
+      error_of("[endpoints]\nmetrics = \"127.0.0.1:65536\"\n" + one_model());
+  EXPECT_NE(big_port.find("port must be a number in 0..65535"), std::string::npos) << big_port;
+  const std::string scheme =
+      error_of("[endpoints]\nmetrics = \"tcp://127.0.0.1:9700\"\n" + one_model());
+  EXPECT_EQ(scheme.rfind("eldr.toml: endpoints.metrics: ", 0), 0u) << scheme;
+}
+
+TEST(NodeConfig, SyntaxErrorsCarryLineAndColumn) {
+  const std::string e = error_of("[node]\nname = \"x\"\nroles = [\"router\"\n" + one_model());
+  EXPECT_EQ(e.rfind("eldr.toml: line ", 0), 0u) << e;
+  EXPECT_NE(e.find("TOML syntax error"), std::string::npos) << e;
+
+  // Malformed table headers that made toml++ 3.3.0 abort (debug) or assume the impossible
+  // (clang release) are ordinary syntax errors here.
+  for (const char* header : {"[=a]", "[[=a]]", "[[[1]]]", "[[[]]", "[ =a]"}) {
+    const std::string e2 = error_of(one_model() + header + "\n");
+    EXPECT_EQ(e2.rfind("eldr.toml: line 3, column ", 0), 0u) << header << ": " << e2;
+  }
+
+  const std::string e3 = error_of("[node]\nname = \"x\"\nname = \"y\"\n" + one_model());
+  EXPECT_EQ(e3.rfind("eldr.toml: line 3, column 8: TOML syntax error: ", 0), 0u) << e3;
+}
+
+TEST(NodeConfig, ValidateCatchesConfigsBuiltInCode) {
+  node_config c = default_node_config();
+  c.models.push_back(c.models[0]);
+  EXPECT_EQ(validate_node_config(c).message(),
+            "models[1].name: duplicate model name \"default\" (also models[0])");
+  c = default_node_config();
+  c.models[0].tau = -1.0f;
+  EXPECT_EQ(validate_node_config(c).message(), "models[0].tau: must be finite and >= 0, got -1");
+  c = default_node_config();
+  c.models.clear();
+  EXPECT_FALSE(validate_node_config(c).ok());
+}
+
+}  // namespace
+}  // namespace eldr

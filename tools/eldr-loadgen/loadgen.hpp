@@ -1,0 +1,114 @@
+// loadgen: plays a workload through a running eldr node over real sockets, with emulated prefill
+// workers (route requests with per-block counts, vLLM KV events on their own PUB sockets) and
+// emulated decode workers (continuous batching in real time, optionally time-scaled, with load
+// reports and finished requests), and measures route round trips, TPOT and TTFT per policy, so
+// that eldr-sim's numbers can be checked end to end against the node.
+//
+// Threads: the caller's thread runs the generator (prefill emulation, route requests pipelined on
+// one socket, replies); one more thread drives every decode worker as a discrete-event loop
+// against the wall clock. Neither spins: both wait on poll or condition-variable timeouts.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/cost_model.hpp"
+#include "core/status.hpp"
+
+namespace eldr::loadgen {
+
+struct loadgen_options {
+  std::string node;   // the node's admin endpoint, e.g. tcp://127.0.0.1:5702
+  std::string model;  // "" = the first model the node serves
+  // The workload: exactly one of trace_path and synthetic (a preset name).
+  std::string trace_path;
+  std::string synthetic;
+  double rate_rps = 40.0;    // Poisson arrivals
+  double duration_s = 30.0;  // requests = ceil(rate * duration), as eldr-sim --requests
+  uint32_t decode_workers = 16;
+  std::vector<std::string> policies{"eldr", "jsq"};
+  std::optional<float> tau;  // sent with the policy command when given
+  uint64_t seed = 1;
+  // Workload shape, as eldr-sim's options (same defaults: same requests for the same seed).
+  uint32_t calibration = 1000;
+  double calibration_fraction = 0.5;
+  uint32_t prompt_min = 4, prompt_max = 1024;
+  uint32_t output_tokens = 512;
+  uint32_t decode_pool = 64;
+  uint32_t prompt_pool = 0;  // distinct prompts requests draw from (0 = each its own)
+  uint32_t threads = 2;      // workload preparation and the fit
+  uint32_t pairs = 30000;    // random pairs for rho in the fit (core's default_rho_pairs)
+  // Prefill emulation.
+  uint32_t prefill_workers = 2;
+  uint32_t prefill_cache_blocks = 65536;
+  uint32_t block_size = 16;
+  double prefill_base_ms = 20.0, prefill_per_token_ms = 0.1, kv_transfer_ms = 5.0;
+  bool send_counts = true;
+  // Decode emulation.
+  uint32_t max_batch = 64;
+  uint64_t kv_capacity_tokens = 0;
+  std::optional<uint32_t> capacity;  // registered capacity; default 0 = unbounded (as eldr-sim)
+  decode_cost_params cost;
+  double time_scale = 1.0;  // model time = wall time * scale
+  uint32_t report_ms = 100;
+  double drain_s = 300.0;  // wall seconds to wait for decodes after the last route
+  // Centroids.
+  bool no_import = false;
+  std::string centroids;  // a centroid file to import instead of fitting
+  // Route path.
+  bool route_only = false;
+  uint32_t max_outstanding = 1024;
+  int route_timeout_ms = 2000;
+  int subscribe_timeout_ms = 3000;  // wait for the node to subscribe to each KV publisher
+  bool quiet = false;
+};
+
+// What one policy's run measured.
+struct policy_result {
+  std::string policy;
+  bool interrupted = false;
+  uint64_t sent = 0, replied = 0, errors = 0, error_replies = 0, timeouts = 0;
+  std::map<std::string, uint64_t> error_codes;  // error replies by code name
+  double offered_rps = 0, route_rps = 0;
+  double route_p50_us = 0, route_p99_us = 0, route_max_us = 0;
+  double tpot_p50_ms = 0, tpot_p95_ms = 0, tpot_p99_ms = 0;
+  double ttft_p50_ms = 0, ttft_p99_ms = 0;
+  uint32_t completed = 0, incomplete = 0;
+  double coverage_mean = 0;         // mean covered_blocks / total_blocks over decisions
+  std::vector<uint64_t> decisions;  // per worker
+  double decision_imbalance = 0;    // max / mean
+  std::vector<uint64_t> epochs;     // distinct epochs seen in replies
+  double prefix_hit_fraction = 0;   // prompt blocks served from the prefill caches
+  uint64_t kv_blocks_stored = 0, kv_blocks_removed = 0;
+  uint64_t decode_steps = 0;
+  double distinct_experts_per_layer = 0, batch_size_mean = 0, token_imbalance = 0;
+  uint64_t worker_messages = 0, worker_errors = 0;
+  double wall_s = 0;
+  double cpu_s = 0;  // this process's CPU seconds during the run (is the generator the limit?)
+};
+
+nlohmann::json to_json(const policy_result& r);
+
+// The run's outcome: exit code 0 on success; 2 for bad options or data; 3 when the node is
+// unreachable; 1 for other failures (message says what). 130 when interrupted.
+struct loadgen_outcome {
+  int exit_code = 0;
+  std::string error;
+  std::vector<policy_result> results;
+  nlohmann::json report;  // top-level fields of the first policy, "policies", the setup
+};
+
+// Runs the setup and every policy. `stop` (set by a signal handler) ends the current policy's run
+// cleanly and skips the others; progress goes to stderr unless options.quiet.
+loadgen_outcome run_loadgen(const loadgen_options& options, const std::atomic<bool>& stop);
+
+// The human table (one row per policy, plus ELDR's median TPOT against JSQ's when both ran).
+std::string format_table(const std::vector<policy_result>& results);
+
+}  // namespace eldr::loadgen

@@ -1,0 +1,194 @@
+// eldr-loadgen: plays a workload (an eldr-trace file or a synthetic preset) through a running
+// eldr node with emulated prefill and decode workers, and prints route round trips, TPOT and TTFT
+// per policy. The command line only; the work is loadgen.hpp's.
+//
+//   eldr-loadgen --node tcp://127.0.0.1:5702 --synthetic qwen-task --rate 40 --duration 30
+//                --decode-workers 16 [--policies eldr,jsq] [--json]
+//   eldr-loadgen --node ... --synthetic qwen-task --rate 5000 --duration 10 --decode-workers 16
+//                --route-only --max-outstanding 256 --json          (route throughput benchmark)
+//
+// Exit codes: 0 done, 1 failure during the run, 2 bad options or data, 3 node unreachable,
+// 130 interrupted (results so far are still printed).
+#include <CLI/CLI.hpp>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+
+#include "tools/eldr-loadgen/loadgen.hpp"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+extern "C" void on_signal(int) {
+  g_stop.store(true);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  eldr::loadgen::loadgen_options o;
+  bool as_json = false;
+  float tau = 0.1f;
+  uint32_t capacity = 0;
+  bool no_counts = false;
+  CLI::App app{
+      "eldr-loadgen: plays a workload through a running eldr node with emulated prefill workers\n"
+      "(route requests, per-block counts, vLLM KV events) and decode workers (continuous\n"
+      "batching in real time with the cost model), and reports route round trips, TPOT and TTFT\n"
+      "per policy, to check eldr-sim's results end to end."};
+  app.add_option("--node", o.node, "the node's ADMIN endpoint, e.g. tcp://127.0.0.1:5702")
+      ->required();
+  auto* input = app.add_option_group("input", "the workload");
+  input->add_option("--trace", o.trace_path, "eldr-trace v1 file (resampled, as eldr-sim does)")
+      ->check(CLI::ExistingFile);
+  input->add_option("--synthetic", o.synthetic,
+                    "synthetic preset: qwen-task, qwen-language, gpt-oss-task, no-locality");
+  input->require_option(1);
+  app.add_option("--rate", o.rate_rps, "requests per second (Poisson arrivals)")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--duration", o.duration_s,
+                 "seconds of arrivals (model time): ceil(rate * duration) requests")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--decode-workers", o.decode_workers, "emulated decode workers D (= the node's K)")
+      ->required()
+      ->check(CLI::Range(1u, 4096u));
+  app.add_flag("--json", as_json, "print one JSON object on stdout instead of the table");
+  app.add_option("--model", o.model, "model to drive (default: the node's first)");
+  app.add_option("--policies", o.policies, "node policies to run in turn, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  auto* tau_opt = app.add_option("--tau", tau, "band half-width sent with each policy command")
+                      ->check(CLI::Range(0.0, 2.0));
+  app.add_option("--seed", o.seed, "seed of the workload and the fit")->capture_default_str();
+  app.add_option("--calibration-requests", o.calibration, "calibration requests for the fit")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000000u));
+  app.add_option("--calibration-fraction", o.calibration_fraction,
+                 "trace only: share of the trace set aside for calibration")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 0.99));
+  app.add_option("--prompt-min", o.prompt_min, "synthetic: shortest prompt")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000000u));
+  app.add_option("--prompt-max", o.prompt_max, "synthetic: longest prompt (log-uniform)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000000u));
+  app.add_option("--output-tokens", o.output_tokens, "synthetic: output tokens per request")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 1000000u));
+  app.add_option("--decode-pool", o.decode_pool,
+                 "synthetic: decode tokens drawn per request up front (0 = every token afresh)")
+      ->capture_default_str();
+  auto* pool_opt = app.add_option("--prompt-pool", o.prompt_pool,
+                                  "distinct prompts the requests draw from, so prefix caches hit "
+                                  "(0 = each request its own; --route-only default 1024)");
+  app.add_option("--pairs", o.pairs, "random pairs for rho in the calibration fit")
+      ->capture_default_str()
+      ->check(CLI::Range(2u, 10000000u));
+  app.add_option("--threads", o.threads, "threads for workload preparation and the fit")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 256u));
+  app.add_option("--prefill-workers", o.prefill_workers,
+                 "emulated prefill workers (one prefix cache and KV-event publisher each)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 256u));
+  app.add_option("--prefill-cache-blocks", o.prefill_cache_blocks,
+                 "KV blocks each prefill worker's prefix cache holds (LRU)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100000000u));
+  app.add_option("--block-size", o.block_size, "KV block size in tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 255u));
+  app.add_option("--prefill-base-ms", o.prefill_base_ms, "fixed cost of one prefill")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--prefill-per-token-ms", o.prefill_per_token_ms,
+                 "prefill cost per uncached prompt token")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-transfer-ms", o.kv_transfer_ms, "prefill-to-decode KV transfer time")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--no-counts", no_counts, "send block hashes only, no per-block expert counts");
+  app.add_option("--max-batch", o.max_batch, "running sequences per decode worker")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100000u));
+  app.add_option("--kv-capacity", o.kv_capacity_tokens,
+                 "KV capacity per decode worker in tokens (0 = unlimited)")
+      ->capture_default_str();
+  auto* cap_opt = app.add_option("--capacity", capacity,
+                                 "capacity each decode worker registers (max concurrent requests; "
+                                 "default 0 = unbounded, as eldr-sim's waiting queues)");
+  app.add_option("--cost-base-ms", o.cost.base_ms, "decode step: fixed cost")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--cost-expert-ms", o.cost.per_distinct_expert_ms,
+                 "decode step: cost per distinct (layer, expert)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--cost-sequence-ms", o.cost.per_sequence_ms,
+                 "decode step: cost per running sequence")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--cost-kilotoken-ms", o.cost.per_context_kilotoken_ms,
+                 "decode step: cost per 1,000 context tokens in the batch")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--time-scale", o.time_scale,
+                 "model time = wall time * scale (2 = twice as fast as real time)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--report-ms", o.report_ms, "load_report interval of each decode worker (wall)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 60000u));
+  app.add_option("--drain-s", o.drain_s,
+                 "wall seconds to wait for running decodes after the last route")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--no-import", o.no_import, "use the node's centroids as they are");
+  app.add_option("--centroids", o.centroids, "centroid file to import instead of fitting one")
+      ->check(CLI::ExistingFile);
+  app.add_flag("--route-only", o.route_only,
+               "no decode emulation: every decided request is reported finished at once "
+               "(route throughput and latency benchmark)");
+  app.add_option("--max-outstanding", o.max_outstanding, "route requests in flight at most")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000000u));
+  app.add_option("--route-timeout-ms", o.route_timeout_ms,
+                 "a route request without a reply after this long counts as an error")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 600000));
+  app.add_option("--subscribe-timeout-ms", o.subscribe_timeout_ms,
+                 "wait this long for the node to subscribe to each KV-event publisher")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 600000));
+  app.add_flag("--quiet", o.quiet, "no progress on stderr");
+  CLI11_PARSE(app, argc, argv);
+  if (tau_opt->count() > 0) o.tau = tau;
+  if (cap_opt->count() > 0) o.capacity = capacity;
+  if (o.route_only && pool_opt->count() == 0) o.prompt_pool = 1024;
+  o.send_counts = !no_counts;
+
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  const eldr::loadgen::loadgen_outcome out = eldr::loadgen::run_loadgen(o, g_stop);
+  if (!out.error.empty()) {
+    std::fprintf(stderr, "eldr-loadgen: %s\n", out.error.c_str());
+    return out.exit_code;
+  }
+  if (as_json) {
+    std::printf("%s\n", out.report.dump().c_str());
+  } else {
+    std::printf("%s", eldr::loadgen::format_table(out.results).c_str());
+    if (out.report.contains("eldr_sim_command"))
+      std::printf("same workload offline: %s\n",
+                  out.report["eldr_sim_command"].get<std::string>().c_str());
+  }
+  return out.exit_code;
+}

@@ -1,0 +1,504 @@
+// eldrctl: the operator's CLI of an eldr node, over the node's admin endpoint (docs/protocol.md
+// section 5, cluster/admin_protocol.hpp).
+//
+//   eldrctl [--node tcp://HOST:5702] [--timeout-ms N] [--json] COMMAND ...
+//     status                                 node, endpoints, one row per model, counters
+//     workers [--model M]                    one row per decode worker
+//     drain MODEL WORKER | undrain MODEL WORKER
+//     centroids show MODEL
+//     centroids export MODEL [--epoch E] -o FILE
+//     centroids import MODEL FILE            validated here first; an invalid file is refused
+//     centroids swap MODEL EPOCH | centroids rollback MODEL
+//     refit MODEL
+//     explain MODEL REQUEST_ID
+//     policy MODEL [--set NAME] [--tau T]
+//
+// Output: aligned tables for people, or the node's raw result as JSON with --json. Errors go to
+// stderr. Exit codes: 0 ok; 1 the node refused the command (its error code's name and message are
+// printed); 2 usage error, or a local file refused or unwritable; 3 transport failure (timeout,
+// node unreachable, an answer that does not decode).
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cluster/client.hpp"
+#include "core/centroid_file.hpp"
+#include "core/file_io.hpp"
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int exit_ok = 0;
+constexpr int exit_node_error = 1;
+constexpr int exit_usage = 2;
+constexpr int exit_transport = 3;
+
+struct global_options {
+  std::string node = "tcp://127.0.0.1:5702";
+  int timeout_ms = 5000;
+  bool json = false;
+};
+
+// The node's refusals come back from admin_client::call as "<code name>: <message>"
+// (cluster/client.hpp); anything else (timeout, refused connection, a corrupt answer) failed
+// before the node could answer. The exit code tells the two apart for scripts.
+bool is_node_error(const eldr::status& s) {
+  for (int code = 1; code <= 7; ++code) {
+    const std::string name = eldr::to_string(static_cast<eldr::route_error_code>(code));
+    if (s.message().rfind(name + ": ", 0) == 0) return true;
+  }
+  return s.message().rfind("unknown: ", 0) == 0;  // a code newer than this build
+}
+
+struct outcome {
+  int exit = exit_ok;
+  json result;
+};
+
+outcome call_node(const global_options& g, const std::string& command, json args) {
+  eldr::client_options o;
+  o.timeout_ms = g.timeout_ms;
+  auto client = eldr::admin_client::connect(g.node, o);
+  if (!client.ok()) {
+    std::cerr << "eldrctl: --node " << g.node << ": " << client.error().message() << "\n";
+    return {exit_usage, {}};
+  }
+  auto r = (*client)->call(command, std::move(args));
+  if (r.ok()) return {exit_ok, std::move(*r)};
+  if (is_node_error(r.error())) {
+    std::cerr << "eldrctl: " << command << ": " << r.error().message() << "\n";
+    return {exit_node_error, {}};
+  }
+  std::cerr << "eldrctl: " << g.node << ": " << r.error().message() << "\n";
+  return {exit_transport, {}};
+}
+
+// ---- rendering -------------------------------------------------------------------------------
+
+std::string number_text(const json& v) {
+  if (v.is_number_float()) {
+    std::ostringstream s;
+    s << v.get<double>();  // 6 significant digits: a float32 tau prints as 0.1, not 0.100000001
+    return s.str();
+  }
+  return v.dump();
+}
+
+bool is_scalar(const json& v) {
+  return !v.is_object() && !v.is_array();
+}
+
+// One cell or value: strings unquoted, null as "-", arrays of scalars joined, binary by size,
+// anything else as compact JSON.
+std::string text(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_null()) return "-";
+  if (v.is_number()) return number_text(v);
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_binary()) return "<" + std::to_string(v.get_binary().size()) + " bytes>";
+  if (v.is_array() && std::all_of(v.begin(), v.end(), is_scalar)) {
+    std::string s;
+    for (const json& e : v)
+      s += (s.empty() ? "" : ",") + text(e);
+    return s.empty() ? "-" : s;
+  }
+  return v.dump();
+}
+
+std::string upper(std::string s) {
+  for (char& c : s)
+    c = (c >= 'a' && c <= 'z') ? static_cast<char>(c - 'a' + 'A') : (c == '.' ? '_' : c);
+  return s;
+}
+
+// Nested objects become dotted keys ("workers.active") so that they fit table columns.
+void flatten(const json& v, const std::string& prefix,
+             std::vector<std::pair<std::string, json>>& out) {
+  for (const auto& [k, e] : v.items()) {
+    const std::string key = prefix.empty() ? k : prefix + "." + k;
+    if (e.is_object() && !e.empty())
+      flatten(e, key, out);
+    else
+      out.emplace_back(key, e);
+  }
+}
+
+struct column {
+  std::string key;  // dotted
+  std::string header;
+};
+
+// An aligned table of objects: the preferred columns first (shown even when a row lacks them),
+// then every other key any row has, so fields a newer node adds are shown, not lost. Numeric
+// columns are right-aligned.
+void print_table(std::ostream& out, const json& rows, std::vector<column> cols, int indent = 0) {
+  std::vector<std::map<std::string, json>> flat;
+  for (const json& row : rows) {
+    std::vector<std::pair<std::string, json>> kv;
+    if (row.is_object())
+      flatten(row, "", kv);
+    else
+      kv.emplace_back("value", row);
+    std::map<std::string, json> m;
+    for (auto& [k, v] : kv) {
+      if (std::none_of(cols.begin(), cols.end(), [&](const column& c) { return c.key == k; }))
+        cols.push_back({k, upper(k)});
+      m[k] = std::move(v);
+    }
+    flat.push_back(std::move(m));
+  }
+  std::vector<std::vector<std::string>> cells;
+  std::vector<size_t> width(cols.size());
+  std::vector<bool> numeric(cols.size(), true);
+  for (size_t c = 0; c < cols.size(); ++c)
+    width[c] = cols[c].header.size();
+  for (const auto& m : flat) {
+    std::vector<std::string> line;
+    for (size_t c = 0; c < cols.size(); ++c) {
+      auto it = m.find(cols[c].key);
+      const json v = it == m.end() ? json() : it->second;
+      if (!v.is_number() && !v.is_null()) numeric[c] = false;
+      line.push_back(text(v));
+      width[c] = std::max(width[c], line.back().size());
+    }
+    cells.push_back(std::move(line));
+  }
+  auto print_line = [&](const std::vector<std::string>& line) {
+    std::string s(static_cast<size_t>(indent), ' ');
+    for (size_t c = 0; c < line.size(); ++c) {
+      const std::string pad(width[c] - line[c].size(), ' ');
+      const bool last = c + 1 == line.size();
+      s += numeric[c] ? pad + line[c] : line[c] + (last ? "" : pad);
+      if (!last) s += "  ";
+    }
+    out << s << "\n";
+  };
+  std::vector<std::string> headers;
+  for (const column& c : cols)
+    headers.push_back(c.header);
+  print_line(headers);
+  for (const auto& line : cells)
+    print_line(line);
+}
+
+// key  value lines, the preferred keys first; nested objects indented below their key, arrays of
+// objects as tables.
+void print_object(std::ostream& out, const json& obj, const std::vector<std::string>& preferred,
+                  int indent = 0) {
+  if (!obj.is_object()) {
+    out << std::string(static_cast<size_t>(indent), ' ') << (obj.is_null() ? "ok" : text(obj))
+        << "\n";
+    return;
+  }
+  std::vector<std::string> keys;
+  for (const std::string& k : preferred)
+    if (obj.contains(k)) keys.push_back(k);
+  for (const auto& [k, v] : obj.items())
+    if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+  size_t w = 0;
+  for (const std::string& k : keys)
+    w = std::max(w, k.size());
+  const std::string pad(static_cast<size_t>(indent), ' ');
+  for (const std::string& k : keys) {
+    const json& v = obj[k];
+    if (v.is_object() && !v.empty()) {
+      out << pad << k << "\n";
+      print_object(out, v, {}, indent + 2);
+    } else if (v.is_array() && !v.empty() &&
+               std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_object(); })) {
+      out << pad << k << "\n";
+      print_table(out, v, {}, indent + 2);
+    } else {
+      out << pad << k << std::string(w - k.size() + 2, ' ') << text(v) << "\n";
+    }
+  }
+}
+
+std::string uptime_text(const json& v) {
+  if (!v.is_number()) return text(v);
+  auto s = static_cast<uint64_t>(std::max(0.0, v.get<double>()));
+  std::ostringstream o;
+  if (s >= 86400) o << s / 86400 << "d";
+  if (s >= 3600) o << (s % 86400) / 3600 << "h";
+  if (s >= 60) o << (s % 3600) / 60 << "m";
+  o << s % 60 << "s";
+  return o.str();
+}
+
+void print_status(std::ostream& out, const json& r) {
+  if (!r.is_object()) {
+    print_object(out, r, {});
+    return;
+  }
+  if (r.contains("node") && r["node"].is_object()) {
+    const json& n = r["node"];
+    std::string line = "node " + text(n.value("name", json("?")));
+    if (n.contains("version")) line += "  version " + text(n["version"]);
+    if (n.contains("roles")) line += "  roles " + text(n["roles"]);
+    if (n.contains("uptime_s")) line += "  uptime " + uptime_text(n["uptime_s"]);
+    for (const auto& [k, v] : n.items())
+      if (k != "name" && k != "version" && k != "roles" && k != "uptime_s")
+        line += "  " + k + " " + text(v);
+    out << line << "\n";
+  }
+  if (r.contains("endpoints")) {
+    out << "\nendpoints\n";
+    print_object(out, r["endpoints"], {"route", "worker", "admin", "metrics"}, 2);
+  }
+  if (r.contains("models") && r["models"].is_array()) {
+    out << "\nmodels\n";
+    if (r["models"].empty())
+      out << "  (none)\n";
+    else
+      print_table(out, r["models"],
+                  {{"name", "MODEL"},
+                   {"k", "K"},
+                   {"policy", "POLICY"},
+                   {"tau", "TAU"},
+                   {"epoch", "EPOCH"},
+                   {"width", "WIDTH"},
+                   {"workers.registered", "REGISTERED"},
+                   {"workers.active", "ACTIVE"},
+                   {"workers.draining", "DRAINING"},
+                   {"workers.dead", "DEAD"}},
+                  2);
+  }
+  if (r.contains("counters") && r["counters"].is_object() && !r["counters"].empty()) {
+    out << "\ncounters\n";
+    print_object(out, r["counters"], {}, 2);
+  }
+  json rest = json::object();
+  for (const auto& [k, v] : r.items())
+    if (k != "node" && k != "endpoints" && k != "models" && k != "counters") rest[k] = v;
+  if (!rest.empty()) {
+    out << "\n";
+    print_object(out, rest, {});
+  }
+}
+
+void print_workers(std::ostream& out, const json& r) {
+  if (!r.is_array()) {
+    print_object(out, r, {});
+    return;
+  }
+  if (r.empty()) {
+    out << "no workers\n";
+    return;
+  }
+  print_table(out, r,
+              {{"model", "MODEL"},
+               {"worker", "WORKER"},
+               {"endpoint", "ENDPOINT"},
+               {"state", "STATE"},
+               {"load", "LOAD"},
+               {"capacity", "CAPACITY"},
+               {"last_report_ms_ago", "LAST_REPORT_MS"},
+               {"routed", "ROUTED"},
+               {"finished", "FINISHED"}});
+}
+
+void print_explain(std::ostream& out, json r) {
+  json band;
+  if (r.is_object() && r.contains("band") && r["band"].is_array()) {
+    band = std::move(r["band"]);
+    r.erase("band");
+  }
+  print_object(out, r,
+               {"request", "id", "model", "worker", "endpoint", "epoch", "policy", "tau",
+                "covered_blocks", "total_blocks"});
+  if (band.is_null()) return;
+  // The band travels as [[worker, score], ...]: name the columns.
+  json rows = json::array();
+  for (const json& m : band)
+    rows.push_back(m.is_array() && m.size() >= 2 ? json{{"worker", m[0]}, {"score", m[1]}} : m);
+  out << "band\n";
+  if (rows.empty())
+    out << "  (empty)\n";
+  else
+    print_table(out, rows, {{"worker", "WORKER"}, {"score", "SCORE"}}, 2);
+}
+
+// ---- commands ----------------------------------------------------------------------------------
+
+// Runs one command and prints its result: raw JSON with --json, else render(result).
+template <class Render>
+int run(const global_options& g, const std::string& command, json args, Render render) {
+  outcome o = call_node(g, command, std::move(args));
+  if (o.exit != exit_ok) return o.exit;
+  if (g.json)
+    std::cout << o.result.dump(2) << "\n";
+  else
+    render(std::cout, o.result);
+  return exit_ok;
+}
+
+auto keyed(std::vector<std::string> preferred) {
+  return [preferred = std::move(preferred)](std::ostream& out, const json& r) {
+    print_object(out, r, preferred);
+  };
+}
+
+int run_export(const global_options& g, const std::string& model, const CLI::Option* epoch_opt,
+               uint64_t epoch, const std::string& path) {
+  json args = {{"model", model}};
+  if (epoch_opt->count() > 0) args["epoch"] = epoch;
+  outcome o = call_node(g, "centroids.export", std::move(args));
+  if (o.exit != exit_ok) return o.exit;
+  const json* blob = nullptr;
+  if (o.result.is_binary())
+    blob = &o.result;
+  else if (o.result.is_object() && o.result.contains("file") && o.result["file"].is_binary())
+    blob = &o.result["file"];
+  if (blob == nullptr) {
+    std::cerr << "eldrctl: centroids.export: the node's answer holds no centroid file\n";
+    return exit_node_error;
+  }
+  const std::vector<uint8_t>& bytes = blob->get_binary();
+  // A file that would not import again is not worth keeping: check it as import would.
+  auto f = eldr::parse_centroid_file(bytes, "the node's export");
+  if (!f.ok()) {
+    std::cerr << "eldrctl: centroids.export: " << f.error().message() << "\n";
+    return exit_node_error;
+  }
+  if (eldr::status s = eldr::write_file_atomic(path, bytes); !s.ok()) {
+    std::cerr << "eldrctl: " << s.message() << "\n";
+    return exit_usage;
+  }
+  const json summary = {{"path", path},      {"bytes", bytes.size()}, {"model", f->model_name},
+                        {"epoch", f->epoch}, {"workers", f->workers}, {"width", f->spec.width()}};
+  if (g.json)
+    std::cout << summary.dump(2) << "\n";
+  else
+    std::cout << "wrote " << path << ": model " << f->model_name << ", epoch " << f->epoch << ", "
+              << f->workers << " workers, width " << f->spec.width() << ", " << bytes.size()
+              << " bytes\n";
+  return exit_ok;
+}
+
+int run_import(const global_options& g, const std::string& model, const std::string& path) {
+  // Read once, validate those very bytes, send those very bytes: what was checked is what the
+  // node gets. parse_centroid_file runs validate_centroid_file after decoding.
+  auto bytes = eldr::read_file(path, eldr::admin_protocol_limits{}.max_payload_bytes);
+  if (!bytes.ok()) {
+    std::cerr << "eldrctl: refusing " << path << ": " << bytes.error().message() << "\n";
+    return exit_usage;
+  }
+  auto f = eldr::parse_centroid_file(*bytes, path);
+  if (!f.ok()) {
+    std::cerr << "eldrctl: refusing " << path << ": " << f.error().message() << "\n";
+    return exit_usage;
+  }
+  if (f->model_name != model)  // names may legitimately differ (HF id vs pool name); the node
+                               // checks the geometry, which is what matters
+    std::cerr << "eldrctl: note: " << path << " was fitted for model \"" << f->model_name
+              << "\", importing into \"" << model << "\"\n";
+  json args = {{"model", model}, {"file", json::binary(std::move(*bytes))}};
+  return run(g, "centroids.import", std::move(args), keyed({"model", "epoch"}));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"eldrctl: administer an eldr node over its admin endpoint"};
+  app.require_subcommand(1);
+  // Global options may also follow the subcommand (eldrctl status --json).
+  app.fallthrough();
+
+  global_options g;
+  app.add_option("--node", g.node, "the node's admin endpoint")
+      ->envname("ELDR_ADMIN_ENDPOINT")
+      ->capture_default_str();
+  app.add_option("--timeout-ms", g.timeout_ms, "wait for the node's answer")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_flag("--json", g.json, "print the node's raw result as JSON instead of tables");
+
+  std::string model, request, out_path, file, policy_name;
+  uint32_t worker = 0;
+  uint64_t epoch = 0;
+  double tau = 0.0;
+
+  auto* status_cmd = app.add_subcommand("status", "node, endpoints, models, counters");
+  auto* workers_cmd = app.add_subcommand("workers", "decode workers, one row each");
+  auto* workers_model = workers_cmd->add_option("--model", model, "only this model's workers");
+  auto* drain_cmd = app.add_subcommand("drain", "stop routing to a worker (in-flight finish)");
+  auto* undrain_cmd = app.add_subcommand("undrain", "route to a drained worker again");
+  for (auto* c : {drain_cmd, undrain_cmd}) {
+    c->add_option("model", model, "model")->required();
+    c->add_option("worker", worker, "worker index in the model's pool")->required();
+  }
+
+  auto* centroids = app.add_subcommand("centroids", "centroid sets: show, export, import, ...");
+  centroids->require_subcommand(1);
+  auto* show_cmd = centroids->add_subcommand("show", "the current centroid set and its history");
+  show_cmd->add_option("model", model, "model")->required();
+  auto* export_cmd = centroids->add_subcommand("export", "write a centroid set to a file");
+  export_cmd->add_option("model", model, "model")->required();
+  auto* export_epoch = export_cmd->add_option("--epoch", epoch, "epoch (default: the current)");
+  export_cmd->add_option("-o,--output", out_path, "file to write")->required();
+  auto* import_cmd = centroids->add_subcommand("import", "validate a centroid file, then load it");
+  import_cmd->add_option("model", model, "model")->required();
+  import_cmd->add_option("file", file, "centroid file (eldr-fit's output)")->required();
+  auto* swap_cmd = centroids->add_subcommand("swap", "make a stored epoch current");
+  swap_cmd->add_option("model", model, "model")->required();
+  swap_cmd->add_option("epoch", epoch, "epoch")->required();
+  auto* rollback_cmd = centroids->add_subcommand("rollback", "go back to the previous epoch");
+  rollback_cmd->add_option("model", model, "model")->required();
+
+  auto* refit_cmd = app.add_subcommand("refit", "fit new centroids from recent traffic");
+  refit_cmd->add_option("model", model, "model")->required();
+  auto* explain_cmd = app.add_subcommand("explain", "the recorded decision of a recent request");
+  explain_cmd->add_option("model", model, "model")->required();
+  explain_cmd->add_option("request", request, "request id")->required();
+  auto* policy_cmd = app.add_subcommand("policy", "show or set a model's routing policy");
+  policy_cmd->add_option("model", model, "model")->required();
+  auto* policy_set = policy_cmd->add_option("--set", policy_name, "policy name (eldr, jsq, ...)");
+  auto* policy_tau =
+      policy_cmd->add_option("--tau", tau, "band half-width")->check(CLI::NonNegativeNumber);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Help is a success; every other parse failure is a usage error, exit code 2 for scripts.
+    const int rc = app.exit(e);
+    return rc == 0 ? exit_ok : exit_usage;
+  }
+
+  if (*status_cmd) return run(g, "status", json::object(), print_status);
+  if (*workers_cmd) {
+    json args = json::object();
+    if (workers_model->count() > 0) args["model"] = model;
+    return run(g, "workers", std::move(args), print_workers);
+  }
+  if (*drain_cmd || *undrain_cmd)
+    return run(g, *drain_cmd ? "drain" : "undrain", {{"model", model}, {"worker", worker}},
+               keyed({"model", "worker", "state"}));
+  if (*show_cmd)
+    return run(g, "centroids.show", {{"model", model}},
+               keyed({"model", "epoch", "k", "width", "transform", "layers", "history"}));
+  if (*export_cmd) return run_export(g, model, export_epoch, epoch, out_path);
+  if (*import_cmd) return run_import(g, model, file);
+  if (*swap_cmd)
+    return run(g, "centroids.swap", {{"model", model}, {"epoch", epoch}},
+               keyed({"model", "epoch"}));
+  if (*rollback_cmd)
+    return run(g, "centroids.rollback", {{"model", model}}, keyed({"model", "epoch"}));
+  if (*refit_cmd)
+    return run(g, "refit", {{"model", model}}, keyed({"accepted", "epoch", "reason"}));
+  if (*explain_cmd)
+    return run(g, "explain", {{"model", model}, {"request", request}}, print_explain);
+  if (*policy_cmd) {
+    json args = {{"model", model}};
+    if (policy_set->count() > 0) args["policy"] = policy_name;
+    if (policy_tau->count() > 0) args["tau"] = tau;
+    return run(g, "policy", std::move(args), keyed({"model", "policy", "tau"}));
+  }
+  return exit_usage;  // unreachable: require_subcommand
+}
