@@ -59,6 +59,7 @@ result<std::optional<centroid_file>> initial_set(signature_cache& cache, const m
 
 caf::actor_system_config& configure(caf::actor_system_config& cfg, const node_config& c) {
   cfg.set("scheduler.max-threads", static_cast<size_t>(c.threads));
+  cfg.set("scheduler.policy", caf::atom("sharing"));
   cfg.set("logger.verbosity", caf::atom("quiet"));
   return cfg;
 }
@@ -170,7 +171,7 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
   node_context_ptr cctx = ctx;
 
   auto& sys = p->system;
-  handles->sigcache = spawn_sigcache(sys, cctx, std::move(*caches));
+  handles->sigcache = spawn_sigcache(sys, cctx, std::move(*caches), /*detached=*/false);
   handles->router = spawn_router(sys, cctx, handles->sigcache, std::move(init));
   handles->load_monitor = spawn_load_monitor(sys, cctx, handles->router, handles->sigcache);
   p->refit = spawn_refit(sys, cctx, handles->router);

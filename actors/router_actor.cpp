@@ -274,6 +274,8 @@ nlohmann::json model_json(router_state& st, model_state& m) {
   const auto& c = m.pool.counters();
   return {{"name", m.cfg->name},
           {"k", m.pool.k()},
+          // false: K follows the centroid set or the registrations (config workers = 0)
+          {"k_fixed", m.cfg->workers != 0},
           {"policy", m.policy_name},
           {"routing_with", std::string(m.policy->name())},
           {"tau", m.tau},

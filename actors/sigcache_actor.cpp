@@ -132,7 +132,7 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
   // lost at every clean restart.
   self->set_exit_handler([self](caf::exit_msg& msg) {
     for (auto& mc : self->state.models)
-      if (auto s = mc.events->commit(); !s.ok())
+      if (auto s = mc.events->commit(); !s.ok() || !(s = mc.cache->flush()).ok())
         spdlog::error("signature cache commit at exit failed: {}", s.to_string());
     self->quit(msg.reason);
   });
@@ -179,7 +179,14 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
           if (!mc.dirty && now - mc.last_expire_ms < 1000) continue;
           mc.dirty = false;
           mc.last_expire_ms = now;
-          if (auto s = mc.events->commit(); !s.ok()) {
+          const auto t0 = std::chrono::steady_clock::now();
+          auto committed = mc.events->commit();
+          const auto took = std::chrono::steady_clock::now() - t0;
+          // Staging runs on the route path; a long one shows up in route latency.
+          if (took > std::chrono::milliseconds(50))
+            spdlog::warn("model {}: staging a commit took {} us", st.ctx->config.models[m].name,
+                         std::chrono::duration_cast<std::chrono::microseconds>(took).count());
+          if (auto s = committed; !s.ok()) {
             ++st.commit_errors;
             spdlog::error("model {}: signature cache commit failed: {}",
                           st.ctx->config.models[m].name, s.to_string());
@@ -286,6 +293,7 @@ result<std::vector<std::unique_ptr<signature_cache>>> open_model_caches(const no
     o.memory_cache_bytes = config.cache_memory_bytes;
     o.max_blocks = config.cache_max_blocks;
     o.sync_wal = config.sync_wal;
+    o.background_writes = true;  // a RocksDB write never delays a route request's signature
     auto c = signature_cache::open(dir.string(), o);
     if (!c.ok()) return status(c.error().code(), "model " + m.name + ": " + c.error().message());
     out.push_back(std::move(*c));

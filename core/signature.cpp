@@ -176,6 +176,12 @@ void signature_builder::finish(signature& out) {
   out.width = spec_->width();
   out.index.clear();
   out.value.clear();
+  // One allocation of the exact size instead of a dozen regrowths when `out` is fresh (the node
+  // signs into a new result per request; prompt signatures are often near dense).
+  const auto nnz = static_cast<size_t>(
+      std::count_if(acc_.begin(), acc_.end(), [](uint32_t c) { return c != 0; }));
+  out.index.reserve(nnz);
+  out.value.reserve(nnz);
   // The transform is chosen once per signature, not per dimension: this loop runs over every
   // masked dimension of every routed request.
   auto collect = [&](auto value_of) {

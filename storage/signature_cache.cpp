@@ -13,11 +13,15 @@
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <list>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "storage/block_record.hpp"
@@ -164,6 +168,75 @@ class signature_cache::impl {
   std::optional<uint64_t> current_epoch;
 
   rocksdb::WriteBatch batch;
+
+  // The background writer (options.background_writes): batches handed over by commit(), written
+  // in order on its own thread. RocksDB's Write is safe beside the owner's reads.
+  struct writer {
+    std::mutex mutex;
+    std::condition_variable wake, idle;
+    std::deque<rocksdb::WriteBatch> queue;
+    bool busy = false;
+    bool stop = false;
+    status error;  // first failure since the last flush/commit reported it
+    std::thread thread;
+  };
+  std::unique_ptr<writer> bg;
+  std::atomic<uint64_t> bg_commits{0};
+  static constexpr size_t max_queued_batches = 64;
+
+  ~impl() {
+    if (!bg) return;
+    {
+      std::lock_guard lock(bg->mutex);
+      bg->stop = true;
+    }
+    bg->wake.notify_all();
+    bg->thread.join();
+  }
+
+  void start_writer() {
+    bg = std::make_unique<writer>();
+    bg->thread = std::thread([this] {
+      writer& w = *bg;
+      std::unique_lock lock(w.mutex);
+      for (;;) {
+        w.wake.wait(lock, [&] { return w.stop || !w.queue.empty(); });
+        if (w.queue.empty()) return;  // stop, and everything written
+        rocksdb::WriteBatch b = std::move(w.queue.front());
+        w.queue.pop_front();
+        w.busy = true;
+        lock.unlock();
+        rocksdb::WriteOptions wo;
+        wo.sync = opt.sync_wal;
+        const rocksdb::Status s = db->Write(wo, &b);
+        lock.lock();
+        w.busy = false;
+        if (!s.ok() && w.error.ok()) w.error = from_rocks(s, "committing a write batch");
+        if (s.ok()) bg_commits.fetch_add(1, std::memory_order_relaxed);
+        w.idle.notify_all();
+      }
+    });
+  }
+
+  // Queues the staged batch (waiting while max_queued_batches are queued); the writer's
+  // pending error, if any.
+  status hand_over() {
+    writer& w = *bg;
+    std::unique_lock lock(w.mutex);
+    w.idle.wait(lock, [&] { return w.queue.size() < max_queued_batches; });
+    w.queue.push_back(std::move(batch));
+    batch = rocksdb::WriteBatch();
+    w.wake.notify_one();
+    return std::exchange(w.error, status());
+  }
+
+  status wait_written() {
+    writer& w = *bg;
+    std::unique_lock lock(w.mutex);
+    w.idle.wait(lock, [&] { return w.queue.empty() && !w.busy; });
+    return std::exchange(w.error, status());
+  }
+
   std::map<std::string, std::string> metadata;  // staged or read since open
   signature_cache_stats stats;
   std::string scratch;
@@ -421,6 +494,7 @@ result<std::unique_ptr<signature_cache>> signature_cache::open(const std::string
     c->impl_->batch.Clear();  // e.g. the geometry record of a fresh database: nothing to write
     return c;
   }
+  if (c->impl_->opt.background_writes) c->impl_->start_writer();
   if (status s = c->commit(); !s.ok()) return s;
   return c;
 }
@@ -609,6 +683,7 @@ status signature_cache::commit() {
     m.batch.Clear();
     return status::failed_precondition("the signature cache was opened read-only");
   }
+  if (m.bg) return m.hand_over();
   rocksdb::WriteOptions wo;
   wo.sync = m.opt.sync_wal;
   const rocksdb::Status s = m.db->Write(wo, &m.batch);
@@ -616,6 +691,11 @@ status signature_cache::commit() {
   if (!s.ok()) return from_rocks(s, "committing a write batch");
   ++m.stats.commits;
   return {};
+}
+
+status signature_cache::flush() {
+  if (status s = commit(); !s.ok()) return s;
+  return impl_->bg ? impl_->wait_written() : status();
 }
 
 size_t signature_cache::expire() {
@@ -802,7 +882,7 @@ status signature_cache::put_centroid_set(uint64_t epoch, std::span<const uint8_t
     m.batch.Delete(epoch_key(oldest));
     m.epochs.erase(m.epochs.begin());
   }
-  return commit();
+  return flush();  // centroid_set() reads the database: written before this returns
 }
 
 result<uint64_t> signature_cache::current_epoch() const {
@@ -832,7 +912,7 @@ status signature_cache::rollback_to(uint64_t epoch) {
   if (status s = commit(); !s.ok()) return s;
   m.batch.Put(key_current_epoch, u64_value(epoch));
   m.current_epoch = epoch;
-  return commit();
+  return flush();
 }
 
 void signature_cache::stage_metadata(std::string_view name, std::string value) {
@@ -858,6 +938,7 @@ const std::vector<uint32_t>& signature_cache::layer_mask() const {
 
 signature_cache_stats signature_cache::stats() const {
   signature_cache_stats s = impl_->stats;
+  s.commits += impl_->bg_commits.load(std::memory_order_relaxed);
   s.blocks = impl_->blocks.size();
   s.holders = impl_->holder_entries;
   s.blocks_with_counts = impl_->with_counts;

@@ -83,6 +83,12 @@ struct signature_cache_options {
   int64_t orphan_counts_grace_ms = 30'000;  // counts for a block no worker holds
   int64_t uncounted_block_grace_ms = 0;     // a held block without counts; 0 = keep forever
   bool sync_wal = false;                    // fsync the WAL on every commit
+  // commit() hands the staged batch to a background writer thread and returns at once, so a
+  // RocksDB write (milliseconds under a flush) never delays the owner's lookups. Batches are
+  // written in commit order; at most 64 wait (commit() then blocks: bounded memory). An event is
+  // acknowledged once flush() has returned ok after it; a write error is reported by the next
+  // commit() or flush().
+  bool background_writes = false;
   // Opens without the write lock (e.g. `eldr-sigcache dump` beside a running ingest): reads
   // only; commit() of staged changes fails.
   bool read_only = false;
@@ -148,8 +154,12 @@ class signature_cache {
   // Records that the worker's events up to `seq` are applied (committed with the next commit).
   void note_sequence(uint32_t worker, uint64_t seq);
 
-  // Writes everything staged since the last commit in one atomic RocksDB write (WAL on).
+  // Writes everything staged since the last commit in one atomic RocksDB write (WAL on); with
+  // background_writes, queues that write (see the option).
   status commit();
+  // Waits until every committed batch is written; the first write error since the last flush,
+  // if any. Without background_writes, the same as commit().
+  status flush();
   // Deletes blocks whose grace period has ended at clock(); returns how many. Staged: commit after.
   size_t expire();
 

@@ -448,5 +448,38 @@ TEST_F(NodeTest, SlowClientDoesNotStallOthers) {
     EXPECT_EQ(must_route(request_for("o" + std::to_string(i), 0, {1}, false)).total_blocks, 1u);
 }
 
+TEST_F(NodeTest, ModelsHaveTheirOwnPoolsSetsAndEpochs) {
+  start(std::string(toy_model_toml) +
+        "[[models]]\nname = \"other\"\nworkers = 2\nwiden_single = false\n");
+  register_workers();
+  EXPECT_EQ(import(toy_centroids()), 1u);
+  // "other" has no registered worker and no set: its requests fail, toy's are unaffected.
+  auto req = request_for("o1", 0, {1}, true);
+  req.model = "other";
+  auto r = route_->route(req);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(std::holds_alternative<error_reply>(*r));
+  EXPECT_EQ(std::get<error_reply>(*r).code, route_error_code::no_eligible_worker);
+  for (uint32_t w = 0; w < 2; ++w)
+    ASSERT_TRUE(
+        worker_->call(worker_register{"", "other", w, "tcp://o" + std::to_string(w), 0}).ok());
+  // A worker index outside other's pool of 2 is refused; toy's pool of 4 is not other's.
+  auto outside = worker_->call(worker_register{"", "other", 3, "tcp://o3", 0});
+  ASSERT_TRUE(outside.ok());
+  EXPECT_TRUE(std::holds_alternative<error_reply>(*outside));
+  const auto o = must_route(req);
+  EXPECT_LT(o.worker, 2u);
+  EXPECT_EQ(o.epoch, 0u);  // no set for "other": routed by load, epoch 0
+  EXPECT_EQ(o.endpoint.rfind("tcp://o", 0), 0u);
+  EXPECT_EQ(must_route(request_for("t1", 3, {2}, true)).epoch, 1u);
+  auto ws = admin_->call("workers", {{"model", "other"}});
+  ASSERT_TRUE(ws.ok());
+  EXPECT_EQ(ws->size(), 2u);
+  auto status = admin_->call("status");
+  ASSERT_TRUE(status.ok());
+  for (const auto& m : (*status)["models"])
+    EXPECT_EQ(m["routed"], 1) << m.dump();  // one request each, no cross counting
+}
+
 }  // namespace
 }  // namespace eldr

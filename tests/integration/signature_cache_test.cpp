@@ -334,3 +334,50 @@ TEST_F(SignatureCache, RememberedPrefixSumsServeLaterLookupsExactly) {
 
 }  // namespace
 }  // namespace eldr
+
+namespace eldr {
+namespace {
+
+// Background writes: commit() returns before RocksDB has written, batches land in commit order,
+// flush() waits for them, and a reopen sees everything flushed -- including the centroid history,
+// which put_centroid_set flushes itself.
+TEST_F(SignatureCache, BackgroundWritesLandInOrderAndFlushMakesThemDurable) {
+  {
+    auto o = options();
+    o.background_writes = true;
+    auto c = open(std::move(o));
+    const holder_key who{c->worker_id("tcp://a:1"), 0, 0, "GPU"};
+    std::optional<block_hash> parent;
+    for (uint64_t h = 1; h <= 200; ++h) {
+      c->store_blocks(who, parent, std::vector<block_hash>{h});
+      ASSERT_TRUE(c->put_counts(h, parent, geo, counts_for(h)).ok());
+      parent = h;
+      if (h % 10 == 0) {
+        ASSERT_TRUE(c->commit().ok());
+      }
+    }
+    // Removing a block after its store was committed: the later batch must win on disk.
+    c->remove_blocks(who, std::vector<block_hash>{7});
+    ASSERT_TRUE(c->commit().ok());
+    ASSERT_TRUE(c->put_centroid_set(3, std::vector<uint8_t>{1, 2, 3}).ok());
+    EXPECT_EQ(*c->centroid_set(3), (std::vector<uint8_t>{1, 2, 3}));
+    ASSERT_TRUE(c->flush().ok());
+    EXPECT_GE(c->stats().commits, 21u);
+  }
+  auto c = open(options());
+  EXPECT_EQ(c->stats().blocks, 199u);
+  EXPECT_FALSE(c->block(7).ok());
+  ASSERT_TRUE(c->block(200).ok());
+  EXPECT_TRUE(c->block(200)->has_counts);
+  std::vector<block_hash> chain = {1, 2, 3};
+  std::vector<uint32_t> sum(c->layer_mask().size() * geo.experts, 0);
+  auto info = c->sum_prefix(chain, sum);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->with_counts, 3u);
+  const std::vector<uint64_t> seeds = {1, 2, 3};
+  EXPECT_EQ(sum, expected_sum(seeds, c->layer_mask()));
+  EXPECT_EQ(*c->current_epoch(), 3u);
+}
+
+}  // namespace
+}  // namespace eldr
