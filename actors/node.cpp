@@ -100,6 +100,11 @@ node::~node() = default;
 
 result<std::unique_ptr<node>> node::start(node_config config, node_options options) {
   if (auto s = validate_node_config(config); !s.ok()) return s;
+  // One node serves all four roles; running a subset needs peers to serve the others.
+  if (config.roles.size() != 4)
+    return status::invalid_argument(
+        "node.roles: this version runs router, signature-cache, load-monitor and refit together "
+        "on one node; a node with a subset of the roles needs a cluster (not yet available)");
   if (!options.now_ms) options.now_ms = steady_ms;
 
   auto caches = open_model_caches(config);

@@ -104,7 +104,13 @@ status install(router_state& st, model_state& m, const centroid_file& file, uint
     if (auto s = m.pool.resize(set->k()); !s.ok()) return s;
   }
   m.set = std::make_shared<const centroid_set>(std::move(*set));
-  m.spec = std::make_shared<const signature_spec>(file.spec);
+  // Keep the spec object when only the centroids changed (a refit, most imports): requests being
+  // signed under it stay valid and are not signed twice.
+  const bool same_spec = m.spec && m.spec->geometry() == file.spec.geometry() &&
+                         m.spec->transform() == file.spec.transform() &&
+                         m.spec->layer_mask() == file.spec.layer_mask() &&
+                         m.spec->idf() == file.spec.idf();
+  if (!same_spec) m.spec = std::make_shared<const signature_spec>(file.spec);
   m.file = file;
   m.file->epoch = epoch;
   m.epoch = epoch;

@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -282,10 +283,27 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
 
 }  // namespace
 
+// A model's directory name: its name with every byte outside [A-Za-z0-9_-] written %XX, so that
+// names like "Qwen/Qwen3-30B-A3B" or ".." stay one directory under data_dir/models.
+std::string model_dir_name(const std::string& name) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : name) {
+    if (std::isalnum(c) || c == '_' || c == '-') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
 result<std::vector<std::unique_ptr<signature_cache>>> open_model_caches(const node_config& config) {
   std::vector<std::unique_ptr<signature_cache>> out;
   for (const auto& m : config.models) {
-    const auto dir = std::filesystem::path(config.data_dir) / "models" / m.name;
+    const auto dir = std::filesystem::path(config.data_dir) / "models" / model_dir_name(m.name);
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) return status::io_error("cannot create " + dir.string() + ": " + ec.message());

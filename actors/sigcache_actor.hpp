@@ -23,8 +23,8 @@
 
 namespace eldr {
 
-// Opens the cache of every configured model under <data_dir>/models/<name>. Errors name the
-// model and RocksDB's reason.
+// Opens the cache of every configured model under <data_dir>/models/<name, %XX-escaped outside
+// [A-Za-z0-9_-]>. Errors name the model and RocksDB's reason.
 result<std::vector<std::unique_ptr<signature_cache>>> open_model_caches(const node_config& config);
 
 // The stored current centroid set of one cache, if any (warm restart).

@@ -207,22 +207,22 @@ class zmq_frontend::impl {
     const auto data = bytes(*payload);
     switch (c) {
       case frontend_channel::route: {
-        if (counters.pending.load() >= opt.max_pending) {
-          counters.overloaded.fetch_add(1);
-          counters.pending.fetch_add(1);  // released by the reply below
-          reply_error_now(from, std::nullopt, route_error_code::overloaded,
-                          "the node has too many pending route requests");
-          return;
-        }
+        // Every route answer releases one pending slot, errors included: take it first.
+        counters.pending.fetch_add(1);
         issues.clear();
         auto req = decode_route_request(data, opt.route_limits, issues);
         if (!req.ok()) {
-          counters.pending.fetch_add(1);
           count_and_answer(from, std::nullopt, route_error_code_for(req.error()),
                            req.error().message());
           return;
         }
-        counters.pending.fetch_add(1);
+        // Shed after decoding, so that the answer carries the id a pipelining client matches.
+        if (counters.pending.load() > opt.max_pending) {
+          counters.overloaded.fetch_add(1);
+          reply_error_now(from, std::move(req->id), route_error_code::overloaded,
+                          "the node has too many pending route requests");
+          return;
+        }
         route_job job{std::move(from), std::move(*req), steady_ns(),
                       static_cast<uint32_t>(issues.size())};
         callbacks.on_route(std::move(job));

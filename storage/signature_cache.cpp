@@ -230,6 +230,18 @@ class signature_cache::impl {
     return std::exchange(w.error, status());
   }
 
+  // Writes a batch at once on the calling thread (centroid history), counted as a commit.
+  status write_now(rocksdb::WriteBatch& b) {
+    if (opt.read_only)
+      return status::failed_precondition("the signature cache was opened read-only");
+    rocksdb::WriteOptions wo;
+    wo.sync = opt.sync_wal;
+    const rocksdb::Status s = db->Write(wo, &b);
+    if (!s.ok()) return from_rocks(s, "writing the centroid history");
+    ++stats.commits;
+    return {};
+  }
+
   status wait_written() {
     writer& w = *bg;
     std::unique_lock lock(w.mutex);
@@ -871,18 +883,27 @@ status signature_cache::put_centroid_set(uint64_t epoch, std::span<const uint8_t
                                          size_t keep) {
   impl& m = *impl_;
   if (status s = commit(); !s.ok()) return s;
-  m.batch.Put(epoch_key(epoch),
-              rocksdb::Slice(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-  m.batch.Put(key_current_epoch, u64_value(epoch));
+  // The history is written at once in its own small batch, beside any background writes (its
+  // keys are not the blocks'), so that storing a set never waits for queued block writes: a
+  // node's signing goes on meanwhile.
+  rocksdb::WriteBatch b;
+  b.Put(epoch_key(epoch),
+        rocksdb::Slice(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  b.Put(key_current_epoch, u64_value(epoch));
+  std::vector<uint64_t> dropped;
+  size_t kept = m.epochs.size() + (m.epochs.count(epoch) ? 0 : 1);
+  for (auto it = m.epochs.begin(); kept > std::max<size_t>(keep, 1) && it != m.epochs.end(); ++it) {
+    if (it->first == epoch) continue;
+    b.Delete(epoch_key(it->first));
+    dropped.push_back(it->first);
+    --kept;
+  }
+  if (status s = m.write_now(b); !s.ok()) return s;
+  for (uint64_t e : dropped)
+    m.epochs.erase(e);
   m.epochs[epoch] = true;
   m.current_epoch = epoch;
-  while (m.epochs.size() > std::max<size_t>(keep, 1)) {
-    const uint64_t oldest = m.epochs.begin()->first;
-    if (oldest == epoch) break;
-    m.batch.Delete(epoch_key(oldest));
-    m.epochs.erase(m.epochs.begin());
-  }
-  return flush();  // centroid_set() reads the database: written before this returns
+  return {};
 }
 
 result<uint64_t> signature_cache::current_epoch() const {
@@ -910,9 +931,11 @@ status signature_cache::rollback_to(uint64_t epoch) {
   if (!m.epochs.count(epoch))
     return status::not_found("no centroid set of epoch " + std::to_string(epoch));
   if (status s = commit(); !s.ok()) return s;
-  m.batch.Put(key_current_epoch, u64_value(epoch));
+  rocksdb::WriteBatch b;
+  b.Put(key_current_epoch, u64_value(epoch));
+  if (status s = m.write_now(b); !s.ok()) return s;
   m.current_epoch = epoch;
-  return flush();
+  return {};
 }
 
 void signature_cache::stage_metadata(std::string_view name, std::string value) {

@@ -52,7 +52,10 @@ struct node_record {
 // A node with JSQ routing over K workers. One thread polls every socket with a timeout.
 class fake_node {
  public:
-  explicit fake_node(uint32_t k) : k_(k), load_(k, 0) {
+  // install_imports: an imported centroid set becomes the epoch every later reply carries (as
+  // the real node's); otherwise replies keep epoch 3.
+  explicit fake_node(uint32_t k, bool install_imports = false)
+      : k_(k), install_imports_(install_imports), load_(k, 0) {
     for (zmq::socket_t* s : {&admin_, &route_, &worker_}) {
       s->set(zmq::sockopt::linger, 0);
       s->bind("tcp://127.0.0.1:*");
@@ -114,6 +117,7 @@ class fake_node {
           eldr::parse_centroid_file(std::span<const uint8_t>(bin.data(), bin.size()), "import");
       if (f.ok()) {
         r.result = {{"epoch", f->epoch}};
+        if (install_imports_) epoch_ = f->epoch;
         rec_.imported.push_back(std::move(f).value());
       } else {
         r.ok = false;
@@ -170,7 +174,7 @@ class fake_node {
     r.id = req->id;
     r.worker = w;
     r.endpoint = "loadgen://decode/" + std::to_string(w);
-    r.epoch = 3;
+    r.epoch = epoch_;
     r.covered_blocks = covered;
     r.total_blocks = static_cast<uint32_t>(req->block_hashes.size());
     reply(route_, id, eldr::encode_route_reply(r));
@@ -267,6 +271,8 @@ class fake_node {
   }
 
   uint32_t k_;
+  bool install_imports_ = false;
+  uint64_t epoch_ = 3;
   std::vector<int64_t> load_;
   zmq::context_t ctx_{1};
   zmq::socket_t admin_{ctx_, zmq::socket_type::router};
@@ -373,6 +379,41 @@ TEST(Loadgen, RouteOnlyFinishesEveryDecision) {
   EXPECT_EQ(n.finished, n.routed);
   ASSERT_EQ(n.registers.size(), 2u);
   EXPECT_EQ(n.registers[0].capacity, 0u);  // unbounded by default
+}
+
+TEST(Loadgen, SwapAtImportsASecondSetUnderLoad) {
+  fake_node node(2, /*install_imports=*/true);
+  const auto r = eldr::testing::run_command(
+      loadgen_binary + " --node " + node.admin_endpoint() +
+      " --synthetic qwen-task --rate 200 --duration 1.5 --decode-workers 2 --json --quiet"
+      " --calibration-requests 120 --pairs 500 --prompt-max 200 --route-only --policies eldr"
+      " --prompt-pool 16 --swap-at 0.5");
+  node.stop();
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json j = last_json_line(r.output);
+  ASSERT_TRUE(j.is_object()) << r.output;
+  EXPECT_EQ(j["errors"], 0);
+  ASSERT_TRUE(j.contains("swap")) << j.dump();
+  const json& sw = j["swap"];
+  EXPECT_TRUE(sw["attempted"].get<bool>()) << sw.dump();
+  EXPECT_FALSE(sw.contains("error")) << sw.dump();
+  EXPECT_EQ(sw["epoch_before"], 4) << sw.dump();  // the setup's import, after the node's 3
+  EXPECT_EQ(sw["epoch_after"], 5) << sw.dump();
+  EXPECT_EQ(sw["old_epoch_after_ack"], 0) << sw.dump();
+  EXPECT_EQ(sw["failed_during_swap"], 0) << sw.dump();
+  EXPECT_GT(sw["requests_in_window"].get<uint64_t>(), 0u) << sw.dump();
+  EXPECT_GE(sw["import_ms"].get<double>(), 0.0);
+  ASSERT_TRUE(sw["first_new_epoch_ms"].is_number()) << sw.dump();
+  EXPECT_EQ(j["epochs_seen"], json::array({4, 5}));
+  // The second set: same K and spec, valid, different rows.
+  const node_record& n = node.record();
+  ASSERT_EQ(n.imported.size(), 2u);
+  EXPECT_EQ(n.imported[1].workers, n.imported[0].workers);
+  EXPECT_TRUE(n.imported[1].spec.geometry() == n.imported[0].spec.geometry());
+  EXPECT_EQ(n.imported[1].spec.width(), n.imported[0].spec.width());
+  EXPECT_EQ(n.imported[1].epoch, 5u);
+  EXPECT_TRUE(eldr::validate_centroid_file(n.imported[1]).ok());
+  EXPECT_NE(n.imported[1].centroids, n.imported[0].centroids);
 }
 
 TEST(Loadgen, UnreachableNodeExitsWithThree) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <set>
 #include <thread>
 #include <zmq.hpp>
 
@@ -479,6 +480,35 @@ TEST_F(NodeTest, ModelsHaveTheirOwnPoolsSetsAndEpochs) {
   ASSERT_TRUE(status.ok());
   for (const auto& m : (*status)["models"])
     EXPECT_EQ(m["routed"], 1) << m.dump();  // one request each, no cross counting
+}
+
+TEST_F(NodeTest, PendingLimitShedsLoadAndEveryRequestIsAnsweredOnce) {
+  start(toy_model_toml, "[limits]\nmax_pending = 4\n");
+  register_workers();
+  // A burst far above the limit, all sent before any answer is read.
+  const int n = 2000;
+  for (int i = 0; i < n; ++i)
+    ASSERT_TRUE(route_->send(request_for("p" + std::to_string(i), i % 4, {1}, false)).ok());
+  std::set<std::string> answered;
+  int overloaded = 0, routed = 0;
+  for (int i = 0; i < n; ++i) {
+    auto r = route_->receive(10000);
+    ASSERT_TRUE(r.ok()) << "answer " << i << ": " << r.error().to_string();
+    if (auto* e = std::get_if<error_reply>(&*r)) {
+      ASSERT_EQ(e->code, route_error_code::overloaded) << e->message;
+      ++overloaded;
+    } else {
+      EXPECT_TRUE(answered.insert(std::get<route_reply>(*r).id).second);
+      ++routed;
+    }
+  }
+  EXPECT_EQ(routed + overloaded, n);
+  EXPECT_GT(overloaded, 0);
+  EXPECT_GT(routed, 0);
+  auto s = admin_->call("status");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)["counters"]["overloaded"], overloaded);
+  EXPECT_EQ((*s)["counters"]["pending"], 0);
 }
 
 }  // namespace

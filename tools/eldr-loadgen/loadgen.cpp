@@ -9,18 +9,22 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <queue>
 #include <set>
+#include <span>
 #include <thread>
 #include <unordered_map>
 #include <variant>
 
+#include <poll.h>
 #include <sys/resource.h>
 #include <zmq.hpp>
 
 #include "cluster/client.hpp"
 #include "cluster/counts_message.hpp"
+#include "cluster/route_protocol.hpp"
 #include "core/centroid_file.hpp"
 #include "core/expert_counts.hpp"
 #include "core/parallel.hpp"
@@ -124,14 +128,21 @@ struct publisher {
   std::string endpoint;
   uint64_t seq = 0;
 
-  void publish(const std::vector<kv_event>& events) {
-    if (events.empty()) return;
+  void publish(const std::vector<kv_event>& events) { publish_encoded(encode_events(events)); }
+
+  // A batch's payload, encoded ahead of its publication (the timestamp is the encoding time).
+  static std::vector<uint8_t> encode_events(const std::vector<kv_event>& events) {
+    if (events.empty()) return {};
     kv_batch b;
     b.ts =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     b.data_parallel_rank = 0;
     b.events = events;
-    const std::vector<uint8_t> payload = encode_kv_batch(b);
+    return encode_kv_batch(b);
+  }
+
+  void publish_encoded(const std::vector<uint8_t>& payload) {
+    if (payload.empty()) return;
     const auto seq8 = encode_sequence(seq++);
     // PUB/XPUB sends never block: without a subscriber, or above the HWM, frames are dropped,
     // as vLLM's would be.
@@ -170,6 +181,11 @@ struct session {
   std::vector<publisher> publishers;
   std::vector<uint64_t> report_seq;  // per decode worker, increasing across runs
   uint64_t import_epoch = 0;
+  // The centroid set imported at setup (the base of --swap-at's second set) and the epoch the
+  // node serves now.
+  centroid_file imported;
+  bool have_imported = false;
+  uint64_t current_epoch = 0;
   std::string source_name;
   // Prompt plans computed before the runs (shared by every policy's run), so the generator does
   // not fall behind its arrivals while it draws prompts: up to max_plans distinct prompts, the
@@ -320,11 +336,17 @@ void decode_loop(session& s, decode_emulator& emu, handoff_queue& q, const run_c
   drain_acks(c, out.errors);
 }
 
+result<std::vector<uint8_t>> swap_centroid_bytes(session& s);
+
 // The per-request record of the generator.
+enum class route_fate : uint8_t { unsent, outstanding, replied, error_reply, timeout, send_error };
+
 struct request_record {
   wall_clock::time_point sent_at{};
-  double rtt_us = -1.0;
-  bool outstanding = false;
+  wall_clock::time_point received_at{};
+  uint64_t epoch = 0;  // of the reply (decisions only)
+  route_fate fate = route_fate::unsent;
+  bool outstanding() const { return fate == route_fate::outstanding; }
 };
 
 struct pending_route {
@@ -333,6 +355,46 @@ struct pending_route {
   bool operator>(const pending_route& o) const {
     return handoff != o.handoff ? handoff > o.handoff : request > o.request;
   }
+};
+
+// One request made ready before it is due: everything that does not depend on timing (the
+// prompt plan, the prefill cache's outcome, which depends on request order alone, the KV-event
+// batch and the route request) is encoded ahead, so that the generator's thread only publishes,
+// sends, receives and stamps during the timed phase.
+struct prepared_request {
+  double handoff = 0.0;  // model time the route request is due
+  uint32_t publisher = 0;
+  std::vector<uint8_t> kv_payload;  // encoded kv_batch; empty = no events
+  std::vector<uint8_t> route_bytes;
+  std::size_t footprint() const {
+    return sizeof(*this) + kv_payload.capacity() + route_bytes.capacity();
+  }
+};
+
+// Preparation runs on its own thread, ahead of the generator, holding at most a budget of bytes of
+// prepared requests; the timed phase starts once every request is prepared or the budget is full
+// (runs whose prepared data fits, i.e. nearly all, prepare everything before the clock starts).
+// Its budget is --prepare-budget-mib (1 GiB).
+struct prepare_pipeline {
+  std::vector<prepared_request> items;
+  std::atomic<uint32_t> ready{0};  // items[0, ready) are prepared
+  std::atomic<std::size_t> bytes{0};
+  std::atomic<bool> quit{false}, failed{false};
+  status failure;  // written before `failed`
+  std::mutex mu;
+  std::condition_variable cv;  // room freed (consumer) or an item made (producer)
+  // Totals of the prefill emulation (read after join).
+  uint64_t kv_blocks_stored = 0, kv_blocks_removed = 0, blocks_total = 0, blocks_hit = 0;
+};
+
+// The admin-side hot swap of one run (--swap-at): its own thread and admin socket.
+struct swap_state {
+  std::vector<uint8_t> file;          // the second centroid set
+  std::atomic<bool> run_over{false};  // the run ended: give up waiting for swap_at
+  bool done = false;
+  status failure;
+  wall_clock::time_point t_sent{}, t_acked{};
+  uint64_t epoch_after = 0;
 };
 
 result<policy_result> run_policy(session& s, const std::string& policy, uint32_t run_index,
@@ -347,11 +409,24 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
   res.policy = policy;
   res.decisions.assign(D, 0);
 
+  // The route socket: the loadgen's own DEALER (as route_client's), so that requests encoded
+  // ahead are sent as bytes, and replies are stamped the moment they are read.
+  const route_protocol_limits limits{};
+  zmq::socket_t route(s.ctx, zmq::socket_type::dealer);
+  int route_fd = -1;  // ZMQ_FD: readable when the socket's events may have changed
+  try {
+    route.set(zmq::sockopt::linger, 0);
+    route.set(zmq::sockopt::sndhwm, 100000);
+    route.set(zmq::sockopt::rcvhwm, 100000);
+    route.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limits.max_payload_bytes));
+    route.set(zmq::sockopt::sndtimeo, o.route_timeout_ms);
+    route.connect(s.route_endpoint);
+    route_fd = route.get(zmq::sockopt::fd);
+  } catch (const std::exception& e) {
+    return status::io_error(std::string("route socket: ") + e.what());
+  }
   client_options co;
   co.timeout_ms = o.route_timeout_ms;
-  auto rc = route_client::connect(s.route_endpoint, co);
-  if (!rc.ok()) return rc.error();
-  route_client& route = **rc;
   std::unique_ptr<worker_client> finisher;  // route-only: finishes every decided request
   if (o.route_only) {
     auto wc = worker_client::connect(s.worker_endpoint, co);
@@ -360,15 +435,100 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
   }
 
   // Fresh prefill caches per run, so every policy sees the same hits; the node is told.
-  std::vector<prefix_cache> caches;
   for (uint32_t p = 0; p < o.prefill_workers; ++p) {
-    caches.emplace_back(o.prefill_cache_blocks, o.block_size);
     kv_event cleared;
     cleared.type = kv_event_type::all_blocks_cleared;
     s.publishers[p].publish({cleared});
   }
-  prefill_clock prefill(o.prefill_workers, o.route_only ? 0.0 : o.prefill_base_ms,
-                        o.route_only ? 0.0 : o.prefill_per_token_ms);
+
+  // Preparation, ahead of the timed phase (see prepare_pipeline).
+  const std::size_t prepare_budget_bytes =
+      static_cast<std::size_t>(std::max<uint64_t>(1, o.prepare_budget_mib)) << 20;
+  prepare_pipeline prep;
+  prep.items.resize(N);
+  std::thread preparer([&] {
+    std::vector<prefix_cache> caches;
+    for (uint32_t p = 0; p < o.prefill_workers; ++p)
+      caches.emplace_back(o.prefill_cache_blocks, o.block_size);
+    prefill_clock prefill(o.prefill_workers, o.route_only ? 0.0 : o.prefill_base_ms,
+                          o.route_only ? 0.0 : o.prefill_per_token_ms);
+    std::vector<uint8_t> ids;
+    for (uint32_t i = 0; i < N && !prep.quit.load(); ++i) {
+      if (prep.bytes.load() >= prepare_budget_bytes) {
+        std::unique_lock lock(prep.mu);
+        // The consumer frees memory without the lock: wait in short slices, not for a notify
+        // that may come between the check and the wait.
+        while (prep.bytes.load() >= prepare_budget_bytes && !prep.quit.load())
+          prep.cv.wait_for(lock, std::chrono::milliseconds(1));
+        if (prep.quit.load()) break;
+      }
+      const sim_request& r = w.requests[i];
+      std::shared_ptr<const prompt_plan> plan;
+      if (auto it = s.plans.find(r.source); it != s.plans.end()) plan = it->second;
+      if (!plan) {
+        auto made = make_plan(w, r, o.block_size, o.send_counts, ids);
+        if (!made.ok()) {
+          prep.failure = made.error();
+          prep.failed.store(true);
+          break;
+        }
+        plan = std::move(made).value();
+      }
+      // A prefix-aware prefill router: a prompt's first block picks its prefill worker.
+      const uint32_t pw =
+          plan->hashes.empty() ? 0 : static_cast<uint32_t>(plan->hashes[0] % o.prefill_workers);
+      const prefill_outcome po = caches[pw].prefill(plan->hashes, plan->tokens);
+      for (const kv_event& e : po.events)
+        (e.type == kv_event_type::block_stored ? prep.kv_blocks_stored : prep.kv_blocks_removed) +=
+            e.block_hashes.size();
+      prep.blocks_total += plan->hashes.size();
+      prep.blocks_hit += po.hit_blocks;
+      route_request req;
+      req.id = run_id + "-" + std::to_string(i);
+      req.model = s.model;
+      req.block_hashes = plan->hashes;
+      if (r.label >= 0) req.label = static_cast<uint32_t>(r.label);
+      if (o.send_counts && po.hit_blocks < plan->hashes.size()) {
+        counts_message m;
+        m.geometry = g;
+        for (std::size_t b = po.hit_blocks; b < plan->hashes.size(); ++b) {
+          counts_block cb;
+          cb.hash = plan->hashes[b];
+          if (b > 0) cb.parent = plan->hashes[b - 1];
+          cb.counts = plan->counts[b];
+          m.blocks.push_back(std::move(cb));
+        }
+        req.counts = std::move(m);
+      }
+      const uint32_t uncached =
+          r.prompt_tokens - std::min(r.prompt_tokens, po.hit_blocks * o.block_size);
+      prepared_request& pr = prep.items[i];
+      pr.handoff = prefill.handoff(r.arrival_s, uncached);
+      pr.publisher = pw;
+      pr.kv_payload = publisher::encode_events(po.events);
+      pr.route_bytes = encode_route_request(req);
+      prep.bytes.fetch_add(pr.footprint());
+      prep.ready.store(i + 1, std::memory_order_release);
+      if (((i + 1) & 63) == 0 || i + 1 == N) prep.cv.notify_all();
+    }
+    prep.cv.notify_all();
+  });
+  auto stop_preparer = [&] {
+    prep.quit.store(true);
+    { std::lock_guard lock(prep.mu); }
+    prep.cv.notify_all();
+    if (preparer.joinable()) preparer.join();
+  };
+  {
+    std::unique_lock lock(prep.mu);
+    while (!(prep.ready.load() >= N || prep.bytes.load() >= prepare_budget_bytes ||
+             prep.failed.load() || stop.load()))
+      prep.cv.wait_for(lock, std::chrono::milliseconds(20));
+  }
+  if (prep.failed.load()) {
+    stop_preparer();
+    return prep.failure;
+  }
 
   std::unique_ptr<decode_emulator> emu;
   if (!o.route_only) {
@@ -378,8 +538,34 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
     dc.kv_capacity_tokens = o.kv_capacity_tokens;
     dc.cost = o.cost;
     auto e = decode_emulator::make(w, dc);
-    if (!e.ok()) return e.error();
+    if (!e.ok()) {
+      stop_preparer();
+      return e.error();
+    }
     emu = std::move(e).value();
+  }
+
+  // The hot swap (--swap-at), for the eldr policy: its admin client connects before the clock
+  // starts; its own socket and thread leave the route socket's timing alone.
+  const bool swapping = o.swap_at.has_value() && policy == "eldr" && s.have_imported;
+  swap_state sw;
+  const uint64_t epoch_before = s.current_epoch;
+  std::unique_ptr<admin_client> swap_admin;
+  if (swapping) {
+    auto f = swap_centroid_bytes(s);
+    if (!f.ok()) {
+      stop_preparer();
+      return f.error();
+    }
+    sw.file = std::move(f).value();
+    client_options ao;
+    ao.timeout_ms = 30000;
+    auto a = admin_client::connect(o.node, ao);
+    if (!a.ok()) {
+      stop_preparer();
+      return a.error();
+    }
+    swap_admin = std::move(a).value();
   }
 
   run_clock clock;
@@ -388,66 +574,45 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
   decode_stats dstats;
   std::thread decoder;
   if (emu) decoder = std::thread([&] { decode_loop(s, *emu, q, clock, stop, run_id, dstats); });
+  std::thread swapper;
+  if (swapping)
+    swapper = std::thread([&] {
+      const auto at = clock.start + std::chrono::duration_cast<wall_clock::duration>(
+                                        std::chrono::duration<double>(*o.swap_at));
+      while (!stop.load() && !sw.run_over.load() && wall_clock::now() < at)
+        std::this_thread::sleep_for(
+            std::min<wall_clock::duration>(at - wall_clock::now(), std::chrono::milliseconds(20)));
+      if (stop.load() || sw.run_over.load()) return;
+      json args = {{"model", s.model}, {"file", json::binary(sw.file)}};
+      sw.t_sent = wall_clock::now();
+      auto r = swap_admin->call("centroids.import", std::move(args));
+      sw.t_acked = wall_clock::now();
+      if (!r.ok()) {
+        sw.failure = r.error();
+      } else if (!r->is_object() || !r->contains("epoch") || !(*r)["epoch"].is_number_unsigned()) {
+        sw.failure =
+            status::invalid_argument("centroids.import answered without an epoch: " + r->dump());
+      } else {
+        sw.epoch_after = (*r)["epoch"].get<uint64_t>();
+      }
+      sw.done = true;
+    });
 
   std::vector<request_record> rec(N);
   std::priority_queue<pending_route, std::vector<pending_route>, std::greater<>> pending;
-  std::unordered_map<uint32_t, route_request> prepared;  // by request, until sent
   std::deque<uint32_t> in_order;  // sent requests, oldest first, for timeouts
   std::vector<std::vector<std::string>> to_finish(D);
   wall_clock::time_point next_finish_flush = wall_clock::now();
-  std::vector<uint8_t> ids;
   std::set<uint64_t> epochs;
   std::vector<double> rtts;
+  rtts.reserve(N);
   double coverage_sum = 0;
-  uint64_t decisions = 0, outstanding = 0, blocks_total = 0, blocks_hit = 0;
+  uint64_t decisions = 0, outstanding = 0;
   wall_clock::time_point first_send{}, last_reply{};
   uint32_t next_arrival = 0;
   status failure;
 
-  auto prepare = [&](uint32_t i) -> status {
-    const sim_request& r = w.requests[i];
-    std::shared_ptr<const prompt_plan> plan;
-    if (auto it = s.plans.find(r.source); it != s.plans.end()) plan = it->second;
-    if (!plan) {
-      auto made = make_plan(w, r, o.block_size, o.send_counts, ids);
-      if (!made.ok()) return made.error();
-      plan = std::move(made).value();
-    }
-    // A prefix-aware prefill router: a prompt's first block picks its prefill worker.
-    const uint32_t pw =
-        plan->hashes.empty() ? 0 : static_cast<uint32_t>(plan->hashes[0] % o.prefill_workers);
-    const prefill_outcome po = caches[pw].prefill(plan->hashes, plan->tokens);
-    for (const kv_event& e : po.events)
-      (e.type == kv_event_type::block_stored ? res.kv_blocks_stored : res.kv_blocks_removed) +=
-          e.block_hashes.size();
-    s.publishers[pw].publish(po.events);
-    blocks_total += plan->hashes.size();
-    blocks_hit += po.hit_blocks;
-    route_request req;
-    req.id = run_id + "-" + std::to_string(i);
-    req.model = s.model;
-    req.block_hashes = plan->hashes;
-    if (r.label >= 0) req.label = static_cast<uint32_t>(r.label);
-    if (o.send_counts && po.hit_blocks < plan->hashes.size()) {
-      counts_message m;
-      m.geometry = g;
-      for (std::size_t b = po.hit_blocks; b < plan->hashes.size(); ++b) {
-        counts_block cb;
-        cb.hash = plan->hashes[b];
-        if (b > 0) cb.parent = plan->hashes[b - 1];
-        cb.counts = plan->counts[b];
-        m.blocks.push_back(std::move(cb));
-      }
-      req.counts = std::move(m);
-    }
-    const uint32_t uncached =
-        r.prompt_tokens - std::min(r.prompt_tokens, po.hit_blocks * o.block_size);
-    prepared.emplace(i, std::move(req));
-    pending.push({prefill.handoff(r.arrival_s, uncached), i});
-    return {};
-  };
-
-  auto handle_reply = [&](const route_outcome& out) {
+  auto handle_reply = [&](const route_outcome& out, wall_clock::time_point now) {
     const std::string* id = nullptr;
     if (const auto* rr = std::get_if<route_reply>(&out)) {
       id = &rr->id;
@@ -460,19 +625,18 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
       const char* b = id->data() + run_id.size() + 1;
       if (std::from_chars(b, id->data() + id->size(), v).ec == std::errc{} && v < N) i = v;
     }
-    if (const auto* er = std::get_if<error_reply>(&out)) {
+    const auto* er = std::get_if<error_reply>(&out);
+    if (er != nullptr) {
       ++res.error_replies;
       ++res.error_codes[to_string(er->code)];
-      if (i == UINT32_MAX || !rec[i].outstanding) return;  // unmatched, or already timed out
-    } else if (i == UINT32_MAX || !rec[i].outstanding) {
-      return;  // a late reply to a request counted as timed out, or a foreign id
     }
-    const auto now = wall_clock::now();
+    // Unmatched, a foreign id, or a late reply to a request already counted as timed out.
+    if (i == UINT32_MAX || !rec[i].outstanding()) return;
     request_record& rr = rec[i];
-    rr.outstanding = false;
+    rr.fate = er != nullptr ? route_fate::error_reply : route_fate::replied;
+    rr.received_at = now;
     --outstanding;
-    rr.rtt_us = std::chrono::duration<double, std::micro>(now - rr.sent_at).count();
-    rtts.push_back(rr.rtt_us);
+    rtts.push_back(std::chrono::duration<double, std::micro>(now - rr.sent_at).count());
     ++res.replied;
     last_reply = now;
     const auto* d = std::get_if<route_reply>(&out);
@@ -480,10 +644,12 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
     if (d->worker >= D) {
       ++res.error_replies;
       ++res.error_codes["worker_out_of_range"];
+      rr.fate = route_fate::error_reply;
       return;
     }
     ++decisions;
     ++res.decisions[d->worker];
+    rr.epoch = d->epoch;
     epochs.insert(d->epoch);
     if (d->total_blocks > 0)
       coverage_sum += static_cast<double>(d->covered_blocks) / d->total_blocks;
@@ -496,6 +662,37 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
       q.cv.notify_one();
     } else {
       to_finish[d->worker].push_back(d->id);
+    }
+  };
+
+  // Reads every reply already queued on the route socket; each is stamped as it is read, before
+  // it is decoded.
+  zmq::message_t msg;
+  auto receive_all = [&] {
+    for (;;) {
+      zmq::recv_result_t got;
+      try {
+        got = route.recv(msg, zmq::recv_flags::dontwait);
+      } catch (const std::exception&) {
+        ++res.errors;
+        return;
+      }
+      if (!got) return;
+      const auto now = wall_clock::now();
+      const std::span<const uint8_t> b(static_cast<const uint8_t*>(msg.data()), msg.size());
+      auto r = decode_route_reply(b, limits);
+      if (r.ok()) {
+        handle_reply(route_outcome(std::move(*r)), now);
+      } else if (r.error().code() == status_code::not_found) {
+        auto e = decode_error_reply(b, limits);
+        if (e.ok()) {
+          handle_reply(route_outcome(std::move(*e)), now);
+        } else {
+          ++res.errors;  // a reply that does not decode
+        }
+      } else {
+        ++res.errors;
+      }
     }
   };
 
@@ -527,30 +724,60 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
     drain_acks(*finisher, res.worker_errors);
   };
 
+  // Waiting. The thread that sends also receives (a ZeroMQ socket belongs to one thread), so it
+  // must never be busy when a reply arrives: preparation runs elsewhere (above), and while requests
+  // are outstanding the thread sleeps in ppoll(2) on the route socket's ZMQ_FD with a nanosecond
+  // timeout up to the next send, so it wakes the moment a reply arrives and is on time for the
+  // next send (zmq_poll's millisecond timeout would make sends up to 1 ms late, and spinning
+  // through the last millisecond was measured to cost the node CPU on a 2-core machine: p99 of
+  // both the node and the client doubled). A dedicated receive thread would need the sends handed
+  // across threads (an inproc hop and a context switch per request) on cores the node needs.
   const auto t0 = wall_clock::now();
   const double cpu0 = process_cpu_s();
   while (!stop.load()) {
     const double now = clock.model_now();
     while (next_arrival < N && w.requests[next_arrival].arrival_s <= now) {
-      if (status st = prepare(next_arrival); !st.ok()) {
-        failure = st;
+      if (prep.ready.load(std::memory_order_acquire) <= next_arrival) {
+        // Preparation fell behind (only when the run exceeds the preparation budget).
+        if (prep.failed.load()) {
+          failure = prep.failure;
+          break;
+        }
+        ++res.prepare_stalls;
+        std::unique_lock lock(prep.mu);
+        prep.cv.wait_for(lock, std::chrono::microseconds(200), [&] {
+          return prep.ready.load() > next_arrival || prep.failed.load() || stop.load();
+        });
         break;
       }
+      pending.push({prep.items[next_arrival].handoff, next_arrival});
       ++next_arrival;
     }
     if (!failure.ok()) break;
     while (!pending.empty() && pending.top().handoff <= now && outstanding < o.max_outstanding) {
       const uint32_t i = pending.top().request;
       pending.pop();
-      auto node = prepared.extract(i);
+      prepared_request& pr = prep.items[i];
+      // KV events first: the node must have them before the route request that needs them.
+      s.publishers[pr.publisher].publish_encoded(pr.kv_payload);
       rec[i].sent_at = wall_clock::now();
       if (res.sent == 0) first_send = rec[i].sent_at;
       ++res.sent;
-      if (status st = route.send(node.mapped()); !st.ok()) {
+      bool sent = false;
+      try {
+        sent = route.send(zmq::buffer(pr.route_bytes), zmq::send_flags::none).has_value();
+      } catch (const std::exception&) {
+        sent = false;
+      }
+      const std::size_t freed = pr.footprint();
+      pr = prepared_request{};
+      if (prep.bytes.fetch_sub(freed) >= prepare_budget_bytes) prep.cv.notify_all();
+      if (!sent) {
+        rec[i].fate = route_fate::send_error;
         ++res.errors;  // counted as an error, not retried
         continue;
       }
-      rec[i].outstanding = true;
+      rec[i].fate = route_fate::outstanding;
       ++outstanding;
       in_order.push_back(i);
     }
@@ -558,10 +785,10 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
     const auto now_wall = wall_clock::now();
     while (!in_order.empty()) {
       request_record& r = rec[in_order.front()];
-      if (r.outstanding && now_wall - r.sent_at < std::chrono::milliseconds(o.route_timeout_ms))
+      if (r.outstanding() && now_wall - r.sent_at < std::chrono::milliseconds(o.route_timeout_ms))
         break;
-      if (r.outstanding) {
-        r.outstanding = false;
+      if (r.outstanding()) {
+        r.fate = route_fate::timeout;
         --outstanding;
         ++res.timeouts;
       }
@@ -577,29 +804,36 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
     if (next_arrival < N) next_due = w.requests[next_arrival].arrival_s;
     if (!pending.empty() && outstanding < o.max_outstanding)
       next_due = std::min(next_due, pending.top().handoff);
-    int timeout = 50;
-    if (std::isfinite(next_due)) timeout = ms_until(clock.wall_at(next_due), 50);
-    if (finisher) timeout = std::min(timeout, ms_until(next_finish_flush, 10));
+    auto wake = wall_clock::now() + std::chrono::milliseconds(50);
+    if (std::isfinite(next_due)) wake = std::min(wake, clock.wall_at(next_due));
+    if (finisher) wake = std::min(wake, next_finish_flush);
+    const double left_ms =
+        std::chrono::duration<double, std::milli>(wake - wall_clock::now()).count();
     if (outstanding == 0) {
       // Nothing to receive: wait on the clock alone.
-      if (timeout > 0) std::this_thread::sleep_for(std::chrono::milliseconds(timeout));
+      if (left_ms > 0) std::this_thread::sleep_until(wake);
       continue;
     }
-    auto got = route.receive(timeout);
-    if (got.ok()) {
-      handle_reply(*got);
-      // Take everything already queued before the next round of sends.
-      for (;;) {
-        auto more = route.receive(0);
-        if (!more.ok()) break;
-        handle_reply(*more);
+    // Sleep until a reply is readable or the wake time, with sub-millisecond precision: ppoll on
+    // the socket's ZMQ_FD (edge-triggered: ZMQ_EVENTS is checked before every sleep).
+    try {
+      while ((route.get(zmq::sockopt::events) & ZMQ_POLLIN) == 0) {
+        const auto left = wake - wall_clock::now();
+        if (left <= wall_clock::duration::zero()) break;
+        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+        timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+        pollfd pfd{route_fd, POLLIN, 0};
+        (void)::ppoll(&pfd, 1, &ts, nullptr);
       }
-    } else if (got.error().code() != status_code::failed_precondition ||
-               got.error().message().rfind("timeout", 0) != 0) {
-      ++res.errors;  // a reply that does not decode, or a transport failure
+    } catch (const std::exception&) {
+      ++res.errors;
     }
+    receive_all();
   }
   flush_finished();
+  stop_preparer();
+  sw.run_over.store(true);
+  if (swapper.joinable()) swapper.join();
   res.interrupted = stop.load();
   if (decoder.joinable()) {
     {
@@ -610,6 +844,39 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
     decoder.join();
   }
   if (!failure.ok()) return failure;
+  if (swapping) {
+    swap_result x;
+    x.attempted = sw.done;
+    x.epoch_before = epoch_before;
+    if (sw.done && !sw.failure.ok()) x.error = sw.failure.message();
+    if (sw.done && sw.failure.ok()) {
+      x.epoch_after = sw.epoch_after;
+      s.current_epoch = sw.epoch_after;
+      auto ms = [&](wall_clock::time_point t) {
+        return std::chrono::duration<double, std::milli>(t - sw.t_sent).count();
+      };
+      x.import_ms = ms(sw.t_acked);
+      const auto window = std::chrono::seconds(1);
+      for (const request_record& r : rec) {
+        if (r.fate == route_fate::unsent) continue;
+        const bool near = r.sent_at >= sw.t_sent - window && r.sent_at <= sw.t_sent + window;
+        if (near) {
+          ++x.requests_in_window;
+          if (r.fate != route_fate::replied) ++x.failed_during_swap;
+        }
+        if (r.fate != route_fate::replied) continue;
+        if (r.epoch == x.epoch_after) {
+          const double t = ms(r.received_at);
+          if (!x.first_new_epoch_ms || t < *x.first_new_epoch_ms) x.first_new_epoch_ms = t;
+        } else if (r.epoch < x.epoch_after) {
+          const double t = ms(r.received_at);
+          if (!x.last_old_epoch_ms || t > *x.last_old_epoch_ms) x.last_old_epoch_ms = t;
+          if (r.sent_at > sw.t_acked) ++x.old_epoch_after_ack;
+        }
+      }
+    }
+    res.swap = x;
+  }
   res.wall_s = std::chrono::duration<double>(wall_clock::now() - t0).count();
   res.cpu_s = process_cpu_s() - cpu0;
 
@@ -631,8 +898,11 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
   res.decision_imbalance =
       decisions > 0 ? static_cast<double>(max_d) * D / static_cast<double>(decisions) : 0.0;
   res.epochs.assign(epochs.begin(), epochs.end());
-  res.prefix_hit_fraction =
-      blocks_total > 0 ? static_cast<double>(blocks_hit) / static_cast<double>(blocks_total) : 0.0;
+  res.kv_blocks_stored = prep.kv_blocks_stored;
+  res.kv_blocks_removed = prep.kv_blocks_removed;
+  res.prefix_hit_fraction = prep.blocks_total > 0 ? static_cast<double>(prep.blocks_hit) /
+                                                        static_cast<double>(prep.blocks_total)
+                                                  : 0.0;
   if (emu) {
     std::vector<uint32_t> all(N);
     for (uint32_t i = 0; i < N; ++i)
@@ -678,7 +948,11 @@ status read_status(session& s, const json& st) {
     }
   if (chosen != nullptr) {
     s.model = (*chosen)["name"].get<std::string>();
-    if (chosen->contains("k") && (*chosen)["k"].is_number_unsigned() &&
+    // Only a pool whose size the node's config fixes must match; an open pool takes K from
+    // the centroid set the loadgen imports and from the workers it registers.
+    const bool k_fixed = !chosen->contains("k_fixed") ||
+                         ((*chosen)["k_fixed"].is_boolean() && (*chosen)["k_fixed"].get<bool>());
+    if (k_fixed && chosen->contains("k") && (*chosen)["k"].is_number_unsigned() &&
         (*chosen)["k"].get<uint32_t>() != 0 && (*chosen)["k"].get<uint32_t>() != o.decode_workers)
       return status::invalid_argument("the node's model " + s.model +
                                       " has K = " + std::to_string((*chosen)["k"].get<uint32_t>()) +
@@ -783,6 +1057,40 @@ result<std::vector<uint8_t>> centroid_bytes(session& s) {
                                     " centroids for " + std::to_string(o.decode_workers) +
                                     " decode workers");
   if (status st = validate_centroid_file(f); !st.ok()) return st;
+  s.imported = f;
+  s.have_imported = true;
+  return encode_centroid_file(f);
+}
+
+// --swap-at's second centroid set: the imported set with every coordinate scaled by a factor in
+// [0.95, 1.05] (seeded), rows re-normalised: valid, same K and spec, slightly different routing.
+result<std::vector<uint8_t>> swap_centroid_bytes(session& s) {
+  centroid_file f = s.imported;
+  const uint32_t width =
+      static_cast<uint32_t>(f.centroids.size() / std::max<uint32_t>(1, f.workers));
+  uint64_t x = s.o->seed * 0x9E3779B97F4A7C15ULL + s.current_epoch + 1;
+  auto next = [&x] {  // splitmix64
+    uint64_t z = (x += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  };
+  for (uint32_t k = 0; k < f.workers; ++k) {
+    float* row = f.centroids.data() + std::size_t{k} * width;
+    double norm = 0;
+    for (uint32_t j = 0; j < width; ++j) {
+      const double u = static_cast<double>(next() >> 11) / 9007199254740992.0;  // [0, 1)
+      row[j] = static_cast<float>(row[j] * (0.95 + 0.1 * u));
+      norm += static_cast<double>(row[j]) * row[j];
+    }
+    norm = std::sqrt(norm);
+    if (norm > 0)
+      for (uint32_t j = 0; j < width; ++j)
+        row[j] = static_cast<float>(row[j] / norm);
+  }
+  f.epoch = s.current_epoch + 1;
+  f.provenance.tool = "eldr-loadgen 0.1.0 (--swap-at: perturbed)";
+  if (status st = validate_centroid_file(f); !st.ok()) return st;
   return encode_centroid_file(f);
 }
 
@@ -835,6 +1143,12 @@ status check_options(const loadgen_options& o) {
   if (o.prompt_min > o.prompt_max)
     return status::invalid_argument("--prompt-min must be <= --prompt-max");
   if (o.report_ms == 0) return status::invalid_argument("--report-ms must be >= 1");
+  if (o.swap_at && !(*o.swap_at >= 0 && std::isfinite(*o.swap_at)))
+    return status::invalid_argument("--swap-at must be >= 0");
+  if (o.swap_at && o.no_import)
+    return status::invalid_argument(
+        "--swap-at needs the centroid set the loadgen imports "
+        "(not --no-import)");
   if (!o.synthetic.empty())
     if (auto p = synthetic_preset(o.synthetic); !p.ok()) return p.error();
   return o.cost.validate();
@@ -880,6 +1194,22 @@ json to_json(const policy_result& r) {
   j["worker_errors"] = r.worker_errors;
   j["wall_s"] = r.wall_s;
   j["loadgen_cpu_s"] = r.cpu_s;
+  j["prepare_stalls"] = r.prepare_stalls;
+  if (r.swap) {
+    const swap_result& x = *r.swap;
+    auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
+    json sj = {{"attempted", x.attempted},
+               {"epoch_before", x.epoch_before},
+               {"epoch_after", x.epoch_after},
+               {"import_ms", x.import_ms},
+               {"first_new_epoch_ms", opt(x.first_new_epoch_ms)},
+               {"last_old_epoch_ms", opt(x.last_old_epoch_ms)},
+               {"old_epoch_after_ack", x.old_epoch_after_ack},
+               {"failed_during_swap", x.failed_during_swap},
+               {"requests_in_window", x.requests_in_window}};
+    if (!x.error.empty()) sj["error"] = x.error;
+    j["swap"] = std::move(sj);
+  }
   return j;
 }
 
@@ -906,6 +1236,26 @@ std::string format_table(const std::vector<policy_result>& results) {
     if (r.policy == "jsq") jsq = &r;
   }
   t += "(TPOT and TTFT in model milliseconds; rtt = route round trip)\n";
+  for (const policy_result& r : results) {
+    if (!r.swap) continue;
+    const swap_result& x = *r.swap;
+    if (!x.attempted) {
+      t += r.policy + " swap: not attempted (the run ended first)\n";
+      continue;
+    }
+    if (!x.error.empty()) {
+      t += r.policy + " swap: failed: " + x.error + "\n";
+      continue;
+    }
+    auto opt = [](const std::optional<double>& v) { return v ? fmt(*v, 1) + " ms" : "none"; };
+    t += r.policy + " swap: epoch " + std::to_string(x.epoch_before) + " -> " +
+         std::to_string(x.epoch_after) + ", import " + fmt(x.import_ms, 1) +
+         " ms, first new-epoch reply at " + opt(x.first_new_epoch_ms) +
+         ", last old-epoch reply at " + opt(x.last_old_epoch_ms) + ", old epoch after ack " +
+         std::to_string(x.old_epoch_after_ack) + ", failed within 1 s " +
+         std::to_string(x.failed_during_swap) + " of " + std::to_string(x.requests_in_window) +
+         "\n";
+  }
   if (eldr != nullptr && jsq != nullptr && jsq->tpot_p50_ms > 0 && eldr->tpot_p50_ms > 0)
     t += "eldr / jsq median TPOT: " + fmt(eldr->tpot_p50_ms / jsq->tpot_p50_ms, 4) + " (" +
          fmt(100.0 * (1.0 - eldr->tpot_p50_ms / jsq->tpot_p50_ms), 1) + "% lower)\n";
@@ -955,6 +1305,9 @@ loadgen_outcome run_loadgen(const loadgen_options& o, const std::atomic<bool>& s
     auto imported = (*admin)->call("centroids.import", std::move(args));
     if (!imported.ok()) return fail(1, "centroids.import: " + imported.error().message());
     say(o, "imported centroids: " + imported->dump());
+    if (imported->is_object() && imported->contains("epoch") &&
+        (*imported)["epoch"].is_number_unsigned())
+      s.current_epoch = (*imported)["epoch"].get<uint64_t>();
   }
 
   // 4. Emulated decode workers register; emulated prefill workers announce their publishers.
@@ -995,6 +1348,10 @@ loadgen_outcome run_loadgen(const loadgen_options& o, const std::atomic<bool>& s
                  std::to_string(o.subscribe_timeout_ms) + " ms; its first events may be lost");
     s.publishers.push_back(std::move(pub));
   }
+
+  if (o.swap_at && std::find(o.policies.begin(), o.policies.end(), "eldr") == o.policies.end())
+    say(o,
+        "warning: --swap-at applies to the eldr policy's run only, and eldr is not in --policies");
 
   // 5. Every policy over the same workload.
   for (std::size_t pi = 0; pi < o.policies.size() && !stop.load(); ++pi) {

@@ -4,9 +4,12 @@
 // reports and finished requests), and measures route round trips, TPOT and TTFT per policy, so
 // that eldr-sim's numbers can be checked end to end against the node.
 //
-// Threads: the caller's thread runs the generator (prefill emulation, route requests pipelined on
-// one socket, replies); one more thread drives every decode worker as a discrete-event loop
-// against the wall clock. Neither spins: both wait on poll or condition-variable timeouts.
+// Threads: one thread prepares every request ahead of the timed phase (prefill emulation, KV-event
+// batches and route requests encoded to bytes); the caller's thread runs the generator (publishes,
+// sends route requests pipelined on one socket, stamps replies); one more thread drives every
+// decode worker as a discrete-event loop against the wall clock; with --swap-at, one more imports
+// the second centroid set. The generator waits in zmq_poll, spinning (yield) only in the last
+// millisecond before a send; the others wait on condition-variable timeouts.
 #pragma once
 
 #include <atomic>
@@ -64,9 +67,28 @@ struct loadgen_options {
   // Route path.
   bool route_only = false;
   uint32_t max_outstanding = 1024;
+  // Requests are prepared (encoded) before the timed phase; runs whose prepared data exceeds
+  // this many MiB are prepared by a background thread that stays this far ahead.
+  uint64_t prepare_budget_mib = 1024;
   int route_timeout_ms = 2000;
-  int subscribe_timeout_ms = 3000;  // wait for the node to subscribe to each KV publisher
+  int subscribe_timeout_ms = 3000;
+  // Hot swap under load: this many run-relative seconds into the eldr policy's run, import a
+  // second (perturbed) centroid set through the admin endpoint and measure the switch-over.
+  std::optional<double> swap_at;  // wait for the node to subscribe to each KV publisher
   bool quiet = false;
+};
+
+// A hot swap's measurement (--swap-at); times in ms relative to the import's send.
+struct swap_result {
+  bool attempted = false;  // false: the run ended before swap_at
+  std::string error;       // the import failed
+  uint64_t epoch_before = 0, epoch_after = 0;
+  double import_ms = 0;                      // ack - send
+  std::optional<double> first_new_epoch_ms;  // first reply carrying epoch_after (received)
+  std::optional<double> last_old_epoch_ms;   // last reply carrying an older epoch (received)
+  uint64_t old_epoch_after_ack = 0;          // older-epoch replies to requests sent after the ack
+  uint64_t failed_during_swap = 0;  // error replies, timeouts, send errors, sent within +-1 s
+  uint64_t requests_in_window = 0;  // requests sent within +-1 s
 };
 
 // What one policy's run measured.
@@ -91,6 +113,8 @@ struct policy_result {
   uint64_t worker_messages = 0, worker_errors = 0;
   double wall_s = 0;
   double cpu_s = 0;  // this process's CPU seconds during the run (is the generator the limit?)
+  uint64_t prepare_stalls = 0;  // times the generator waited for preparation (budget exceeded)
+  std::optional<swap_result> swap;
 };
 
 nlohmann::json to_json(const policy_result& r);

@@ -6,6 +6,8 @@
 //                --decode-workers 16 [--policies eldr,jsq] [--json]
 //   eldr-loadgen --node ... --synthetic qwen-task --rate 5000 --duration 10 --decode-workers 16
 //                --route-only --max-outstanding 256 --json          (route throughput benchmark)
+//   eldr-loadgen --node ... --synthetic qwen-task --rate 500 --duration 3 --decode-workers 16
+//                --route-only --policies eldr --swap-at 1 --json    (hot swap under load)
 //
 // Exit codes: 0 done, 1 failure during the run, 2 bad options or data, 3 node unreachable,
 // 130 interrupted (results so far are still printed).
@@ -168,10 +170,22 @@ int main(int argc, char** argv) {
                  "wait this long for the node to subscribe to each KV-event publisher")
       ->capture_default_str()
       ->check(CLI::Range(0, 600000));
+  double swap_at = 0;
+  auto* swap_opt =
+      app.add_option("--swap-at", swap_at,
+                     "hot swap under load: SECONDS into the eldr policy's run, import a second "
+                     "centroid set and report the switch-over (JSON \"swap\")")
+          ->check(CLI::NonNegativeNumber);
+  app.add_option("--prepare-budget-mib", o.prepare_budget_mib,
+                 "memory for requests encoded ahead of their send; beyond it a background thread "
+                 "prepares while the run plays")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
   app.add_flag("--quiet", o.quiet, "no progress on stderr");
   CLI11_PARSE(app, argc, argv);
   if (tau_opt->count() > 0) o.tau = tau;
   if (cap_opt->count() > 0) o.capacity = capacity;
+  if (swap_opt->count() > 0) o.swap_at = swap_at;
   if (o.route_only && pool_opt->count() == 0) o.prompt_pool = 1024;
   o.send_counts = !no_counts;
 

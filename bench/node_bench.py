@@ -1,0 +1,131 @@
+#!/usr/bin/python3
+"""Node benchmarks for BENCHMARKS.md: starts a release eldr-node on free loopback ports, drives it
+with eldr-loadgen (generator on the same machine), and prints one markdown table per measure:
+
+  1. route throughput: offered rate -> achieved replies/s, errors, client round trip p50/p99,
+     node-side latency and decision time (from the node's Prometheus histograms);
+  2. route latency at 5,000 req/s (the issue's latency point);
+  3. a hot swap under load (eldr-loadgen --swap-at).
+
+usage: bench/node_bench.py [--build build-release] [--rates 5000,10000,15000,20000]
+                           [--duration 10] [--workers 16]
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ap = argparse.ArgumentParser()
+ap.add_argument("--build", default=os.path.join(root, "build-release"))
+ap.add_argument("--rates", default="5000,10000,15000,20000")
+ap.add_argument("--duration", type=float, default=10)
+ap.add_argument("--workers", type=int, default=16)
+ap.add_argument("--preset", default="qwen-task")
+ap.add_argument("--no-swap", action="store_true")
+args = ap.parse_args()
+
+node_bin = os.path.join(args.build, "tools/eldr-node/eldr-node")
+loadgen_bin = os.path.join(args.build, "tools/eldr-loadgen/eldr-loadgen")
+
+
+def start_node(data):
+    ready = os.path.join(data, "ready.json")
+    p = subprocess.Popen([node_bin, "--data-dir", os.path.join(data, "db"),
+                          "--route", "tcp://127.0.0.1:0", "--worker", "tcp://127.0.0.1:0",
+                          "--admin", "tcp://127.0.0.1:0", "--metrics", "127.0.0.1:0",
+                          "--ready-file", ready],
+                         stdout=subprocess.DEVNULL, stderr=open(os.path.join(data, "node.log"), "w"))
+    for _ in range(600):
+        if os.path.exists(ready) and os.path.getsize(ready) > 0:
+            return p, json.load(open(ready))
+        if p.poll() is not None:
+            sys.exit("eldr-node exited; see " + os.path.join(data, "node.log"))
+        time.sleep(0.05)
+    sys.exit("eldr-node did not become ready")
+
+
+def histogram(text, name, model="default"):
+    """Cumulative buckets [(le, count)] of one labelled histogram."""
+    out = []
+    pat = re.compile(r'^%s_bucket\{model="%s",le="([^"]+)"\} (\d+)' % (name, model))
+    for line in text.splitlines():
+        m = pat.match(line)
+        if m:
+            out.append((float("inf") if m.group(1) == "+Inf" else float(m.group(1)),
+                        int(m.group(2))))
+    return out
+
+
+def quantile(buckets, before, q):
+    """q-quantile (seconds) of the observations added between two scrapes, linear inside a
+    bucket (as Prometheus' histogram_quantile does)."""
+    prev = dict(before)
+    counts = [(le, c - prev.get(le, 0)) for le, c in buckets]
+    total = counts[-1][1] if counts else 0
+    if total == 0:
+        return float("nan")
+    rank, lo, below = q * total, 0.0, 0
+    for le, c in counts:
+        if c >= rank:
+            if le == float("inf"):
+                return lo
+            return lo + (le - lo) * (rank - below) / max(c - below, 1)
+        lo, below = le, c
+    return lo
+
+
+def scrape(url):
+    return urllib.request.urlopen(url, timeout=5).read().decode()
+
+
+def loadgen(endpoints, rate, extra):
+    cmd = [loadgen_bin, "--node", endpoints["admin"], "--synthetic", args.preset,
+           "--rate", str(rate), "--duration", str(args.duration),
+           "--decode-workers", str(args.workers), "--route-only", "--json", "--quiet"] + extra
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("eldr-loadgen failed: %s\n%s" % (" ".join(cmd), r.stderr[-2000:]))
+    return json.loads(r.stdout)
+
+
+with tempfile.TemporaryDirectory(prefix="eldr-node-bench-") as data:
+    node, ep = start_node(data)
+    try:
+        print("## Route throughput and latency (%s, %d decode workers, route-only, %.0f s per rate)"
+              % (args.preset, args.workers, args.duration))
+        print()
+        print("| offered req/s | replies/s | errors | rtt p50 µs | rtt p99 µs | node p50 µs | "
+              "node p99 µs | decision p99 µs | loadgen CPU s |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for rate in [int(x) for x in args.rates.split(",")]:
+            before = scrape(ep["metrics"])
+            r = loadgen(ep, rate, ["--policies", "eldr"])
+            after = scrape(ep["metrics"])
+            lat = histogram(after, "eldr_route_latency_seconds")
+            dec = histogram(after, "eldr_route_decision_seconds")
+            lat0 = histogram(before, "eldr_route_latency_seconds")
+            dec0 = histogram(before, "eldr_route_decision_seconds")
+            print("| %d | %.0f | %d | %.0f | %.0f | %.0f | %.0f | %.1f | %.2f |" % (
+                rate, r["route_rps"], r["errors"], r["route_p50_us"], r["route_p99_us"],
+                quantile(lat, lat0, 0.5) * 1e6, quantile(lat, lat0, 0.99) * 1e6,
+                quantile(dec, dec0, 0.99) * 1e6, r.get("loadgen_cpu_s", float("nan"))))
+        if not args.no_swap:
+            print()
+            print("## Hot swap under load (5,000 req/s, swap at 3 s)")
+            print()
+            r = loadgen(ep, 5000, ["--policies", "eldr", "--swap-at", "3"])
+            swap = r["policies"]["eldr"].get("swap", {})
+            print("```")
+            print(json.dumps(swap, indent=1, sort_keys=True))
+            print("```")
+            print("errors during the run: %d of %d" % (r["errors"], r["sent"]))
+    finally:
+        node.send_signal(signal.SIGTERM)
+        node.wait(timeout=60)
