@@ -85,9 +85,9 @@ def scrape(url):
     return urllib.request.urlopen(url, timeout=5).read().decode()
 
 
-def loadgen(endpoints, rate, extra):
+def loadgen(endpoints, rate, extra, duration=None):
     cmd = [loadgen_bin, "--node", endpoints["admin"], "--synthetic", args.preset,
-           "--rate", str(rate), "--duration", str(args.duration),
+           "--rate", str(rate), "--duration", str(duration or args.duration),
            "--decode-workers", str(args.workers), "--route-only", "--json", "--quiet"] + extra
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -104,6 +104,9 @@ with tempfile.TemporaryDirectory(prefix="eldr-node-bench-") as data:
         print("| offered req/s | replies/s | errors | rtt p50 µs | rtt p99 µs | node p50 µs | "
               "node p99 µs | decision p99 µs | loadgen CPU s |")
         print("|---|---|---|---|---|---|---|---|---|")
+        # Warm-up, not reported: the first run into a fresh store pays RocksDB's first memtable
+        # flushes and the caches' cold start.
+        loadgen(ep, 1000, ["--policies", "eldr"], duration=3)
         for rate in [int(x) for x in args.rates.split(",")]:
             before = scrape(ep["metrics"])
             r = loadgen(ep, rate, ["--policies", "eldr"])

@@ -6,6 +6,7 @@
 #include "storage/signature_cache.hpp"
 
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/memtablerep.h>
 #include <rocksdb/slice_transform.h>
@@ -477,6 +478,13 @@ result<std::unique_ptr<signature_cache>> signature_cache::open(const std::string
 
   rocksdb::Options ro;
   ro.create_if_missing = true;
+  if (p->opt.background_writes) {
+    // Serving beside RocksDB (the node): its flushes and compactions yield the CPU to lookups
+    // instead of competing with them at equal priority on a small machine. Process-wide (the
+    // default Env's pools), and only ever lowered.
+    rocksdb::Env::Default()->LowerThreadPoolCPUPriority(rocksdb::Env::Priority::LOW);
+    rocksdb::Env::Default()->LowerThreadPoolCPUPriority(rocksdb::Env::Priority::HIGH);
+  }
   ro.max_background_jobs = 2;
   ro.write_buffer_size = 16 << 20;
   // Block keys are random 64-bit hashes: in the default skiplist memtable every insert is a
