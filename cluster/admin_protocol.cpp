@@ -11,6 +11,7 @@
 #include <string_view>
 #include <utility>
 
+#include "cluster/wire_fields.hpp"
 #include "core/msgpack.hpp"
 
 namespace eldr {
@@ -19,65 +20,12 @@ namespace {
 using msgpack::item;
 using msgpack::kind;
 using msgpack::reader;
+using namespace wire;
 using nlohmann::json;
 
 constexpr std::string_view request_type = "admin_request";
 constexpr std::string_view reply_type = "admin_reply";
 constexpr uint32_t max_type_bytes = 64;
-
-std::string join(std::string_view a, std::string_view b) {
-  std::string s(a);
-  s += b;
-  return s;
-}
-
-std::string field(std::string_view type, std::string_view name) {
-  std::string s(type);
-  s += '.';
-  s += name;
-  return s;
-}
-
-status at(std::string_view what, const status& s) {
-  return {s.code(), join(what, ": ") + s.message()};
-}
-
-status next_of(reader& r, kind want, std::string_view what, item& it) {
-  if (status s = r.next(it); !s.ok()) return at(what, s);
-  if (it.type != want)
-    return status::invalid_argument(join(what, ": expected ") + msgpack::to_string(want) +
-                                    ", found " + msgpack::to_string(it.type));
-  return {};
-}
-
-status read_string(reader& r, std::string_view what, uint32_t max_bytes, std::string& out) {
-  item it;
-  if (status s = next_of(r, kind::str, what, it); !s.ok()) return s;
-  if (it.length > max_bytes)
-    return status::out_of_range(join(what, ": ") + std::to_string(it.length) + " bytes, limit " +
-                                std::to_string(max_bytes));
-  out.assign(it.str());
-  return {};
-}
-
-status read_u32(reader& r, std::string_view what, uint32_t& out) {
-  item it;
-  if (status s = next_of(r, kind::positive_int, what, it); !s.ok()) return s;
-  if (it.uint_value > UINT32_MAX) return status::invalid_argument(join(what, ": exceeds 2^32-1"));
-  out = static_cast<uint32_t>(it.uint_value);
-  return {};
-}
-
-bool take_nil(reader& r) {
-  item it;
-  if (!r.peek(it).ok() || it.type != kind::nil) return false;
-  (void)r.skip();
-  return true;
-}
-
-status missing(std::string_view type, std::string_view name) {
-  return status::invalid_argument(field(type, name) + ": missing");
-}
 
 // True when s is well-formed UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF).
 bool valid_utf8(std::string_view s) {
@@ -324,20 +272,12 @@ status decode_envelope(std::span<const uint8_t> payload, const admin_protocol_li
   return {};
 }
 
-void write_envelope(msgpack::writer& w, uint32_t fields, std::string_view type) {
-  w.write_map_header(fields + 2);
-  w.write_str("version");
-  w.write_uint(admin_protocol_version);
-  w.write_str("type");
-  w.write_str(type);
-}
-
 }  // namespace
 
 std::vector<uint8_t> encode_admin_request(const admin_request& m) {
   std::vector<uint8_t> out;
   msgpack::writer w(out);
-  write_envelope(w, 2 + (m.id.empty() ? 0 : 1), request_type);
+  write_envelope(w, 2 + (m.id.empty() ? 0 : 1), admin_protocol_version, request_type);
   if (!m.id.empty()) {
     w.write_str("id");
     w.write_str(m.id);
@@ -355,7 +295,7 @@ std::vector<uint8_t> encode_admin_request(const admin_request& m) {
 std::vector<uint8_t> encode_admin_reply(const admin_reply& m) {
   std::vector<uint8_t> out;
   msgpack::writer w(out);
-  write_envelope(w, (m.ok ? 2 : 3) + (m.id.empty() ? 0 : 1), reply_type);
+  write_envelope(w, (m.ok ? 2 : 3) + (m.id.empty() ? 0 : 1), admin_protocol_version, reply_type);
   if (!m.id.empty()) {
     w.write_str("id");
     w.write_str(m.id);

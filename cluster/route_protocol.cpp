@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "cluster/wire_fields.hpp"
 #include "core/msgpack.hpp"
 
 namespace eldr {
@@ -11,82 +12,20 @@ namespace {
 using msgpack::item;
 using msgpack::kind;
 using msgpack::reader;
+using namespace wire;
 
 constexpr std::string_view request_type = "route_request";
 constexpr std::string_view reply_type = "route_reply";
 constexpr std::string_view error_type = "error_reply";
 constexpr uint32_t max_type_bytes = 64;
 
-std::string join(std::string_view a, std::string_view b) {
-  std::string s(a);
-  s += b;
-  return s;
-}
-
-// Prefixes a status with the field it is about, keeping its code: a truncation stays corrupt, a
-// limit stays out_of_range, so route_error_code_for still sees the original cause.
-status at(std::string_view what, const status& s) {
-  return {s.code(), join(what, ": ") + s.message()};
-}
-
-// Reads the next value and requires its kind. Wrong kinds are invalid_argument (the bytes are
-// fine MessagePack, the message is wrong), so a client learns which field it got wrong.
-status next_of(reader& r, kind want, std::string_view what, item& it) {
-  if (status s = r.next(it); !s.ok()) return at(what, s);
-  if (it.type != want)
-    return status::invalid_argument(join(what, ": expected ") + msgpack::to_string(want) +
-                                    ", found " + msgpack::to_string(it.type));
-  return {};
-}
-
-status read_string(reader& r, std::string_view what, uint32_t max_bytes, std::string& out) {
-  item it;
-  if (status s = next_of(r, kind::str, what, it); !s.ok()) return s;
-  if (it.length > max_bytes)
-    return status::out_of_range(join(what, ": ") + std::to_string(it.length) + " bytes, limit " +
-                                std::to_string(max_bytes));
-  out.assign(it.str());
-  return {};
-}
-
-status read_u64(reader& r, std::string_view what, uint64_t& out) {
-  item it;
-  if (status s = next_of(r, kind::positive_int, what, it); !s.ok()) return s;
-  out = it.uint_value;
-  return {};
-}
-
-status read_u32(reader& r, std::string_view what, uint32_t& out) {
-  uint64_t v = 0;
-  if (status s = read_u64(r, what, v); !s.ok()) return s;
-  if (v > UINT32_MAX) return status::invalid_argument(join(what, ": exceeds 2^32-1"));
-  out = static_cast<uint32_t>(v);
-  return {};
-}
-
 // Scores and tau are written as float32; any number is accepted so hand-written peers (Python
 // writes float64) need not care about the width.
 status read_float(reader& r, std::string_view what, float& out) {
-  item it;
-  if (status s = r.next(it); !s.ok()) return at(what, s);
-  if (it.is_float())
-    out = static_cast<float>(it.float_value);
-  else if (it.type == kind::positive_int)
-    out = static_cast<float>(it.uint_value);
-  else if (it.type == kind::negative_int)
-    out = static_cast<float>(it.int_value);
-  else
-    return status::invalid_argument(join(what, ": expected a number, found ") +
-                                    msgpack::to_string(it.type));
+  double v = 0.0;
+  if (status s = read_number(r, what, v); !s.ok()) return s;
+  out = static_cast<float>(v);
   return {};
-}
-
-// True when the next value is nil, which is then consumed: optional fields may be sent as nil.
-bool take_nil(reader& r) {
-  item it;
-  if (!r.peek(it).ok() || it.type != kind::nil) return false;
-  (void)r.skip();
-  return true;
 }
 
 // Decodes the envelope shared by every message: a map holding "version" (1) and "type" (which
@@ -141,18 +80,6 @@ status decode_envelope(std::span<const uint8_t> payload, const route_protocol_li
     if (!known) (void)r.skip();
   }
   return {};
-}
-
-void write_envelope(msgpack::writer& w, uint32_t fields, std::string_view type) {
-  w.write_map_header(fields + 2);
-  w.write_str("version");
-  w.write_uint(route_protocol_version);
-  w.write_str("type");
-  w.write_str(type);
-}
-
-status missing(std::string_view type, std::string_view field) {
-  return status::invalid_argument(join(type, ".") + std::string(field) + ": missing");
 }
 
 status decode_band(reader& r, const route_protocol_limits& limits,
@@ -244,7 +171,7 @@ std::vector<uint8_t> encode_route_request(const route_request& m) {
   std::vector<uint8_t> out;
   msgpack::writer w(out);
   const uint32_t fields = 4 + (m.counts ? 1 : 0) + (m.label ? 1 : 0);
-  write_envelope(w, fields, request_type);
+  write_envelope(w, fields, route_protocol_version, request_type);
   w.write_str("id");
   w.write_str(m.id);
   w.write_str("model");
@@ -272,7 +199,7 @@ std::vector<uint8_t> encode_route_request(const route_request& m) {
 std::vector<uint8_t> encode_route_reply(const route_reply& m) {
   std::vector<uint8_t> out;
   msgpack::writer w(out);
-  write_envelope(w, 6 + (m.explain ? 1 : 0), reply_type);
+  write_envelope(w, 6 + (m.explain ? 1 : 0), route_protocol_version, reply_type);
   w.write_str("id");
   w.write_str(m.id);
   w.write_str("worker");
@@ -306,7 +233,7 @@ std::vector<uint8_t> encode_route_reply(const route_reply& m) {
 std::vector<uint8_t> encode_error_reply(const error_reply& m) {
   std::vector<uint8_t> out;
   msgpack::writer w(out);
-  write_envelope(w, 2 + (m.id ? 1 : 0), error_type);
+  write_envelope(w, 2 + (m.id ? 1 : 0), route_protocol_version, error_type);
   if (m.id) {
     w.write_str("id");
     w.write_str(*m.id);

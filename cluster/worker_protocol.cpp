@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "cluster/wire_fields.hpp"
 #include "core/msgpack.hpp"
 
 namespace eldr {
@@ -14,6 +15,7 @@ namespace {
 using msgpack::item;
 using msgpack::kind;
 using msgpack::reader;
+using namespace wire;
 
 constexpr std::string_view register_type = "worker_register";
 constexpr std::string_view load_type = "load_report";
@@ -24,96 +26,14 @@ constexpr std::string_view ack_type = "worker_ack";
 constexpr uint32_t max_type_bytes = 64;
 constexpr uint32_t max_state_bytes = 64;
 
-std::string join(std::string_view a, std::string_view b) {
-  std::string s(a);
-  s += b;
-  return s;
-}
-
-std::string field(std::string_view type, std::string_view name) {
-  std::string s(type);
-  s += '.';
-  s += name;
-  return s;
-}
-
-// Prefixes a status with the field it is about, keeping its code (see route_protocol.cpp).
-status at(std::string_view what, const status& s) {
-  return {s.code(), join(what, ": ") + s.message()};
-}
-
-status next_of(reader& r, kind want, std::string_view what, item& it) {
-  if (status s = r.next(it); !s.ok()) return at(what, s);
-  if (it.type != want)
-    return status::invalid_argument(join(what, ": expected ") + msgpack::to_string(want) +
-                                    ", found " + msgpack::to_string(it.type));
-  return {};
-}
-
-status read_string(reader& r, std::string_view what, uint32_t max_bytes, std::string& out) {
-  item it;
-  if (status s = next_of(r, kind::str, what, it); !s.ok()) return s;
-  if (it.length > max_bytes)
-    return status::out_of_range(join(what, ": ") + std::to_string(it.length) + " bytes, limit " +
-                                std::to_string(max_bytes));
-  out.assign(it.str());
-  return {};
-}
-
-status read_nonempty(reader& r, std::string_view what, uint32_t max_bytes, std::string& out) {
-  if (status s = read_string(r, what, max_bytes, out); !s.ok()) return s;
-  if (out.empty()) return status::invalid_argument(join(what, ": empty"));
-  return {};
-}
-
-status read_u64(reader& r, std::string_view what, uint64_t& out) {
-  item it;
-  if (status s = next_of(r, kind::positive_int, what, it); !s.ok()) return s;
-  out = it.uint_value;
-  return {};
-}
-
-status read_u32(reader& r, std::string_view what, uint32_t& out) {
-  uint64_t v = 0;
-  if (status s = read_u64(r, what, v); !s.ok()) return s;
-  if (v > UINT32_MAX) return status::invalid_argument(join(what, ": exceeds 2^32-1"));
-  out = static_cast<uint32_t>(v);
-  return {};
-}
-
-status read_bool(reader& r, std::string_view what, bool& out) {
-  item it;
-  if (status s = next_of(r, kind::boolean, what, it); !s.ok()) return s;
-  out = it.boolean;
-  return {};
-}
-
 // Any MessagePack number is accepted (Python writes float64, a hand-written peer may send 0 or 1).
 status read_fraction(reader& r, std::string_view what, float& out) {
-  item it;
-  if (status s = r.next(it); !s.ok()) return at(what, s);
   double v = 0.0;
-  if (it.is_float())
-    v = it.float_value;
-  else if (it.type == kind::positive_int)
-    v = static_cast<double>(it.uint_value);
-  else if (it.type == kind::negative_int)
-    v = static_cast<double>(it.int_value);
-  else
-    return status::invalid_argument(join(what, ": expected a number, found ") +
-                                    msgpack::to_string(it.type));
+  if (status s = read_number(r, what, v); !s.ok()) return s;
   if (!(v >= 0.0 && v <= 1.0))  // also refuses NaN
     return status::invalid_argument(join(what, ": ") + std::to_string(v) + " is outside 0..1");
   out = static_cast<float>(v);
   return {};
-}
-
-// True when the next value is nil, which is then consumed: optional fields may be sent as nil.
-bool take_nil(reader& r) {
-  item it;
-  if (!r.peek(it).ok() || it.type != kind::nil) return false;
-  (void)r.skip();
-  return true;
 }
 
 // The optional correlation id: absent or nil reads as "".
@@ -123,10 +43,6 @@ status read_id(reader& r, std::string_view type, uint32_t max_bytes, std::string
     return {};
   }
   return read_string(r, field(type, "id"), max_bytes, out);
-}
-
-status missing(std::string_view type, std::string_view name) {
-  return status::invalid_argument(field(type, name) + ": missing");
 }
 
 // The envelope shared by every message: a map holding "version" (1) and "type", plus the
@@ -192,18 +108,10 @@ status for_each_field(reader& r, const envelope& env, F&& on_field) {
   return {};
 }
 
-void write_envelope(msgpack::writer& w, uint32_t fields, std::string_view type) {
-  w.write_map_header(fields + 2);
-  w.write_str("version");
-  w.write_uint(worker_protocol_version);
-  w.write_str("type");
-  w.write_str(type);
-}
-
 // Writes the common head of a worker message: envelope, optional id, model.
 void write_head(msgpack::writer& w, uint32_t fields, std::string_view type, const std::string& id,
                 const std::string& model) {
-  write_envelope(w, fields + 1 + (id.empty() ? 0 : 1), type);
+  write_envelope(w, fields + 1 + (id.empty() ? 0 : 1), worker_protocol_version, type);
   if (!id.empty()) {
     w.write_str("id");
     w.write_str(id);
@@ -492,7 +400,7 @@ std::vector<uint8_t> encode_worker_message(const worker_message& m) {
 std::vector<uint8_t> encode_worker_ack(const worker_ack& m) {
   std::vector<uint8_t> out;
   msgpack::writer w(out);
-  write_envelope(w, 2 + (m.id.empty() ? 0 : 1), ack_type);
+  write_envelope(w, 2 + (m.id.empty() ? 0 : 1), worker_protocol_version, ack_type);
   if (!m.id.empty()) {
     w.write_str("id");
     w.write_str(m.id);

@@ -1,0 +1,107 @@
+// wire_fields: see wire_fields.hpp.
+#include "cluster/wire_fields.hpp"
+
+namespace eldr::wire {
+
+using msgpack::item;
+using msgpack::kind;
+using msgpack::reader;
+
+std::string join(std::string_view a, std::string_view b) {
+  std::string s(a);
+  s += b;
+  return s;
+}
+
+std::string field(std::string_view type, std::string_view name) {
+  std::string s(type);
+  s += '.';
+  s += name;
+  return s;
+}
+
+status at(std::string_view what, const status& s) {
+  return {s.code(), join(what, ": ") + s.message()};
+}
+
+status missing(std::string_view type, std::string_view name) {
+  return status::invalid_argument(field(type, name) + ": missing");
+}
+
+status next_of(reader& r, kind want, std::string_view what, item& it) {
+  if (status s = r.next(it); !s.ok()) return at(what, s);
+  if (it.type != want)
+    return status::invalid_argument(join(what, ": expected ") + msgpack::to_string(want) +
+                                    ", found " + msgpack::to_string(it.type));
+  return {};
+}
+
+status read_string(reader& r, std::string_view what, uint32_t max_bytes, std::string& out) {
+  item it;
+  if (status s = next_of(r, kind::str, what, it); !s.ok()) return s;
+  if (it.length > max_bytes)
+    return status::out_of_range(join(what, ": ") + std::to_string(it.length) + " bytes, limit " +
+                                std::to_string(max_bytes));
+  out.assign(it.str());
+  return {};
+}
+
+status read_nonempty(reader& r, std::string_view what, uint32_t max_bytes, std::string& out) {
+  if (status s = read_string(r, what, max_bytes, out); !s.ok()) return s;
+  if (out.empty()) return status::invalid_argument(join(what, ": empty"));
+  return {};
+}
+
+status read_u64(reader& r, std::string_view what, uint64_t& out) {
+  item it;
+  if (status s = next_of(r, kind::positive_int, what, it); !s.ok()) return s;
+  out = it.uint_value;
+  return {};
+}
+
+status read_u32(reader& r, std::string_view what, uint32_t& out) {
+  uint64_t v = 0;
+  if (status s = read_u64(r, what, v); !s.ok()) return s;
+  if (v > UINT32_MAX) return status::invalid_argument(join(what, ": exceeds 2^32-1"));
+  out = static_cast<uint32_t>(v);
+  return {};
+}
+
+status read_bool(reader& r, std::string_view what, bool& out) {
+  item it;
+  if (status s = next_of(r, kind::boolean, what, it); !s.ok()) return s;
+  out = it.boolean;
+  return {};
+}
+
+status read_number(reader& r, std::string_view what, double& out) {
+  item it;
+  if (status s = r.next(it); !s.ok()) return at(what, s);
+  if (it.is_float())
+    out = it.float_value;
+  else if (it.type == kind::positive_int)
+    out = static_cast<double>(it.uint_value);
+  else if (it.type == kind::negative_int)
+    out = static_cast<double>(it.int_value);
+  else
+    return status::invalid_argument(join(what, ": expected a number, found ") +
+                                    msgpack::to_string(it.type));
+  return {};
+}
+
+bool take_nil(reader& r) {
+  item it;
+  if (!r.peek(it).ok() || it.type != kind::nil) return false;
+  (void)r.skip();
+  return true;
+}
+
+void write_envelope(msgpack::writer& w, uint32_t fields, uint32_t version, std::string_view type) {
+  w.write_map_header(fields + 2);
+  w.write_str("version");
+  w.write_uint(version);
+  w.write_str("type");
+  w.write_str(type);
+}
+
+}  // namespace eldr::wire

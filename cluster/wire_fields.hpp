@@ -1,0 +1,42 @@
+// wire_fields: the field readers and writers every eldr message codec shares (route, worker and
+// admin protocols): read a typed field, name it in errors, keep the error's code. One copy, so
+// the three protocols report errors alike ("route_request.blocks[3]: expected int, found str").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/msgpack.hpp"
+#include "core/status.hpp"
+
+namespace eldr::wire {
+
+std::string join(std::string_view a, std::string_view b);
+// "type.name", how errors name a field of a message.
+std::string field(std::string_view type, std::string_view name);
+// Prefixes a status with the field it is about, keeping its code: a truncation stays corrupt, a
+// limit stays out_of_range, so route_error_code_for still sees the original cause.
+status at(std::string_view what, const status& s);
+// "type.name: missing" (invalid_argument).
+status missing(std::string_view type, std::string_view name);
+
+// Reads the next value and requires its kind. Wrong kinds are invalid_argument (the bytes are
+// fine MessagePack, the message is wrong), so a client learns which field it got wrong.
+status next_of(msgpack::reader& r, msgpack::kind want, std::string_view what, msgpack::item& it);
+// A string of at most max_bytes (out_of_range beyond).
+status read_string(msgpack::reader& r, std::string_view what, uint32_t max_bytes, std::string& out);
+status read_nonempty(msgpack::reader& r, std::string_view what, uint32_t max_bytes,
+                     std::string& out);
+status read_u64(msgpack::reader& r, std::string_view what, uint64_t& out);
+status read_u32(msgpack::reader& r, std::string_view what, uint32_t& out);
+status read_bool(msgpack::reader& r, std::string_view what, bool& out);
+// Any MessagePack number (Python writes float64, a hand-written peer may send an integer).
+status read_number(msgpack::reader& r, std::string_view what, double& out);
+// True when the next value is nil, which is then consumed: optional fields may be sent as nil.
+bool take_nil(msgpack::reader& r);
+
+// The envelope every message starts with: a map of `fields` + 2 entries, "version" and "type".
+void write_envelope(msgpack::writer& w, uint32_t fields, uint32_t version, std::string_view type);
+
+}  // namespace eldr::wire
