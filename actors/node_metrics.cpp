@@ -112,6 +112,14 @@ void node_metrics::worker_message(std::string_view type) {
       ->inc();
 }
 
+void node_metrics::cache_committed(std::string_view model, double seconds) {
+  must(impl_->registry.histogram(
+           "eldr_sigcache_commit_seconds",
+           "Signature cache group commits on the route path: expiry, staging, hand-over.",
+           latency_bounds, {{"model", std::string(model)}}))
+      ->observe(seconds);
+}
+
 void node_metrics::set_section(const std::string& name, std::string text) {
   std::lock_guard lock(impl_->mutex);
   impl_->sections[name] = std::move(text);

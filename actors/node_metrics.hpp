@@ -30,6 +30,10 @@ class node_metrics {
   void refit_done(std::string_view model, bool accepted);
   void swapped(std::string_view model, uint64_t epoch);
   void worker_message(std::string_view type);
+  // One group commit of a model's signature cache as the actor sees it: expiry, staging of the
+  // changed blocks and the hand-over to the background writer (seconds). It runs between two
+  // signatures, so it is time route requests wait.
+  void cache_committed(std::string_view model, double seconds);
   // Text (Prometheus format) owned by another component, replaced wholesale: e.g. the signature
   // cache's ingest counters per publisher, or the frontend's counters, rendered by their owner.
   void set_section(const std::string& name, std::string text);

@@ -183,6 +183,8 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
           const auto t0 = std::chrono::steady_clock::now();
           auto committed = mc.events->commit();
           const auto took = std::chrono::steady_clock::now() - t0;
+          st.ctx->metrics->cache_committed(st.ctx->config.models[m].name,
+                                           std::chrono::duration<double>(took).count());
           // Staging runs on the route path; a long one shows up in route latency.
           if (took > std::chrono::milliseconds(50))
             spdlog::warn("model {}: staging a commit took {} us", st.ctx->config.models[m].name,
