@@ -102,8 +102,8 @@ with tempfile.TemporaryDirectory(prefix="eldr-node-bench-") as data:
               % (args.preset, args.workers, args.duration))
         print()
         print("| offered req/s | replies/s | errors | rtt p50 µs | rtt p99 µs | node p50 µs | "
-              "node p99 µs | decision p99 µs | loadgen CPU s |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              "node p99 µs | decision p99 µs | cache commit p50 / p99 µs | loadgen CPU s |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         # Warm-up, not reported: the first run into a fresh store pays RocksDB's first memtable
         # flushes and the caches' cold start.
         loadgen(ep, 1000, ["--policies", "eldr"], duration=3)
@@ -115,10 +115,13 @@ with tempfile.TemporaryDirectory(prefix="eldr-node-bench-") as data:
             dec = histogram(after, "eldr_route_decision_seconds")
             lat0 = histogram(before, "eldr_route_latency_seconds")
             dec0 = histogram(before, "eldr_route_decision_seconds")
-            print("| %d | %.0f | %d | %.0f | %.0f | %.0f | %.0f | %.1f | %.2f |" % (
+            com = histogram(after, "eldr_sigcache_commit_seconds")
+            com0 = histogram(before, "eldr_sigcache_commit_seconds")
+            print("| %d | %.0f | %d | %.0f | %.0f | %.0f | %.0f | %.1f | %.0f / %.0f | %.2f |" % (
                 rate, r["route_rps"], r["errors"], r["route_p50_us"], r["route_p99_us"],
                 quantile(lat, lat0, 0.5) * 1e6, quantile(lat, lat0, 0.99) * 1e6,
-                quantile(dec, dec0, 0.99) * 1e6, r.get("loadgen_cpu_s", float("nan"))))
+                quantile(dec, dec0, 0.99) * 1e6, quantile(com, com0, 0.5) * 1e6,
+                quantile(com, com0, 0.99) * 1e6, r.get("loadgen_cpu_s", float("nan"))))
         if not args.no_swap:
             print()
             print("## Hot swap under load (5,000 req/s, swap at 3 s)")
