@@ -25,7 +25,6 @@ using nlohmann::json;
 
 constexpr std::string_view request_type = "admin_request";
 constexpr std::string_view reply_type = "admin_reply";
-constexpr uint32_t max_type_bytes = 64;
 
 // True when s is well-formed UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF).
 bool valid_utf8(std::string_view s) {
@@ -222,54 +221,11 @@ void write_json(msgpack::writer& w, const json& j) {
   w.write_nil();
 }
 
-// As worker_protocol.cpp: a first pass checks the structure, the version and the type; the second
-// hands the fields to on_field(key, reader, known).
+// The envelope and this message's fields (wire_fields.hpp: decode_message).
 template <class F>
 status decode_envelope(std::span<const uint8_t> payload, const admin_protocol_limits& limits,
                        std::string_view type, F&& on_field) {
-  if (payload.size() > limits.max_payload_bytes)
-    return status::out_of_range(join(type, ": payload of ") + std::to_string(payload.size()) +
-                                " bytes, limit " + std::to_string(limits.max_payload_bytes));
-  reader r(payload.data(), payload.size());
-  item top;
-  if (status s = next_of(r, kind::map, type, top); !s.ok()) return s;
-  const size_t fields_at = r.offset();
-  bool have_version = false, have_type = false;
-  const std::string key_what = join(type, " key");
-  for (uint32_t i = 0; i < top.length; ++i) {
-    item key;
-    if (status s = next_of(r, kind::str, key_what, key); !s.ok()) return s;
-    if (key.str() == "version") {
-      uint32_t v = 0;
-      if (status s = read_u32(r, field(type, "version"), v); !s.ok()) return s;
-      if (v != admin_protocol_version)
-        return status::failed_precondition(field(type, "version: ") + std::to_string(v) +
-                                           ", this build reads " +
-                                           std::to_string(admin_protocol_version));
-      have_version = true;
-    } else if (key.str() == "type") {
-      std::string t;
-      if (status s = read_string(r, field(type, "type"), max_type_bytes, t); !s.ok()) return s;
-      if (t != type) return status::not_found(field(type, "type: \"") + t + "\"");
-      have_type = true;
-    } else if (status s = r.skip(); !s.ok()) {
-      return at(field(type, key.str()), s);
-    }
-  }
-  if (!r.at_end()) return status::corrupt(join(type, ": trailing bytes after the message"));
-  if (!have_version) return status::invalid_argument(field(type, "version: missing"));
-  if (!have_type) return status::invalid_argument(field(type, "type: missing"));
-
-  r.seek(fields_at);
-  for (uint32_t i = 0; i < top.length; ++i) {
-    const std::string_view key = *r.read_str();
-    bool known = false;
-    if (key != "version" && key != "type") {
-      if (status s = on_field(key, r, known); !s.ok()) return s;
-    }
-    if (!known) (void)r.skip();
-  }
-  return {};
+  return decode_message(payload, limits.max_payload_bytes, admin_protocol_version, type, on_field);
 }
 
 }  // namespace

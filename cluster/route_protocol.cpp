@@ -17,7 +17,6 @@ using namespace wire;
 constexpr std::string_view request_type = "route_request";
 constexpr std::string_view reply_type = "route_reply";
 constexpr std::string_view error_type = "error_reply";
-constexpr uint32_t max_type_bytes = 64;
 
 // Scores and tau are written as float32; any number is accepted so hand-written peers (Python
 // writes float64) need not care about the width.
@@ -28,58 +27,11 @@ status read_float(reader& r, std::string_view what, float& out) {
   return {};
 }
 
-// Decodes the envelope shared by every message: a map holding "version" (1) and "type" (which
-// must be `type`), plus the message's own fields, handed to on_field(key, reader, known) in wire
-// order. A field on_field does not know (known = false) is skipped. Version and type are checked in
-// a first pass over the keys, so that a message of another type or version is named as such even
-// when its fields come first and would not decode as this type's.
+// The envelope and this message's fields (wire_fields.hpp: decode_message).
 template <class F>
 status decode_envelope(std::span<const uint8_t> payload, const route_protocol_limits& limits,
                        std::string_view type, F&& on_field) {
-  if (payload.size() > limits.max_payload_bytes)
-    return status::out_of_range(join(type, ": payload of ") + std::to_string(payload.size()) +
-                                " bytes, limit " + std::to_string(limits.max_payload_bytes));
-  reader r(payload.data(), payload.size());
-  item top;
-  if (status s = next_of(r, kind::map, type, top); !s.ok()) return s;
-  const size_t fields_at = r.offset();
-  bool have_version = false, have_type = false;
-  const std::string key_what = join(type, " key");
-  for (uint32_t i = 0; i < top.length; ++i) {
-    item key;
-    if (status s = next_of(r, kind::str, key_what, key); !s.ok()) return s;
-    if (key.str() == "version") {
-      uint32_t v = 0;
-      if (status s = read_u32(r, join(type, ".version"), v); !s.ok()) return s;
-      if (v != route_protocol_version)
-        return status::failed_precondition(join(type, ".version: ") + std::to_string(v) +
-                                           ", this build reads " +
-                                           std::to_string(route_protocol_version));
-      have_version = true;
-    } else if (key.str() == "type") {
-      std::string t;
-      if (status s = read_string(r, join(type, ".type"), max_type_bytes, t); !s.ok()) return s;
-      if (t != type) return status::not_found(join(type, ".type: \"") + t + "\"");
-      have_type = true;
-    } else if (status s = r.skip(); !s.ok()) {
-      return at(join(type, ".") + std::string(key.str()), s);
-    }
-  }
-  if (!r.at_end()) return status::corrupt(join(type, ": trailing bytes after the message"));
-  if (!have_version) return status::invalid_argument(join(type, ".version: missing"));
-  if (!have_type) return status::invalid_argument(join(type, ".type: missing"));
-
-  // Second pass: the structure is known to be sound, so only field contents can fail now.
-  r.seek(fields_at);
-  for (uint32_t i = 0; i < top.length; ++i) {
-    const std::string_view key = *r.read_str();
-    bool known = false;
-    if (key != "version" && key != "type") {
-      if (status s = on_field(key, r, known); !s.ok()) return s;
-    }
-    if (!known) (void)r.skip();
-  }
-  return {};
+  return decode_message(payload, limits.max_payload_bytes, route_protocol_version, type, on_field);
 }
 
 status decode_band(reader& r, const route_protocol_limits& limits,

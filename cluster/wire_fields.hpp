@@ -3,7 +3,9 @@
 // the three protocols report errors alike ("route_request.blocks[3]: expected int, found str").
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -38,5 +40,48 @@ bool take_nil(msgpack::reader& r);
 
 // The envelope every message starts with: a map of `fields` + 2 entries, "version" and "type".
 void write_envelope(msgpack::writer& w, uint32_t fields, uint32_t version, std::string_view type);
+
+// The envelope every message shares: a map holding "version" and "type" plus the message's own
+// fields. read_envelope makes a first pass over the whole map: it checks the payload size, the
+// structure, the version, and reads the type -- so a message of another type or version is named
+// as such even when its fields come first and would not decode. `what` names the message in its
+// errors. `r` must read `payload`.
+struct envelope {
+  std::string type;
+  size_t fields_at = 0;  // reader offset of the first key
+  uint32_t pairs = 0;
+};
+status read_envelope(std::span<const uint8_t> payload, uint32_t max_payload_bytes, uint32_t version,
+                     std::string_view what, msgpack::reader& r, envelope& env);
+
+// Second pass: hands every field but version and type to on_field(key, reader, known) in wire
+// order; a field it does not know (known = false) is skipped. The structure was checked by
+// read_envelope, so only field contents can fail here.
+template <class F>
+status for_each_field(msgpack::reader& r, const envelope& env, F&& on_field) {
+  r.seek(env.fields_at);
+  for (uint32_t i = 0; i < env.pairs; ++i) {
+    const std::string_view key = *r.read_str();
+    bool known = false;
+    if (key != "version" && key != "type") {
+      if (status s = on_field(key, r, known); !s.ok()) return s;
+    }
+    if (!known) (void)r.skip();
+  }
+  return {};
+}
+
+// Both passes for a message that must be of `type` (another type: not_found, which
+// route_error_code_for answers as unknown_type).
+template <class F>
+status decode_message(std::span<const uint8_t> payload, uint32_t max_payload_bytes,
+                      uint32_t version, std::string_view type, F&& on_field) {
+  msgpack::reader r(payload.data(), payload.size());
+  envelope env;
+  if (status s = read_envelope(payload, max_payload_bytes, version, type, r, env); !s.ok())
+    return s;
+  if (env.type != type) return status::not_found(field(type, "type: \"") + env.type + "\"");
+  return for_each_field(r, env, on_field);
+}
 
 }  // namespace eldr::wire

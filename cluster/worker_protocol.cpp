@@ -23,7 +23,6 @@ constexpr std::string_view finished_type = "finished";
 constexpr std::string_view drain_type = "worker_drain";
 constexpr std::string_view publisher_type = "publisher_register";
 constexpr std::string_view ack_type = "worker_ack";
-constexpr uint32_t max_type_bytes = 64;
 constexpr uint32_t max_state_bytes = 64;
 
 // Any MessagePack number is accepted (Python writes float64, a hand-written peer may send 0 or 1).
@@ -43,69 +42,6 @@ status read_id(reader& r, std::string_view type, uint32_t max_bytes, std::string
     return {};
   }
   return read_string(r, field(type, "id"), max_bytes, out);
-}
-
-// The envelope shared by every message: a map holding "version" (1) and "type", plus the
-// message's own fields. A first pass over the whole map checks the structure, the version and
-// reads the type (so a message of another type or version is named as such even when its fields
-// come first and would not decode); `what` names the message in errors of that pass.
-struct envelope {
-  std::string type;
-  size_t fields_at = 0;
-  uint32_t pairs = 0;
-};
-
-status read_envelope(std::span<const uint8_t> payload, uint32_t max_payload_bytes,
-                     std::string_view what, reader& r, envelope& env) {
-  if (payload.size() > max_payload_bytes)
-    return status::out_of_range(join(what, ": payload of ") + std::to_string(payload.size()) +
-                                " bytes, limit " + std::to_string(max_payload_bytes));
-  item top;
-  if (status s = next_of(r, kind::map, what, top); !s.ok()) return s;
-  env.fields_at = r.offset();
-  env.pairs = top.length;
-  bool have_version = false, have_type = false;
-  const std::string key_what = join(what, " key");
-  for (uint32_t i = 0; i < top.length; ++i) {
-    item key;
-    if (status s = next_of(r, kind::str, key_what, key); !s.ok()) return s;
-    if (key.str() == "version") {
-      uint32_t v = 0;
-      if (status s = read_u32(r, field(what, "version"), v); !s.ok()) return s;
-      if (v != worker_protocol_version)
-        return status::failed_precondition(field(what, "version: ") + std::to_string(v) +
-                                           ", this build reads " +
-                                           std::to_string(worker_protocol_version));
-      have_version = true;
-    } else if (key.str() == "type") {
-      if (status s = read_string(r, field(what, "type"), max_type_bytes, env.type); !s.ok())
-        return s;
-      have_type = true;
-    } else if (status s = r.skip(); !s.ok()) {
-      return at(field(what, key.str()), s);
-    }
-  }
-  if (!r.at_end()) return status::corrupt(join(what, ": trailing bytes after the message"));
-  if (!have_version) return status::invalid_argument(field(what, "version: missing"));
-  if (!have_type) return status::invalid_argument(field(what, "type: missing"));
-  return {};
-}
-
-// Second pass: hands every field but version and type to on_field(key, reader, known) in wire
-// order; a field it does not know (known = false) is skipped. The structure was checked by
-// read_envelope, so only field contents can fail here.
-template <class F>
-status for_each_field(reader& r, const envelope& env, F&& on_field) {
-  r.seek(env.fields_at);
-  for (uint32_t i = 0; i < env.pairs; ++i) {
-    const std::string_view key = *r.read_str();
-    bool known = false;
-    if (key != "version" && key != "type") {
-      if (status s = on_field(key, r, known); !s.ok()) return s;
-    }
-    if (!known) (void)r.skip();
-  }
-  return {};
 }
 
 // Writes the common head of a worker message: envelope, optional id, model.
@@ -416,7 +352,8 @@ result<worker_message> decode_worker_message(std::span<const uint8_t> payload,
                                              const worker_protocol_limits& limits) {
   reader r(payload.data(), payload.size());
   envelope env;
-  if (status s = read_envelope(payload, limits.max_payload_bytes, "worker message", r, env);
+  if (status s = read_envelope(payload, limits.max_payload_bytes, worker_protocol_version,
+                               "worker message", r, env);
       !s.ok())
     return s;
   if (env.type == register_type) return decode_register(r, env, limits);
@@ -429,30 +366,27 @@ result<worker_message> decode_worker_message(std::span<const uint8_t> payload,
 
 result<worker_ack> decode_worker_ack(std::span<const uint8_t> payload,
                                      const worker_protocol_limits& limits) {
-  reader r(payload.data(), payload.size());
-  envelope env;
-  if (status s = read_envelope(payload, limits.max_payload_bytes, ack_type, r, env); !s.ok())
-    return s;
-  if (env.type != ack_type) return status::not_found(field(ack_type, "type: \"") + env.type + "\"");
   worker_ack m;
   bool have_state = false;
-  status s = for_each_field(r, env, [&](std::string_view key, reader& in, bool& known) -> status {
-    known = true;
-    if (key == "id") return read_id(in, ack_type, limits.max_id_bytes, m.id);
-    if (key == "state") {
-      have_state = true;
-      return read_string(in, field(ack_type, "state"), max_state_bytes, m.state);
-    }
-    if (key == "epoch") {
-      if (take_nil(in)) {
-        m.epoch = 0;
-        return {};
-      }
-      return read_u64(in, field(ack_type, "epoch"), m.epoch);
-    }
-    known = false;
-    return {};
-  });
+  status s =
+      decode_message(payload, limits.max_payload_bytes, worker_protocol_version, ack_type,
+                     [&](std::string_view key, reader& in, bool& known) -> status {
+                       known = true;
+                       if (key == "id") return read_id(in, ack_type, limits.max_id_bytes, m.id);
+                       if (key == "state") {
+                         have_state = true;
+                         return read_string(in, field(ack_type, "state"), max_state_bytes, m.state);
+                       }
+                       if (key == "epoch") {
+                         if (take_nil(in)) {
+                           m.epoch = 0;
+                           return {};
+                         }
+                         return read_u64(in, field(ack_type, "epoch"), m.epoch);
+                       }
+                       known = false;
+                       return {};
+                     });
   if (!s.ok()) return s;
   if (!have_state) return missing(ack_type, "state");
   return m;
