@@ -1,6 +1,8 @@
 // admin_actor: see admin_actor.hpp.
 #include "actors/admin_actor.hpp"
 
+#include <chrono>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 namespace eldr {
@@ -54,59 +56,75 @@ nlohmann::json frontend_json(const zmq_frontend& f) {
           {"overloaded", c.overloaded.load()},
           {"bad_frames", c.bad_frames.load()},
           {"publisher_messages", c.publisher_messages.load()},
-          {"pending", c.pending.load()}};
+          {"pending", c.pending.load()},
+          {"curve_accepted", c.curve_accepted.load()},
+          {"curve_refused", c.curve_refused.load()}};
+}
+
+// Asks `who` for its JSON part of `status` (an admin_atom-like request answered with a string);
+// an absent role or a failure gives null, so a partial answer is still an answer.
+template <class Atom>
+void ask_json(caf::event_based_actor* self, const caf::actor& who, Atom atom,
+              std::function<void(nlohmann::json)> then) {
+  if (!who) return then(nullptr);
+  self->request(who, std::chrono::seconds(5), atom)
+      .then([then](std::string text) { then(nlohmann::json::parse(text, nullptr, false)); },
+            [then](caf::error&) { then(nullptr); });
 }
 
 void status(caf::event_based_actor* self, const node_context_ptr& ctx, const caf::actor& router,
-            const caf::actor& sigcache, admin_job_ptr job) {
-  self->request(router, caf::infinite, admin_atom::value)
-      .then(
-          [=](std::string router_json) {
-            self->request(sigcache, caf::infinite, cache_stats_atom::value)
-                .then(
-                    [=](std::string cache_json) {
-                      auto r = nlohmann::json::parse(router_json, nullptr, false);
-                      nlohmann::json out;
-                      out["node"] = {{"name", ctx->config.name},
-                                     {"version", node_version},
-                                     {"roles", ctx->config.roles},
-                                     {"uptime_s", (ctx->now_ms() - ctx->started_ms) / 1000.0}};
-                      nlohmann::json counters = nlohmann::json::object();
-                      if (const auto* f = ctx->frontend) {
-                        out["endpoints"] = {{"route", f->bound(frontend_channel::route)},
-                                            {"worker", f->bound(frontend_channel::worker)},
-                                            {"admin", f->bound(frontend_channel::admin)},
-                                            {"metrics", ctx->metrics_url}};
-                        counters = frontend_json(*f);
-                      }
-                      out["models"] = r.value("models", nlohmann::json::array());
-                      out["signature_cache"] = nlohmann::json::parse(cache_json, nullptr, false);
-                      counters["unknown_model"] = r.value("unknown_model", 0);
-                      out["counters"] = counters;
-                      answer_admin(*ctx, *job, out);
-                    },
-                    [=](caf::error& e) {
-                      answer_admin_error(*ctx, *job, route_error_code::internal,
-                                         self->system().render(e));
-                    });
-          },
-          [=](caf::error& e) {
-            answer_admin_error(*ctx, *job, route_error_code::internal, self->system().render(e));
-          });
+            const caf::actor& sigcache, const caf::actor& cluster, admin_job_ptr job) {
+  ask_json(self, router, admin_atom::value, [=](nlohmann::json r) {
+    ask_json(self, sigcache, cache_stats_atom::value, [=](nlohmann::json cache) {
+      ask_json(self, cluster, admin_atom::value, [=](nlohmann::json members) {
+        nlohmann::json out;
+        out["node"] = {{"name", ctx->config.name},
+                       {"version", node_version},
+                       {"roles", ctx->config.roles},
+                       {"uptime_s", (ctx->now_ms() - ctx->started_ms) / 1000.0}};
+        nlohmann::json counters = nlohmann::json::object();
+        if (const auto* f = ctx->frontend) {
+          out["endpoints"] = {{"route", f->bound(frontend_channel::route)},
+                              {"worker", f->bound(frontend_channel::worker)},
+                              {"admin", f->bound(frontend_channel::admin)},
+                              {"metrics", ctx->metrics_url}};
+          // Clients need the node's CURVE public key; "" when CURVE is off.
+          out["curve_public_key"] = f->curve_public_key();
+          counters = frontend_json(*f);
+        }
+        out["models"] =
+            r.is_object() ? r.value("models", nlohmann::json::array()) : nlohmann::json::array();
+        out["signature_cache"] = cache;
+        if (!members.is_null()) out["cluster"] = members;
+        counters["unknown_model"] = r.is_object() ? r.value("unknown_model", 0) : 0;
+        out["counters"] = counters;
+        answer_admin(*ctx, *job, out);
+      });
+    });
+  });
 }
 
 caf::behavior admin(caf::event_based_actor* self, node_context_ptr ctx, caf::actor router,
-                    caf::actor sigcache, caf::actor refit) {
+                    caf::actor sigcache, caf::actor refit, caf::actor cluster) {
+  // A command for a role this node does not hold is refused by name (ask a node that holds it).
+  auto to = [=](const caf::actor& who, const char* role, const admin_job_ptr& job) {
+    if (!who)
+      return answer_admin_error(*ctx, *job, route_error_code::unknown_type,
+                                "this node (" + ctx->config.name + ") has no " + role +
+                                    " role; send '" + job->request.command +
+                                    "' to a node that has");
+    self->send(who, admin_atom::value, job);
+  };
   return {
       [=](admin_atom, admin_job_ptr job) {
         const auto& cmd = job->request.command;
-        if (cmd == "status") return status(self, ctx, router, sigcache, job);
-        if (cmd == "centroids.export") return self->send(sigcache, admin_atom::value, job);
-        if (cmd == "refit") return self->send(refit, admin_atom::value, job);
+        if (cmd == "status") return status(self, ctx, router, sigcache, cluster, job);
+        if (cmd == "centroids.export") return to(sigcache, "signature-cache", job);
+        if (cmd == "refit") return to(refit, "refit", job);
         if (cmd == "workers" || cmd == "drain" || cmd == "undrain" || cmd == "centroids.show" ||
             cmd == "centroids.import" || cmd == "centroids.swap" || cmd == "centroids.rollback" ||
             cmd == "explain" || cmd == "policy")
-          return self->send(router, admin_atom::value, job);
+          return to(router, "router", job);
         answer_admin_error(*ctx, *job, route_error_code::unknown_type,
                            "unknown admin command '" + cmd +
                                "' (status, workers, drain, undrain, centroids.show, "
@@ -119,8 +137,9 @@ caf::behavior admin(caf::event_based_actor* self, node_context_ptr ctx, caf::act
 }  // namespace
 
 caf::actor spawn_admin(caf::actor_system& sys, node_context_ptr ctx, caf::actor router,
-                       caf::actor sigcache, caf::actor refit) {
-  return sys.spawn(admin, std::move(ctx), std::move(router), std::move(sigcache), std::move(refit));
+                       caf::actor sigcache, caf::actor refit, caf::actor cluster) {
+  return sys.spawn(admin, std::move(ctx), std::move(router), std::move(sigcache), std::move(refit),
+                   std::move(cluster));
 }
 
 }  // namespace eldr

@@ -11,7 +11,9 @@
 
 namespace eldr {
 
+// Any of the handles may be invalid when the node does not hold that role (or is standalone, for
+// `cluster`): commands for it are refused by name and `status` leaves its part out.
 caf::actor spawn_admin(caf::actor_system& sys, node_context_ptr ctx, caf::actor router,
-                       caf::actor sigcache, caf::actor refit);
+                       caf::actor sigcache, caf::actor refit, caf::actor cluster = {});
 
 }  // namespace eldr

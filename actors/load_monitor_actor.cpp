@@ -3,6 +3,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "actors/cluster_protocol.hpp"
+
 namespace eldr {
 namespace {
 
@@ -21,9 +23,20 @@ const char* type_name(const worker_message& m) {
   }
 }
 
-caf::behavior load_monitor(caf::event_based_actor* self, node_context_ptr ctx, caf::actor router,
-                           caf::actor sigcache) {
+struct monitor_state {
+  std::vector<caf::actor> peer_routers;  // routers of the other live members
+};
+
+caf::behavior load_monitor(caf::stateful_actor<monitor_state>* self, node_context_ptr ctx,
+                           caf::actor router, caf::actor sigcache) {
   return {
+      [=](members_atom, const std::vector<member_info>& members) {
+        if (!trusted_sender(self, ctx->trust.get())) return;
+        auto& peers = self->state.peer_routers;
+        peers.clear();
+        for (const auto& m : members)
+          if (m.router) peers.push_back(m.router);
+      },
       [=](worker_atom, worker_job_ptr job) {
         ctx->metrics->worker_message(type_name(job->message));
         if (const auto* p = std::get_if<publisher_register>(&job->message)) {
@@ -44,7 +57,20 @@ caf::behavior load_monitor(caf::event_based_actor* self, node_context_ptr ctx, c
           ctx->edge->reply(job->from, encode_worker_ack(ack));
           return;
         }
-        self->send(router, worker_atom::value, std::move(job));
+        // Every router of the cluster keeps its own load view: the local one applies the
+        // message and answers the worker, the others get the message's bytes and apply them
+        // silently. A finished event is applied once per router (by request id).
+        if (!self->state.peer_routers.empty()) {
+          const auto bytes = encode_worker_message(job->message);
+          for (const auto& r : self->state.peer_routers)
+            self->send(r, peer_worker_atom::value, bytes);
+        }
+        if (router) return self->send(router, worker_atom::value, std::move(job));
+        // No router here: the message went to the cluster's routers; acknowledge receipt.
+        worker_ack ack;
+        ack.id = std::visit([](const auto& m) { return m.id; }, job->message);
+        ack.state = "forwarded";
+        ctx->edge->reply(job->from, encode_worker_ack(ack));
       },
   };
 }

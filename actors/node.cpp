@@ -5,14 +5,19 @@
 
 #include <atomic>
 #include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
 #include <chrono>
+#include <random>
 
 #include "actors/admin_actor.hpp"
+#include "actors/cluster_actor.hpp"
 #include "actors/load_monitor_actor.hpp"
 #include "actors/node_metrics.hpp"
 #include "actors/refit_actor.hpp"
 #include "actors/router_actor.hpp"
 #include "actors/sigcache_actor.hpp"
+#include "cluster/curve_keys.hpp"
 #include "cluster/metrics_http.hpp"
 
 namespace eldr {
@@ -42,9 +47,27 @@ void not_ready(actor_handles& h, const reply_address& to, std::optional<std::str
                    "the node is starting or stopping");
 }
 
+// Answers a message for a role this node does not hold (a client pointed at the wrong node).
+void no_role(actor_handles& h, const reply_address& to, std::optional<std::string> id,
+             const char* role) {
+  if (auto* f = h.frontend.load(std::memory_order_acquire))
+    f->reply_error(to, std::move(id), route_error_code::unknown_type,
+                   std::string("this node has no ") + role + " role");
+}
+
 // A centroid file named in the config becomes the first epoch of a model whose store has none.
-result<std::optional<centroid_file>> initial_set(signature_cache& cache, const model_config& m) {
-  auto stored = stored_current_set(cache, m.name);
+// Without a store (a router-only cluster node) the file is the first epoch as it is.
+result<std::optional<centroid_file>> initial_set(signature_cache* cache, const model_config& m) {
+  if (cache == nullptr) {
+    if (m.centroids.empty()) return std::optional<centroid_file>();
+    auto file = read_centroid_file(m.centroids);
+    if (!file.ok())
+      return status(file.error().code(),
+                    "models." + m.name + ".centroids: " + file.error().message());
+    file->epoch = std::max<uint64_t>(file->epoch, 1);
+    return std::optional<centroid_file>(std::move(*file));
+  }
+  auto stored = stored_current_set(*cache, m.name);
   if (!stored.ok() || *stored || m.centroids.empty()) return stored;
   auto file = read_centroid_file(m.centroids);
   if (!file.ok())
@@ -52,7 +75,7 @@ result<std::optional<centroid_file>> initial_set(signature_cache& cache, const m
                   "models." + m.name + ".centroids: " + file.error().message());
   const uint64_t epoch = std::max<uint64_t>(file->epoch, 1);
   file->epoch = epoch;
-  if (auto s = cache.put_centroid_set(epoch, encode_centroid_file(*file)); !s.ok()) return s;
+  if (auto s = cache->put_centroid_set(epoch, encode_centroid_file(*file)); !s.ok()) return s;
   spdlog::info("model {}: loaded {} as epoch {}", m.name, m.centroids, epoch);
   return std::optional<centroid_file>(std::move(*file));
 }
@@ -61,7 +84,43 @@ caf::actor_system_config& configure(caf::actor_system_config& cfg, const node_co
   cfg.set("scheduler.max-threads", static_cast<size_t>(c.threads));
   cfg.set("scheduler.policy", caf::atom("sharing"));
   cfg.set("logger.verbosity", caf::atom("quiet"));
+  if (c.clustered()) {
+    // CAF's own failure detection: a connection silent for connection-timeout is closed, which
+    // fires the monitors of the actors behind it (cluster_actor.hpp).
+    cfg.load<caf::io::middleman>();
+    cfg.set("middleman.heartbeat-interval",
+            caf::timespan(std::chrono::milliseconds(c.cluster.heartbeat_ms)));
+    cfg.set("middleman.connection-timeout",
+            caf::timespan(std::chrono::milliseconds(c.cluster.connection_timeout_ms)));
+    cfg.set("middleman.enable-automatic-connections", false);
+    if (!c.cluster.tls_certificate.empty()) {
+      cfg.load<caf::openssl::manager>();
+      cfg.openssl_certificate = c.cluster.tls_certificate;
+      cfg.openssl_key = c.cluster.tls_key;
+      cfg.openssl_cafile = c.cluster.tls_ca_file;
+    }
+    register_cluster_types(cfg);
+  }
   return cfg;
+}
+
+uint64_t random_incarnation() {
+  std::random_device rd;
+  return (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(steady_ms());
+}
+
+// Publishes the cluster actor (the gate) at cluster.listen; returns the bound port.
+result<uint16_t> publish_gate(caf::actor_system& sys, const node_config& c,
+                              const caf::actor& gate) {
+  auto hp = parse_host_port(c.cluster.listen);
+  if (!hp.ok()) return status::invalid_argument("cluster.listen: " + hp.error().message());
+  auto port = c.cluster.tls_certificate.empty()
+                  ? sys.middleman().publish(gate, hp->port, hp->host.c_str(), true)
+                  : caf::openssl::publish(gate, hp->port, hp->host.c_str(), true);
+  if (!port)
+    return status::io_error("cluster.listen: cannot listen on " + c.cluster.listen + ": " +
+                            sys.render(port.error()));
+  return *port;
 }
 
 }  // namespace
@@ -71,15 +130,16 @@ class node::impl {
   explicit impl(const node_config& c) : system(configure(system_config, c)) {}
   ~impl() {
     handles->ready = false;
-    for (auto* a :
-         {&handles->admin, &handles->load_monitor, &refit, &handles->router, &handles->sigcache})
+    // The cluster actor first: it tells the peers we leave, so they stop counting on us now.
+    for (auto* a : {&cluster, &handles->admin, &handles->load_monitor, &refit, &handles->router,
+                    &handles->sigcache})
       if (*a) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
     system.await_all_actors_done();
     // No actor answers any more: stop the edge, then drop every handle. A detached actor's thread
     // ends only when the last reference to the actor is gone, and ~actor_system waits for it.
     frontend.reset();
     http.reset();
-    handles->router = handles->sigcache = handles->load_monitor = handles->admin = refit =
+    handles->router = handles->sigcache = handles->load_monitor = handles->admin = refit = cluster =
         caf::actor();
   }
 
@@ -93,6 +153,8 @@ class node::impl {
   caf::actor_system_config system_config;
   caf::actor_system system;
   caf::actor refit;
+  caf::actor cluster;
+  std::string cluster_address;  // host:port peers dial, "" when standalone
 };
 
 node::node(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
@@ -100,18 +162,25 @@ node::~node() = default;
 
 result<std::unique_ptr<node>> node::start(node_config config, node_options options) {
   if (auto s = validate_node_config(config); !s.ok()) return s;
-  // One node serves all four roles; running a subset needs peers to serve the others.
-  if (config.roles.size() != 4)
-    return status::invalid_argument(
-        "node.roles: this version runs router, signature-cache, load-monitor and refit together "
-        "on one node; a node with a subset of the roles needs a cluster (not yet available)");
   if (!options.now_ms) options.now_ms = steady_ms;
+  const bool has_router = config.has_role("router"), has_cache = config.has_role("signature-cache"),
+             has_monitor = config.has_role("load-monitor"), has_refit = config.has_role("refit");
+  std::string secret;
+  if (config.clustered()) {
+    auto s = read_cluster_secret(config.cluster.secret_file);
+    if (!s.ok()) return s.error();
+    secret = std::move(*s);
+  }
 
-  auto caches = open_model_caches(config);
-  if (!caches.ok()) return caches.error();
+  std::vector<std::unique_ptr<signature_cache>> caches;
+  if (has_cache) {
+    auto opened = open_model_caches(config);
+    if (!opened.ok()) return opened.error();
+    caches = std::move(*opened);
+  }
   std::vector<router_model_init> init(config.models.size());
   for (size_t m = 0; m < config.models.size(); ++m) {
-    auto set = initial_set(*(*caches)[m], config.models[m]);
+    auto set = initial_set(has_cache ? caches[m].get() : nullptr, config.models[m]);
     if (!set.ok()) return set.error();
     init[m].current = std::move(*set);
   }
@@ -124,17 +193,34 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
   fo.route_limits.max_payload_bytes = config.max_message_bytes;
   fo.route_limits.max_blocks = config.max_blocks;
   fo.max_pending = config.max_pending;
+  if (!config.security.curve_secret_key_file.empty()) {
+    auto keys = read_curve_secret_key(config.security.curve_secret_key_file);
+    if (!keys.ok())
+      return status(keys.error().code(),
+                    "security.curve_secret_key_file: " + keys.error().message());
+    fo.curve.server_secret_key = keys->secret_key;
+    if (!config.security.curve_authorized_keys_file.empty()) {
+      auto allowed = read_curve_public_keys(config.security.curve_authorized_keys_file);
+      if (!allowed.ok())
+        return status(allowed.error().code(),
+                      "security.curve_authorized_keys_file: " + allowed.error().message());
+      fo.curve.authorized_client_keys = std::move(*allowed);
+    }
+  }
   frontend_callbacks cb;
   // Each callback runs on the frontend thread; anon_send only enqueues.
-  cb.on_route = [handles](route_job job) {
+  cb.on_route = [handles, has_router](route_job job) {
     if (!handles->ready.load(std::memory_order_acquire))
       return not_ready(*handles, job.from, job.request.id);
+    if (!has_router) return no_role(*handles, job.from, job.request.id, "router");
     caf::anon_send(handles->router, route_atom::value,
                    route_job_ptr(std::make_shared<const route_job>(std::move(job))));
   };
-  cb.on_worker = [handles](worker_job job) {
+  cb.on_worker = [handles, has_monitor](worker_job job) {
     if (!handles->ready.load(std::memory_order_acquire))
       return not_ready(*handles, job.from, std::nullopt);
+    if (!has_monitor)
+      return no_role(*handles, job.from, worker_message_id(job.message), "load-monitor");
     caf::anon_send(handles->load_monitor, worker_atom::value,
                    worker_job_ptr(std::make_shared<const worker_job>(std::move(job))));
   };
@@ -144,8 +230,8 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
     caf::anon_send(handles->admin, admin_atom::value,
                    admin_job_ptr(std::make_shared<const admin_job>(std::move(job))));
   };
-  cb.on_publisher = [handles](publisher_frames f) {
-    if (!handles->ready.load(std::memory_order_acquire)) return;
+  cb.on_publisher = [handles, has_cache](publisher_frames f) {
+    if (!handles->ready.load(std::memory_order_acquire) || !has_cache) return;
     caf::anon_send(handles->sigcache, publisher_atom::value,
                    publisher_frames_ptr(std::make_shared<const publisher_frames>(std::move(f))));
   };
@@ -173,15 +259,46 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
   ctx->now_ms = options.now_ms;
   ctx->started_ms = options.now_ms();
   ctx->metrics_url = p->metrics_url;
+  if (config.clustered()) ctx->trust = std::make_shared<cluster_trust>();
   node_context_ptr cctx = ctx;
 
   auto& sys = p->system;
-  handles->sigcache = spawn_sigcache(sys, cctx, std::move(*caches), /*detached=*/false);
-  handles->router = spawn_router(sys, cctx, handles->sigcache, std::move(init));
-  handles->load_monitor = spawn_load_monitor(sys, cctx, handles->router, handles->sigcache);
-  p->refit = spawn_refit(sys, cctx, handles->router);
-  handles->admin = spawn_admin(sys, cctx, handles->router, handles->sigcache, p->refit);
-  for (uint32_t m = 0; m < config.models.size(); ++m) {
+  if (has_cache) handles->sigcache = spawn_sigcache(sys, cctx, std::move(caches), false);
+  if (has_router) handles->router = spawn_router(sys, cctx, handles->sigcache, std::move(init));
+  if (has_monitor)
+    handles->load_monitor = spawn_load_monitor(sys, cctx, handles->router, handles->sigcache);
+  // The refit needs a router to sample and install (refit leadership across nodes: next step).
+  if (has_refit && has_router) p->refit = spawn_refit(sys, cctx, handles->router);
+  if (config.clustered()) {
+    cluster_setup cs;
+    cs.secret = std::move(secret);
+    cs.mm = config.cluster.tls_certificate.empty() ? sys.middleman().actor_handle()
+                                                   : sys.openssl_manager().actor_handle();
+    cs.self.name = config.name;
+    cs.self.roles = config.roles;
+    cs.self.incarnation = random_incarnation();
+    cs.self.router = handles->router;
+    cs.self.load_monitor = handles->load_monitor;
+    cs.self.sigcache = handles->sigcache;
+    cs.self.refit = p->refit;
+    for (const auto& a : {handles->router, handles->load_monitor})
+      if (a) cs.watchers.push_back(a);
+    // The actor must exist to be published, and its address (what peers dial) needs the port
+    // publishing bound when listen asks for port 0: it waits for address_atom before it dials.
+    auto listen = parse_host_port(config.cluster.listen);
+    auto address = std::make_shared<std::string>();
+    cs.address = address;
+    p->cluster = spawn_cluster(sys, cctx, std::move(cs));
+    auto port = publish_gate(sys, config, p->cluster);
+    if (!port.ok()) return port.error();
+    p->cluster_address = config.cluster.advertise.empty()
+                             ? listen->host + ":" + std::to_string(*port)
+                             : config.cluster.advertise;
+    *address = p->cluster_address;
+    caf::anon_send(p->cluster, dial_atom::value);
+  }
+  handles->admin = spawn_admin(sys, cctx, handles->router, handles->sigcache, p->refit, p->cluster);
+  for (uint32_t m = 0; m < config.models.size() && has_cache; ++m) {
     for (const auto& e : config.models[m].kv_endpoints)
       caf::anon_send(handles->sigcache, subscribe_atom::value, m, e, false);
     for (const auto& e : config.models[m].counts_endpoints)
@@ -191,9 +308,11 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
                          {"router", &handles->router},
                          {"load-monitor", &handles->load_monitor},
                          {"refit", &p->refit},
-                         {"admin", &handles->admin}})
-    caf::actor_cast<caf::abstract_actor*>(*a)->attach_functor(
-        [n = name] { spdlog::debug("actor {} stopped", n); });
+                         {"admin", &handles->admin},
+                         {"cluster", &p->cluster}})
+    if (*a)
+      caf::actor_cast<caf::abstract_actor*>(*a)->attach_functor(
+          [n = name] { spdlog::debug("actor {} stopped", n); });
   handles->ready.store(true, std::memory_order_release);
   spdlog::info(
       "{} ready: route {} worker {} admin {} metrics {}", config.name,
@@ -207,6 +326,9 @@ const std::string& node::endpoint(frontend_channel c) const {
 }
 const std::string& node::metrics_url() const {
   return impl_->metrics_url;
+}
+const std::string& node::cluster_address() const {
+  return impl_->cluster_address;
 }
 
 }  // namespace eldr

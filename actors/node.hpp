@@ -35,6 +35,8 @@ class node {
   const std::string& endpoint(frontend_channel c) const;
   // "http://host:port/metrics", or "" when metrics are off.
   const std::string& metrics_url() const;
+  // host:port other nodes dial to join this one (port resolved), or "" when standalone.
+  const std::string& cluster_address() const;
 
   class impl;
 

@@ -18,6 +18,8 @@
 
 namespace eldr {
 
+class cluster_trust;
+
 struct node_context {
   node_config config;
   reply_sink* edge = nullptr;              // answers and subscriptions; outlives every actor
@@ -27,6 +29,8 @@ struct node_context {
   std::function<int64_t()> now_ms;
   int64_t started_ms = 0;
   std::string metrics_url;  // "http://host:port/metrics", "" when off
+  // Nodes that proved the cluster secret (cluster_protocol.hpp); null when standalone.
+  std::shared_ptr<cluster_trust> trust;
 };
 using node_context_ptr = std::shared_ptr<const node_context>;
 

@@ -112,6 +112,12 @@ void node_metrics::worker_message(std::string_view type) {
       ->inc();
 }
 
+void node_metrics::cluster_event(std::string_view event) {
+  must(impl_->registry.counter("eldr_cluster_events_total", "Cluster membership events, by kind.",
+                               {{"event", std::string(event)}}))
+      ->inc();
+}
+
 void node_metrics::cache_committed(std::string_view model, double seconds) {
   must(impl_->registry.histogram(
            "eldr_sigcache_commit_seconds",

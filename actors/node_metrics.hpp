@@ -30,6 +30,9 @@ class node_metrics {
   void refit_done(std::string_view model, bool accepted);
   void swapped(std::string_view model, uint64_t epoch);
   void worker_message(std::string_view type);
+  // Membership: "join", "down", "refused" (a join without the secret), "untrusted" (a cluster
+  // message from a node that never proved it).
+  void cluster_event(std::string_view event);
   // One group commit of a model's signature cache as the actor sees it: expiry, staging of the
   // changed blocks and the hand-over to the background writer (seconds). It runs between two
   // signatures, so it is time route requests wait.

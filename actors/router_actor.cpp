@@ -7,6 +7,8 @@
 #include <deque>
 #include <nlohmann/json.hpp>
 
+#include "actors/cluster_protocol.hpp"
+#include "core/bounded_lru.hpp"
 #include "core/load_view.hpp"
 #include "core/random.hpp"
 #include "core/refit.hpp"
@@ -57,11 +59,28 @@ struct model_state {
   explicit model_state(load_view p) : pool(std::move(p)) {}
 };
 
+// A decision remembered for retries: the same request id gets the same worker and epoch.
+struct remembered {
+  uint32_t worker = 0;
+  uint64_t epoch = 0;
+};
+
 struct router_state {
   node_context_ptr ctx;
   caf::actor sigcache;
   std::vector<std::unique_ptr<model_state>> models;
   uint64_t unknown_model = 0;
+  // Decisions by "<model index>/<request id>", this router's and its peers': a client that
+  // retries a route (after a timeout, possibly at another router) gets the first decision again,
+  // and the load is counted once.
+  std::optional<bounded_lru<std::string, remembered>> decisions;
+  uint64_t retried = 0;
+  // Cluster: the other routers, this router's decisions not yet sent to them (by model), and
+  // what came from them.
+  std::vector<caf::actor> peers;
+  std::map<uint32_t, std::vector<shared_decision>> outbox;
+  bool flush_armed = false;
+  uint64_t peer_decisions = 0, peer_worker_messages = 0, peer_epochs = 0, untrusted = 0;
 
   model_state* find(const std::string& name) {
     for (auto& m : models)
@@ -123,6 +142,15 @@ status install(router_state& st, model_state& m, const centroid_file& file, uint
   return rebuild_policy(st, m);
 }
 
+// Tells the other routers that `m` now routes with `epoch` (they install it when it is newer
+// than theirs).
+void announce_epoch(caf::event_based_actor* self, const router_state& st, const model_state& m) {
+  if (st.peers.empty() || !m.file) return;
+  const auto bytes = encode_centroid_file(*m.file);
+  for (const auto& p : st.peers)
+    self->send(p, epoch_atom::value, m.cfg->name, m.epoch, bytes);
+}
+
 // Can `file` become the model's set? K must match a fixed pool, and no registered worker may lie
 // outside it.
 status check_installable(const model_state& m, const centroid_file& file) {
@@ -153,6 +181,8 @@ void decide(router_actor_t* self, model_state& m, const route_job_ptr& job,
             const sign_result* signed_, int attempt);
 
 void sign_and_route(router_actor_t* self, model_state& m, route_job_ptr job, int attempt) {
+  // A router without a signature cache on its node routes by load only (until remote signing).
+  if (!self->state.sigcache) return decide(self, m, job, nullptr, attempt);
   auto sj = std::make_shared<sign_job>(sign_job{m.index, m.spec, job});
   const uint32_t index = m.index;
   self->request(self->state.sigcache, caf::infinite, sign_atom::value, sign_job_ptr(sj))
@@ -227,6 +257,16 @@ void decide(router_actor_t* self, model_state& m, const route_job_ptr& job,
     reply.explain = std::move(ex);
   }
   st.ctx->edge->reply(job->from, encode_route_reply(reply));
+  st.decisions->put(std::to_string(m.index) + "/" + req.id, remembered{d->worker, reply.epoch},
+                    now);
+  if (!st.peers.empty()) {
+    st.outbox[m.index].push_back(shared_decision{req.id, d->worker, reply.epoch});
+    if (!st.flush_armed) {
+      st.flush_armed = true;
+      self->delayed_send(self, std::chrono::milliseconds(st.ctx->config.cluster.load_sync_ms),
+                         flush_atom::value);
+    }
+  }
   ++m.routed;
   m.covered_blocks += reply.covered_blocks;
   m.total_blocks += reply.total_blocks;
@@ -333,6 +373,14 @@ using install_done = std::function<void(result<uint64_t>)>;
 void store_and_install(router_actor_t* self, model_state& m, centroid_file file, std::string what,
                        install_done done) {
   if (auto s = check_installable(m, file); !s.ok()) return done(s);
+  if (!self->state.sigcache) {
+    // No store on this node: the set lives in the routers' memories (and their snapshots).
+    const uint64_t epoch = m.epoch + 1;
+    if (auto s = install(self->state, m, file, epoch); !s.ok()) return done(s);
+    spdlog::info("model {}: {} installed as epoch {}", m.cfg->name, what, epoch);
+    announce_epoch(self, self->state, m);
+    return done(epoch);
+  }
   const uint32_t index = m.index;
   auto stored = std::make_shared<const stored_set>(stored_set{0, std::move(file)});
   self->request(self->state.sigcache, caf::infinite, store_set_atom::value, index,
@@ -342,6 +390,7 @@ void store_and_install(router_actor_t* self, model_state& m, centroid_file file,
             auto& mm = *self->state.models[index];
             if (auto s = install(self->state, mm, stored->file, epoch); !s.ok()) return done(s);
             spdlog::info("model {}: {} installed as epoch {}", mm.cfg->name, what, epoch);
+            announce_epoch(self, self->state, mm);
             done(epoch);
           },
           [=](caf::error& e) { done(status::io_error(self->system().render(e))); });
@@ -375,6 +424,7 @@ void swap_to(router_actor_t* self, model_state& m, uint64_t epoch, admin_job_ptr
               return;
             }
             spdlog::info("model {}: swapped to stored epoch {}", mm.cfg->name, s->epoch);
+            announce_epoch(self, self->state, mm);
             answer_admin(*self->state.ctx, *job, {{"epoch", s->epoch}});
           },
           [=](caf::error& e) {
@@ -559,19 +609,22 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
   }
 }
 
-void handle_worker(router_actor_t* self, const worker_job_ptr& job) {
+// `answer`: false for a message another node's load monitor received and answered (its copy
+// only updates this router's load view).
+void handle_worker(router_actor_t* self, const worker_job& job, bool answer) {
   auto& st = self->state;
   const int64_t now = st.ctx->now_ms();
   auto fail = [&](route_error_code code, const std::string& id, std::string message) {
-    st.ctx->edge->reply_error(job->from, id, code, std::move(message));
+    if (answer) st.ctx->edge->reply_error(job.from, id, code, std::move(message));
   };
   auto ack = [&](const std::string& id, model_state& m, uint32_t worker) {
+    if (!answer) return;
     worker_ack a;
     a.id = id;
     auto snap = m.pool.snapshot(worker, now);
     a.state = snap.ok() ? std::string(to_string(snap->state)) : "unregistered";
     a.epoch = m.epoch;
-    st.ctx->edge->reply(job->from, encode_worker_ack(a));
+    st.ctx->edge->reply(job.from, encode_worker_ack(a));
   };
   std::visit(
       [&](const auto& msg) {
@@ -594,8 +647,9 @@ void handle_worker(router_actor_t* self, const worker_job_ptr& job) {
               !s.ok())
             return fail(route_error_code::malformed, msg.id, s.message());
           if (m->policy->workers() != m->pool.k()) (void)rebuild_policy(st, *m);
-          spdlog::info("model {}: decode worker {} registered at {} (capacity {})", msg.model,
-                       msg.worker, msg.endpoint, msg.capacity);
+          if (answer)
+            spdlog::info("model {}: decode worker {} registered at {} (capacity {})", msg.model,
+                         msg.worker, msg.endpoint, msg.capacity);
           ack(msg.id, *m, msg.worker);
         } else if constexpr (std::is_same_v<T, load_report>) {
           if (auto s = m->pool.on_report(msg.worker, msg.in_flight, msg.seq, now); !s.ok())
@@ -617,7 +671,116 @@ void handle_worker(router_actor_t* self, const worker_job_ptr& job) {
           fail(route_error_code::unknown_type, msg.id, "not a router message");
         }
       },
-      job->message);
+      job.message);
+}
+
+void untrusted(router_actor_t* self) {
+  ++self->state.untrusted;
+  self->state.ctx->metrics->cluster_event("untrusted");
+}
+
+// A route whose request id this router (or a peer) already decided: the same answer again, and
+// no second count in the load view.
+bool answer_retry(router_actor_t* self, model_state& m, const route_job& job) {
+  auto& st = self->state;
+  const int64_t now = st.ctx->now_ms();
+  const auto* r = st.decisions->get(std::to_string(m.index) + "/" + job.request.id, now);
+  if (r == nullptr) return false;
+  route_reply reply;
+  reply.id = job.request.id;
+  reply.worker = r->worker;
+  auto snap = m.pool.snapshot(r->worker, now);
+  if (snap.ok()) reply.endpoint = snap->endpoint;
+  reply.epoch = r->epoch;
+  reply.total_blocks = static_cast<uint32_t>(job.request.block_hashes.size());
+  st.ctx->edge->reply(job.from, encode_route_reply(reply));
+  ++st.retried;
+  return true;
+}
+
+void flush_decisions(router_actor_t* self) {
+  auto& st = self->state;
+  st.flush_armed = false;
+  for (auto& [index, ds] : st.outbox) {
+    if (ds.empty()) continue;
+    for (const auto& p : st.peers)
+      self->send(p, decisions_atom::value, st.models[index]->cfg->name, ds);
+    ds.clear();
+  }
+}
+
+std::vector<pool_snapshot> snapshot_pools(router_state& st) {
+  std::vector<pool_snapshot> out;
+  const int64_t now = st.ctx->now_ms();
+  for (auto& m : st.models) {
+    pool_snapshot p;
+    p.model = m->cfg->name;
+    p.epoch = m->epoch;
+    if (m->file) p.centroids = encode_centroid_file(*m->file);
+    for (const auto& w : m->pool.snapshot_all(now))
+      if (w.state != worker_state::unregistered)
+        p.workers.push_back(worker_row{w.index, w.endpoint, w.capacity, w.load, w.draining});
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+// Installs a peer's centroid set when it is newer than ours.
+void adopt_epoch(router_actor_t* self, model_state& m, uint64_t epoch,
+                 const std::vector<uint8_t>& bytes, const char* why) {
+  if (epoch <= m.epoch || bytes.empty()) return;
+  auto file = parse_centroid_file(std::span<const uint8_t>(bytes.data(), bytes.size()), "peer");
+  if (!file.ok()) {
+    spdlog::warn("model {}: epoch {} {} is unreadable: {}", m.cfg->name, epoch, why,
+                 file.error().message());
+    return;
+  }
+  if (auto s = check_installable(m, *file); !s.ok()) {
+    spdlog::warn("model {}: epoch {} {} does not fit: {}", m.cfg->name, epoch, why, s.message());
+    return;
+  }
+  if (auto s = install(self->state, m, *file, epoch); !s.ok()) return;
+  ++self->state.peer_epochs;
+  spdlog::info("model {}: installed epoch {} {}", m.cfg->name, epoch, why);
+}
+
+// A router that joins late (or after a partition) learns the registered workers and the newest
+// centroid set from its peers; its in-flight counts converge with the next load reports.
+void merge_pools(router_actor_t* self, const std::vector<pool_snapshot>& pools) {
+  auto& st = self->state;
+  const int64_t now = st.ctx->now_ms();
+  for (const auto& p : pools) {
+    auto* m = st.find(p.model);
+    if (!m) continue;
+    adopt_epoch(self, *m, p.epoch, p.centroids, "from a peer's snapshot");
+    for (const auto& w : p.workers) {
+      if (w.worker >= m->pool.k()) {
+        if (m->cfg->workers != 0 || m->set || w.worker >= m->cfg->max_workers) continue;
+        if (!m->pool.resize(w.worker + 1).ok()) continue;
+      }
+      auto snap = m->pool.snapshot(w.worker, now);
+      if (snap.ok() && snap->state != worker_state::unregistered) continue;
+      if (!m->pool.register_worker(w.worker, w.endpoint, w.capacity, now).ok()) continue;
+      if (w.draining) (void)m->pool.drain(w.worker);
+    }
+    if (m->policy->workers() != m->pool.k()) (void)rebuild_policy(st, *m);
+  }
+}
+
+void on_members(router_actor_t* self, const std::vector<member_info>& members) {
+  auto& st = self->state;
+  std::vector<caf::actor> peers;
+  for (const auto& mi : members)
+    if (mi.router) peers.push_back(mi.router);
+  // A router we did not know gets our pools, so that it can route before the next reports.
+  std::vector<pool_snapshot> snapshot;
+  for (const auto& p : peers) {
+    if (std::find(st.peers.begin(), st.peers.end(), p) != st.peers.end()) continue;
+    if (snapshot.empty()) snapshot = snapshot_pools(st);
+    self->send(p, pool_sync_atom::value, snapshot);
+  }
+  st.peers = std::move(peers);
+  if (st.peers.empty()) st.outbox.clear();
 }
 
 caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::actor sigcache,
@@ -625,6 +788,10 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
   auto& st = self->state;
   st.ctx = ctx;
   st.sigcache = sigcache;
+  // Validated config: capacity and TTL are >= 1, so make() cannot fail.
+  auto decisions = bounded_lru<std::string, remembered>::make(ctx->config.cluster.max_decisions,
+                                                              ctx->config.cluster.decision_ttl_ms);
+  st.decisions.emplace(std::move(*decisions));
   for (uint32_t i = 0; i < ctx->config.models.size(); ++i) {
     const auto& cfg = ctx->config.models[i];
     load_view_options lo;
@@ -655,16 +822,63 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
                            "no model named '" + job->request.model + "'");
           return;
         }
+        if (answer_retry(self, *m, *job)) return;
         sign_and_route(self, *m, std::move(job), 0);
       },
-      [=](worker_atom, worker_job_ptr job) { handle_worker(self, job); },
+      [=](flush_atom) { flush_decisions(self); },
+      [=](members_atom, const std::vector<member_info>& members) {
+        if (!trusted_sender(self, self->state.ctx->trust.get())) return;
+        on_members(self, members);
+      },
+      [=](decisions_atom, const std::string& model, const std::vector<shared_decision>& ds) {
+        auto& s = self->state;
+        if (!trusted_sender(self, s.ctx->trust.get())) return untrusted(self);
+        auto* m = s.find(model);
+        if (!m) return;
+        const int64_t now = s.ctx->now_ms();
+        for (const auto& d : ds) {
+          const auto key = std::to_string(m->index) + "/" + d.request;
+          if (s.decisions->get(key, now) != nullptr || d.worker >= m->pool.k()) continue;
+          (void)m->pool.on_route(d.request, d.worker, now);
+          s.decisions->put(key, remembered{d.worker, d.epoch}, now);
+          ++s.peer_decisions;
+        }
+      },
+      [=](peer_worker_atom, const std::vector<uint8_t>& bytes) {
+        auto& s = self->state;
+        if (!trusted_sender(self, s.ctx->trust.get())) return untrusted(self);
+        worker_protocol_limits limits;
+        auto msg = decode_worker_message(bytes, limits);
+        if (!msg.ok()) return;
+        ++s.peer_worker_messages;
+        handle_worker(self, worker_job{reply_address{}, std::move(*msg)}, false);
+      },
+      [=](pool_sync_atom, const std::vector<pool_snapshot>& pools) {
+        if (!trusted_sender(self, self->state.ctx->trust.get())) return untrusted(self);
+        merge_pools(self, pools);
+      },
+      [=](epoch_atom, const std::string& model, uint64_t epoch, const std::vector<uint8_t>& file) {
+        auto& s = self->state;
+        if (!trusted_sender(self, s.ctx->trust.get())) return untrusted(self);
+        auto* m = s.find(model);
+        if (m) adopt_epoch(self, *m, epoch, file, "announced by a peer router");
+      },
+      [=](worker_atom, worker_job_ptr job) { handle_worker(self, *job, true); },
       [=](admin_atom, admin_job_ptr job) { handle_admin(self, job); },
       // The router's part of `status`: models as a JSON text.
       [=](admin_atom) -> std::string {
         nlohmann::json models = nlohmann::json::array();
         for (auto& m : self->state.models)
           models.push_back(model_json(self->state, *m));
-        return nlohmann::json{{"models", models}, {"unknown_model", self->state.unknown_model}}
+        const auto& s = self->state;
+        return nlohmann::json{{"models", models},
+                              {"unknown_model", s.unknown_model},
+                              {"retried_routes", s.retried},
+                              {"peer_routers", s.peers.size()},
+                              {"peer_decisions", s.peer_decisions},
+                              {"peer_worker_messages", s.peer_worker_messages},
+                              {"peer_epochs", s.peer_epochs},
+                              {"untrusted_messages", s.untrusted}}
             .dump();
       },
       // The refit's sample: a copy of the reservoir and the current set.

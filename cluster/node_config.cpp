@@ -284,8 +284,8 @@ status read_model(const toml::table& t, const std::string& path, model_config& m
 // ranges are validate_node_config's.
 status read_document(const toml::table& root, node_config& c) {
   first_error e;
-  e(table_reader(root, "").check_known(
-      {"node", "endpoints", "limits", "runtime", "signature_cache", "models"}));
+  e(table_reader(root, "").check_known({"node", "endpoints", "limits", "runtime", "signature_cache",
+                                        "cluster", "security", "models"}));
   if (!e.get().ok()) return e.get();
 
   const auto read_section = [&](std::string_view name, auto&& fill) {
@@ -325,6 +325,34 @@ status read_document(const toml::table& root, node_config& c) {
     e(r.read("max_blocks", c.cache_max_blocks));
     e(r.read("sync_wal", c.sync_wal));
     e(r.read("commit_interval_ms", c.commit_interval_ms));
+  });
+
+  read_section("cluster", [&](const table_reader& r) {
+    e(r.check_known({"listen", "advertise", "seeds", "secret_file", "heartbeat_ms",
+                     "connection_timeout_ms", "reconnect_ms", "replication", "vnodes",
+                     "load_sync_ms", "decision_ttl_ms", "max_decisions", "tls_certificate",
+                     "tls_key", "tls_ca_file"}));
+    cluster_config& k = c.cluster;
+    e(r.read("listen", k.listen));
+    e(r.read("advertise", k.advertise));
+    e(r.read("seeds", k.seeds));
+    e(r.read("secret_file", k.secret_file));
+    e(r.read("heartbeat_ms", k.heartbeat_ms));
+    e(r.read("connection_timeout_ms", k.connection_timeout_ms));
+    e(r.read("reconnect_ms", k.reconnect_ms));
+    e(r.read("replication", k.replication));
+    e(r.read("vnodes", k.vnodes));
+    e(r.read("load_sync_ms", k.load_sync_ms));
+    e(r.read("decision_ttl_ms", k.decision_ttl_ms));
+    e(r.read("max_decisions", k.max_decisions));
+    e(r.read("tls_certificate", k.tls_certificate));
+    e(r.read("tls_key", k.tls_key));
+    e(r.read("tls_ca_file", k.tls_ca_file));
+  });
+  read_section("security", [&](const table_reader& r) {
+    e(r.check_known({"curve_secret_key_file", "curve_authorized_keys_file"}));
+    e(r.read("curve_secret_key_file", c.security.curve_secret_key_file));
+    e(r.read("curve_authorized_keys_file", c.security.curve_authorized_keys_file));
   });
 
   // [[models]]: an array of tables (inline tables in an array are the same thing to TOML).
@@ -441,7 +469,74 @@ status validate_model(const model_config& m, const std::string& p) {
   return e.get();
 }
 
+// A cluster address: host:port with a real host (peers dial it) and a port (0 only to bind).
+status check_host_port(const std::string& key, const std::string& value, bool bind) {
+  auto hp = parse_host_port(value);
+  if (!hp.ok()) return status::invalid_argument(key + ": " + hp.error().message());
+  if (!bind && hp->port == 0)
+    return status::invalid_argument(key + ": " + quoted(value) + " needs a port in 1..65535");
+  return {};
+}
+
+status validate_cluster(const node_config& c) {
+  const cluster_config& k = c.cluster;
+  first_error e;
+  if (!c.clustered()) {
+    // A standalone node has no peers to serve the roles it lacks.
+    if (c.roles.size() != std::size(known_roles))
+      e(status::invalid_argument(
+          "node.roles: a standalone node (cluster.listen = \"\") needs all of " +
+          joined(known_roles) + "; set cluster.listen to run a subset in a cluster"));
+    if (!k.seeds.empty())
+      e(
+          status::invalid_argument("cluster.seeds: needs cluster.listen (this node must be "
+                                   "reachable by the nodes it joins)"));
+    return e.get();
+  }
+  e(check_host_port("cluster.listen", k.listen, true));
+  if (!k.advertise.empty())
+    e(check_host_port("cluster.advertise", k.advertise, false));
+  else if (auto hp = parse_host_port(k.listen);
+           hp.ok() && (hp->host == "0.0.0.0" || hp->host == "::"))
+    e(
+        status::invalid_argument("cluster.advertise: required when cluster.listen binds a wildcard "
+                                 "address (" +
+                                 quoted(k.listen) + "): peers need a host to dial"));
+  for (size_t i = 0; i < k.seeds.size(); ++i)
+    e(check_host_port("cluster.seeds[" + std::to_string(i) + "]", k.seeds[i], false));
+  if (k.secret_file.empty())
+    e(
+        status::invalid_argument("cluster.secret_file: required when cluster.listen is set (nodes "
+                                 "prove they know it before they may join)"));
+  e(at_least("cluster.heartbeat_ms", k.heartbeat_ms, 10u));
+  if (k.connection_timeout_ms <= k.heartbeat_ms)
+    e(status::invalid_argument("cluster.connection_timeout_ms: must exceed cluster.heartbeat_ms (" +
+                               std::to_string(k.heartbeat_ms) + "), got " +
+                               std::to_string(k.connection_timeout_ms)));
+  e(at_least("cluster.reconnect_ms", k.reconnect_ms, 10u));
+  e(at_least("cluster.replication", k.replication, 1u));
+  if (k.vnodes < 1 || k.vnodes > 4096)
+    e(status::invalid_argument("cluster.vnodes: must be in 1..4096, got " +
+                               std::to_string(k.vnodes)));
+  e(at_least("cluster.load_sync_ms", k.load_sync_ms, 1u));
+  e(at_least("cluster.decision_ttl_ms", k.decision_ttl_ms, 1u));
+  e(at_least("cluster.max_decisions", k.max_decisions, 1u));
+  if (k.tls_certificate.empty() != k.tls_key.empty())
+    e(status::invalid_argument(
+        std::string(k.tls_key.empty() ? "cluster.tls_key" : "cluster.tls_certificate") +
+        ": cluster.tls_certificate and cluster.tls_key go together"));
+  if (!k.tls_ca_file.empty() && k.tls_certificate.empty())
+    e(
+        status::invalid_argument("cluster.tls_ca_file: needs cluster.tls_certificate and "
+                                 "cluster.tls_key (peers verify this node's certificate too)"));
+  return e.get();
+}
+
 }  // namespace
+
+bool node_config::has_role(std::string_view role) const {
+  return std::find(roles.begin(), roles.end(), role) != roles.end();
+}
 
 node_config default_node_config() {
   node_config c;
@@ -506,6 +601,11 @@ status validate_node_config(const node_config& c) {
                                "; valid: " + joined(known_log_levels)));
 
   e(at_least("signature_cache.max_blocks", c.cache_max_blocks, uint64_t{1}));
+  e(validate_cluster(c));
+  if (c.security.curve_secret_key_file.empty() && !c.security.curve_authorized_keys_file.empty())
+    e(
+        status::invalid_argument("security.curve_authorized_keys_file: needs "
+                                 "security.curve_secret_key_file (CURVE is off without it)"));
 
   if (c.models.empty())
     e(status::invalid_argument("models: at least one [[models]] table is required"));
@@ -520,7 +620,8 @@ status validate_node_config(const node_config& c) {
   return e.get();
 }
 
-result<node_config> parse_node_config(const std::string& toml_text, const std::string& origin) {
+result<node_config> parse_node_config(const std::string& toml_text, const std::string& origin,
+                                      bool validate) {
   const std::string prefix = origin.empty() ? "" : origin + ": ";
   toml::parse_result parsed = toml::parse(std::string_view(toml_text), std::string_view(origin));
   if (!parsed) {
@@ -532,15 +633,16 @@ result<node_config> parse_node_config(const std::string& toml_text, const std::s
   node_config c;
   if (status s = read_document(parsed.table(), c); !s.ok())
     return status::invalid_argument(prefix + s.message());
+  if (!validate) return c;
   if (status s = validate_node_config(c); !s.ok())
     return status::invalid_argument(prefix + s.message());
   return c;
 }
 
-result<node_config> load_node_config(const std::string& path) {
+result<node_config> load_node_config(const std::string& path, bool validate) {
   auto bytes = read_file(path, max_config_file_bytes);
   if (!bytes.ok()) return bytes.error();
-  return parse_node_config(std::string(bytes->begin(), bytes->end()), path);
+  return parse_node_config(std::string(bytes->begin(), bytes->end()), path, validate);
 }
 
 }  // namespace eldr

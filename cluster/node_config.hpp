@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.hpp"
@@ -41,6 +42,36 @@ struct model_config {
   std::vector<std::string> counts_endpoints;  // eldr counts publishers to subscribe to
 };
 
+// [cluster]: several nodes as one control plane (docs/cluster.md). Off when `listen` is empty:
+// the node is standalone and must then hold all four roles.
+struct cluster_config {
+  std::string listen;     // host:port the cluster transport (CAF's middleman) binds; port 0 = any
+  std::string advertise;  // host:port peers dial to reach this node; "" = listen's
+  std::vector<std::string> seeds;  // host:port of nodes to join through (may include this one)
+  std::string secret_file;      // the shared cluster secret (>= 16 bytes); required when clustered
+  uint32_t heartbeat_ms = 250;  // CAF heartbeat between connected nodes
+  uint32_t connection_timeout_ms = 1500;  // a peer silent this long is dead (> heartbeat_ms)
+  uint32_t reconnect_ms = 500;            // how often lost peers and seeds are dialled again
+  uint32_t replication = 2;               // R: signature-cache nodes holding each block
+  uint32_t vnodes = 64;                   // virtual nodes per signature-cache node on the ring
+  uint32_t load_sync_ms = 5;              // routers exchange in-flight changes this often
+  uint32_t decision_ttl_ms = 60000;       // a route retried within this returns the same decision
+  uint32_t max_decisions = 1u << 20;      // decisions remembered for retries, per node
+  // TLS for node-to-node traffic through CAF's openssl module: all empty = plain TCP (the secret
+  // still authenticates joins). certificate and key go together; ca_file makes peers verify
+  // each other's certificates.
+  std::string tls_certificate;
+  std::string tls_key;
+  std::string tls_ca_file;
+};
+
+// [security]: ZeroMQ CURVE on the route, worker and admin endpoints (docs/security.md).
+struct security_config {
+  std::string curve_secret_key_file;       // the node's CURVE secret key (Z85); "" = CURVE off
+  std::string curve_authorized_keys_file;  // client public keys allowed; "" = any client that
+                                           // knows the node's public key
+};
+
 struct node_config {
   std::string name = "eldr-node";  // node.name: shown in status and logs
   std::vector<std::string> roles{"router", "signature-cache", "load-monitor", "refit"};
@@ -64,7 +95,12 @@ struct node_config {
   uint64_t cache_max_blocks = uint64_t{1} << 22;
   bool sync_wal = false;
   uint32_t commit_interval_ms = 10;  // group commit of ingested events
+  cluster_config cluster;
+  security_config security;
   std::vector<model_config> models;  // at least one
+
+  bool clustered() const { return !cluster.listen.empty(); }
+  bool has_role(std::string_view role) const;
 };
 
 // The embedded default: one model "default" (K from registrations), all roles, loopback.
@@ -74,9 +110,12 @@ node_config default_node_config();
 // syntax errors "origin: line L, column C: TOML syntax error: ..."). All errors are
 // invalid_argument and report the first problem found. The file must hold at least one
 // [[models]] table (the embedded default's model is not added to a file's).
-result<node_config> parse_node_config(const std::string& toml_text, const std::string& origin);
+// `validate` = false checks structure and types only (for a program that applies command-line
+// overrides first -- e.g. cluster.advertise from a pod's IP -- and validates afterwards).
+result<node_config> parse_node_config(const std::string& toml_text, const std::string& origin,
+                                      bool validate = true);
 // read_file + parse_node_config(text, path); a missing or unreadable file is not_found/io_error.
-result<node_config> load_node_config(const std::string& path);
+result<node_config> load_node_config(const std::string& path, bool validate = true);
 
 // Checks every range and cross-field rule (unique model names, roles known, endpoints parseable,
 // workers <= max_workers, ...); messages name the TOML key without an origin ("models[0].tau:

@@ -10,9 +10,12 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
+
+#include "cluster/curve_keys.hpp"
 
 namespace eldr {
 namespace {
@@ -33,6 +36,11 @@ std::string bind_form(const std::string& endpoint) {
     return endpoint.substr(0, endpoint.size() - 1) + "*";
   return endpoint;
 }
+
+// ZAP (RFC 27): libzmq asks this endpoint, in the socket's own context, whether a handshake may
+// proceed. The domain tags eldr's ROUTER sockets, so the handler refuses anything else.
+constexpr const char* zap_endpoint = "inproc://zeromq.zap.01";
+constexpr std::string_view zap_domain = "eldr";
 
 struct queued_reply {
   reply_address to;
@@ -64,6 +72,11 @@ class zmq_frontend::impl {
   zmq::context_t ctx{1};
   std::array<std::unique_ptr<zmq::socket_t>, frontend_channel_count> routers;
   std::array<std::string, frontend_channel_count> bound;
+  // CURVE: the server's public key ("" = off), and, with an allowlist, the ZAP handler's REP
+  // socket (owned by the frontend thread after start) and the allowed keys in binary.
+  std::string curve_public;
+  std::unique_ptr<zmq::socket_t> zap;
+  std::set<curve_key> allowed_keys;
   int wake_fd = -1;
   std::thread thread;
   std::atomic<bool> stopping{false};
@@ -76,6 +89,44 @@ class zmq_frontend::impl {
   // Owned by the frontend thread.
   std::vector<std::pair<uint32_t, std::unique_ptr<zmq::socket_t>>> subs;
   std::vector<kv_decode_issue> issues;
+
+  // Validates the CURVE options and, with an allowlist, binds the ZAP handler: it must exist
+  // before the ROUTER sockets bind, or early handshakes would go unauthenticated.
+  status configure_curve() {
+    const auto& c = opt.curve;
+    if (c.server_secret_key.empty()) {
+      if (!c.authorized_client_keys.empty())
+        return status::invalid_argument(
+            "curve.authorized_client_keys: set without curve.server_secret_key (an allowlist "
+            "needs CURVE on)");
+      return {};
+    }
+    if (!curve_available())
+      return status::failed_precondition(
+          "curve.server_secret_key: this libzmq is built without CURVE support");
+    auto pub = eldr::curve_public_key(c.server_secret_key);
+    if (!pub.ok())
+      return status(pub.error().code(), "curve.server_secret_key: " + pub.error().message());
+    curve_public = std::move(*pub);
+    for (const auto& k : c.authorized_client_keys) {
+      auto key = decode_curve_key(k);
+      if (!key.ok())
+        return status::invalid_argument("curve.authorized_client_keys: \"" + k +
+                                        "\": " + key.error().message());
+      allowed_keys.insert(*key);
+    }
+    if (allowed_keys.empty()) return {};  // no handler: libzmq admits any CURVE client
+    try {
+      auto s = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::rep);
+      s->set(zmq::sockopt::linger, 0);
+      s->bind(zap_endpoint);
+      zap = std::move(s);
+    } catch (const zmq::error_t& e) {
+      return status::invalid_argument(
+          std::string("curve.authorized_client_keys: cannot bind the ZAP handler: ") + e.what());
+    }
+    return {};
+  }
 
   status bind_all() {
     try {
@@ -92,6 +143,11 @@ class zmq_frontend::impl {
                                         : opt.admin_limits.max_payload_bytes;
         // ZeroMQ drops larger frames before we see them; the codec's own limit answers the rest.
         s->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limit) + 4096);
+        if (!curve_public.empty()) {
+          s->set(zmq::sockopt::curve_server, true);
+          s->set(zmq::sockopt::curve_secretkey, opt.curve.server_secret_key);
+          if (zap) s->set(zmq::sockopt::zap_domain, std::string(zap_domain));
+        }
         s->bind(bind_form(opt.endpoints[c]));
         bound[c] = s->get(zmq::sockopt::last_endpoint);
         routers[c] = std::move(s);
@@ -180,6 +236,55 @@ class zmq_frontend::impl {
         spdlog::info("subscribed to publisher {} (subscription {})", endpoint, id);
       } catch (const zmq::error_t& e) {
         spdlog::warn("cannot subscribe to publisher {}: {}", endpoint, e.what());
+      }
+    }
+  }
+
+  // Answers the ZAP requests waiting on the handler socket. Every request gets exactly one reply
+  // (a REP socket alternates): 200 for an allowed client key, 400 otherwise.
+  void handle_zap() {
+    std::vector<zmq::message_t> req;
+    for (int n = 0; n < 256; ++n) {
+      req.clear();
+      std::optional<size_t> got;
+      try {
+        got = zmq::recv_multipart(*zap, std::back_inserter(req), zmq::recv_flags::dontwait);
+      } catch (const zmq::error_t&) {
+        return;
+      }
+      if (!got) return;
+      // version, request id, domain, address, identity, mechanism, credentials...
+      std::string request_id = req.size() > 1 ? req[1].to_string() : std::string();
+      std::string_view code = "400";
+      std::string_view text = "client key not authorized";
+      std::string user_id;
+      if (req.size() < 6 || req[0].to_string_view() != "1.0") {
+        text = "malformed ZAP request";
+      } else if (req[2].to_string_view() != zap_domain) {
+        text = "unknown ZAP domain";
+      } else if (req[5].to_string_view() != "CURVE" || req.size() != 7 ||
+                 req[6].size() != curve_key_bytes) {
+        text = "CURVE required";
+      } else {
+        curve_key key{};
+        std::memcpy(key.data(), req[6].data(), key.size());
+        if (allowed_keys.contains(key)) {
+          code = "200";
+          text = "OK";
+          user_id = encode_curve_key(key);
+        }
+      }
+      (code == "200" ? counters.curve_accepted : counters.curve_refused).fetch_add(1);
+      try {
+        zap->send(zmq::buffer(std::string_view("1.0")), zmq::send_flags::sndmore);
+        zap->send(zmq::buffer(request_id), zmq::send_flags::sndmore);
+        zap->send(zmq::buffer(code), zmq::send_flags::sndmore);
+        zap->send(zmq::buffer(text), zmq::send_flags::sndmore);
+        zap->send(zmq::buffer(user_id), zmq::send_flags::sndmore);
+        zap->send(zmq::message_t(), zmq::send_flags::none);  // no metadata
+      } catch (const zmq::error_t& e) {
+        spdlog::error("cannot answer a ZAP request: {}", e.what());
+        return;
       }
     }
   }
@@ -286,6 +391,8 @@ class zmq_frontend::impl {
         items.push_back({routers[c]->handle(), 0, ZMQ_POLLIN, 0});
         item_channel.push_back(static_cast<frontend_channel>(c));
       }
+      const size_t zap_item = items.size();
+      if (zap) items.push_back({zap->handle(), 0, ZMQ_POLLIN, 0});
       const size_t first_sub = items.size();
       for (auto& [id, s] : subs)
         items.push_back({s->handle(), 0, ZMQ_POLLIN, 0});
@@ -298,8 +405,9 @@ class zmq_frontend::impl {
         return;
       }
       if (items.back().revents & ZMQ_POLLIN) send_queued();
+      if (zap && (items[zap_item].revents & ZMQ_POLLIN)) handle_zap();
       // Drain each socket up to a budget so that one busy socket cannot starve the others.
-      for (size_t i = 0; i < first_sub; ++i) {
+      for (size_t i = 0; i < zap_item; ++i) {
         if (!(items[i].revents & ZMQ_POLLIN)) continue;
         auto& s = *routers[static_cast<size_t>(item_channel[i])];
         for (int n = 0; n < 256; ++n) {
@@ -354,6 +462,7 @@ zmq_frontend::~zmq_frontend() = default;
 result<std::unique_ptr<zmq_frontend>> zmq_frontend::start(frontend_options options,
                                                           frontend_callbacks callbacks) {
   auto p = std::make_unique<impl>(std::move(options), std::move(callbacks));
+  if (auto s = p->configure_curve(); !s.ok()) return s;
   if (auto s = p->bind_all(); !s.ok()) return s;
   auto* raw = p.get();
   p->thread = std::thread([raw] { raw->run(); });
@@ -389,6 +498,10 @@ uint32_t zmq_frontend::subscribe(const std::string& endpoint) {
 
 const frontend_counters& zmq_frontend::counters() const {
   return impl_->counters;
+}
+
+const std::string& zmq_frontend::curve_public_key() const {
+  return impl_->curve_public;
 }
 
 }  // namespace eldr

@@ -8,6 +8,11 @@
 // they are queued and the frontend thread sends them, because a ZeroMQ socket belongs to one
 // thread. Sends never block: a peer that is gone or not reading (its queue at the high-water mark)
 // loses its reply, which is counted, and no other client waits for it.
+//
+// With CURVE on (frontend_options::curve, docs/security.md) the three ROUTER sockets encrypt and
+// authenticate every connection; with an allowlist of client keys the frontend thread also
+// serves ZeroMQ's authentication requests (ZAP, RFC 27) for them. Publisher subscriptions are
+// not affected.
 #pragma once
 
 #include <array>
@@ -15,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -58,6 +64,16 @@ struct publisher_frames {
   std::vector<std::vector<uint8_t>> frames;
 };
 
+// ZeroMQ CURVE on the route, worker and admin sockets. Off by default.
+struct frontend_curve_options {
+  // The node's long-term secret key, Z85 (40 characters; curve_keys.hpp reads it from a file).
+  // "" = CURVE off: plain traffic, any peer may connect.
+  std::string server_secret_key;
+  // Client public keys (Z85) allowed to connect. Empty = any client that knows the server's
+  // public key. Non-empty requires server_secret_key.
+  std::set<std::string> authorized_client_keys;
+};
+
 struct frontend_options {
   // Bind endpoints; "" = that channel is not served. Port 0 or "*" picks a free port.
   std::array<std::string, frontend_channel_count> endpoints;
@@ -67,6 +83,7 @@ struct frontend_options {
   uint32_t max_pending = 10000;  // route requests handed over and not yet answered
   int send_hwm = 100000;         // per peer: replies queued before they are dropped
   int64_t max_publisher_message_bytes = int64_t{64} << 20;
+  frontend_curve_options curve;
 };
 
 struct frontend_callbacks {
@@ -88,6 +105,11 @@ struct frontend_counters {
   std::atomic<uint64_t> bad_frames{0};  // wrong frame count on a ROUTER socket
   std::atomic<uint64_t> publisher_messages{0};
   std::atomic<uint32_t> pending{0};
+  // CURVE handshakes the allowlist decided (counted only when authorized_client_keys is
+  // non-empty). A client without CURVE, or with the wrong server key, fails before this point and
+  // is not counted.
+  std::atomic<uint64_t> curve_accepted{0};
+  std::atomic<uint64_t> curve_refused{0};
 };
 
 // Where actors send their answers and publisher subscriptions: the ZeroMQ frontend in a node, a
@@ -107,7 +129,10 @@ class reply_sink {
 
 class zmq_frontend final : public reply_sink {
  public:
-  // Binds every endpoint and starts the thread. Errors: an endpoint ZeroMQ refuses.
+  // Binds every endpoint and starts the thread. Errors (invalid_argument unless noted): an
+  // endpoint ZeroMQ refuses; a malformed CURVE key, the message naming the field
+  // ("curve.server_secret_key: ...", "curve.authorized_client_keys: ..."); an allowlist without a
+  // server key; failed_precondition when CURVE is asked for and libzmq lacks it.
   static result<std::unique_ptr<zmq_frontend>> start(frontend_options options,
                                                      frontend_callbacks callbacks);
   // Stops the thread; replies still queued are dropped.
@@ -125,6 +150,9 @@ class zmq_frontend final : public reply_sink {
   uint32_t subscribe(const std::string& endpoint) override;
 
   const frontend_counters& counters() const;
+
+  // The server's public key (Z85) clients set as their server key; "" when CURVE is off.
+  const std::string& curve_public_key() const;
 
   class impl;
 

@@ -11,7 +11,7 @@ packages=(
   libcaf-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev librocksdb-dev libspdlog-dev libfmt-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   # Python peers used by integration tests and the Python client (Debian's /usr/bin/python3)
-  python3 python3-zmq python3-msgpack python3-numpy python3-scipy
+  python3 python3-zmq python3-msgpack python3-numpy python3-scipy python3-yaml
   # plots
   gnuplot-nox
 )

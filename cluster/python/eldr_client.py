@@ -2,7 +2,8 @@
 """eldr_client: the Python client of an eldr node, for prefill workers, decode workers and operators.
 
 The node binds three ZeroMQ ROUTER sockets (route, worker and admin endpoints). Each client here
-connects one DEALER socket to one of them and speaks eldr's wire protocol version 1
+connects one DEALER socket to one of them (or one per node when given several endpoints: see
+Failover) and speaks eldr's wire protocol version 1
 (docs/protocol.md sections 3 to 5): every message is one frame holding one MessagePack map with
 "version": 1 and a "type"; the reply comes back on the same connection and is matched to its
 request by the "id" key.
@@ -10,6 +11,24 @@ request by the "id" key.
 Requirements: Python 3.11 with Debian's python3-zmq and python3-msgpack only, so run it with
 /usr/bin/python3 (a python3 earlier on PATH may not see Debian's packages). Copy this one file
 next to your worker, or put cluster/python on PYTHONPATH.
+
+Every client class takes, besides the arguments shown below:
+    endpoints                   one endpoint (str) or a list: the same endpoint on several nodes
+    max_attempts=None           attempts of one call over the endpoints (default: one each)
+    server_public_key=None      the node's CURVE public key (Z85, 40 characters): turns CURVE on
+    public_key=None, secret_key=None
+                                the client's own CURVE pair (Z85); absent: an ephemeral pair
+    context=None                a shared zmq.Context
+and has .failovers (calls resent to another endpoint), .last_endpoint (the endpoint whose answer
+was returned last) and .endpoint (the current one). Malformed keys raise ValueError naming the
+argument; CURVE on a libzmq without it raises RuntimeError. curve_keypair() and
+curve_public_key(secret) make keys for tools.
+
+Failover: a call that gets no answer within timeout_ms is resent, with the same id, to the next
+endpoint (round robin); the first answer carrying the id wins, from whichever endpoint it was
+sent to, and that endpoint is where the next call starts. Late answers are never taken for the
+answer to a later request. Routes are safe to resend (nodes remember a decision per request id),
+so are worker messages (a finished event is applied once per id); admin commands are resent too.
 
 Classes
 -------
@@ -53,7 +72,8 @@ Examples
 A prefill worker (route one request, then hand its KV cache over to the chosen decode worker):
 
     from eldr_client import RouteClient, EldrError, counts_message
-    router = RouteClient("tcp://eldr-node:5700", timeout_ms=200)
+    router = RouteClient(["tcp://eldr-1:5700", "tcp://eldr-2:5700"], timeout_ms=200,
+                         server_public_key=open("node.pub").read().strip())
     counts = counts_message(48, 128, 8, blocks=[
         # (block hash, parent hash or None, per layer: the top-k expert ids of each token)
         (block_hashes[i], block_hashes[i - 1] if i else None, topk_ids_of_block(i))
@@ -83,6 +103,7 @@ A decode worker (register, report load periodically, report finished requests, d
 Thread safety: none; a client owns a ZeroMQ socket, which belongs to one thread. Make one client
 per thread (they may share one zmq.Context via context=).
 """
+import collections
 import itertools
 import operator
 import os
@@ -91,6 +112,7 @@ import time
 
 import msgpack
 import zmq
+import zmq.utils.z85
 
 PROTOCOL_VERSION = 1
 COUNTS_VERSION = 1
@@ -269,32 +291,147 @@ def route_request(request_id, model, blocks, counts=None, label=None, explain=Fa
     })
 
 
+def curve_keypair():
+    """A fresh CURVE key pair (public, secret), Z85 text (40 characters each), as str."""
+    _require_curve()
+    public, secret = zmq.curve_keypair()
+    return public.decode("ascii"), secret.decode("ascii")
+
+
+def curve_public_key(secret_key):
+    """The Z85 public key (str) of a Z85 secret key. Raises ValueError when it is not a key."""
+    _require_curve()
+    return zmq.curve_public(_z85_key(secret_key, "secret_key")).decode("ascii")
+
+
+_Z85_CHARS = frozenset(b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                       b".-:+=^!/*?&<>()[]{}@%$#")
+
+
+def _require_curve():
+    if not zmq.has("curve"):
+        raise RuntimeError("CURVE requested but this libzmq has no CURVE support "
+                           "(zmq.has('curve') is False; libzmq needs libsodium)")
+
+
+def _z85_key(key, field):
+    """key (str or bytes) as 40 Z85 bytes; ValueError naming the field (never the key)."""
+    if isinstance(key, str):
+        try:
+            key = key.encode("ascii")
+        except UnicodeEncodeError:
+            raise ValueError("%s: not a Z85 CURVE key (non-ASCII characters)" % field) from None
+    if not isinstance(key, (bytes, bytearray)):
+        raise ValueError("%s: a Z85 CURVE key is a str, not %s" % (field, type(key).__name__))
+    key = bytes(key)
+    if len(key) != 40 or not set(key) <= _Z85_CHARS:
+        raise ValueError("%s: not a Z85 CURVE key (40 characters of the Z85 alphabet)" % field)
+    try:
+        raw = zmq.utils.z85.decode(key)
+    except Exception:  # a group over 32 bits
+        raise ValueError("%s: not a Z85 CURVE key (does not decode)" % field) from None
+    if zmq.utils.z85.encode(raw) != key:
+        raise ValueError("%s: not a Z85 CURVE key (not canonical)" % field)
+    return key
+
+
+def _curve_keys(server_public_key, public_key, secret_key):
+    """The (server, public, secret) keys a socket gets, checked and completed, or None (no
+    CURVE). An absent client pair is made up (ephemeral); an absent public key is derived."""
+    if server_public_key is None:
+        if public_key is not None or secret_key is not None:
+            raise ValueError("server_public_key: required when a client key is given")
+        return None
+    _require_curve()
+    server = _z85_key(server_public_key, "server_public_key")
+    if secret_key is None:
+        if public_key is not None:
+            raise ValueError("secret_key: missing (public_key is set without its secret key)")
+        public, secret = zmq.curve_keypair()
+        return server, public, secret
+    secret = _z85_key(secret_key, "secret_key")
+    derived = zmq.curve_public(secret)
+    if public_key is None:
+        return server, derived, secret
+    public = _z85_key(public_key, "public_key")
+    if public != derived:
+        raise ValueError("public_key: does not belong to secret_key")
+    return server, public, secret
+
+
 class _Client:
-    """A DEALER connected to one node endpoint, with id correlation and timeouts."""
+    """DEALERs connected to one or more node endpoints, with id correlation, timeouts and
+    failover.
+
+    endpoints: one endpoint (str) or a list of them (the same protocol on several nodes). One
+    DEALER per endpoint, all connected at once, with LINGER 0 and IMMEDIATE (a message is only
+    queued for an endpoint whose connection, and CURVE handshake, is complete). A synchronous call
+    goes to the current endpoint; when no answer comes within timeout_ms it is resent with the
+    same id to the next endpoint (round robin, max_attempts attempts in all, default one per
+    endpoint), while answers from the endpoints tried before are still accepted; the first answer
+    with the call's id wins and its endpoint becomes the current one. Replies to other ids are
+    dropped; ids given up on an endpoint are remembered (bounded) so that receive() drops their
+    late replies too. Pipelined send()/receive() use the current endpoint only.
+    """
 
     _ids = itertools.count(1)
+    _max_abandoned = 4096
 
-    def __init__(self, endpoint, timeout_ms, reply_types, context=None):
-        self.endpoint = endpoint
+    def __init__(self, endpoints, timeout_ms, reply_types, context=None, max_attempts=None,
+                 server_public_key=None, public_key=None, secret_key=None):
+        if isinstance(endpoints, (str, bytes)):
+            endpoints = [endpoints]
+        endpoints = [e.decode() if isinstance(e, bytes) else str(e) for e in endpoints]
+        if not endpoints:
+            raise ValueError("endpoints: at least one is needed")
+        if max_attempts is not None and int(max_attempts) < 1:
+            raise ValueError("max_attempts: must be >= 1, got %r" % (max_attempts,))
+        keys = _curve_keys(server_public_key, public_key, secret_key)
+        self.endpoints = endpoints
         self.timeout_ms = int(timeout_ms)
+        self.max_attempts = len(endpoints) if max_attempts is None else int(max_attempts)
+        self.failovers = 0           # attempts resent to another endpoint after a timeout
+        self.last_endpoint = None    # the endpoint whose answer was returned last
+        self._current = 0
         self._reply_types = reply_types
         self._own_context = context is None
         self._ctx = context if context is not None else zmq.Context()
-        self._sock = self._ctx.socket(zmq.DEALER)
-        # Closing must never hang on messages a dead node will not take.
-        self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.connect(endpoint)
-        self._poller = zmq.Poller()
-        self._poller.register(self._sock, zmq.POLLIN)
+        self._socks = []
+        self._abandoned = [collections.OrderedDict() for _ in endpoints]
+        try:
+            for e in endpoints:
+                s = self._ctx.socket(zmq.DEALER)
+                self._socks.append(s)
+                # Closing must never hang on messages a dead node will not take.
+                s.setsockopt(zmq.LINGER, 0)
+                s.setsockopt(zmq.IMMEDIATE, 1)
+                if keys is not None:
+                    s.setsockopt(zmq.CURVE_SERVERKEY, keys[0])
+                    s.setsockopt(zmq.CURVE_PUBLICKEY, keys[1])
+                    s.setsockopt(zmq.CURVE_SECRETKEY, keys[2])
+                s.connect(e)
+        except Exception:
+            self.close()
+            raise
         self._prefix = "py-%d-%x-" % (os.getpid(), id(self))
+
+    @property
+    def endpoint(self):
+        """The current endpoint (where the next call starts and pipelined messages go)."""
+        return self.endpoints[self._current]
+
+    @property
+    def _sock(self):
+        return self._socks[self._current] if self._socks else None
 
     def next_id(self):
         return self._prefix + str(next(_Client._ids))
 
     def close(self):
-        if self._sock is not None:
-            self._sock.close(0)
-            self._sock = None
+        if self._socks:
+            for s in self._socks:
+                s.close(0)
+            self._socks = []
             if self._own_context:
                 self._ctx.term()
 
@@ -304,42 +441,97 @@ class _Client:
     def __exit__(self, *exc):
         self.close()
 
+    def _send_on(self, i, payload, timeout_ms):
+        # A DEALER with no completed connection blocks in send; bound that by the timeout.
+        if not self._socks[i].poll(timeout_ms, zmq.POLLOUT):
+            raise TimeoutError("%s: cannot send within %d ms" % (self.endpoints[i], timeout_ms))
+        self._socks[i].send(payload, zmq.NOBLOCK)
+
     def _send(self, payload):
-        # A DEALER with no connected peer blocks in send; bound that by the timeout instead.
-        if not self._sock.poll(self.timeout_ms, zmq.POLLOUT):
-            raise TimeoutError("%s: cannot send within %d ms" % (self.endpoint, self.timeout_ms))
-        self._sock.send(payload, zmq.NOBLOCK)
+        self._send_on(self._current, payload, self.timeout_ms)
+
+    def _read(self, i):
+        # One frame from a node talking to a DEALER; the last one is the message in any case (a
+        # node that adds a REQ-style empty delimiter is understood too, as by the C++ client).
+        return decode(self._socks[i].recv_multipart()[-1], self._reply_types)
+
+    def _abandon(self, i, rid):
+        a = self._abandoned[i]
+        a[rid] = True
+        while len(a) > self._max_abandoned:
+            a.popitem(last=False)
 
     def _receive(self, timeout_ms):
         timeout_ms = self.timeout_ms if timeout_ms is None else int(timeout_ms)
-        if not self._poller.poll(timeout_ms):
-            raise TimeoutError("%s: no reply within %d ms" % (self.endpoint, timeout_ms))
-        # One frame from a node talking to a DEALER; the last one is the message in any case (a
-        # node that adds a REQ-style empty delimiter is understood too, as by the C++ client).
-        frames = self._sock.recv_multipart()
-        return decode(frames[-1], self._reply_types)
+        deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000.0
+        i = self._current
+        while True:
+            left = None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+            if not self._socks[i].poll(left, zmq.POLLIN):
+                raise TimeoutError("%s: no reply within %d ms" % (self.endpoints[i], timeout_ms))
+            reply = self._read(i)
+            rid = reply.get("id")
+            if rid and self._abandoned[i].pop(rid, None):
+                continue  # a late answer to a call given up on this endpoint
+            self.last_endpoint = self.endpoints[i]
+            return reply
 
     def _call(self, request_id, payload):
-        """Sends and waits for the reply to request_id; replies to other ids (late answers to a
-        call that timed out earlier) are dropped. A reply without an id answers this call: the
-        node could not read the id of the one request outstanding."""
-        self._send(payload)
-        deadline = time.monotonic() + self.timeout_ms / 1000.0
-        while True:
-            left = int((deadline - time.monotonic()) * 1000)
-            if left <= 0:
-                raise TimeoutError("%s: no reply within %d ms" % (self.endpoint, self.timeout_ms))
-            reply = self._receive(left)
-            rid = reply.get("id")
-            if rid == request_id or not rid:
-                return reply
+        """Sends and waits for the reply to request_id, failing over on a timeout (see the class
+        comment); replies to other ids (late answers to calls that timed out earlier) are
+        dropped. A reply without an id answers this call: the node could not read the id of the
+        one request outstanding."""
+        n = len(self._socks)
+        start = self._current
+        sent = []
+        poller = zmq.Poller()
+        for attempt in range(self.max_attempts):
+            i = (start + attempt) % n
+            if attempt:
+                self.failovers += 1
+            deadline = time.monotonic() + self.timeout_ms / 1000.0
+            try:
+                self._send_on(i, payload, self.timeout_ms)
+                if i not in sent:
+                    sent.append(i)
+                    poller.register(self._socks[i], zmq.POLLIN)
+            except TimeoutError:
+                pass
+            while sent:
+                left = int((deadline - time.monotonic()) * 1000)
+                if left <= 0:
+                    break
+                ready = dict(poller.poll(left))
+                if not ready:
+                    break
+                for j in sent:
+                    if self._socks[j] not in ready:
+                        continue
+                    reply = self._read(j)
+                    rid = reply.get("id")
+                    if rid == request_id or not rid:
+                        for k in sent:
+                            if k != j:
+                                self._abandon(k, request_id)
+                        self._current = j
+                        self.last_endpoint = self.endpoints[j]
+                        return reply
+                    self._abandoned[j].pop(rid, None)
+        for k in sent:
+            self._abandon(k, request_id)
+        self._current = (start + self.max_attempts) % n
+        raise TimeoutError("%s: no reply within %d ms (%d attempt%s)"
+                           % (", ".join(self.endpoints), self.timeout_ms, self.max_attempts,
+                              "" if self.max_attempts == 1 else "s"))
 
 
 class RouteClient(_Client):
     """A prefill worker's connection to the node's route endpoint."""
 
-    def __init__(self, endpoint, timeout_ms=2000, context=None):
-        super().__init__(endpoint, timeout_ms, ("route_reply", "error_reply"), context)
+    def __init__(self, endpoints, timeout_ms=2000, context=None, max_attempts=None,
+                 server_public_key=None, public_key=None, secret_key=None):
+        super().__init__(endpoints, timeout_ms, ("route_reply", "error_reply"), context,
+                         max_attempts, server_public_key, public_key, secret_key)
 
     def route(self, request_id, model, blocks, counts=None, label=None, explain=False):
         """Where to decode this request: the route_reply dict. Raises EldrError, TimeoutError."""
@@ -361,8 +553,10 @@ class RouteClient(_Client):
 class WorkerClient(_Client):
     """A decode worker's (or publisher's) connection to the node's worker endpoint."""
 
-    def __init__(self, endpoint, timeout_ms=2000, context=None):
-        super().__init__(endpoint, timeout_ms, ("worker_ack", "error_reply"), context)
+    def __init__(self, endpoints, timeout_ms=2000, context=None, max_attempts=None,
+                 server_public_key=None, public_key=None, secret_key=None):
+        super().__init__(endpoints, timeout_ms, ("worker_ack", "error_reply"), context,
+                         max_attempts, server_public_key, public_key, secret_key)
         self._seq = 0
 
     def _worker_call(self, msg_type, fields):
@@ -413,8 +607,10 @@ class WorkerClient(_Client):
 class AdminClient(_Client):
     """An operator's connection to the node's admin endpoint (docs/protocol.md section 5)."""
 
-    def __init__(self, endpoint, timeout_ms=5000, context=None):
-        super().__init__(endpoint, timeout_ms, ("admin_reply", "error_reply"), context)
+    def __init__(self, endpoints, timeout_ms=5000, context=None, max_attempts=None,
+                 server_public_key=None, public_key=None, secret_key=None):
+        super().__init__(endpoints, timeout_ms, ("admin_reply", "error_reply"), context,
+                         max_attempts, server_public_key, public_key, secret_key)
 
     def call(self, command, /, **args):
         """Runs one command; its result (any value; bytes for centroids.export). Raises

@@ -57,6 +57,7 @@ class node_process {
   std::string worker() const { return ready_.value("worker", ""); }
   std::string admin() const { return ready_.value("admin", ""); }
   std::string metrics() const { return ready_.value("metrics", ""); }
+  std::string cluster() const { return ready_.value("cluster", ""); }  // "" when standalone
   pid_t pid() const { return child_ ? child_->pid() : -1; }
 
   // SIGTERM and wait: a clean stop (the node commits what is staged). Returns the exit status.

@@ -60,6 +60,27 @@ max_blocks = 5
 sync_wal = true
 commit_interval_ms = 0
 
+[cluster]
+listen = "0.0.0.0:7700"
+advertise = "10.0.0.5:7700"
+seeds = ["10.0.0.4:7700", "[fe80::2]:7700"]
+secret_file = "/etc/eldr/secret"
+heartbeat_ms = 100
+connection_timeout_ms = 101
+reconnect_ms = 10
+replication = 3
+vnodes = 4096
+load_sync_ms = 1
+decision_ttl_ms = 5
+max_decisions = 7
+tls_certificate = "/etc/eldr/node.pem"
+tls_key = "/etc/eldr/node.key"
+tls_ca_file = "/etc/eldr/ca.pem"
+
+[security]
+curve_secret_key_file = "/etc/eldr/curve.key"
+curve_authorized_keys_file = "/etc/eldr/clients.keys"
+
 [[models]]
 name = "qwen"
 workers = 16
@@ -98,6 +119,26 @@ name = "second"
   EXPECT_EQ(c.max_tracked_requests, 4294967295u);
   EXPECT_EQ(c.threads, 64u);
   EXPECT_EQ(c.log_level, "debug");
+  EXPECT_TRUE(c.clustered());
+  EXPECT_TRUE(c.has_role("router"));
+  EXPECT_FALSE(c.has_role("refit"));
+  EXPECT_EQ(c.cluster.listen, "0.0.0.0:7700");
+  EXPECT_EQ(c.cluster.advertise, "10.0.0.5:7700");
+  EXPECT_EQ(c.cluster.seeds, (std::vector<std::string>{"10.0.0.4:7700", "[fe80::2]:7700"}));
+  EXPECT_EQ(c.cluster.secret_file, "/etc/eldr/secret");
+  EXPECT_EQ(c.cluster.heartbeat_ms, 100u);
+  EXPECT_EQ(c.cluster.connection_timeout_ms, 101u);
+  EXPECT_EQ(c.cluster.reconnect_ms, 10u);
+  EXPECT_EQ(c.cluster.replication, 3u);
+  EXPECT_EQ(c.cluster.vnodes, 4096u);
+  EXPECT_EQ(c.cluster.load_sync_ms, 1u);
+  EXPECT_EQ(c.cluster.decision_ttl_ms, 5u);
+  EXPECT_EQ(c.cluster.max_decisions, 7u);
+  EXPECT_EQ(c.cluster.tls_certificate, "/etc/eldr/node.pem");
+  EXPECT_EQ(c.cluster.tls_key, "/etc/eldr/node.key");
+  EXPECT_EQ(c.cluster.tls_ca_file, "/etc/eldr/ca.pem");
+  EXPECT_EQ(c.security.curve_secret_key_file, "/etc/eldr/curve.key");
+  EXPECT_EQ(c.security.curve_authorized_keys_file, "/etc/eldr/clients.keys");
   EXPECT_EQ(c.explain_history, 0u);
   EXPECT_EQ(c.cache_memory_bytes, 9007199254740993ull);  // not representable as a double
   EXPECT_EQ(c.cache_max_blocks, 5u);
@@ -220,7 +261,7 @@ TEST(NodeConfig, UnknownKeysAndTablesAreNamed) {
             "eldr.toml: endpoints.zzzzzz: unknown key; valid: route, worker, admin, metrics");
   EXPECT_EQ(error_of("verbose = true\n" + one_model()),
             "eldr.toml: verbose: unknown key; valid: node, endpoints, limits, runtime, "
-            "signature_cache, models");
+            "signature_cache, cluster, security, models");
   // Dotted keys and sub-tables are keys too.
   EXPECT_EQ(error_of("[limits.extra]\nx = 1\n" + one_model()),
             "eldr.toml: limits.extra: unknown table; valid: max_message_bytes, max_blocks, "
@@ -412,6 +453,44 @@ TEST(NodeConfig, ValidateCatchesConfigsBuiltInCode) {
   c = default_node_config();
   c.models.clear();
   EXPECT_FALSE(validate_node_config(c).ok());
+}
+
+TEST(NodeConfig, ClusterKeysAreValidatedByName) {
+  const std::string base = "[cluster]\nlisten = \"127.0.0.1:0\"\nsecret_file = \"s\"\n";
+  EXPECT_TRUE(parse_node_config(base + one_model(), origin).ok());
+  EXPECT_EQ(error_of("[node]\nroles = [\"router\"]\n" + one_model()),
+            "eldr.toml: node.roles: a standalone node (cluster.listen = \"\") needs all of "
+            "router, signature-cache, load-monitor, refit; set cluster.listen to run a subset in "
+            "a cluster");
+  EXPECT_EQ(error_of("[cluster]\nseeds = [\"a:1\"]\n" + one_model()),
+            "eldr.toml: cluster.seeds: needs cluster.listen (this node must be reachable by the "
+            "nodes it joins)");
+  EXPECT_EQ(error_of("[cluster]\nlisten = \"127.0.0.1:0\"\n" + one_model()),
+            "eldr.toml: cluster.secret_file: required when cluster.listen is set (nodes prove "
+            "they know it before they may join)");
+  EXPECT_EQ(error_of(base + "seeds = [\"10.0.0.1:0\"]\n" + one_model()),
+            "eldr.toml: cluster.seeds[0]: \"10.0.0.1:0\" needs a port in 1..65535");
+  EXPECT_EQ(error_of("[cluster]\nlisten = \"0.0.0.0:7700\"\nsecret_file = \"s\"\n" + one_model()),
+            "eldr.toml: cluster.advertise: required when cluster.listen binds a wildcard address "
+            "(\"0.0.0.0:7700\"): peers need a host to dial");
+  EXPECT_EQ(error_of(base + "heartbeat_ms = 500\nconnection_timeout_ms = 500\n" + one_model()),
+            "eldr.toml: cluster.connection_timeout_ms: must exceed cluster.heartbeat_ms (500), "
+            "got 500");
+  EXPECT_EQ(error_of(base + "replication = 0\n" + one_model()),
+            "eldr.toml: cluster.replication: must be >= 1, got 0");
+  EXPECT_EQ(error_of(base + "vnodes = 5000\n" + one_model()),
+            "eldr.toml: cluster.vnodes: must be in 1..4096, got 5000");
+  EXPECT_EQ(error_of(base + "tls_key = \"k\"\n" + one_model()),
+            "eldr.toml: cluster.tls_certificate: cluster.tls_certificate and cluster.tls_key go "
+            "together");
+  EXPECT_EQ(error_of(base + "tls_ca_file = \"ca\"\n" + one_model()),
+            "eldr.toml: cluster.tls_ca_file: needs cluster.tls_certificate and cluster.tls_key "
+            "(peers verify this node's certificate too)");
+  EXPECT_EQ(error_of(base + "secert_file = \"x\"\n" + one_model()),
+            "eldr.toml: cluster.secert_file: unknown key (did you mean cluster.secret_file?)");
+  EXPECT_EQ(error_of("[security]\ncurve_authorized_keys_file = \"k\"\n" + one_model()),
+            "eldr.toml: security.curve_authorized_keys_file: needs "
+            "security.curve_secret_key_file (CURVE is off without it)");
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 //   eldr-node                      the embedded default: one node, all roles, loopback ports,
 //                                  RocksDB under ./eldr-data
 //   eldr-node --config eldr.toml   a configured node
+//   eldr-node --config eldr.toml --check-config
+//                                  validates the file (and overrides) and exits: 0 valid, 2 not
 //
 // Prints one line "eldr-node ready {json}" with the bound endpoints once it serves (and writes
 // the same JSON to --ready-file), then runs until SIGINT or SIGTERM.
@@ -13,24 +15,35 @@
 #include <csignal>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "actors/node.hpp"
 #include "core/file_io.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"eldr-node: expert-locality router for disaggregated MoE serving"};
-  std::string config_path, data_dir, ready_file, route, worker, admin, metrics;
+  std::string config_path, data_dir, ready_file, route, worker, admin, metrics, name, listen,
+      advertise;
+  std::vector<std::string> seeds;
+  bool check_only = false;
   app.add_option("--config", config_path, "TOML configuration (docs/configuration.md)");
   app.add_option("--data-dir", data_dir, "overrides node.data_dir");
   app.add_option("--route", route, "overrides endpoints.route");
   app.add_option("--worker", worker, "overrides endpoints.worker");
   app.add_option("--admin", admin, "overrides endpoints.admin");
   app.add_option("--metrics", metrics, "overrides endpoints.metrics (host:port, \"\" = off)");
+  app.add_option("--name", name, "overrides node.name");
+  app.add_option("--cluster-listen", listen, "overrides cluster.listen (host:port)");
+  app.add_option("--cluster-advertise", advertise, "overrides cluster.advertise (host:port)");
+  app.add_option("--seeds", seeds, "overrides cluster.seeds (host:port ...)");
   app.add_option("--ready-file", ready_file, "write the bound endpoints as JSON here when ready");
+  app.add_flag("--check-config", check_only,
+               "validate the configuration (with the overrides) and exit: 0 valid, 2 not");
   CLI11_PARSE(app, argc, argv);
 
   auto config = config_path.empty() ? eldr::result<eldr::node_config>(eldr::default_node_config())
-                                    : eldr::load_node_config(config_path);
+                                    : eldr::load_node_config(config_path, /*validate=*/false);
   if (!config.ok()) {
     std::fprintf(stderr, "eldr-node: %s\n", config.error().message().c_str());
     return 2;
@@ -40,9 +53,20 @@ int main(int argc, char** argv) {
   if (!worker.empty()) config->worker_endpoint = worker;
   if (!admin.empty()) config->admin_endpoint = admin;
   if (app.count("--metrics")) config->metrics_address = metrics;
+  if (!name.empty()) config->name = name;
+  if (!listen.empty()) config->cluster.listen = listen;
+  if (!advertise.empty()) config->cluster.advertise = advertise;
+  if (app.count("--seeds")) config->cluster.seeds = seeds;
+  // Validated once the overrides are in (a pod's address arrives as --cluster-advertise).
   if (auto s = eldr::validate_node_config(*config); !s.ok()) {
-    std::fprintf(stderr, "eldr-node: %s\n", s.message().c_str());
+    std::fprintf(stderr, "eldr-node: %s%s%s\n", config_path.c_str(),
+                 config_path.empty() ? "" : ": ", s.message().c_str());
     return 2;
+  }
+  if (check_only) {
+    std::printf("eldr-node: %s is valid\n",
+                config_path.empty() ? "the embedded default" : config_path.c_str());
+    return 0;
   }
   spdlog::set_level(spdlog::level::from_str(config->log_level));
 
@@ -62,6 +86,7 @@ int main(int argc, char** argv) {
                           {"worker", (*node)->endpoint(eldr::frontend_channel::worker)},
                           {"admin", (*node)->endpoint(eldr::frontend_channel::admin)},
                           {"metrics", (*node)->metrics_url()},
+                          {"cluster", (*node)->cluster_address()},
                           {"pid", ::getpid()}};
   if (!ready_file.empty()) {
     const auto text = ready.dump();

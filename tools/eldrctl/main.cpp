@@ -17,9 +17,15 @@
 // stderr. Exit codes: 0 ok; 1 the node refused the command (its error code's name and message are
 // printed); 2 usage error, or a local file refused or unwritable; 3 transport failure (timeout,
 // node unreachable, an answer that does not decode).
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -28,6 +34,7 @@
 #include <vector>
 
 #include "cluster/client.hpp"
+#include "cluster/curve_keys.hpp"
 #include "core/centroid_file.hpp"
 #include "core/file_io.hpp"
 
@@ -44,6 +51,8 @@ struct global_options {
   std::string node = "tcp://127.0.0.1:5702";
   int timeout_ms = 5000;
   bool json = false;
+  std::string curve_server_key;       // the node's CURVE public key (Z85); "" = plain TCP
+  std::string curve_secret_key_file;  // our own long-term CURVE key (allowlisted nodes)
 };
 
 // The node's refusals come back from admin_client::call as "<code name>: <message>"
@@ -65,6 +74,20 @@ struct outcome {
 outcome call_node(const global_options& g, const std::string& command, json args) {
   eldr::client_options o;
   o.timeout_ms = g.timeout_ms;
+  if (!g.curve_server_key.empty()) {
+    eldr::curve_client_keys keys;
+    keys.server_public_key = g.curve_server_key;
+    if (!g.curve_secret_key_file.empty()) {
+      auto mine = eldr::read_curve_secret_key(g.curve_secret_key_file);
+      if (!mine.ok()) {
+        std::cerr << "eldrctl: --curve-secret-key-file: " << mine.error().message() << "\n";
+        return {exit_usage, {}};
+      }
+      keys.public_key = mine->public_key;
+      keys.secret_key = mine->secret_key;
+    }
+    o.curve = std::move(keys);
+  }
   auto client = eldr::admin_client::connect(g.node, o);
   if (!client.ok()) {
     std::cerr << "eldrctl: --node " << g.node << ": " << client.error().message() << "\n";
@@ -270,13 +293,20 @@ void print_status(std::ostream& out, const json& r) {
                    {"workers.dead", "DEAD"}},
                   2);
   }
+  if (r.contains("cluster") && r["cluster"].is_object() && r["cluster"].contains("members")) {
+    out << "\ncluster\n";
+    print_table(out, r["cluster"]["members"],
+                {{"name", "NODE"}, {"address", "ADDRESS"}, {"roles", "ROLES"}, {"alive", "ALIVE"}},
+                2);
+  }
   if (r.contains("counters") && r["counters"].is_object() && !r["counters"].empty()) {
     out << "\ncounters\n";
     print_object(out, r["counters"], {}, 2);
   }
   json rest = json::object();
   for (const auto& [k, v] : r.items())
-    if (k != "node" && k != "endpoints" && k != "models" && k != "counters") rest[k] = v;
+    if (k != "node" && k != "endpoints" && k != "models" && k != "counters" && k != "cluster")
+      rest[k] = v;
   if (!rest.empty()) {
     out << "\n";
     print_object(out, rest, {});
@@ -403,6 +433,35 @@ int run_import(const global_options& g, const std::string& model, const std::str
   return run(g, "centroids.import", std::move(args), keyed({"model", "epoch"}));
 }
 
+// Local: no node involved. The secret key file is created 0600 before anything is written.
+int run_keygen(const std::string& prefix) {
+  auto pair = eldr::generate_curve_keypair();
+  if (!pair.ok()) {
+    std::cerr << "eldrctl: keygen: " << pair.error().message() << "\n";
+    return exit_node_error;
+  }
+  const std::string secret_path = prefix + ".key", public_path = prefix + ".pub";
+  const int fd = ::open(secret_path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) {
+    std::cerr << "eldrctl: keygen: " << secret_path << ": " << std::strerror(errno)
+              << " (existing keys are never overwritten)\n";
+    return exit_usage;
+  }
+  const std::string secret_text =
+      "# eldr CURVE secret key (Z85); keep private\n" + pair->secret_key + "\n";
+  const bool wrote = ::write(fd, secret_text.data(), secret_text.size()) ==
+                     static_cast<ssize_t>(secret_text.size());
+  ::close(fd);
+  std::ofstream(public_path) << pair->public_key << "\n";
+  if (!wrote) {
+    std::cerr << "eldrctl: keygen: cannot write " << secret_path << "\n";
+    return exit_usage;
+  }
+  std::cout << "public key " << pair->public_key << "\nwrote " << secret_path << " and "
+            << public_path << "\n";
+  return exit_ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -419,6 +478,12 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_flag("--json", g.json, "print the node's raw result as JSON instead of tables");
+  app.add_option("--curve-server-key", g.curve_server_key,
+                 "the node's CURVE public key (Z85), when its endpoints use CURVE")
+      ->envname("ELDR_CURVE_SERVER_KEY");
+  app.add_option("--curve-secret-key-file", g.curve_secret_key_file,
+                 "this client's CURVE secret key file, for nodes that allowlist clients")
+      ->envname("ELDR_CURVE_SECRET_KEY_FILE");
 
   std::string model, request, out_path, file, policy_name;
   uint32_t worker = 0;
@@ -463,6 +528,10 @@ int main(int argc, char** argv) {
   auto* policy_tau =
       policy_cmd->add_option("--tau", tau, "band half-width")->check(CLI::NonNegativeNumber);
 
+  auto* keygen_cmd = app.add_subcommand(
+      "keygen", "make a CURVE key pair: PREFIX.key (secret, mode 0600) and PREFIX.pub");
+  keygen_cmd->add_option("prefix", out_path, "path prefix of the two files")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -471,6 +540,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? exit_ok : exit_usage;
   }
 
+  if (*keygen_cmd) return run_keygen(out_path);
   if (*status_cmd) return run(g, "status", json::object(), print_status);
   if (*workers_cmd) {
     json args = json::object();

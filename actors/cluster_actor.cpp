@@ -1,0 +1,389 @@
+// cluster_actor: see cluster_actor.hpp.
+#include "actors/cluster_actor.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cluster/metrics_http.hpp"
+#include "core/file_io.hpp"
+#include "core/hmac.hpp"
+
+namespace eldr {
+
+// --- cluster_protocol.hpp's non-template parts ---
+
+void register_cluster_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<member_info>("eldr::member_info");
+  cfg.add_message_type<join_challenge>("eldr::join_challenge");
+  cfg.add_message_type<join_welcome>("eldr::join_welcome");
+  cfg.add_message_type<shared_decision>("eldr::shared_decision");
+  cfg.add_message_type<worker_row>("eldr::worker_row");
+  cfg.add_message_type<pool_snapshot>("eldr::pool_snapshot");
+  // Raw bytes (encoded worker messages and centroid files).
+  cfg.add_message_type<std::vector<uint8_t>>("std::vector<uint8_t>");
+}
+
+void cluster_trust::add(const caf::node_id& n) {
+  std::unique_lock lock(mu_);
+  nodes_.insert(n);
+}
+void cluster_trust::remove(const caf::node_id& n) {
+  std::unique_lock lock(mu_);
+  nodes_.erase(n);
+}
+bool cluster_trust::contains(const caf::node_id& n) const {
+  std::shared_lock lock(mu_);
+  return nodes_.count(n) > 0;
+}
+
+bool trusted_sender(caf::local_actor* self, const cluster_trust* trust) {
+  const auto& sender = self->current_sender();
+  if (!sender) return false;
+  if (sender->node() == self->node()) return true;
+  return trust != nullptr && trust->contains(sender->node());
+}
+
+result<std::string> read_cluster_secret(const std::string& path) {
+  auto bytes = read_file(path, 1u << 16);
+  if (!bytes.ok())
+    return status(bytes.error().code(), "cluster.secret_file: " + bytes.error().message());
+  std::string secret(bytes->begin(), bytes->end());
+  while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r'))
+    secret.pop_back();
+  if (secret.size() < 16)
+    return status::invalid_argument("cluster.secret_file: " + path + " holds " +
+                                    std::to_string(secret.size()) +
+                                    " bytes; the secret must be at least 16 bytes");
+  return secret;
+}
+
+namespace {
+
+constexpr auto dial_timeout = std::chrono::seconds(5);
+constexpr size_t max_pending_challenges = 1024;
+constexpr int64_t challenge_ttl_ms = 10'000;
+
+std::string random_nonce() {
+  static thread_local std::random_device rd;
+  std::string out;
+  for (int i = 0; i < 4; ++i) {
+    char buf[9];
+    std::snprintf(buf, sizeof buf, "%08x", rd());
+    out += buf;
+  }
+  return out;
+}
+
+// The proofs of the handshake: each side MACs both nonces and its own name under the secret,
+// with a different label, so one side's proof can never be replayed as the other's.
+std::string proof(const std::string& secret, std::string_view label, const std::string& first,
+                  const std::string& second, const std::string& name) {
+  std::string message(label);
+  for (const auto* part : {&first, &second, &name}) {
+    message += '\0';
+    message += *part;
+  }
+  return to_hex(hmac_sha256(secret, message));
+}
+
+bool same_proof(const std::string& a, const std::string& b) {
+  const auto bytes = [](const std::string& s) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  };
+  return equal_constant_time(bytes(a), bytes(b));
+}
+
+struct peer {
+  member_info info;
+  caf::node_id node;
+  bool alive = false;
+  int64_t since_ms = 0;
+};
+
+struct challenge {
+  std::string joiner;
+  std::string joiner_nonce;
+  int64_t created_ms = 0;
+};
+
+struct cluster_state {
+  node_context_ptr ctx;
+  std::string secret;
+  caf::io::middleman_actor mm;
+  member_info self;
+  std::vector<caf::actor> watchers;
+  std::vector<std::string> seeds;
+  std::map<std::string, peer> peers;            // by name
+  std::map<std::string, challenge> challenges;  // gate side, by gate nonce
+  std::set<std::string> dialling;               // addresses with a handshake under way
+  uint64_t joins = 0, downs = 0, refused = 0, dial_failures = 0, untrusted = 0, collisions = 0;
+};
+
+using cluster_actor_t = caf::stateful_actor<cluster_state>;
+
+std::vector<member_info> live_members(const cluster_state& st) {
+  std::vector<member_info> out;
+  for (const auto& [name, p] : st.peers)
+    if (p.alive) out.push_back(p.info);
+  return out;
+}
+
+void tell_watchers(cluster_actor_t* self) {
+  auto members = live_members(self->state);
+  for (const auto& w : self->state.watchers)
+    self->send(w, members_atom::value, members);
+}
+
+// Records a peer that proved the secret. Returns false when the name belongs to another live
+// node (two nodes configured with one name).
+bool admit(cluster_actor_t* self, const member_info& info, const caf::node_id& node) {
+  auto& st = self->state;
+  if (info.name == st.self.name) return false;
+  auto it = st.peers.find(info.name);
+  if (it != st.peers.end() && it->second.alive) {
+    if (it->second.info.incarnation == info.incarnation) return true;  // both dialled: no change
+    if (it->second.node != node) {
+      // A restart we have not noticed yet (its old connection still looks alive) has a higher
+      // incarnation; anything else is a second node with the same name.
+      if (info.incarnation < it->second.info.incarnation) return false;
+      st.ctx->trust->remove(it->second.node);
+    }
+  }
+  peer& p = st.peers[info.name];
+  p.info = info;
+  p.node = node;
+  p.alive = true;
+  p.since_ms = st.ctx->now_ms();
+  st.ctx->trust->add(node);
+  self->monitor(info.cluster);
+  ++st.joins;
+  st.ctx->metrics->cluster_event("join");
+  spdlog::info("cluster: {} ({}) joined with roles [{}]", info.name, info.address,
+               fmt::join(info.roles, ", "));
+  tell_watchers(self);
+  return true;
+}
+
+void mark_down(cluster_actor_t* self, const caf::actor_addr& who, const caf::error& why) {
+  auto& st = self->state;
+  for (auto& [name, p] : st.peers) {
+    if (!p.alive || p.info.cluster.address() != who) continue;
+    p.alive = false;
+    p.since_ms = st.ctx->now_ms();
+    st.ctx->trust->remove(p.node);
+    ++st.downs;
+    st.ctx->metrics->cluster_event("down");
+    spdlog::warn("cluster: {} ({}) is gone: {}", name, p.info.address, self->system().render(why));
+    tell_watchers(self);
+    return;
+  }
+}
+
+// Runs the joiner's side of the handshake against the gate published at `address`.
+void dial(cluster_actor_t* self, const std::string& address) {
+  auto& st = self->state;
+  if (address == st.self.address || st.dialling.count(address)) return;
+  auto hp = parse_host_port(address);
+  if (!hp.ok()) return;
+  st.dialling.insert(address);
+  auto done = [self, address] { self->state.dialling.erase(address); };
+  auto fail = [self, address, done](const std::string& why) {
+    ++self->state.dial_failures;
+    spdlog::debug("cluster: joining through {} failed: {}", address, why);
+    done();
+  };
+  self->request(st.mm, dial_timeout, caf::connect_atom::value, hp->host, hp->port)
+      .then(
+          [=](const caf::node_id& nid, caf::strong_actor_ptr& gate_ptr,
+              const std::set<std::string>&) {
+            auto& s = self->state;
+            if (!gate_ptr) return fail("nothing is published there");
+            if (gate_ptr == self->ctrl()) return done();  // a seed that is this node
+            if (nid == self->node()) {
+              // Our own node id at another address: two processes hash to one CAF node id
+              // (containers sharing MACs and PIDs). Neither could route to the other.
+              ++s.collisions;
+              spdlog::error(
+                  "cluster: the node at {} has this node's CAF node id; CAF 0.17 derives it from "
+                  "the MAC addresses, /etc/fstab's root UUID and the PID -- give each container "
+                  "its own /etc/fstab UUID (deploy/docker/entrypoint.sh does)",
+                  address);
+              return done();
+            }
+            auto gate = caf::actor_cast<caf::actor>(gate_ptr);
+            const std::string nonce = random_nonce();
+            self->request(gate, dial_timeout, hello_atom::value, s.self.name, nonce)
+                .then(
+                    [=](const join_challenge& c) {
+                      auto& s2 = self->state;
+                      const auto expected = proof(s2.secret, "gate", nonce, c.gate_nonce, c.gate);
+                      if (!same_proof(expected, c.gate_proof)) {
+                        ++s2.refused;
+                        spdlog::warn("cluster: {} does not know the cluster secret; not joining",
+                                     address);
+                        return done();
+                      }
+                      const auto mine = proof(s2.secret, "join", c.gate_nonce, nonce, s2.self.name);
+                      self->request(gate, dial_timeout, join_atom::value, c.gate_nonce, mine,
+                                    s2.self)
+                          .then(
+                              [=](const join_welcome& w) {
+                                done();
+                                if (!admit(self, w.gate, nid)) {
+                                  spdlog::error(
+                                      "cluster: {} at {} has this node's name or is "
+                                      "an older incarnation of a live member",
+                                      w.gate.name, address);
+                                  return;
+                                }
+                                for (const auto& m : w.members)
+                                  if (m.name != self->state.self.name &&
+                                      !(self->state.peers.count(m.name) &&
+                                        self->state.peers[m.name].alive))
+                                    dial(self, m.address);
+                              },
+                              [=](const caf::error& e) { fail(self->system().render(e)); });
+                    },
+                    [=](const caf::error& e) { fail(self->system().render(e)); });
+          },
+          [=](const caf::error& e) { fail(self->system().render(e)); });
+}
+
+void redial(cluster_actor_t* self) {
+  auto& st = self->state;
+  for (const auto& s : st.seeds)
+    dial(self, s);
+  for (const auto& [name, p] : st.peers)
+    if (!p.alive) dial(self, p.info.address);
+  // Forget challenges nobody answered (a stranger, or a joiner that died mid-handshake).
+  const int64_t now = st.ctx->now_ms();
+  for (auto it = st.challenges.begin(); it != st.challenges.end();)
+    it = now - it->second.created_ms > challenge_ttl_ms ? st.challenges.erase(it) : std::next(it);
+  self->delayed_send(self, std::chrono::milliseconds(st.ctx->config.cluster.reconnect_ms),
+                     dial_atom::value);
+}
+
+nlohmann::json status_json(const cluster_state& st) {
+  nlohmann::json members = nlohmann::json::array();
+  const int64_t now = st.ctx->now_ms();
+  members.push_back({{"name", st.self.name},
+                     {"address", st.self.address},
+                     {"roles", st.self.roles},
+                     {"alive", true},
+                     {"self", true}});
+  for (const auto& [name, p] : st.peers)
+    members.push_back({{"name", name},
+                       {"address", p.info.address},
+                       {"roles", p.info.roles},
+                       {"alive", p.alive},
+                       {"self", false},
+                       {"since_ms_ago", now - p.since_ms}});
+  return {{"name", st.self.name},
+          {"address", st.self.address},
+          {"members", members},
+          {"joins", st.joins},
+          {"downs", st.downs},
+          {"refused", st.refused},
+          {"untrusted_messages", st.untrusted},
+          {"dial_failures", st.dial_failures},
+          {"node_id_collisions", st.collisions}};
+}
+
+caf::behavior cluster_behavior(cluster_actor_t* self, node_context_ptr ctx, cluster_setup setup) {
+  auto& st = self->state;
+  std::shared_ptr<const std::string> address = setup.address;
+  st.ctx = ctx;
+  st.secret = std::move(setup.secret);
+  st.mm = std::move(setup.mm);
+  st.self = std::move(setup.self);
+  st.self.cluster = caf::actor_cast<caf::actor>(self);
+  st.watchers = std::move(setup.watchers);
+  st.seeds = ctx->config.cluster.seeds;
+  self->set_down_handler([self](caf::down_msg& m) { mark_down(self, m.source, m.reason); });
+  self->set_default_handler(
+      [self](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
+        spdlog::warn("cluster: unexpected message {} from {}", caf::to_string(x.content()),
+                     self->current_sender() ? caf::to_string(self->current_sender()->node()) : "?");
+        return caf::sec::unexpected_message;
+      });
+  self->set_exit_handler([self](caf::exit_msg& m) {
+    // Leaving on purpose: tell the peers, so they stop routing to us now rather than after a
+    // connection timeout.
+    for (const auto& [name, p] : self->state.peers)
+      if (p.alive) self->send(p.info.cluster, leave_atom::value, self->state.self.name);
+    self->quit(m.reason);
+  });
+  return {
+      // The first dial_atom comes from the node once the gate is published and *address holds
+      // what peers dial; later ones are our own timer. Anything else is ignored: a message
+      // from the network could be anonymous, and must not multiply the timers.
+      [=](dial_atom) {
+        auto& s = self->state;
+        if (s.self.address.empty()) {
+          if (!address || address->empty()) return;
+          s.self.address = *address;
+          return redial(self);
+        }
+        if (self->current_sender() == self->ctrl()) redial(self);
+      },
+      // Gate side, step 1: anyone may ask; the answer proves we know the secret.
+      [=](hello_atom, const std::string& joiner,
+          const std::string& joiner_nonce) -> caf::result<join_challenge> {
+        auto& s = self->state;
+        if (joiner.size() > 256 || joiner_nonce.size() > 128) return caf::sec::invalid_argument;
+        if (s.challenges.size() >= max_pending_challenges) return caf::sec::request_timeout;
+        join_challenge c;
+        c.gate = s.self.name;
+        c.gate_nonce = random_nonce();
+        c.gate_proof = proof(s.secret, "gate", joiner_nonce, c.gate_nonce, s.self.name);
+        s.challenges[c.gate_nonce] = challenge{joiner, joiner_nonce, s.ctx->now_ms()};
+        return c;
+      },
+      // Gate side, step 2: the joiner's proof, then its handles.
+      [=](join_atom, const std::string& gate_nonce, const std::string& joiner_proof,
+          const member_info& joiner) -> caf::result<join_welcome> {
+        auto& s = self->state;
+        auto it = s.challenges.find(gate_nonce);
+        const auto& sender = self->current_sender();
+        if (it == s.challenges.end() || !sender || it->second.joiner != joiner.name ||
+            !same_proof(proof(s.secret, "join", gate_nonce, it->second.joiner_nonce, joiner.name),
+                        joiner_proof)) {
+          if (it != s.challenges.end()) s.challenges.erase(it);
+          ++s.refused;
+          s.ctx->metrics->cluster_event("refused");
+          spdlog::warn("cluster: refused a join as '{}': wrong or replayed proof", joiner.name);
+          return caf::make_error(caf::sec::remote_linking_failed, "cluster secret mismatch");
+        }
+        s.challenges.erase(it);
+        if (!admit(self, joiner, sender->node())) {
+          ++s.refused;
+          return caf::make_error(caf::sec::remote_linking_failed,
+                                 "name '" + joiner.name + "' is in use by a live member");
+        }
+        return join_welcome{s.self, live_members(s)};
+      },
+      [=](leave_atom, const std::string& name) {
+        auto& s = self->state;
+        if (!trusted_sender(self, s.ctx->trust.get())) return void(++s.untrusted);
+        auto it = s.peers.find(name);
+        if (it == s.peers.end() || !it->second.alive) return;
+        mark_down(self, it->second.info.cluster.address(),
+                  caf::make_error(caf::exit_reason::user_shutdown));
+      },
+      // The admin's part of `status`: membership as JSON text.
+      [=](admin_atom) -> std::string { return status_json(self->state).dump(); },
+      // A local actor that starts after us asks for the current view.
+      [=](members_atom) -> std::vector<member_info> { return live_members(self->state); },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_cluster(caf::actor_system& sys, node_context_ptr ctx, cluster_setup setup) {
+  return sys.spawn(cluster_behavior, std::move(ctx), std::move(setup));
+}
+
+}  // namespace eldr

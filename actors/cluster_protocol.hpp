@@ -1,0 +1,146 @@
+// cluster_protocol: what eldr nodes send each other over CAF's middleman (docs/cluster.md) -- the
+// atoms, the message types with their `inspect` functions, and the set of peers a node trusts.
+//
+// Unlike messages.hpp (shared pointers that never leave the process), everything here is
+// serialized: every type is registered with the actor system (register_cluster_types) in every
+// node, or remote_actor fails with unexpected_actor_messaging_interface. Atom texts are the wire
+// identity: renaming one breaks mixed-version clusters.
+//
+// Trust: a node accepts cluster messages only from nodes that proved the cluster secret during
+// the join handshake (cluster_actor.hpp). Every handler of a message in this file checks the
+// sender with `trusted_sender` first; a message from anyone else is counted and dropped.
+#pragma once
+
+#include <caf/all.hpp>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+namespace eldr {
+
+// Membership: joiner -> gate (hello, join), gate -> local actors (members).
+using hello_atom = caf::atom_constant<caf::atom("ehello")>;
+using join_atom = caf::atom_constant<caf::atom("ejoin")>;
+using leave_atom = caf::atom_constant<caf::atom("eleave")>;
+using members_atom = caf::atom_constant<caf::atom("emembers")>;
+using dial_atom = caf::atom_constant<caf::atom("edial")>;
+// Router <-> router: shared decisions and load, pool snapshots, centroid epochs.
+using decisions_atom = caf::atom_constant<caf::atom("edecide")>;
+using peer_worker_atom = caf::atom_constant<caf::atom("eworker")>;
+using pool_sync_atom = caf::atom_constant<caf::atom("esync")>;
+using epoch_atom = caf::atom_constant<caf::atom("eepoch")>;
+using flush_atom = caf::atom_constant<caf::atom("eflush")>;
+
+// One node as the others know it. The actor handles are those of the roles it holds (invalid
+// otherwise); they are sent only to nodes that proved the secret.
+struct member_info {
+  std::string name;     // node.name, unique among live members
+  std::string address;  // host:port peers dial (cluster.advertise or listen)
+  std::vector<std::string> roles;
+  uint64_t incarnation = 0;  // differs at every start: a restarted node is a new incarnation
+  caf::actor cluster;        // its cluster actor (membership)
+  caf::actor router;
+  caf::actor load_monitor;
+  caf::actor sigcache;
+  caf::actor refit;
+
+  bool has_role(const std::string& r) const {
+    for (const auto& x : roles)
+      if (x == r) return true;
+    return false;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, member_info& x) {
+  return f(caf::meta::type_name("eldr::member_info"), x.name, x.address, x.roles, x.incarnation,
+           x.cluster, x.router, x.load_monitor, x.sigcache, x.refit);
+}
+
+// The gate's answer to hello: its name, its nonce, and its proof that it knows the secret.
+struct join_challenge {
+  std::string gate;
+  std::string gate_nonce;
+  std::string gate_proof;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, join_challenge& x) {
+  return f(caf::meta::type_name("eldr::join_challenge"), x.gate, x.gate_nonce, x.gate_proof);
+}
+
+// The gate's answer to an accepted join: itself and the live members it knows.
+struct join_welcome {
+  member_info gate;
+  std::vector<member_info> members;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, join_welcome& x) {
+  return f(caf::meta::type_name("eldr::join_welcome"), x.gate, x.members);
+}
+
+// A routing decision one router made, for the others' load views and decision memories.
+struct shared_decision {
+  std::string request;
+  uint32_t worker = 0;
+  uint64_t epoch = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shared_decision& x) {
+  return f(caf::meta::type_name("eldr::shared_decision"), x.request, x.worker, x.epoch);
+}
+
+// One registered decode worker as a router sees it, for a router that joins late.
+struct worker_row {
+  uint32_t worker = 0;
+  std::string endpoint;
+  uint32_t capacity = 0;
+  uint32_t load = 0;
+  bool draining = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, worker_row& x) {
+  return f(caf::meta::type_name("eldr::worker_row"), x.worker, x.endpoint, x.capacity, x.load,
+           x.draining);
+}
+
+// A model's pool and current centroid set (encoded centroid file; empty when none).
+struct pool_snapshot {
+  std::string model;
+  uint64_t epoch = 0;
+  std::vector<uint8_t> centroids;
+  std::vector<worker_row> workers;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pool_snapshot& x) {
+  return f(caf::meta::type_name("eldr::pool_snapshot"), x.model, x.epoch, x.centroids, x.workers);
+}
+
+// Registers every type above with the actor system; call before the system starts.
+void register_cluster_types(caf::actor_system_config& cfg);
+
+// The CAF nodes that proved the cluster secret. Written by the cluster actor, read by every
+// actor that handles cluster messages (from any scheduler thread).
+class cluster_trust {
+ public:
+  void add(const caf::node_id& n);
+  void remove(const caf::node_id& n);
+  bool contains(const caf::node_id& n) const;
+
+ private:
+  mutable std::shared_mutex mu_;
+  std::set<caf::node_id> nodes_;
+};
+
+// True when the message being handled comes from this node or a trusted one. Anonymous messages
+// from another node are not trusted (they could come from anyone who can reach the port).
+bool trusted_sender(caf::local_actor* self, const cluster_trust* trust);
+
+}  // namespace eldr

@@ -1,0 +1,251 @@
+// The cluster end to end: three real eldr-node processes on loopback joined over CAF's middleman
+// with a shared secret, driven through the C++ clients. Every wait is bounded by a deadline and
+// polls a condition (membership, a counter); nothing assumes how long propagation takes.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "cluster/client.hpp"
+#include "tests/support/node_process.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace eldr {
+namespace {
+
+using testing::node_process;
+using testing::temp_dir;
+using clock_type = std::chrono::steady_clock;
+
+constexpr const char* models_toml = "[[models]]\nname = \"m\"\nworkers = 4\n";
+
+// Polls `condition` until it holds or `limit` passes; the condition does the talking.
+template <class F>
+bool eventually(F condition, std::chrono::milliseconds limit = std::chrono::seconds(20)) {
+  const auto deadline = clock_type::now() + limit;
+  while (clock_type::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return condition();
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::ofstream(dir_.sub("secret")) << "a-cluster-secret-of-enough-bytes\n";
+    std::ofstream(dir_.sub("other-secret")) << "not-the-cluster-secret-at-all!!\n";
+  }
+
+  std::string toml(const std::string& name, const std::vector<std::string>& seeds,
+                   const std::string& secret = "secret", const std::string& roles = "") {
+    std::string s = "[node]\nname = \"" + name + "\"\ndata_dir = \"" + dir_.sub(name + "-data") +
+                    "\"\n" + roles +
+                    "[endpoints]\nroute = \"tcp://127.0.0.1:0\"\nworker = \"tcp://127.0.0.1:0\"\n"
+                    "admin = \"tcp://127.0.0.1:0\"\nmetrics = \"\"\n"
+                    "[runtime]\nlog_level = \"warn\"\n"
+                    "[cluster]\nlisten = \"127.0.0.1:0\"\nheartbeat_ms = 100\n"
+                    "connection_timeout_ms = 600\nreconnect_ms = 100\nsecret_file = \"" +
+                    dir_.sub(secret) + "\"\nseeds = [";
+    for (size_t i = 0; i < seeds.size(); ++i)
+      s += (i ? ", \"" : "\"") + seeds[i] + "\"";
+    return s + "]\n" + models_toml;
+  }
+
+  node_process& start(const std::string& name, const std::vector<std::string>& seeds,
+                      const std::string& secret = "secret") {
+    nodes_.push_back(
+        std::make_unique<node_process>(dir_.sub(name + ".toml"), toml(name, seeds, secret)));
+    EXPECT_TRUE(nodes_.back()->ok()) << name << " did not become ready";
+    return *nodes_.back();
+  }
+
+  // Three nodes: n1 first, the others join through it (and learn each other from its welcome).
+  void start_three() {
+    auto& n1 = start("n1", {});
+    start("n2", {n1.cluster()});
+    start("n3", {n1.cluster()});
+    for (auto& n : nodes_)
+      ASSERT_TRUE(eventually([&] { return alive_peers(*n) == 2; }))
+          << "the three nodes did not form a full mesh";
+  }
+
+  static nlohmann::json status(const node_process& n) {
+    auto a = admin_client::connect(n.admin());
+    if (!a.ok()) return nullptr;
+    auto r = (*a)->call("status");
+    return r.ok() ? *r : nlohmann::json();
+  }
+
+  static int alive_peers(const node_process& n) {
+    auto s = status(n);
+    if (!s.is_object() || !s.contains("cluster")) return -1;
+    int alive = 0;
+    for (const auto& m : s["cluster"]["members"])
+      if (!m.value("self", false) && m.value("alive", false)) ++alive;
+    return alive;
+  }
+
+  static void register_workers(const node_process& n) {
+    auto w = worker_client::connect(n.worker());
+    ASSERT_TRUE(w.ok());
+    for (uint32_t k = 0; k < 4; ++k) {
+      auto r =
+          (*w)->call(worker_register{"", "m", k, "tcp://10.9.0." + std::to_string(k) + ":1", 0});
+      ASSERT_TRUE(r.ok()) << r.error().to_string();
+      ASSERT_TRUE(std::holds_alternative<worker_ack>(*r));
+    }
+  }
+
+  // Load of each worker as node `n`'s router sees it.
+  static std::vector<uint32_t> loads(const node_process& n) {
+    auto a = admin_client::connect(n.admin());
+    std::vector<uint32_t> out(4, 0);
+    if (!a.ok()) return {};
+    auto r = (*a)->call("workers", {{"model", "m"}});
+    if (!r.ok()) return {};
+    for (const auto& w : *r)
+      out.at(w["worker"].get<uint32_t>()) = w["load"].get<uint32_t>();
+    return out;
+  }
+
+  temp_dir dir_{"eldr-cluster-test"};
+  std::vector<std::unique_ptr<node_process>> nodes_;
+};
+
+route_request request(const std::string& id) {
+  route_request r;
+  r.id = id;
+  r.model = "m";
+  r.block_hashes = {7, 8, 9};
+  return r;
+}
+
+TEST_F(ClusterTest, NodesJoinThroughASeedAndFormAFullMesh) {
+  start_three();
+  auto s = status(*nodes_[1]);
+  std::set<std::string> names;
+  for (const auto& m : s["cluster"]["members"])
+    names.insert(m["name"].get<std::string>());
+  EXPECT_EQ(names, (std::set<std::string>{"n1", "n2", "n3"}));
+}
+
+TEST_F(ClusterTest, ANodeWithoutTheSecretIsRefusedAndLearnsNothing) {
+  auto& n1 = start("n1", {});
+  auto& stranger = start("stranger", {n1.cluster()}, "other-secret");
+  ASSERT_TRUE(eventually([&] {
+    auto s = status(n1);
+    return s.is_object() &&
+           s["cluster"].value("refused", 0) + status(stranger)["cluster"].value("refused", 0) > 0;
+  })) << "neither side noticed the wrong secret";
+  EXPECT_EQ(alive_peers(n1), 0);
+  EXPECT_EQ(alive_peers(stranger), 0);
+}
+
+TEST_F(ClusterTest, WorkersRegisteredAtOneNodeAreRoutedToByEveryRouter) {
+  start_three();
+  register_workers(*nodes_[0]);
+  for (size_t i = 1; i < 3; ++i) {
+    auto c = route_client::connect(nodes_[i]->route());
+    ASSERT_TRUE(c.ok());
+    auto r = (*c)->route(request("r" + std::to_string(i)));
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+    ASSERT_TRUE(std::holds_alternative<route_reply>(*r)) << std::get<error_reply>(*r).message;
+    EXPECT_LT(std::get<route_reply>(*r).worker, 4u);
+  }
+}
+
+TEST_F(ClusterTest, ARetryAtAnotherRouterGetsTheSameDecisionAndCountsOnce) {
+  start_three();
+  register_workers(*nodes_[0]);
+  auto first = route_client::connect(nodes_[0]->route());
+  ASSERT_TRUE(first.ok());
+  auto a = (*first)->route(request("same-id"));
+  ASSERT_TRUE(a.ok() && std::holds_alternative<route_reply>(*a));
+  const auto decided = std::get<route_reply>(*a);
+  // Once n2 has heard of the decision (its load view shows it), a retry there gets it again.
+  ASSERT_TRUE(eventually([&] {
+    auto l = loads(*nodes_[1]);
+    return !l.empty() && l[decided.worker] == 1;
+  }));
+  auto second = route_client::connect(nodes_[1]->route());
+  ASSERT_TRUE(second.ok());
+  for (int retry = 0; retry < 3; ++retry) {
+    auto b = (*second)->route(request("same-id"));
+    ASSERT_TRUE(b.ok() && std::holds_alternative<route_reply>(*b));
+    EXPECT_EQ(std::get<route_reply>(*b).worker, decided.worker);
+    EXPECT_EQ(std::get<route_reply>(*b).epoch, decided.epoch);
+  }
+  // Counted once everywhere: one in flight on the chosen worker, none elsewhere.
+  for (auto& n : nodes_) {
+    auto l = loads(*n);
+    ASSERT_EQ(l.size(), 4u);
+    EXPECT_EQ(l[decided.worker], 1u);
+    EXPECT_EQ(l[0] + l[1] + l[2] + l[3], 1u);
+  }
+  // A finished event sent twice (a worker's retry), at a third node, is applied once per router.
+  auto w = worker_client::connect(nodes_[2]->worker());
+  ASSERT_TRUE(w.ok());
+  for (int i = 0; i < 2; ++i)
+    ASSERT_TRUE((*w)->call(finished_requests{"", "m", decided.worker, {"same-id"}}).ok());
+  for (auto& n : nodes_)
+    EXPECT_TRUE(eventually([&] {
+      auto l = loads(*n);
+      return l.size() == 4 && l[0] + l[1] + l[2] + l[3] == 0;
+    }));
+}
+
+TEST_F(ClusterTest, KillingARouterUnderLoadLeavesNoRequestWithoutADecision) {
+  start_three();
+  register_workers(*nodes_[0]);
+  client_options o;
+  o.timeout_ms = 300;
+  // The client starts at n2 and fails over to n3, then n1.
+  auto c = route_client::connect(
+      std::vector<std::string>{nodes_[1]->route(), nodes_[2]->route(), nodes_[0]->route()}, o);
+  ASSERT_TRUE(c.ok());
+  int decided = 0, failed = 0;
+  for (int i = 0; i < 400; ++i) {
+    if (i == 100) {
+      nodes_[1]->kill();
+    }
+    auto r = (*c)->route(request("k" + std::to_string(i)));
+    if (r.ok() && std::holds_alternative<route_reply>(*r))
+      ++decided;
+    else
+      ++failed;
+  }
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(decided, 400);
+  EXPECT_GE((*c)->failovers(), 1u);
+  // The survivors notice the death and drop n2 from their membership.
+  for (size_t i : {0u, 2u})
+    EXPECT_TRUE(eventually([&] { return alive_peers(*nodes_[i]) == 1; }));
+}
+
+TEST_F(ClusterTest, ARestartedNodeRejoinsAndLearnsThePools) {
+  start_three();
+  register_workers(*nodes_[0]);
+  const std::string n1_cluster = nodes_[0]->cluster();
+  nodes_[2]->kill();
+  ASSERT_TRUE(eventually([&] { return alive_peers(*nodes_[0]) == 1; }));
+  // n3 again, with the same data directory; it joins through n1 and gets the registered workers
+  // from the routers' snapshots (it never saw the registrations).
+  nodes_[2] = std::make_unique<node_process>(dir_.sub("n3.toml"), toml("n3", {n1_cluster}));
+  ASSERT_TRUE(nodes_[2]->ok());
+  ASSERT_TRUE(eventually([&] { return alive_peers(*nodes_[2]) == 2; }));
+  ASSERT_TRUE(eventually([&] {
+    auto a = admin_client::connect(nodes_[2]->admin());
+    auto r = (*a)->call("workers", {{"model", "m"}});
+    return r.ok() && r->size() == 4;
+  }));
+  auto c = route_client::connect(nodes_[2]->route());
+  ASSERT_TRUE(c.ok());
+  auto r = (*c)->route(request("after-restart"));
+  ASSERT_TRUE(r.ok() && std::holds_alternative<route_reply>(*r));
+}
+
+}  // namespace
+}  // namespace eldr
