@@ -73,32 +73,36 @@ void ask_json(caf::event_based_actor* self, const caf::actor& who, Atom atom,
 }
 
 void status(caf::event_based_actor* self, const node_context_ptr& ctx, const caf::actor& router,
-            const caf::actor& sigcache, const caf::actor& cluster, admin_job_ptr job) {
+            const caf::actor& sigcache, const caf::actor& refit, const caf::actor& cluster,
+            admin_job_ptr job) {
   ask_json(self, router, admin_atom::value, [=](nlohmann::json r) {
     ask_json(self, sigcache, cache_stats_atom::value, [=](nlohmann::json cache) {
       ask_json(self, cluster, admin_atom::value, [=](nlohmann::json members) {
-        nlohmann::json out;
-        out["node"] = {{"name", ctx->config.name},
-                       {"version", node_version},
-                       {"roles", ctx->config.roles},
-                       {"uptime_s", (ctx->now_ms() - ctx->started_ms) / 1000.0}};
-        nlohmann::json counters = nlohmann::json::object();
-        if (const auto* f = ctx->frontend) {
-          out["endpoints"] = {{"route", f->bound(frontend_channel::route)},
-                              {"worker", f->bound(frontend_channel::worker)},
-                              {"admin", f->bound(frontend_channel::admin)},
-                              {"metrics", ctx->metrics_url}};
-          // Clients need the node's CURVE public key; "" when CURVE is off.
-          out["curve_public_key"] = f->curve_public_key();
-          counters = frontend_json(*f);
-        }
-        out["models"] =
-            r.is_object() ? r.value("models", nlohmann::json::array()) : nlohmann::json::array();
-        out["signature_cache"] = cache;
-        if (!members.is_null()) out["cluster"] = members;
-        counters["unknown_model"] = r.is_object() ? r.value("unknown_model", 0) : 0;
-        out["counters"] = counters;
-        answer_admin(*ctx, *job, out);
+        ask_json(self, cluster ? refit : caf::actor(), admin_atom::value, [=](nlohmann::json lead) {
+          nlohmann::json out;
+          out["node"] = {{"name", ctx->config.name},
+                         {"version", node_version},
+                         {"roles", ctx->config.roles},
+                         {"uptime_s", (ctx->now_ms() - ctx->started_ms) / 1000.0}};
+          nlohmann::json counters = nlohmann::json::object();
+          if (const auto* f = ctx->frontend) {
+            out["endpoints"] = {{"route", f->bound(frontend_channel::route)},
+                                {"worker", f->bound(frontend_channel::worker)},
+                                {"admin", f->bound(frontend_channel::admin)},
+                                {"metrics", ctx->metrics_url}};
+            // Clients need the node's CURVE public key; "" when CURVE is off.
+            out["curve_public_key"] = f->curve_public_key();
+            counters = frontend_json(*f);
+          }
+          out["models"] =
+              r.is_object() ? r.value("models", nlohmann::json::array()) : nlohmann::json::array();
+          out["signature_cache"] = cache;
+          if (!members.is_null()) out["cluster"] = members;
+          if (!lead.is_null() && out["cluster"].is_object()) out["cluster"]["refit"] = lead;
+          counters["unknown_model"] = r.is_object() ? r.value("unknown_model", 0) : 0;
+          out["counters"] = counters;
+          answer_admin(*ctx, *job, out);
+        });
       });
     });
   });
@@ -118,7 +122,7 @@ caf::behavior admin(caf::event_based_actor* self, node_context_ptr ctx, caf::act
   return {
       [=](admin_atom, admin_job_ptr job) {
         const auto& cmd = job->request.command;
-        if (cmd == "status") return status(self, ctx, router, sigcache, cluster, job);
+        if (cmd == "status") return status(self, ctx, router, sigcache, refit, cluster, job);
         if (cmd == "centroids.export") return to(sigcache, "signature-cache", job);
         if (cmd == "refit") return to(refit, "refit", job);
         if (cmd == "workers" || cmd == "drain" || cmd == "undrain" || cmd == "centroids.show" ||

@@ -22,6 +22,7 @@ void register_cluster_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<shared_decision>("eldr::shared_decision");
   cfg.add_message_type<worker_row>("eldr::worker_row");
   cfg.add_message_type<pool_snapshot>("eldr::pool_snapshot");
+  cfg.add_message_type<sample_reply>("eldr::sample_reply");
   // Raw bytes (encoded worker messages and centroid files).
   cfg.add_message_type<std::vector<uint8_t>>("std::vector<uint8_t>");
 }
@@ -131,10 +132,20 @@ std::vector<member_info> live_members(const cluster_state& st) {
   return out;
 }
 
+// Every member this node has known, alive or not, itself included: the cluster size a majority
+// is counted against (refit leadership).
+// The seed list counts too: a node that has not reached its seeds yet must not think itself a
+// majority of one (it would lead refits alone and publish epochs the others never agreed to).
+uint32_t known_members(const cluster_state& st) {
+  std::set<std::string> addresses(st.seeds.begin(), st.seeds.end());
+  addresses.insert(st.self.address);
+  return static_cast<uint32_t>(std::max(st.peers.size() + 1, addresses.size()));
+}
+
 void tell_watchers(cluster_actor_t* self) {
   auto members = live_members(self->state);
   for (const auto& w : self->state.watchers)
-    self->send(w, members_atom::value, members);
+    self->send(w, members_atom::value, members, known_members(self->state));
 }
 
 // Records a peer that proved the secret. Returns false when the name belongs to another live

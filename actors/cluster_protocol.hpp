@@ -33,6 +33,9 @@ using peer_worker_atom = caf::atom_constant<caf::atom("eworker")>;
 using pool_sync_atom = caf::atom_constant<caf::atom("esync")>;
 using epoch_atom = caf::atom_constant<caf::atom("eepoch")>;
 using flush_atom = caf::atom_constant<caf::atom("eflush")>;
+// Refit leadership: leader -> refit actors and routers (term), leader -> routers (samples).
+using leader_atom = caf::atom_constant<caf::atom("eleader")>;
+using peer_sample_atom = caf::atom_constant<caf::atom("esample")>;
 
 // One node as the others know it. The actor handles are those of the roles it holds (invalid
 // otherwise); they are sent only to nodes that proved the secret.
@@ -114,13 +117,29 @@ typename Inspector::result_type inspect(Inspector& f, worker_row& x) {
 struct pool_snapshot {
   std::string model;
   uint64_t epoch = 0;
+  uint64_t term = 0;  // the refit term the epoch was published in
   std::vector<uint8_t> centroids;
   std::vector<worker_row> workers;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, pool_snapshot& x) {
-  return f(caf::meta::type_name("eldr::pool_snapshot"), x.model, x.epoch, x.centroids, x.workers);
+  return f(caf::meta::type_name("eldr::pool_snapshot"), x.model, x.epoch, x.term, x.centroids,
+           x.workers);
+}
+
+// A router's reservoir of live signatures for the refit leader: rows of `width` floats, signed
+// under the spec of centroid epoch `epoch` (the leader uses rows of its own epoch only).
+struct sample_reply {
+  uint64_t epoch = 0;
+  uint32_t width = 0;
+  uint64_t seen = 0;
+  std::vector<float> points;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sample_reply& x) {
+  return f(caf::meta::type_name("eldr::sample_reply"), x.epoch, x.width, x.seen, x.points);
 }
 
 // Registers every type above with the actor system; call before the system starts.

@@ -30,7 +30,7 @@ struct monitor_state {
 caf::behavior load_monitor(caf::stateful_actor<monitor_state>* self, node_context_ptr ctx,
                            caf::actor router, caf::actor sigcache) {
   return {
-      [=](members_atom, const std::vector<member_info>& members) {
+      [=](members_atom, const std::vector<member_info>& members, uint32_t) {
         if (!trusted_sender(self, ctx->trust.get())) return;
         auto& peers = self->state.peer_routers;
         peers.clear();

@@ -64,10 +64,12 @@ struct sign_result {
 };
 using sign_result_ptr = std::shared_ptr<const sign_result>;
 
-// A centroid file to store as a new epoch (the cache assigns epoch = newest stored + 1).
+// A centroid file to store. epoch = 0: the cache assigns max(newest stored + 1, at_least);
+// otherwise it stores exactly that epoch (a set adopted from a peer router keeps its number).
 struct stored_set {
   uint64_t epoch = 0;
   centroid_file file;
+  uint64_t at_least = 0;
 };
 using stored_set_ptr = std::shared_ptr<const stored_set>;
 

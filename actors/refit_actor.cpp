@@ -6,6 +6,8 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "actors/cluster_protocol.hpp"
+#include "core/leadership.hpp"
 #include "core/refit.hpp"
 
 namespace eldr {
@@ -30,6 +32,13 @@ struct refit_state {
   node_context_ptr ctx;
   caf::actor router;
   uint64_t runs = 0;
+  // Cluster only: who leads refits, and the live members (their routers give samples, their
+  // refit actors and routers hear our term).
+  std::optional<leadership> lead;
+  std::vector<member_info> peers;
+  uint32_t known = 1;
+  std::string rule_leader;     // whom the rule names after the last membership change
+  uint64_t remote_points = 0;  // rows taken from other routers' samples (last refit)
 };
 using refit_actor_t = caf::stateful_actor<refit_state>;
 
@@ -48,79 +57,218 @@ void finish(refit_actor_t* self, uint32_t model, const admin_job_ptr& job, nlohm
     self->delayed_send(self, std::chrono::seconds(cfg.refit_interval_s), refit_atom::value, model);
 }
 
+void fit_and_install(refit_actor_t* self, uint32_t model, admin_job_ptr job, refit_input_ptr in);
+
+// The leader's sample: its own router's reservoir plus every other router's rows signed under the
+// same epoch (so the same spec); a router that does not answer in time is left out.
+void gather_and_fit(refit_actor_t* self, uint32_t model, admin_job_ptr job, refit_input_ptr in) {
+  auto& st = self->state;
+  std::vector<caf::actor> routers;
+  for (const auto& p : st.peers)
+    if (p.router) routers.push_back(p.router);
+  if (routers.empty() || !in->current || !in->spec) return fit_and_install(self, model, job, in);
+  auto merged = std::make_shared<refit_input>(*in);
+  auto pending = std::make_shared<size_t>(routers.size());
+  const uint64_t epoch = in->current->epoch();
+  const uint32_t width = in->spec->width();
+  st.remote_points = 0;
+  auto one_done = [=] {
+    if (--*pending == 0) fit_and_install(self, model, job, merged);
+  };
+  for (const auto& r : routers)
+    self->request(r, std::chrono::seconds(2), peer_sample_atom::value, in->model_name)
+        .then(
+            [=](const sample_reply& s) {
+              if (s.epoch == epoch && s.width == width && s.points.size() % width == 0) {
+                merged->points.insert(merged->points.end(), s.points.begin(), s.points.end());
+                merged->seen += s.seen;
+                self->state.remote_points += s.points.size() / width;
+              }
+              one_done();
+            },
+            [=](caf::error&) { one_done(); });
+}
+
 void run_refit(refit_actor_t* self, uint32_t model, admin_job_ptr job) {
-  ++self->state.runs;
-  self->request(self->state.router, caf::infinite, sample_atom::value, model)
-      .then(
-          [=](refit_input_ptr in) {
-            const auto& cfg = self->state.ctx->config.models[model];
-            auto reject = [&](std::string reason) {
-              finish(self, model, job, {{"accepted", false}, {"reason", std::move(reason)}}, false);
-            };
-            if (!in->current || !in->spec || !in->current_file)
-              return reject(
-                  "no current centroid set: the first set comes from eldr-fit (eldrctl centroids "
-                  "import); a refit re-clusters live signatures under its spec");
-            const uint32_t width = in->spec->width();
-            const size_t rows = in->points.size() / width;
-            if (rows < cfg.min_sample)
-              return reject("sample too small: " + std::to_string(rows) + " live signatures, " +
-                            std::to_string(cfg.min_sample) + " needed (models.min_sample)");
-            refit_options ro;
-            ro.k = in->current->k();
-            ro.kmeans.seed = cfg.seed + self->state.runs;
-            ro.kmeans.threads = 1;  // the router and the frontend keep the other core
-            ro.kmeans.worker_weights.assign(in->current_file->worker_weights.begin(),
-                                            in->current_file->worker_weights.end());
-            ro.validation.max_balance_ratio = cfg.max_balance_ratio;
-            ro.validation.score_tolerance = cfg.score_tolerance;
-            ro.validation.batch_size = cfg.refit_batch_size;
-            ro.validation.seed = cfg.seed;
-            auto out = refit_candidate(in->points, width, in->current.get(), ro);
-            if (!out.ok()) return reject("fit failed: " + out.error().to_string());
-            auto report = report_json(out->report);
-            report["seen"] = in->seen;
-            report["from_epoch"] = in->current->epoch();
-            if (!out->report.accepted) return finish(self, model, job, report, false);
-            centroid_file f = *in->current_file;
-            const auto rows_span = out->candidate->rows();
-            f.centroids.assign(rows_span.begin(), rows_span.end());
-            f.epoch = 0;
-            f.provenance.source = "refit of epoch " + std::to_string(in->current->epoch()) +
-                                  " on " + std::to_string(rows) + " live signatures";
-            f.provenance.tool = "eldr-node refit";
-            f.provenance.objective = 1.0 - out->report.objective;
-            f.provenance.calibration_requests = static_cast<uint32_t>(rows);
-            auto stored = std::make_shared<const stored_set>(stored_set{0, std::move(f)});
-            self->request(self->state.router, caf::infinite, install_atom::value, model,
-                          stored_set_ptr(stored))
-                .then(
-                    [=](uint64_t epoch) mutable {
-                      report["epoch"] = epoch;
-                      finish(self, model, job, report, true);
-                    },
-                    [=](caf::error& e) mutable {
-                      report["accepted"] = false;
-                      report["reason"] = "install failed: " + self->system().render(e);
-                      finish(self, model, job, report, false);
-                    });
-          },
-          [=](caf::error& e) {
-            finish(self, model, job,
-                   {{"accepted", false}, {"reason", "no sample: " + self->system().render(e)}},
-                   false);
-          });
+  auto& st = self->state;
+  if (st.lead && !st.lead->is_leader()) {
+    // Only the leader refits; the others keep their timers, ready to take over.
+    const auto& l = st.lead->leader();
+    if (job)
+      return answer_admin_error(
+          *st.ctx, *job, route_error_code::unknown_type,
+          "this node is not the refit leader" +
+              (l ? " (the leader is " + l->name + ", term " + std::to_string(l->term) + ")"
+                 : std::string(" (no leader: no majority visible)")));
+    const auto& cfg = st.ctx->config.models[model];
+    if (cfg.refit_interval_s > 0)
+      self->delayed_send(self, std::chrono::seconds(cfg.refit_interval_s), refit_atom::value,
+                         model);
+    return;
+  }
+  ++st.runs;
+  self->request(st.router, caf::infinite, sample_atom::value, model)
+      .then([=](refit_input_ptr in) { gather_and_fit(self, model, job, in); },
+            [=](caf::error& e) {
+              finish(self, model, job,
+                     {{"accepted", false}, {"reason", "no sample: " + self->system().render(e)}},
+                     false);
+            });
+}
+
+void fit_and_install(refit_actor_t* self, uint32_t model, admin_job_ptr job, refit_input_ptr in) {
+  {
+    {
+      const auto& cfg = self->state.ctx->config.models[model];
+      auto reject = [&](std::string reason) {
+        finish(self, model, job, {{"accepted", false}, {"reason", std::move(reason)}}, false);
+      };
+      if (!in->current || !in->spec || !in->current_file)
+        return reject(
+            "no current centroid set: the first set comes from eldr-fit (eldrctl centroids "
+            "import); a refit re-clusters live signatures under its spec");
+      const uint32_t width = in->spec->width();
+      const size_t rows = in->points.size() / width;
+      if (rows < cfg.min_sample)
+        return reject("sample too small: " + std::to_string(rows) + " live signatures, " +
+                      std::to_string(cfg.min_sample) + " needed (models.min_sample)");
+      refit_options ro;
+      ro.k = in->current->k();
+      ro.kmeans.seed = cfg.seed + self->state.runs;
+      ro.kmeans.threads = 1;  // the router and the frontend keep the other core
+      ro.kmeans.worker_weights.assign(in->current_file->worker_weights.begin(),
+                                      in->current_file->worker_weights.end());
+      ro.validation.max_balance_ratio = cfg.max_balance_ratio;
+      ro.validation.score_tolerance = cfg.score_tolerance;
+      ro.validation.batch_size = cfg.refit_batch_size;
+      ro.validation.seed = cfg.seed;
+      auto out = refit_candidate(in->points, width, in->current.get(), ro);
+      if (!out.ok()) return reject("fit failed: " + out.error().to_string());
+      auto report = report_json(out->report);
+      report["seen"] = in->seen;
+      report["from_epoch"] = in->current->epoch();
+      if (!out->report.accepted) return finish(self, model, job, report, false);
+      centroid_file f = *in->current_file;
+      const auto rows_span = out->candidate->rows();
+      f.centroids.assign(rows_span.begin(), rows_span.end());
+      f.epoch = 0;
+      f.provenance.source = "refit of epoch " + std::to_string(in->current->epoch()) + " on " +
+                            std::to_string(rows) + " live signatures";
+      f.provenance.tool = "eldr-node refit";
+      f.provenance.objective = 1.0 - out->report.objective;
+      f.provenance.calibration_requests = static_cast<uint32_t>(rows);
+      auto stored = std::make_shared<const stored_set>(stored_set{0, std::move(f)});
+      const uint64_t term = self->state.lead ? self->state.lead->term() : 0;
+      report["term"] = term;
+      report["points_from_other_routers"] = self->state.remote_points;
+      self->request(self->state.router, caf::infinite, install_atom::value, model,
+                    stored_set_ptr(stored), term)
+          .then(
+              [=](uint64_t epoch) mutable {
+                report["epoch"] = epoch;
+                finish(self, model, job, report, true);
+              },
+              [=](caf::error& e) mutable {
+                report["accepted"] = false;
+                report["reason"] = "install failed: " + self->system().render(e);
+                finish(self, model, job, report, false);
+              });
+    }
+  }
+}
+
+// Re-evaluates leadership after a membership change; a node that takes over announces its term
+// to every refit actor and router, so that a deposed leader's publishes are refused.
+void evaluate_leadership(refit_actor_t* self) {
+  auto& st = self->state;
+  std::vector<member_view> visible;
+  for (const auto& p : st.peers)
+    visible.push_back(member_view{p.name, p.has_role("refit") && p.has_role("router")});
+  const bool was = st.lead->is_leader();
+  const auto d = st.lead->evaluate(visible, st.known);
+  st.rule_leader = d.leader;
+  if (d.took_over) {
+    spdlog::info("refit: this node leads refits from term {} ({} of {} members visible)", d.term,
+                 visible.size() + 1, st.known);
+    st.ctx->metrics->cluster_event("leader");
+  }
+  if (d.self_leads) {
+    // Announced at every membership change, so that members that joined since hear it too.
+    self->send(st.router, leader_atom::value, st.lead->self(), d.term);
+    for (const auto& p : st.peers) {
+      if (p.refit) self->send(p.refit, leader_atom::value, st.lead->self(), d.term);
+      if (p.router) self->send(p.router, leader_atom::value, st.lead->self(), d.term);
+    }
+  } else if (was && !st.lead->is_leader()) {
+    spdlog::warn("refit: this node no longer leads refits ({})",
+                 d.has_quorum ? "a smaller name leads" : "no majority visible");
+  }
+}
+
+nlohmann::json leadership_json(const refit_state& st) {
+  if (!st.lead) return {{"leader", "self"}, {"term", 0}, {"self_leads", true}};
+  const auto& l = st.lead->leader();
+  // Before the leader's announcement arrives, the rule still names it (its term is not known).
+  return {{"leader", l ? l->name : st.rule_leader},
+          {"term", l ? l->term : 0},
+          {"highest_term_seen", st.lead->highest_term_seen()},
+          {"self_leads", st.lead->is_leader()},
+          {"known_members", st.known}};
 }
 
 caf::behavior refit_behavior(refit_actor_t* self, node_context_ptr ctx, caf::actor router) {
   self->state.ctx = ctx;
   self->state.router = router;
+  if (ctx->config.clustered()) {
+    self->state.lead.emplace(ctx->config.name, true);
+    self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
+  }
   for (uint32_t m = 0; m < ctx->config.models.size(); ++m)
     if (ctx->config.models[m].refit_interval_s > 0)
       self->delayed_send(self, std::chrono::seconds(ctx->config.models[m].refit_interval_s),
                          refit_atom::value, m);
   return {
-      [=](refit_atom, uint32_t model) { run_refit(self, model, nullptr); },
+      [=](refit_atom, uint32_t model) {
+        // Only our own timer (a message from the network could be anonymous).
+        if (self->current_sender() == self->ctrl()) run_refit(self, model, nullptr);
+      },
+      // The leader repeats its term every second: an announcement that raced a membership change
+      // (and was dropped by a node that did not yet see us) is repaired.
+      [=](tick_atom) {
+        auto& st = self->state;
+        if (self->current_sender() != self->ctrl() || !st.lead) return;
+        if (st.lead->is_leader())
+          for (const auto& p : st.peers) {
+            if (p.refit) self->send(p.refit, leader_atom::value, st.lead->self(), st.lead->term());
+            if (p.router)
+              self->send(p.router, leader_atom::value, st.lead->self(), st.lead->term());
+          }
+        self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
+      },
+      [=](members_atom, const std::vector<member_info>& members, uint32_t known) {
+        auto& st = self->state;
+        if (!st.lead || !trusted_sender(self, st.ctx->trust.get())) return;
+        st.peers = members;
+        st.known = known;
+        evaluate_leadership(self);
+      },
+      [=](leader_atom, const std::string& name, uint64_t term) {
+        auto& st = self->state;
+        if (!st.lead || !trusted_sender(self, st.ctx->trust.get())) return;
+        const bool same_term_claim =
+            st.lead->is_leader() && term == st.lead->term() && name != st.lead->self();
+        if (st.lead->observe_leader(name, term))
+          spdlog::warn("refit: {} leads from term {}; this node steps down", name, term);
+        self->send(st.router, leader_atom::value, name, term);
+        if (same_term_claim && st.lead->is_leader()) {
+          // Another node claimed our term while it could not see us (a partition, or both
+          // starting alone): we keep leading, under a new term that fences its publishes out.
+          st.lead->step_down();
+          evaluate_leadership(self);
+        }
+      },
+      // The refit's part of `status`.
+      [=](admin_atom) -> std::string { return leadership_json(self->state).dump(); },
       [=](admin_atom, admin_job_ptr job) {
         const auto& c = *self->state.ctx;
         const auto name = string_arg(job->request.args, "model").value_or("");

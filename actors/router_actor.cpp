@@ -9,6 +9,7 @@
 
 #include "actors/cluster_protocol.hpp"
 #include "core/bounded_lru.hpp"
+#include "core/leadership.hpp"
 #include "core/load_view.hpp"
 #include "core/random.hpp"
 #include "core/refit.hpp"
@@ -51,6 +52,10 @@ struct model_state {
   spec_ptr spec;
   uint64_t epoch = 0;
   std::optional<signature_sample> sample;  // width of spec; reset when the width changes
+  // Cluster: which published epochs this router accepts (a refit leader's term fences a stale
+  // leader's publishes; docs/cluster.md).
+  epoch_fence fence;
+  uint64_t fenced = 0;  // announcements refused (stale term or old epoch)
   std::deque<explained> recent;
   route_trace trace;
   uint64_t routed = 0, failed = 0, resigned = 0, unsigned_routes = 0, swaps = 0;
@@ -148,7 +153,7 @@ void announce_epoch(caf::event_based_actor* self, const router_state& st, const 
   if (st.peers.empty() || !m.file) return;
   const auto bytes = encode_centroid_file(*m.file);
   for (const auto& p : st.peers)
-    self->send(p, epoch_atom::value, m.cfg->name, m.epoch, bytes);
+    self->send(p, epoch_atom::value, m.cfg->name, m.epoch, m.fence.highest_term(), bytes);
 }
 
 // Can `file` become the model's set? K must match a fixed pool, and no registered worker may lie
@@ -338,6 +343,8 @@ nlohmann::json model_json(router_state& st, model_state& m) {
           {"routed_without_signature", m.unsigned_routes},
           {"resigned_after_swap", m.resigned},
           {"swaps", m.swaps},
+          {"term", m.fence.highest_term()},
+          {"epochs_refused", m.fenced},
           {"coverage", m.total_blocks ? static_cast<double>(m.covered_blocks) /
                                             static_cast<double>(m.total_blocks)
                                       : 0.0},
@@ -370,25 +377,32 @@ nlohmann::json workers_json(router_state& st, model_state& m) {
 
 // Runs `file` through the store (new epoch) and installs it, then calls done(epoch or error).
 using install_done = std::function<void(result<uint64_t>)>;
+// `term`: the refit leader's term for its publishes, else the highest term this router has seen
+// (an operator's import acts within the current term).
 void store_and_install(router_actor_t* self, model_state& m, centroid_file file, std::string what,
-                       install_done done) {
+                       install_done done, std::optional<uint64_t> term = std::nullopt) {
+  m.fence.observe_term(term.value_or(0));
+  const uint64_t publish_term = term.value_or(m.fence.highest_term());
   if (auto s = check_installable(m, file); !s.ok()) return done(s);
   if (!self->state.sigcache) {
     // No store on this node: the set lives in the routers' memories (and their snapshots).
     const uint64_t epoch = m.epoch + 1;
     if (auto s = install(self->state, m, file, epoch); !s.ok()) return done(s);
+    (void)m.fence.offer(publish_term, epoch);
     spdlog::info("model {}: {} installed as epoch {}", m.cfg->name, what, epoch);
     announce_epoch(self, self->state, m);
     return done(epoch);
   }
   const uint32_t index = m.index;
-  auto stored = std::make_shared<const stored_set>(stored_set{0, std::move(file)});
+  // Above every epoch this router has routed with, even one adopted from a peer.
+  auto stored = std::make_shared<const stored_set>(stored_set{0, std::move(file), m.epoch + 1});
   self->request(self->state.sigcache, caf::infinite, store_set_atom::value, index,
                 stored_set_ptr(stored))
       .then(
           [=](uint64_t epoch) {
             auto& mm = *self->state.models[index];
             if (auto s = install(self->state, mm, stored->file, epoch); !s.ok()) return done(s);
+            (void)mm.fence.offer(publish_term, epoch);
             spdlog::info("model {}: {} installed as epoch {}", mm.cfg->name, what, epoch);
             announce_epoch(self, self->state, mm);
             done(epoch);
@@ -716,6 +730,7 @@ std::vector<pool_snapshot> snapshot_pools(router_state& st) {
     pool_snapshot p;
     p.model = m->cfg->name;
     p.epoch = m->epoch;
+    p.term = m->fence.highest_term();
     if (m->file) p.centroids = encode_centroid_file(*m->file);
     for (const auto& w : m->pool.snapshot_all(now))
       if (w.state != worker_state::unregistered)
@@ -725,10 +740,23 @@ std::vector<pool_snapshot> snapshot_pools(router_state& st) {
   return out;
 }
 
-// Installs a peer's centroid set when it is newer than ours.
-void adopt_epoch(router_actor_t* self, model_state& m, uint64_t epoch,
+// Installs a peer's centroid set when the fence accepts it (a newer epoch of a current term),
+// and stores it under the same epoch on this node, so that a restart is warm and the next local
+// epoch number is above it.
+void adopt_epoch(router_actor_t* self, model_state& m, uint64_t epoch, uint64_t term,
                  const std::vector<uint8_t>& bytes, const char* why) {
-  if (epoch <= m.epoch || bytes.empty()) return;
+  if (bytes.empty()) return;
+  if (!m.fence.has_epoch() && m.epoch > 0) m.fence = epoch_fence(0, m.epoch);
+  const auto verdict = m.fence.offer(term, epoch);
+  if (verdict != fence_result::accepted) {
+    if (verdict == fence_result::stale_term || verdict == fence_result::old_epoch) {
+      ++m.fenced;
+      spdlog::info("model {}: epoch {} (term {}) {} refused: {} (current epoch {}, term {})",
+                   m.cfg->name, epoch, term, why, to_string(verdict), m.epoch,
+                   m.fence.highest_term());
+    }
+    return;
+  }
   auto file = parse_centroid_file(std::span<const uint8_t>(bytes.data(), bytes.size()), "peer");
   if (!file.ok()) {
     spdlog::warn("model {}: epoch {} {} is unreadable: {}", m.cfg->name, epoch, why,
@@ -741,7 +769,18 @@ void adopt_epoch(router_actor_t* self, model_state& m, uint64_t epoch,
   }
   if (auto s = install(self->state, m, *file, epoch); !s.ok()) return;
   ++self->state.peer_epochs;
-  spdlog::info("model {}: installed epoch {} {}", m.cfg->name, epoch, why);
+  spdlog::info("model {}: installed epoch {} (term {}) {}", m.cfg->name, epoch, term, why);
+  if (self->state.sigcache) {
+    auto stored = std::make_shared<const stored_set>(stored_set{epoch, std::move(*file)});
+    const std::string name = m.cfg->name;
+    self->request(self->state.sigcache, caf::infinite, store_set_atom::value, m.index,
+                  stored_set_ptr(stored))
+        .then([](uint64_t) {},
+              [self, name, epoch](caf::error& e) {
+                spdlog::warn("model {}: adopted epoch {} not stored: {}", name, epoch,
+                             self->system().render(e));
+              });
+  }
 }
 
 // A router that joins late (or after a partition) learns the registered workers and the newest
@@ -752,7 +791,7 @@ void merge_pools(router_actor_t* self, const std::vector<pool_snapshot>& pools) 
   for (const auto& p : pools) {
     auto* m = st.find(p.model);
     if (!m) continue;
-    adopt_epoch(self, *m, p.epoch, p.centroids, "from a peer's snapshot");
+    adopt_epoch(self, *m, p.epoch, p.term, p.centroids, "from a peer's snapshot");
     for (const auto& w : p.workers) {
       if (w.worker >= m->pool.k()) {
         if (m->cfg->workers != 0 || m->set || w.worker >= m->cfg->max_workers) continue;
@@ -826,7 +865,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         sign_and_route(self, *m, std::move(job), 0);
       },
       [=](flush_atom) { flush_decisions(self); },
-      [=](members_atom, const std::vector<member_info>& members) {
+      [=](members_atom, const std::vector<member_info>& members, uint32_t) {
         if (!trusted_sender(self, self->state.ctx->trust.get())) return;
         on_members(self, members);
       },
@@ -857,11 +896,38 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         if (!trusted_sender(self, self->state.ctx->trust.get())) return untrusted(self);
         merge_pools(self, pools);
       },
-      [=](epoch_atom, const std::string& model, uint64_t epoch, const std::vector<uint8_t>& file) {
+      [=](epoch_atom, const std::string& model, uint64_t epoch, uint64_t term,
+          const std::vector<uint8_t>& file) {
         auto& s = self->state;
         if (!trusted_sender(self, s.ctx->trust.get())) return untrusted(self);
         auto* m = s.find(model);
-        if (m) adopt_epoch(self, *m, epoch, file, "announced by a peer router");
+        if (m) adopt_epoch(self, *m, epoch, term, file, "announced by a peer router");
+      },
+      // A refit leader's term: publishes from older terms are refused from now on.
+      [=](leader_atom, const std::string&, uint64_t term) {
+        auto& s = self->state;
+        if (!trusted_sender(self, s.ctx->trust.get())) return untrusted(self);
+        for (auto& m : s.models)
+          m->fence.observe_term(term);
+      },
+      // The refit leader's sample of this router's live signatures (a copy).
+      [=](peer_sample_atom, const std::string& model) -> caf::result<sample_reply> {
+        auto& s = self->state;
+        if (!trusted_sender(self, s.ctx->trust.get())) {
+          untrusted(self);
+          return caf::sec::request_receiver_down;
+        }
+        auto* m = s.find(model);
+        if (!m) return caf::sec::invalid_argument;
+        sample_reply r;
+        r.epoch = m->epoch;
+        if (m->sample && m->spec) {
+          r.width = m->spec->width();
+          r.seen = m->sample->seen();
+          const auto pts = m->sample->points();
+          r.points.assign(pts.begin(), pts.end());
+        }
+        return r;
       },
       [=](worker_atom, worker_job_ptr job) { handle_worker(self, *job, true); },
       [=](admin_atom, admin_job_ptr job) { handle_admin(self, job); },
@@ -900,16 +966,24 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         return refit_input_ptr(in);
       },
       // An accepted refit: store as a new epoch and install.
-      [=](install_atom, uint32_t index, stored_set_ptr s) -> caf::result<uint64_t> {
+      // An accepted refit, published in `term` (0 standalone).
+      [=](install_atom, uint32_t index, stored_set_ptr s, uint64_t term) -> caf::result<uint64_t> {
         if (index >= self->state.models.size()) return caf::sec::invalid_argument;
+        auto& m = *self->state.models[index];
+        if (term < m.fence.highest_term())
+          return caf::make_error(caf::sec::runtime_error,
+                                 "term " + std::to_string(term) + " is stale (current term " +
+                                     std::to_string(m.fence.highest_term()) + ")");
         auto rp = self->make_response_promise<uint64_t>();
         store_and_install(
-            self, *self->state.models[index], s->file, "refit", [rp](result<uint64_t> r) mutable {
+            self, m, s->file, "refit",
+            [rp](result<uint64_t> r) mutable {
               if (r.ok())
                 rp.deliver(*r);
               else
                 rp.deliver(caf::make_error(caf::sec::runtime_error, r.error().to_string()));
-            });
+            },
+            term);
         return rp;
       },
   };

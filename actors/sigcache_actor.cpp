@@ -132,10 +132,21 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
   // A stopping node commits what is staged: counts acknowledged to nobody yet would otherwise be
   // lost at every clean restart.
   self->set_exit_handler([self](caf::exit_msg& msg) {
+    spdlog::debug("signature cache: exit ({})", self->system().render(msg.reason));
     for (auto& mc : self->state.models)
       if (auto s = mc.events->commit(); !s.ok() || !(s = mc.cache->flush()).ok())
         spdlog::error("signature cache commit at exit failed: {}", s.to_string());
     self->quit(msg.reason);
+  });
+  self->set_exception_handler([](caf::scheduled_actor*, std::exception_ptr& e) -> caf::error {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      spdlog::error("signature cache: {}", x.what());
+    } catch (...) {
+      spdlog::error("signature cache: unknown exception");
+    }
+    return caf::exit_reason::unhandled_exception;
   });
   const auto interval = std::chrono::milliseconds(ctx->config.commit_interval_ms);
   self->delayed_send(self, interval, commit_atom::value);
@@ -204,9 +215,10 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
         auto& st = self->state;
         if (model >= st.models.size()) return caf::sec::invalid_argument;
         auto& cache = *st.models[model].cache;
-        uint64_t epoch = 1;
+        uint64_t epoch = std::max<uint64_t>(1, s->at_least);
         for (uint64_t e : cache.centroid_epochs())
           epoch = std::max(epoch, e + 1);
+        if (s->epoch != 0) epoch = s->epoch;
         centroid_file f = s->file;
         f.epoch = epoch;
         if (auto w = cache.put_centroid_set(epoch, encode_centroid_file(f)); !w.ok())

@@ -32,6 +32,9 @@ bool leadership::observe_leader(std::string_view name, uint64_t term) {
     if (name > std::string_view(self_)) return stepped_down;
     leading_ = false;
     stepped_down = true;
+  } else if (!leading_ && leader_ && term == leader_->term &&
+             name > std::string_view(leader_->name)) {
+    return stepped_down;  // the same rule seen from a bystander: the smaller name keeps the term
   }
   leader_ = leader_info{std::string(name), term};
   return stepped_down;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "cluster/client.hpp"
+#include "core/centroid_file.hpp"
 #include "tests/support/node_process.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -245,6 +246,86 @@ TEST_F(ClusterTest, ARestartedNodeRejoinsAndLearnsThePools) {
   ASSERT_TRUE(c.ok());
   auto r = (*c)->route(request("after-restart"));
   ASSERT_TRUE(r.ok() && std::holds_alternative<route_reply>(*r));
+}
+
+// Leader and term as node `n` sees them ("" / 0 when unknown).
+std::pair<std::string, uint64_t> refit_leader(const nlohmann::json& status) {
+  if (!status.is_object() || !status.contains("cluster") || !status["cluster"].contains("refit"))
+    return {"", 0};
+  const auto& r = status["cluster"]["refit"];
+  return {r.value("leader", std::string()), r.value("term", uint64_t{0})};
+}
+
+TEST_F(ClusterTest, OneRefitLeaderAndAnotherTakesOverWithAHigherTermWhenItDies) {
+  start_three();
+  // Everyone agrees on the smallest name.
+  uint64_t first_term = 0;
+  ASSERT_TRUE(eventually([&] {
+    std::set<std::pair<std::string, uint64_t>> views;
+    for (auto& n : nodes_)
+      views.insert(refit_leader(status(*n)));
+    if (views.size() != 1 || views.begin()->first != "n1") return false;
+    first_term = views.begin()->second;
+    return true;
+  })) << "the nodes do not agree on n1 as the refit leader";
+  EXPECT_GE(first_term, 1u);
+  // Only the leader refits; the others name it.
+  auto a2 = admin_client::connect(nodes_[1]->admin());
+  ASSERT_TRUE(a2.ok());
+  auto refused = (*a2)->call("refit", {{"model", "m"}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message().find("the leader is n1"), std::string::npos)
+      << refused.error().message();
+
+  nodes_[0]->kill();
+  ASSERT_TRUE(eventually([&] {
+    auto s2 = refit_leader(status(*nodes_[1])), s3 = refit_leader(status(*nodes_[2]));
+    return s2.first == "n2" && s3.first == "n2" && s2.second == s3.second && s2.second > first_term;
+  })) << "n2 did not take over with a higher term";
+  // The new leader runs refits (this one has no centroid set to refine, and says so).
+  auto r = (*a2)->call("refit", {{"model", "m"}});
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_FALSE(r->value("accepted", true));
+}
+
+TEST_F(ClusterTest, ImportedEpochsReachEveryRouterAndStayMonotonic) {
+  start_three();
+  register_workers(*nodes_[0]);
+  // A 4-worker centroid file over a toy geometry (2 layers, 8 experts, top-2), imported at the
+  // three routers in turn.
+  centroid_file f;
+  f.model_name = "m";
+  auto spec = signature_spec::make(model_geometry{2, 8, 2}, signature_transform::count, {}, {});
+  ASSERT_TRUE(spec.ok());
+  f.spec = *spec;
+  f.workers = 4;
+  f.centroids.assign(4 * f.spec.width(), 0.0f);
+  for (uint32_t w = 0; w < 4; ++w)
+    for (uint32_t l = 0; l < 2; ++l)
+      for (uint32_t e : {2 * w, 2 * w + 1})
+        f.centroids[w * 16 + l * 8 + e] = 0.5f;
+  f.epoch = 1;
+  f.provenance.source = "cluster_test";
+  f.provenance.kmeans_variant = "balanced";
+  const auto bytes = encode_centroid_file(f);
+  uint64_t last = 0;
+  for (size_t round = 0; round < 4; ++round) {
+    auto a = admin_client::connect(nodes_[round % 3]->admin());
+    ASSERT_TRUE(a.ok());
+    auto r =
+        (*a)->call("centroids.import", {{"model", "m"}, {"file", nlohmann::json::binary(bytes)}});
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+    const uint64_t epoch = r->value("epoch", uint64_t{0});
+    EXPECT_GT(epoch, last) << "round " << round;
+    last = epoch;
+    for (auto& n : nodes_)
+      EXPECT_TRUE(eventually([&] {
+        auto s = status(*n);
+        return s.is_object() && !s["models"].empty() &&
+               s["models"][0].value("epoch", uint64_t{0}) == epoch;
+      })) << "epoch "
+          << epoch << " did not reach every router";
+  }
 }
 
 }  // namespace

@@ -312,5 +312,16 @@ TEST(EpochFence, ResultNames) {
   EXPECT_EQ(to_string(fence_result::duplicate), "duplicate");
 }
 
+TEST(Leadership, BystandersSettleTwoClaimsOfOneTermOnTheSmallerName) {
+  leadership l("n3", true);
+  EXPECT_FALSE(l.observe_leader("n1", 1));
+  EXPECT_FALSE(l.observe_leader("n2", 1));  // a later, larger claim of the same term
+  ASSERT_TRUE(l.leader().has_value());
+  EXPECT_EQ(l.leader()->name, "n1");
+  EXPECT_FALSE(l.observe_leader("n2", 2));  // a newer term wins whatever the name
+  EXPECT_EQ(l.leader()->name, "n2");
+  EXPECT_EQ(l.leader()->term, 2u);
+}
+
 }  // namespace
 }  // namespace eldr
