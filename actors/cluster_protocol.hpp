@@ -33,6 +33,10 @@ using peer_worker_atom = caf::atom_constant<caf::atom("eworker")>;
 using pool_sync_atom = caf::atom_constant<caf::atom("esync")>;
 using epoch_atom = caf::atom_constant<caf::atom("eepoch")>;
 using flush_atom = caf::atom_constant<caf::atom("eflush")>;
+// Router -> signature-cache shards: sum some blocks' counts (storing the counts carried), or only
+// store counts (replicas).
+using shard_sign_atom = caf::atom_constant<caf::atom("eshsign")>;
+using shard_store_atom = caf::atom_constant<caf::atom("eshstore")>;
 // Refit leadership: leader -> refit actors and routers (term), leader -> routers (samples).
 using leader_atom = caf::atom_constant<caf::atom("eleader")>;
 using peer_sample_atom = caf::atom_constant<caf::atom("esample")>;
@@ -140,6 +144,36 @@ struct sample_reply {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sample_reply& x) {
   return f(caf::meta::type_name("eldr::sample_reply"), x.epoch, x.width, x.seen, x.points);
+}
+
+// One shard's part of a route request: the blocks of the prompt this shard owns (prompt order),
+// and the counts of those of them the prefill computed (an encoded eldr counts message, empty
+// when none), which the shard stores before it sums.
+struct shard_sign_request {
+  std::string model;
+  std::vector<uint64_t> blocks;
+  std::vector<uint8_t> counts;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shard_sign_request& x) {
+  return f(caf::meta::type_name("eldr::shard_sign_request"), x.model, x.blocks, x.counts);
+}
+
+// The shard's sum of the counts of the blocks it knew, restricted to its store's layer mask
+// (layer-major, |layer_mask| * experts entries; empty when no block had counts).
+struct shard_sign_reply {
+  uint32_t covered = 0;
+  uint32_t experts = 0;
+  std::vector<uint32_t> layer_mask;
+  std::vector<uint32_t> masked;
+  std::string problem;  // counts refused (geometry), for the logs; "" when none
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shard_sign_reply& x) {
+  return f(caf::meta::type_name("eldr::shard_sign_reply"), x.covered, x.experts, x.layer_mask,
+           x.masked, x.problem);
 }
 
 // Registers every type above with the actor system; call before the system starts.

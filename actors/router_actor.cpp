@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/cluster_protocol.hpp"
+#include "cluster/counts_message.hpp"
 #include "core/bounded_lru.hpp"
+#include "core/hash_ring.hpp"
 #include "core/leadership.hpp"
 #include "core/load_view.hpp"
 #include "core/random.hpp"
@@ -86,6 +88,11 @@ struct router_state {
   std::map<uint32_t, std::vector<shared_decision>> outbox;
   bool flush_armed = false;
   uint64_t peer_decisions = 0, peer_worker_messages = 0, peer_epochs = 0, untrusted = 0;
+  // Cluster: the signature cache is sharded by block hash over the live signature-cache nodes
+  // (this one included when it holds the role), R copies of each block's counts.
+  std::optional<hash_ring> ring;
+  std::vector<caf::actor> shards;  // by ring member index
+  uint64_t shard_requests = 0, shard_failovers = 0, shard_failures = 0, shard_store_messages = 0;
 
   model_state* find(const std::string& name) {
     for (auto& m : models)
@@ -185,8 +192,13 @@ void send_route_error(router_actor_t* self, const route_job& job, route_error_co
 void decide(router_actor_t* self, model_state& m, const route_job_ptr& job,
             const sign_result* signed_, int attempt);
 
+void shard_sign_and_route(router_actor_t* self, model_state& m, route_job_ptr job, int attempt);
+
 void sign_and_route(router_actor_t* self, model_state& m, route_job_ptr job, int attempt) {
-  // A router without a signature cache on its node routes by load only (until remote signing).
+  if (self->state.ring) {
+    if (!self->state.ring->empty()) return shard_sign_and_route(self, m, std::move(job), attempt);
+    return decide(self, m, job, nullptr, attempt);  // no signature-cache node alive: load only
+  }
   if (!self->state.sigcache) return decide(self, m, job, nullptr, attempt);
   auto sj = std::make_shared<sign_job>(sign_job{m.index, m.spec, job});
   const uint32_t index = m.index;
@@ -297,6 +309,174 @@ void decide(router_actor_t* self, model_state& m, const route_job_ptr& job,
     if (m.recent.size() >= st.ctx->config.explain_history) m.recent.pop_front();
     m.recent.push_back(std::move(e));
   }
+}
+
+// --- Sharded signing (cluster) ---
+
+// What the shards of one request have answered so far.
+struct shard_gather {
+  route_job_ptr job;
+  spec_ptr spec;  // the spec when the shards were asked (null: coverage only)
+  uint32_t model = 0;
+  int attempt = 0;
+  size_t pending = 0;
+  uint32_t covered = 0;
+  std::vector<uint32_t> acc;  // spec->width(): the masked sum over every shard's blocks
+  std::string problem;
+};
+using shard_gather_ptr = std::shared_ptr<shard_gather>;
+
+constexpr auto shard_timeout = std::chrono::milliseconds(100);
+
+// Adds a shard's sum (over its store's layer mask) to the request's sum (over the spec's mask).
+void merge_shard(shard_gather& g, const shard_sign_reply& r) {
+  g.covered += r.covered;
+  if (!r.problem.empty()) g.problem = r.problem;
+  if (!g.spec || r.masked.empty()) return;
+  const uint32_t e = g.spec->geometry().experts;
+  if (r.experts != e || r.masked.size() != r.layer_mask.size() * e) {
+    g.problem = "a shard's counts have another geometry";
+    return;
+  }
+  const auto& mask = g.spec->layer_mask();
+  for (size_t i = 0; i < mask.size(); ++i) {
+    auto it = std::lower_bound(r.layer_mask.begin(), r.layer_mask.end(), mask[i]);
+    if (it == r.layer_mask.end() || *it != mask[i]) continue;  // layer not kept by the store
+    const size_t from = static_cast<size_t>(it - r.layer_mask.begin()) * e;
+    for (uint32_t x = 0; x < e; ++x)
+      g.acc[i * e + x] += r.masked[from + x];
+  }
+}
+
+void shard_done(router_actor_t* self, const shard_gather_ptr& g) {
+  if (--g->pending > 0) return;
+  auto out = std::make_shared<sign_result>();
+  out->spec = g->spec;
+  out->covered = g->covered;
+  out->problem = g->problem;
+  if (g->spec && g->covered > 0) {
+    signature_builder b(g->spec);
+    if (b.add_masked(g->acc).ok()) b.finish(out->sig);
+  }
+  auto& m = *self->state.models[g->model];
+  decide(self, m, g->job, out.get(), g->attempt);
+}
+
+// Asks the `tried`-th owner of each block (0 = primary) for the blocks in `blocks`, with the
+// counts in `counts` (blocks of them only); on a failure or a timeout the blocks go to their next
+// owner, which holds a replica, until every owner was tried.
+void ask_shards(router_actor_t* self, const shard_gather_ptr& g, std::vector<uint64_t> blocks,
+                const std::vector<const counts_block*>& counts, size_t tried);
+
+void ask_shard(router_actor_t* self, const shard_gather_ptr& g, uint32_t owner,
+               std::vector<uint64_t> blocks, std::vector<const counts_block*> counts,
+               size_t tried) {
+  auto& st = self->state;
+  shard_sign_request req;
+  req.model = g->job->request.model;
+  req.blocks = blocks;
+  if (!counts.empty()) {
+    counts_message cm;
+    cm.geometry = g->job->request.counts->geometry;
+    for (const auto* b : counts)
+      cm.blocks.push_back(*b);
+    req.counts = encode_counts_message(cm);
+  }
+  ++st.shard_requests;
+  self->request(st.shards[owner], shard_timeout, shard_sign_atom::value, std::move(req))
+      .then(
+          [self, g](const shard_sign_reply& r) {
+            merge_shard(*g, r);
+            shard_done(self, g);
+          },
+          [self, g, blocks = std::move(blocks), counts = std::move(counts), tried](caf::error&) {
+            auto& s = self->state;
+            if (tried + 1 < s.ctx->config.cluster.replication && s.ring) {
+              ++s.shard_failovers;
+              ++g->pending;  // ask_shards adds its own parts
+              ask_shards(self, g, blocks, counts, tried + 1);
+            } else {
+              ++s.shard_failures;
+            }
+            shard_done(self, g);
+          });
+}
+
+void ask_shards(router_actor_t* self, const shard_gather_ptr& g, std::vector<uint64_t> blocks,
+                const std::vector<const counts_block*>& counts, size_t tried) {
+  auto& st = self->state;
+  const size_t r = tried + 1;
+  std::map<uint32_t, std::pair<std::vector<uint64_t>, std::vector<const counts_block*>>> parts;
+  for (uint64_t h : blocks) {
+    auto owners = st.ring->owners(h, r);
+    if (owners.size() == r) parts[owners[tried]].first.push_back(h);
+  }
+  for (const auto* b : counts) {
+    auto owners = st.ring->owners(b->hash, r);
+    if (owners.size() == r) parts[owners[tried]].second.push_back(b);
+  }
+  g->pending += parts.size();
+  for (auto& [owner, part] : parts)
+    ask_shard(self, g, owner, std::move(part.first), std::move(part.second), tried);
+  // The caller holds one pending slot for this call: release it.
+  shard_done(self, g);
+}
+
+void shard_sign_and_route(router_actor_t* self, model_state& m, route_job_ptr job, int attempt) {
+  auto& st = self->state;
+  const auto& req = job->request;
+  const size_t r = st.ctx->config.cluster.replication;
+  // Counts the prefill computed go to every owner of their block: the primary stores them as it
+  // signs, the replicas get them in one store message each.
+  std::vector<const counts_block*> counted;
+  if (req.counts) {
+    std::map<uint32_t, counts_message> replicas;
+    for (const auto& b : req.counts->blocks) {
+      counted.push_back(&b);
+      auto owners = st.ring->owners(b.hash, r);
+      for (size_t i = 1; i < owners.size(); ++i) {
+        auto& cm = replicas[owners[i]];
+        cm.geometry = req.counts->geometry;
+        cm.blocks.push_back(b);
+      }
+    }
+    for (const auto& [owner, cm] : replicas) {
+      ++st.shard_store_messages;
+      self->send(st.shards[owner], shard_store_atom::value, req.model, encode_counts_message(cm));
+    }
+  }
+  auto g = std::make_shared<shard_gather>();
+  g->job = job;
+  g->spec = m.eldr_active ? m.spec : nullptr;
+  g->model = m.index;
+  g->attempt = attempt;
+  if (g->spec) g->acc.assign(g->spec->width(), 0);
+  g->pending = 1;
+  ask_shards(self, g, req.block_hashes, counted, 0);
+}
+
+// Rebuilds the ring of signature-cache shards from the live members (and this node).
+void rebuild_ring(router_state& st, const std::vector<member_info>& members) {
+  std::vector<std::string> names;
+  std::map<std::string, caf::actor> actors;
+  if (st.sigcache) {
+    names.push_back(st.ctx->config.name);
+    actors[st.ctx->config.name] = st.sigcache;
+  }
+  for (const auto& mi : members)
+    if (mi.sigcache && !actors.count(mi.name)) {
+      names.push_back(mi.name);
+      actors[mi.name] = mi.sigcache;
+    }
+  auto ring = hash_ring::make(std::move(names), st.ctx->config.cluster.vnodes);
+  if (!ring.ok()) {
+    spdlog::error("signature-cache ring: {}", ring.error().to_string());
+    return;
+  }
+  st.shards.clear();
+  for (const auto& n : ring->members())
+    st.shards.push_back(actors[n]);
+  st.ring.emplace(std::move(*ring));
 }
 
 nlohmann::json model_json(router_state& st, model_state& m) {
@@ -820,6 +1000,7 @@ void on_members(router_actor_t* self, const std::vector<member_info>& members) {
   }
   st.peers = std::move(peers);
   if (st.peers.empty()) st.outbox.clear();
+  rebuild_ring(st, members);
 }
 
 caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::actor sigcache,
@@ -831,6 +1012,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
   auto decisions = bounded_lru<std::string, remembered>::make(ctx->config.cluster.max_decisions,
                                                               ctx->config.cluster.decision_ttl_ms);
   st.decisions.emplace(std::move(*decisions));
+  if (ctx->config.clustered()) rebuild_ring(st, {});  // this node's shard until peers join
   for (uint32_t i = 0; i < ctx->config.models.size(); ++i) {
     const auto& cfg = ctx->config.models[i];
     load_view_options lo;
@@ -944,7 +1126,12 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
                               {"peer_decisions", s.peer_decisions},
                               {"peer_worker_messages", s.peer_worker_messages},
                               {"peer_epochs", s.peer_epochs},
-                              {"untrusted_messages", s.untrusted}}
+                              {"untrusted_messages", s.untrusted},
+                              {"shards", s.ring ? s.ring->size() : 0},
+                              {"shard_requests", s.shard_requests},
+                              {"shard_failovers", s.shard_failovers},
+                              {"shard_failures", s.shard_failures},
+                              {"shard_store_messages", s.shard_store_messages}}
             .dump();
       },
       // The refit's sample: a copy of the reservoir and the current set.

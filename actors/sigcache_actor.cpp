@@ -9,6 +9,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "actors/cluster_protocol.hpp"
+#include "cluster/counts_message.hpp"
 #include "cluster/ingest.hpp"
 
 namespace eldr {
@@ -81,6 +83,54 @@ sign_result_ptr sign(model_cache& mc, const sign_job& job) {
   return out;
 }
 
+// Stores the counts a shard request carries; returns why some were refused ("" when none).
+std::string store_counts(model_cache& mc, const std::vector<uint8_t>& bytes) {
+  if (bytes.empty()) return "";
+  counts_decode_limits limits;
+  limits.max_blocks = 1u << 16;  // a peer router's message: our own encoder, bounded by its limits
+  std::vector<kv_decode_issue> issues;
+  auto msg = decode_counts_message(bytes, limits, issues);
+  if (!msg.ok()) {
+    ++mc.counts_refused;
+    return msg.error().message();
+  }
+  std::string problem;
+  mc.dirty = true;
+  for (const auto& b : msg->blocks)
+    if (auto s = mc.cache->put_counts(b.hash, b.parent, msg->geometry, b.counts); !s.ok()) {
+      ++mc.counts_refused;
+      problem = s.message();
+    }
+  return problem;
+}
+
+// A shard's part of a signature (cluster_protocol.hpp): the blocks are this shard's subset of one
+// prompt, in prompt order. Its remembered prefix sums stay right: every prompt through a block
+// has the same blocks before it, and the ring gives this shard the same ones of them.
+shard_sign_reply shard_sign(model_cache& mc, const shard_sign_request& req) {
+  shard_sign_reply out;
+  out.problem = store_counts(mc, req.counts);
+  ++mc.signed_requests;
+  auto& cache = *mc.cache;
+  const auto& g = cache.geometry();
+  if (req.blocks.empty() || g.layers == 0) return out;
+  out.experts = g.experts;
+  out.layer_mask = cache.layer_mask();
+  if (out.layer_mask.empty())
+    for (uint32_t l = 0; l < g.layers; ++l)
+      out.layer_mask.push_back(l);
+  out.masked.assign(out.layer_mask.size() * g.experts, 0);
+  auto info = cache.sum_prefix(req.blocks, out.masked);
+  if (!info.ok()) {
+    out.problem = info.error().message();
+    out.masked.clear();
+    return out;
+  }
+  out.covered = info->with_counts;
+  if (out.covered == 0) out.masked.clear();
+  return out;
+}
+
 std::string ingest_metrics_text(const sigcache_state& st) {
   std::string out;
   out += "# HELP eldr_ingest_messages_total Publisher messages applied to the signature cache.\n";
@@ -150,9 +200,25 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
   });
   const auto interval = std::chrono::milliseconds(ctx->config.commit_interval_ms);
   self->delayed_send(self, interval, commit_atom::value);
+  auto find_model = [self](const std::string& name) -> model_cache* {
+    const auto& models = self->state.ctx->config.models;
+    for (size_t m = 0; m < models.size(); ++m)
+      if (models[m].name == name) return &self->state.models[m];
+    return nullptr;
+  };
   return {
       [=](sign_atom, sign_job_ptr job) -> sign_result_ptr {
         return sign(self->state.models.at(job->model), *job);
+      },
+      [=](shard_sign_atom, const shard_sign_request& req) -> caf::result<shard_sign_reply> {
+        if (!trusted_sender(self, self->state.ctx->trust.get())) return caf::sec::invalid_argument;
+        auto* mc = find_model(req.model);
+        if (!mc) return caf::sec::invalid_argument;
+        return shard_sign(*mc, req);
+      },
+      [=](shard_store_atom, const std::string& model, const std::vector<uint8_t>& counts) {
+        if (!trusted_sender(self, self->state.ctx->trust.get())) return;
+        if (auto* mc = find_model(model)) (void)store_counts(*mc, counts);
       },
       [=](subscribe_atom, uint32_t model, std::string endpoint, bool counts) {
         auto& st = self->state;

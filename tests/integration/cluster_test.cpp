@@ -10,6 +10,7 @@
 
 #include "cluster/client.hpp"
 #include "core/centroid_file.hpp"
+#include "core/expert_counts.hpp"
 #include "tests/support/node_process.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -20,7 +21,53 @@ using testing::node_process;
 using testing::temp_dir;
 using clock_type = std::chrono::steady_clock;
 
-constexpr const char* models_toml = "[[models]]\nname = \"m\"\nworkers = 4\n";
+// A one-worker band stays one worker (no widening), so a locality decision is exact.
+constexpr const char* models_toml =
+    "[[models]]\nname = \"m\"\nworkers = 4\nwiden_single = false\nworker_timeout_ms = 600000\n";
+const model_geometry toy{2, 8, 2};
+
+// Worker w's centroid puts its mass on experts 2w and 2w+1 of both layers.
+centroid_file toy_centroids() {
+  centroid_file f;
+  f.model_name = "m";
+  f.spec = *signature_spec::make(toy, signature_transform::count, {}, {});
+  f.workers = 4;
+  f.centroids.assign(4 * f.spec.width(), 0.0f);
+  for (uint32_t w = 0; w < 4; ++w)
+    for (uint32_t l = 0; l < toy.layers; ++l)
+      for (uint32_t e : {2 * w, 2 * w + 1})
+        f.centroids[w * 16 + l * 8 + e] = 0.5f;
+  f.epoch = 1;
+  f.provenance.source = "cluster_test";
+  f.provenance.kmeans_variant = "balanced";
+  return f;
+}
+
+// A prompt of `blocks` whose tokens all pick worker w's experts; with its counts or without.
+route_request prompt_for(const std::string& id, uint32_t w, std::vector<uint64_t> blocks,
+                         bool with_counts) {
+  route_request r;
+  r.id = id;
+  r.model = "m";
+  r.block_hashes = blocks;
+  if (with_counts) {
+    std::vector<uint8_t> ids;
+    for (int t = 0; t < 4; ++t)
+      for (uint32_t l = 0; l < toy.layers; ++l) {
+        ids.push_back(static_cast<uint8_t>(2 * w));
+        ids.push_back(static_cast<uint8_t>(2 * w + 1));
+      }
+    counts_message c;
+    c.geometry = toy;
+    std::optional<uint64_t> parent;
+    for (uint64_t h : blocks) {
+      c.blocks.push_back({h, parent, *block_counts::from_tokens(toy, ids, 0, 4)});
+      parent = h;
+    }
+    r.counts = std::move(c);
+  }
+  return r;
+}
 
 // Polls `condition` until it holds or `limit` passes; the condition does the talking.
 template <class F>
@@ -291,22 +338,8 @@ TEST_F(ClusterTest, OneRefitLeaderAndAnotherTakesOverWithAHigherTermWhenItDies) 
 TEST_F(ClusterTest, ImportedEpochsReachEveryRouterAndStayMonotonic) {
   start_three();
   register_workers(*nodes_[0]);
-  // A 4-worker centroid file over a toy geometry (2 layers, 8 experts, top-2), imported at the
-  // three routers in turn.
-  centroid_file f;
-  f.model_name = "m";
-  auto spec = signature_spec::make(model_geometry{2, 8, 2}, signature_transform::count, {}, {});
-  ASSERT_TRUE(spec.ok());
-  f.spec = *spec;
-  f.workers = 4;
-  f.centroids.assign(4 * f.spec.width(), 0.0f);
-  for (uint32_t w = 0; w < 4; ++w)
-    for (uint32_t l = 0; l < 2; ++l)
-      for (uint32_t e : {2 * w, 2 * w + 1})
-        f.centroids[w * 16 + l * 8 + e] = 0.5f;
-  f.epoch = 1;
-  f.provenance.source = "cluster_test";
-  f.provenance.kmeans_variant = "balanced";
+  // The toy set, imported at the three routers in turn.
+  const centroid_file f = toy_centroids();
   const auto bytes = encode_centroid_file(f);
   uint64_t last = 0;
   for (size_t round = 0; round < 4; ++round) {
@@ -325,6 +358,62 @@ TEST_F(ClusterTest, ImportedEpochsReachEveryRouterAndStayMonotonic) {
                s["models"][0].value("epoch", uint64_t{0}) == epoch;
       })) << "epoch "
           << epoch << " did not reach every router";
+  }
+}
+
+TEST_F(ClusterTest, SignaturesAreShardedReplicatedAndSurviveTheLossOfACacheNode) {
+  start_three();
+  register_workers(*nodes_[0]);
+  auto admin = admin_client::connect(nodes_[0]->admin());
+  ASSERT_TRUE(admin.ok());
+  ASSERT_TRUE((*admin)
+                  ->call("centroids.import",
+                         {{"model", "m"},
+                          {"file", nlohmann::json::binary(encode_centroid_file(toy_centroids()))}})
+                  .ok());
+  for (auto& n : nodes_)
+    ASSERT_TRUE(eventually([&] {
+      auto s = status(*n);
+      return s.is_object() && s["models"][0].value("epoch", uint64_t{0}) >= 1;
+    }));
+  auto blocks_of = [](uint32_t w) {
+    std::vector<uint64_t> b;
+    for (uint64_t i = 0; i < 8; ++i)
+      b.push_back(1000 + 100 * w + i);
+    return b;
+  };
+  auto route_at = [](const node_process& n, const route_request& req) {
+    auto c = route_client::connect(n.route());
+    EXPECT_TRUE(c.ok());
+    auto r = (*c)->route(req);
+    EXPECT_TRUE(r.ok() && std::holds_alternative<route_reply>(*r))
+        << (r.ok() ? std::get<error_reply>(*r).message : r.error().to_string());
+    return r.ok() && std::holds_alternative<route_reply>(*r) ? std::get<route_reply>(*r)
+                                                             : route_reply{};
+  };
+  // The prefill's counts, sent once through n1, are spread over the shards (8 blocks each).
+  for (uint32_t w = 0; w < 4; ++w) {
+    auto d =
+        route_at(*nodes_[0], prompt_for("with-counts-" + std::to_string(w), w, blocks_of(w), true));
+    EXPECT_EQ(d.worker, w);
+    EXPECT_EQ(d.covered_blocks, 8u);
+  }
+  // Another router finds them in the shards: a prefix hit is signed without counts.
+  for (uint32_t w = 0; w < 4; ++w) {
+    auto d = route_at(*nodes_[1], prompt_for("hit-" + std::to_string(w), w, blocks_of(w), false));
+    EXPECT_EQ(d.worker, w);
+    EXPECT_EQ(d.covered_blocks, 8u);
+  }
+  auto s1 = status(*nodes_[1]);
+  EXPECT_EQ(s1["cluster"].is_object(), true);
+  // Lose a signature-cache node: every block had R = 2 copies, so nothing is lost.
+  nodes_[2]->kill();
+  ASSERT_TRUE(eventually([&] { return alive_peers(*nodes_[1]) == 1; }));
+  for (uint32_t w = 0; w < 4; ++w) {
+    auto d =
+        route_at(*nodes_[1], prompt_for("after-loss-" + std::to_string(w), w, blocks_of(w), false));
+    EXPECT_EQ(d.worker, w);
+    EXPECT_EQ(d.covered_blocks, 8u) << "worker " << w << ": blocks lost with the node";
   }
 }
 
