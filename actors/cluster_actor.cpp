@@ -25,6 +25,7 @@ void register_cluster_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<sample_reply>("eldr::sample_reply");
   cfg.add_message_type<shard_sign_request>("eldr::shard_sign_request");
   cfg.add_message_type<shard_sign_reply>("eldr::shard_sign_reply");
+  cfg.add_message_type<handoff_block>("eldr::handoff_block");
   // Raw bytes (encoded worker messages and centroid files).
   cfg.add_message_type<std::vector<uint8_t>>("std::vector<uint8_t>");
 }

@@ -37,6 +37,8 @@ using flush_atom = caf::atom_constant<caf::atom("eflush")>;
 // store counts (replicas).
 using shard_sign_atom = caf::atom_constant<caf::atom("eshsign")>;
 using shard_store_atom = caf::atom_constant<caf::atom("eshstore")>;
+// Signature-cache node -> the new owners of its blocks after a ring change.
+using handoff_atom = caf::atom_constant<caf::atom("ehandoff")>;
 // Refit leadership: leader -> refit actors and routers (term), leader -> routers (samples).
 using leader_atom = caf::atom_constant<caf::atom("eleader")>;
 using peer_sample_atom = caf::atom_constant<caf::atom("esample")>;
@@ -174,6 +176,20 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_sign_reply& x) {
   return f(caf::meta::type_name("eldr::shard_sign_reply"), x.covered, x.experts, x.layer_mask,
            x.masked, x.problem);
+}
+
+// One block's counts handed to a node that became one of its owners: already restricted to the
+// store's layer mask (every node runs the same configuration, so the same geometry and mask).
+struct handoff_block {
+  uint64_t hash = 0;
+  bool has_parent = false;
+  uint64_t parent = 0;
+  std::vector<uint32_t> masked;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, handoff_block& x) {
+  return f(caf::meta::type_name("eldr::handoff_block"), x.hash, x.has_parent, x.parent, x.masked);
 }
 
 // Registers every type above with the actor system; call before the system starts.

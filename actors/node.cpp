@@ -281,7 +281,7 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
     cs.self.load_monitor = handles->load_monitor;
     cs.self.sigcache = handles->sigcache;
     cs.self.refit = p->refit;
-    for (const auto& a : {handles->router, handles->load_monitor, p->refit})
+    for (const auto& a : {handles->router, handles->load_monitor, p->refit, handles->sigcache})
       if (a) cs.watchers.push_back(a);
     // The actor must exist to be published, and its address (what peers dial) needs the port
     // publishing bound when listen asks for port 0: it waits for address_atom before it dials.

@@ -12,6 +12,7 @@
 #include "actors/cluster_protocol.hpp"
 #include "cluster/counts_message.hpp"
 #include "cluster/ingest.hpp"
+#include "core/hash_ring.hpp"
 
 namespace eldr {
 namespace {
@@ -25,6 +26,7 @@ struct model_cache {
   bool dirty = false;          // staged changes since the last commit
   int64_t last_expire_ms = 0;  // grace periods are checked once a second, not every tick
   uint64_t signed_requests = 0;
+  uint64_t handed_off = 0, taken_over = 0, handoff_refused = 0;  // cluster: blocks moved
 };
 
 // A subscription the frontend delivers frames for.
@@ -37,6 +39,9 @@ struct subscription {
 struct sigcache_state {
   node_context_ptr ctx;
   std::vector<model_cache> models;
+  // Cluster: the ring of signature-cache nodes as of the last membership change (this node's
+  // blocks are handed to the owners that are new since), and the counters of the moves.
+  std::optional<hash_ring> ring;
   std::map<uint32_t, subscription> subscriptions;
   std::vector<std::span<const uint8_t>> frames;  // scratch
   uint64_t unknown_subscription = 0;
@@ -131,6 +136,81 @@ shard_sign_reply shard_sign(model_cache& mc, const shard_sign_request& req) {
   return out;
 }
 
+// Stores all-layer counts given densely (layer-major, L * E entries) as block_counts.
+status put_dense_counts(signature_cache& cache, block_hash hash, std::optional<block_hash> parent,
+                        const model_geometry& g, const std::vector<uint32_t>& dense) {
+  if (g.layers == 0 || g.top_k == 0 || dense.size() != size_t{g.layers} * g.experts)
+    return status::invalid_argument("handoff: counts do not cover every layer of the geometry");
+  uint32_t first_layer = 0;
+  for (uint32_t e = 0; e < g.experts; ++e)
+    first_layer += dense[e];
+  const uint32_t tokens = first_layer / g.top_k;
+  std::vector<uint32_t> offsets{0};
+  std::vector<uint8_t> ids, counts;
+  for (uint32_t l = 0; l < g.layers; ++l) {
+    for (uint32_t e = 0; e < g.experts; ++e)
+      if (const uint32_t c = dense[size_t{l} * g.experts + e]; c > 0) {
+        if (c > 255) return status::invalid_argument("handoff: a count above 255");
+        ids.push_back(static_cast<uint8_t>(e));
+        counts.push_back(static_cast<uint8_t>(c));
+      }
+    offsets.push_back(static_cast<uint32_t>(ids.size()));
+  }
+  auto bc =
+      block_counts::from_parts(g, tokens, std::move(offsets), std::move(ids), std::move(counts));
+  if (!bc.ok()) return bc.error();
+  return cache.put_counts(hash, parent, g, *bc);
+}
+
+constexpr size_t handoff_batch = 512;  // blocks per message: bounded messages, bounded memory
+
+// After a ring change, every block this node holds counts for is sent to the owners it has now
+// and did not have before (a node that joined or came back takes its share from the nodes that
+// hold it, without a full reload); then the new ring is kept.
+void hand_off(sigcache_actor_t* self, hash_ring next, const std::map<std::string, caf::actor>& to) {
+  auto& st = self->state;
+  const size_t r = st.ctx->config.cluster.replication;
+  const std::string& me = st.ctx->config.name;
+  for (size_t m = 0; m < st.models.size(); ++m) {
+    auto& cache = *st.models[m].cache;
+    std::map<std::string, std::vector<handoff_block>> out;
+    std::vector<std::pair<block_hash, std::optional<block_hash>>> held;
+    cache.for_each_block([&](const block_info& b) {
+      if (b.has_counts) held.emplace_back(b.hash, b.parent);
+    });
+    const auto& model = st.ctx->config.models[m].name;
+    auto flush = [&](const std::string& name, std::vector<handoff_block>& batch) {
+      if (batch.empty()) return;
+      st.models[m].handed_off += batch.size();
+      const auto& g = cache.geometry();
+      self->send(to.at(name), handoff_atom::value, model, g.layers, g.experts, g.top_k,
+                 std::move(batch));
+      batch.clear();
+    };
+    for (const auto& [hash, parent] : held) {
+      std::vector<uint32_t> before;
+      if (st.ring) before = st.ring->owners(hash, r);
+      for (uint32_t o : next.owners(hash, r)) {
+        const std::string& name = next.members()[o];
+        if (name == me || !to.count(name)) continue;
+        if (st.ring) {
+          auto old = st.ring->index_of(name);
+          if (old && std::find(before.begin(), before.end(), *old) != before.end()) continue;
+        }
+        auto counts = cache.masked_counts(hash);
+        if (!counts.ok()) continue;
+        auto& batch = out[name];
+        batch.push_back(
+            handoff_block{hash, parent.has_value(), parent.value_or(0), std::move(*counts)});
+        if (batch.size() >= handoff_batch) flush(name, batch);
+      }
+    }
+    for (auto& [name, batch] : out)
+      flush(name, batch);
+  }
+  st.ring.emplace(std::move(next));
+}
+
 std::string ingest_metrics_text(const sigcache_state& st) {
   std::string out;
   out += "# HELP eldr_ingest_messages_total Publisher messages applied to the signature cache.\n";
@@ -215,6 +295,45 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
         auto* mc = find_model(req.model);
         if (!mc) return caf::sec::invalid_argument;
         return shard_sign(*mc, req);
+      },
+      [=](members_atom, const std::vector<member_info>& members, uint32_t) {
+        auto& st = self->state;
+        if (!trusted_sender(self, st.ctx->trust.get())) return;
+        std::vector<std::string> names{st.ctx->config.name};
+        std::map<std::string, caf::actor> to;
+        for (const auto& mi : members)
+          if (mi.sigcache && !to.count(mi.name) && mi.name != st.ctx->config.name) {
+            names.push_back(mi.name);
+            to[mi.name] = mi.sigcache;
+          }
+        auto next = hash_ring::make(std::move(names), st.ctx->config.cluster.vnodes);
+        if (next.ok()) hand_off(self, std::move(*next), to);
+      },
+      // Blocks this node now owns, from a node that held them.
+      [=](handoff_atom, const std::string& model, uint32_t layers, uint32_t experts, uint32_t top_k,
+          const std::vector<handoff_block>& blocks) {
+        auto& st = self->state;
+        if (!trusted_sender(self, st.ctx->trust.get())) return;
+        auto* mc = find_model(model);
+        if (!mc) return;
+        const model_geometry g{layers, experts, top_k};
+        for (const auto& b : blocks) {
+          auto have = mc->cache->block(b.hash);
+          if (have.ok() && have->has_counts) continue;  // already here: never stored twice
+          const std::optional<block_hash> parent =
+              b.has_parent ? std::optional<block_hash>(b.parent) : std::nullopt;
+          // A store that has never seen counts has no geometry yet: its first block goes in as
+          // ordinary counts (possible when the sender keeps every layer), which fixes it.
+          auto s = mc->cache->geometry().layers == 0
+                       ? put_dense_counts(*mc->cache, b.hash, parent, g, b.masked)
+                       : mc->cache->put_masked_counts(b.hash, parent, b.masked);
+          if (s.ok()) {
+            ++mc->taken_over;
+            mc->dirty = true;
+          } else {
+            ++mc->handoff_refused;
+          }
+        }
       },
       [=](shard_store_atom, const std::string& model, const std::vector<uint8_t>& counts) {
         if (!trusted_sender(self, self->state.ctx->trust.get())) return;
@@ -324,6 +443,9 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
                {"holders", s.holders},
                {"commits", s.commits},
                {"counts_refused", mc.counts_refused},
+               {"handoff_sent_blocks", mc.handed_off},
+               {"handoff_received_blocks", mc.taken_over},
+               {"handoff_refused_blocks", mc.handoff_refused},
                {"signed_requests", mc.signed_requests},
                {"publishers", mc.events->kv_metrics().size() + mc.events->counts_metrics().size()},
                {"ingest", nlohmann::json::parse(mc.events->metrics_json(), nullptr, false)}});

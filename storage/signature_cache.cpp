@@ -22,6 +22,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <thread>
 #include <unordered_map>
 
@@ -243,6 +244,14 @@ class signature_cache::impl {
     return {};
   }
 
+  // Waits until the writer has written everything queued, leaving any error for the next
+  // commit() or flush() to report.
+  void wait_idle() {
+    writer& w = *bg;
+    std::unique_lock lock(w.mutex);
+    w.idle.wait(lock, [&] { return w.queue.empty() && !w.busy; });
+  }
+
   status wait_written() {
     writer& w = *bg;
     std::unique_lock lock(w.mutex);
@@ -457,6 +466,41 @@ class signature_cache::impl {
     return {};
   }
 
+  // put_counts and put_masked_counts after their checks: creates the block if new (refused and
+  // counted at max_blocks), and stores counts encoded by `encode` unless the block has some.
+  // Remembered prefix sums need no change: one exists only for a prefix whose blocks all had
+  // counts, and a block's first counts are never replaced.
+  void store_counts(block_hash hash, std::optional<block_hash> parent,
+                    const std::function<void(std::string&)>& encode) {
+    auto it = blocks.find(hash);
+    if (it == blocks.end()) {
+      if (blocks.size() >= opt.max_blocks) {
+        ++stats.refused_capacity;
+        return;
+      }
+      record::meta fresh;
+      fresh.parent = parent;
+      fresh.created_ms = now();
+      it = blocks.emplace(hash, std::move(fresh)).first;
+      if (opt.orphan_counts_grace_ms > 0)
+        orphan_queue.emplace_back(it->second.created_ms + opt.orphan_counts_grace_ms, hash);
+      maybe_compact_queues();
+    } else if (!it->second.parent && parent) {
+      it->second.parent = parent;
+    }
+    if (!it->second.has_counts) {
+      // The first counts win: a block's hash covers its tokens, so later copies are identical.
+      it->second.has_counts = true;
+      ++with_counts;
+      std::string bytes;
+      encode(bytes);
+      write_meta(hash, it->second);
+      dirty[hash].new_counts = bytes;
+      lru_put(hash, std::move(bytes));
+    }
+    write_meta(hash, it->second);
+  }
+
   void write_worker(uint32_t id) {
     std::string v;
     v.push_back(1);
@@ -653,33 +697,94 @@ status signature_cache::put_counts(block_hash hash, std::optional<block_hash> pa
     return status::invalid_argument("counts of " + g.to_string() + " refused: the cache holds " +
                                     m.geometry.to_string());
   }
-  auto it = m.blocks.find(hash);
-  if (it == m.blocks.end()) {
-    if (m.blocks.size() >= m.opt.max_blocks) {
-      ++m.stats.refused_capacity;
-      return {};
-    }
-    record::meta fresh;
-    fresh.parent = parent;
-    fresh.created_ms = m.now();
-    it = m.blocks.emplace(hash, std::move(fresh)).first;
-    if (m.opt.orphan_counts_grace_ms > 0)
-      m.orphan_queue.emplace_back(it->second.created_ms + m.opt.orphan_counts_grace_ms, hash);
-    m.maybe_compact_queues();
-  } else if (!it->second.parent && parent) {
-    it->second.parent = parent;
-  }
-  if (!it->second.has_counts) {
-    // The first counts win: a block's hash covers its tokens, so later copies are identical.
-    it->second.has_counts = true;
-    ++m.with_counts;
-    std::string bytes;
+  m.store_counts(hash, parent, [&](std::string& bytes) {
     record::encode_counts(counts, m.mask, m.geometry.experts, bytes);
-    m.write_meta(hash, it->second);
-    m.dirty[hash].new_counts = bytes;
-    m.lru_put(hash, std::move(bytes));
+  });
+  return {};
+}
+
+result<std::vector<uint32_t>> signature_cache::masked_counts(block_hash hash) {
+  impl& m = *impl_;
+  if (m.geometry.layers == 0) return status::failed_precondition("no counts stored yet");
+  auto it = m.blocks.find(hash);
+  if (it == m.blocks.end() || !it->second.has_counts)
+    return status::not_found("no counts for block " + std::to_string(hash));
+  const uint32_t experts = m.geometry.experts;
+  std::vector<uint32_t> out(m.mask.size() * experts, 0);
+  // Where sum_prefix looks: the LRU, then counts staged since the last commit, then RocksDB.
+  if (auto hit = m.lru.find(hash); hit != m.lru.end()) {
+    m.lru_order.splice(m.lru_order.begin(), m.lru_order, hit->second.pos);
+    record::add_counts(hit->second.bytes, experts, out);
+    return out;
   }
-  m.write_meta(hash, it->second);
+  if (auto d = m.dirty.find(hash); d != m.dirty.end() && !d->second.new_counts.empty()) {
+    record::add_counts(d->second.new_counts, experts, out);
+    return out;
+  }
+  const std::string key = record::block_key('c', hash);
+  std::string bytes;
+  rocksdb::Status s = m.db->Get(rocksdb::ReadOptions(), key, &bytes);
+  if (s.IsNotFound() && m.bg) {
+    m.wait_idle();  // committed, still queued for the background writer
+    s = m.db->Get(rocksdb::ReadOptions(), key, &bytes);
+  }
+  if (s.IsNotFound())
+    return status::corrupt("block " + std::to_string(hash) + " has counts but none are stored");
+  if (!s.ok()) return from_rocks(s, "reading the counts of block " + std::to_string(hash));
+  if (status v = record::validate_counts(bytes, static_cast<uint32_t>(m.mask.size()), experts);
+      !v.ok())
+    return status::corrupt("block " + std::to_string(hash) + ": " + v.message());
+  record::add_counts(bytes, experts, out);
+  m.lru_put(hash, std::move(bytes));
+  return out;
+}
+
+status signature_cache::put_masked_counts(block_hash hash, std::optional<block_hash> parent,
+                                          std::span<const uint32_t> masked) {
+  impl& m = *impl_;
+  if (m.geometry.layers == 0) return status::failed_precondition("no counts stored yet");
+  const auto layers = static_cast<uint32_t>(m.mask.size());
+  const uint32_t experts = m.geometry.experts;
+  if (masked.size() != size_t{layers} * experts) {
+    ++m.stats.refused_counts_geometry;
+    return status::invalid_argument("masked counts have " + std::to_string(masked.size()) +
+                                    " entries, expected " +
+                                    std::to_string(size_t{layers} * experts));
+  }
+  // Rebuilt as the counts of a model made of the masked layers only, so that from_parts applies
+  // put_counts' checks and encode_counts (over every layer of that model) writes the bytes
+  // put_counts would have written for the full counts and the real mask.
+  uint64_t first_layer_sum = 0;
+  for (uint32_t e = 0; e < experts; ++e)
+    first_layer_sum += masked[e];
+  const uint32_t top_k = m.geometry.top_k;
+  if (first_layer_sum % top_k != 0 || first_layer_sum / top_k > 255)
+    return status::invalid_argument("masked counts: layer sum " + std::to_string(first_layer_sum) +
+                                    " is not tokens * top_k for a block of 1..255 tokens");
+  std::vector<uint32_t> offsets = {0};
+  std::vector<uint8_t> ids, counts;
+  for (uint32_t l = 0; l < layers; ++l) {
+    for (uint32_t e = 0; e < experts; ++e) {
+      const uint32_t c = masked[size_t{l} * experts + e];
+      if (c == 0) continue;
+      if (c > 255)
+        return status::invalid_argument("masked counts: count " + std::to_string(c) +
+                                        " exceeds a block's 255 tokens");
+      ids.push_back(static_cast<uint8_t>(e));
+      counts.push_back(static_cast<uint8_t>(c));
+    }
+    offsets.push_back(static_cast<uint32_t>(ids.size()));
+  }
+  const model_geometry masked_geometry{layers, experts, top_k};
+  auto block =
+      block_counts::from_parts(masked_geometry, static_cast<uint32_t>(first_layer_sum / top_k),
+                               std::move(offsets), std::move(ids), std::move(counts));
+  if (!block.ok()) return block.error();
+  std::vector<uint32_t> all_layers(layers);
+  std::iota(all_layers.begin(), all_layers.end(), 0u);
+  m.store_counts(hash, parent, [&](std::string& bytes) {
+    record::encode_counts(*block, all_layers, experts, bytes);
+  });
   return {};
 }
 

@@ -154,6 +154,27 @@ class signature_cache {
   // Records that the worker's events up to `seq` are applied (committed with the next commit).
   void note_sequence(uint32_t worker, uint64_t seq);
 
+  // Hand-off of a block's counts between two caches of the same geometry and layer mask (the
+  // hash ring moved the block to another node). Blocks that have counts are those for_each_block
+  // reports with has_counts.
+  //
+  // The block's own counts restricted to layer_mask(): |layer_mask()| * E entries, layer-major,
+  // exactly what sum_prefix adds for this one block (never a remembered prefix sum). Reads
+  // RocksDB when the LRU does not hold them (and keeps them there). Errors: not_found when the
+  // block is unknown or has no counts; failed_precondition with no geometry yet; corrupt or
+  // io_error when the stored counts cannot be read.
+  result<std::vector<uint32_t>> masked_counts(block_hash hash);
+  // Stores counts given already masked (masked_counts of a cache with the same geometry and mask)
+  // with the effects of put_counts: creates the block if new (refused and counted in
+  // refused_capacity, still ok, at max_blocks), the first counts win, staged for the next commit.
+  // The counts must be those of a real block, as put_counts' from_parts checks them: for some
+  // tokens in 1..255, every masked layer sums to tokens * top_k and each count is <= tokens (so
+  // an all-zero block is refused). Errors, nothing stored: failed_precondition with no geometry
+  // yet; invalid_argument for a span of another size (counted in refused_counts_geometry) or
+  // implausible counts.
+  status put_masked_counts(block_hash hash, std::optional<block_hash> parent,
+                           std::span<const uint32_t> masked);
+
   // Writes everything staged since the last commit in one atomic RocksDB write (WAL on); with
   // background_writes, queues that write (see the option).
   status commit();

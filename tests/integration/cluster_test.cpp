@@ -417,5 +417,64 @@ TEST_F(ClusterTest, SignaturesAreShardedReplicatedAndSurviveTheLossOfACacheNode)
   }
 }
 
+TEST_F(ClusterTest, ANodeThatComesBackTakesItsShareOfBlocksWrittenWhileItWasAway) {
+  start_three();
+  register_workers(*nodes_[0]);
+  auto admin = admin_client::connect(nodes_[0]->admin());
+  ASSERT_TRUE(admin.ok());
+  ASSERT_TRUE((*admin)
+                  ->call("centroids.import",
+                         {{"model", "m"},
+                          {"file", nlohmann::json::binary(encode_centroid_file(toy_centroids()))}})
+                  .ok());
+  const std::string n1_cluster = nodes_[0]->cluster();
+  nodes_[2]->kill();
+  ASSERT_TRUE(eventually([&] { return alive_peers(*nodes_[0]) == 1; }));
+  // While n3 is away, n1 and n2 hold every block of these prompts.
+  auto c1 = route_client::connect(nodes_[0]->route());
+  ASSERT_TRUE(c1.ok());
+  for (uint32_t w = 0; w < 4; ++w) {
+    std::vector<uint64_t> blocks;
+    for (uint64_t i = 0; i < 16; ++i)
+      blocks.push_back(5000 + 100 * w + i);
+    auto r = (*c1)->route(prompt_for("away-" + std::to_string(w), w, blocks, true));
+    ASSERT_TRUE(r.ok() && std::holds_alternative<route_reply>(*r));
+  }
+  nodes_[2] = std::make_unique<node_process>(dir_.sub("n3.toml"), toml("n3", {n1_cluster}));
+  ASSERT_TRUE(nodes_[2]->ok());
+  ASSERT_TRUE(eventually([&] { return alive_peers(*nodes_[2]) == 2; }));
+  // n3 owns a share again (the ring is back to three nodes): it receives those blocks from the
+  // nodes that hold them, and every router finds all of them.
+  ASSERT_TRUE(eventually([&] {
+    auto s = status(*nodes_[2]);
+    return s.is_object() && s["signature_cache"].is_array() &&
+           s["signature_cache"][0].value("handoff_received_blocks", 0) > 0;
+  })) << "n3 received no blocks: "
+      << status(*nodes_[2])["signature_cache"].dump()
+      << " n1: " << status(*nodes_[0])["signature_cache"].dump();
+  auto c3 = route_client::connect(nodes_[2]->route());
+  ASSERT_TRUE(c3.ok());
+  for (uint32_t w = 0; w < 4; ++w) {
+    std::vector<uint64_t> blocks;
+    for (uint64_t i = 0; i < 16; ++i)
+      blocks.push_back(5000 + 100 * w + i);
+    int attempt = 0;
+    std::string last;
+    EXPECT_TRUE(eventually([&] {
+      auto r = (*c3)->route(prompt_for(
+          "back-" + std::to_string(w) + "-" + std::to_string(attempt++), w, blocks, false));
+      if (!r.ok() || !std::holds_alternative<route_reply>(*r)) {
+        last = r.ok() ? std::get<error_reply>(*r).message : r.error().to_string();
+        return false;
+      }
+      const auto& d = std::get<route_reply>(*r);
+      last = "worker " + std::to_string(d.worker) + ", covered " + std::to_string(d.covered_blocks);
+      return d.covered_blocks == 16 && d.worker == w;
+    })) << "worker "
+        << w << ": blocks missing after n3 came back; last answer: " << last << "; n3 status "
+        << status(*nodes_[2]).dump();
+  }
+}
+
 }  // namespace
 }  // namespace eldr

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -19,8 +20,10 @@
 #include <zmq_addon.hpp>
 
 #include "cluster/admin_protocol.hpp"
+#include "cluster/curve_keys.hpp"
 #include "core/centroid_file.hpp"
 #include "core/file_io.hpp"
+#include "tests/support/node_process.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -451,6 +454,102 @@ TEST_F(Eldrctl, EveryCommandSendsItsArguments) {
     }
   }
   EXPECT_TRUE(node.errors().empty());
+}
+
+// ---------------------------------------------------------------- keygen (no node involved),
+// then the pair in use: a real eldr-node whose [security] curve_secret_key_file is the key.
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' '))
+    s.pop_back();
+  return s;
+}
+
+// The one key of a secret key file as keygen wrote it (comment lines allowed), or "".
+std::string secret_key_of(const std::string& path) {
+  auto lines = parse_curve_key_lines(file_text(path), path);
+  if (!lines.ok() || lines->size() != 1) return "";
+  return (*lines)[0].key;
+}
+
+TEST_F(Eldrctl, KeygenWritesASecretKeyReadableOnlyByItsOwnerAndItsPublicKey) {
+  if (!curve_available()) GTEST_SKIP() << "libzmq was built without CURVE";
+  const std::string prefix = dir.sub("node-1");
+  auto r = testing::run_command(eldrctl + " keygen " + prefix);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  namespace fs = std::filesystem;
+  ASSERT_TRUE(fs::exists(prefix + ".key")) << r.output;
+  ASSERT_TRUE(fs::exists(prefix + ".pub")) << r.output;
+  EXPECT_EQ(fs::status(prefix + ".key").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  const std::string secret = secret_key_of(prefix + ".key");
+  ASSERT_EQ(secret.size(), curve_key_z85_chars) << file_text(prefix + ".key");
+  const std::string pub = trimmed(file_text(prefix + ".pub"));
+  ASSERT_TRUE(decode_curve_key(pub).ok()) << pub;
+  auto derived = curve_public_key(secret);
+  ASSERT_TRUE(derived.ok()) << derived.error().to_string();
+  EXPECT_EQ(*derived, pub) << "PREFIX.pub is not the public key of PREFIX.key";
+  EXPECT_NE(r.output.find(pub), std::string::npos) << "the public key is printed: " << r.output;
+  // A second pair is a different one.
+  auto other = testing::run_command(eldrctl + " keygen " + dir.sub("node-2"));
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  EXPECT_NE(secret_key_of(dir.sub("node-2.key")), secret);
+}
+
+TEST_F(Eldrctl, KeygenNeverOverwritesAnExistingKey) {
+  if (!curve_available()) GTEST_SKIP() << "libzmq was built without CURVE";
+  const std::string prefix = dir.sub("node-1");
+  ASSERT_EQ(testing::run_command(eldrctl + " keygen " + prefix).exit_code, 0);
+  const std::string key = file_text(prefix + ".key"), pub = file_text(prefix + ".pub");
+  auto again = testing::run_command(eldrctl + " keygen " + prefix);
+  EXPECT_EQ(again.exit_code, 2) << again.output;
+  EXPECT_EQ(file_text(prefix + ".key"), key);
+  EXPECT_EQ(file_text(prefix + ".pub"), pub);
+  // Any existing secret key file, whatever it holds, is left alone.
+  std::ofstream(dir.sub("mine.key")) << "not a key, but mine\n";
+  auto over = testing::run_command(eldrctl + " keygen " + dir.sub("mine"));
+  EXPECT_EQ(over.exit_code, 2) << over.output;
+  EXPECT_EQ(file_text(dir.sub("mine.key")), "not a key, but mine\n");
+}
+
+TEST_F(Eldrctl, ANodeWithAKeygenKeyAnswersOnlyClientsThatKnowItsPublicKey) {
+  if (!curve_available()) GTEST_SKIP() << "libzmq was built without CURVE";
+  ASSERT_TRUE(std::filesystem::exists(testing::node_binary()))
+      << testing::node_binary() << " is missing: build target eldr-node";
+  const std::string prefix = dir.sub("node-1");
+  ASSERT_EQ(testing::run_command(eldrctl + " keygen " + prefix).exit_code, 0);
+  const std::string pub = trimmed(file_text(prefix + ".pub"));
+  testing::node_process node(
+      dir.sub("node.toml"),
+      testing::node_toml(dir.sub("data"), "[[models]]\nname = \"m\"\n",
+                         "[security]\ncurve_secret_key_file = \"" + prefix + ".key\"\n"));
+  ASSERT_TRUE(node.ok()) << "the node did not start with the keygen key";
+  // Plain TCP: the CURVE server never answers; eldrctl gives up after its timeout (exit 3).
+  auto plain =
+      testing::run_command(eldrctl + " --node " + node.admin() + " --timeout-ms 500 status");
+  EXPECT_EQ(plain.exit_code, 3) << plain.output;
+  // With the node's public key (from PREFIX.pub): answered. (Z85 has shell characters such as
+  // '(' and '*', never a single quote.)
+  auto curve =
+      testing::run_command(eldrctl + " --node " + node.admin() +
+                           " --timeout-ms 5000 --curve-server-key '" + pub + "' status --json");
+  ASSERT_EQ(curve.exit_code, 0) << curve.output;
+  auto j = json::parse(curve.output, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << curve.output;
+  EXPECT_EQ(j["node"].value("name", ""), "test-node") << curve.output;
+  // Another key is not the node's: no answer either.
+  ASSERT_EQ(testing::run_command(eldrctl + " keygen " + dir.sub("stranger")).exit_code, 0);
+  auto wrong = testing::run_command(eldrctl + " --node " + node.admin() +
+                                    " --timeout-ms 500 --curve-server-key '" +
+                                    trimmed(file_text(dir.sub("stranger.pub"))) + "' status");
+  EXPECT_EQ(wrong.exit_code, 3) << wrong.output;
 }
 
 }  // namespace

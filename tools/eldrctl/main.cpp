@@ -441,20 +441,24 @@ int run_keygen(const std::string& prefix) {
     return exit_node_error;
   }
   const std::string secret_path = prefix + ".key", public_path = prefix + ".pub";
-  const int fd = ::open(secret_path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) {
-    std::cerr << "eldrctl: keygen: " << secret_path << ": " << std::strerror(errno)
-              << " (existing keys are never overwritten)\n";
+  // Both files are created exclusively (the secret one 0600): existing keys are never replaced.
+  auto write_new = [](const std::string& path, const std::string& text, mode_t mode) -> bool {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, mode);
+    if (fd < 0) {
+      std::cerr << "eldrctl: keygen: " << path << ": " << std::strerror(errno)
+                << " (existing keys are never overwritten)\n";
+      return false;
+    }
+    const bool wrote = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    const bool closed = ::close(fd) == 0;
+    if (!wrote || !closed) std::cerr << "eldrctl: keygen: cannot write " << path << "\n";
+    return wrote && closed;
+  };
+  if (!write_new(secret_path,
+                 "# eldr CURVE secret key (Z85); keep private\n" + pair->secret_key + "\n", 0600))
     return exit_usage;
-  }
-  const std::string secret_text =
-      "# eldr CURVE secret key (Z85); keep private\n" + pair->secret_key + "\n";
-  const bool wrote = ::write(fd, secret_text.data(), secret_text.size()) ==
-                     static_cast<ssize_t>(secret_text.size());
-  ::close(fd);
-  std::ofstream(public_path) << pair->public_key << "\n";
-  if (!wrote) {
-    std::cerr << "eldrctl: keygen: cannot write " << secret_path << "\n";
+  if (!write_new(public_path, pair->public_key + "\n", 0644)) {
+    ::unlink(secret_path.c_str());  // no half-made pair
     return exit_usage;
   }
   std::cout << "public key " << pair->public_key << "\nwrote " << secret_path << " and "
