@@ -11,15 +11,17 @@
 #include "cluster/client.hpp"
 #include "core/centroid_file.hpp"
 #include "core/expert_counts.hpp"
+#include "tests/support/cluster_status.hpp"
 #include "tests/support/node_process.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace eldr {
 namespace {
 
+using testing::admin_status;
+using testing::eventually;
 using testing::node_process;
 using testing::temp_dir;
-using clock_type = std::chrono::steady_clock;
 
 // A one-worker band stays one worker (no widening), so a locality decision is exact.
 constexpr const char* models_toml =
@@ -69,17 +71,6 @@ route_request prompt_for(const std::string& id, uint32_t w, std::vector<uint64_t
   return r;
 }
 
-// Polls `condition` until it holds or `limit` passes; the condition does the talking.
-template <class F>
-bool eventually(F condition, std::chrono::milliseconds limit = std::chrono::seconds(20)) {
-  const auto deadline = clock_type::now() + limit;
-  while (clock_type::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return condition();
-}
-
 class ClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -120,20 +111,24 @@ class ClusterTest : public ::testing::Test {
           << "the three nodes did not form a full mesh";
   }
 
-  static nlohmann::json status(const node_process& n) {
-    auto a = admin_client::connect(n.admin());
-    if (!a.ok()) return nullptr;
-    auto r = (*a)->call("status");
-    return r.ok() ? *r : nlohmann::json();
-  }
+  static nlohmann::json status(const node_process& n) { return admin_status(n.admin()); }
+  static int alive_peers(const node_process& n) { return testing::alive_peers(status(n)); }
 
-  static int alive_peers(const node_process& n) {
-    auto s = status(n);
-    if (!s.is_object() || !s.contains("cluster")) return -1;
-    int alive = 0;
-    for (const auto& m : s["cluster"]["members"])
-      if (!m.value("self", false) && m.value("alive", false)) ++alive;
-    return alive;
+  // Imports the toy set at n1 and waits until every router routes with it.
+  void import_toy_everywhere() {
+    auto admin = admin_client::connect(nodes_[0]->admin());
+    ASSERT_TRUE(admin.ok());
+    ASSERT_TRUE(
+        (*admin)
+            ->call("centroids.import",
+                   {{"model", "m"},
+                    {"file", nlohmann::json::binary(encode_centroid_file(toy_centroids()))}})
+            .ok());
+    for (auto& n : nodes_)
+      ASSERT_TRUE(eventually([&] {
+        auto s = status(*n);
+        return s.is_object() && s["models"][0].value("epoch", uint64_t{0}) >= 1;
+      }));
   }
 
   static void register_workers(const node_process& n) {
@@ -364,18 +359,7 @@ TEST_F(ClusterTest, ImportedEpochsReachEveryRouterAndStayMonotonic) {
 TEST_F(ClusterTest, SignaturesAreShardedReplicatedAndSurviveTheLossOfACacheNode) {
   start_three();
   register_workers(*nodes_[0]);
-  auto admin = admin_client::connect(nodes_[0]->admin());
-  ASSERT_TRUE(admin.ok());
-  ASSERT_TRUE((*admin)
-                  ->call("centroids.import",
-                         {{"model", "m"},
-                          {"file", nlohmann::json::binary(encode_centroid_file(toy_centroids()))}})
-                  .ok());
-  for (auto& n : nodes_)
-    ASSERT_TRUE(eventually([&] {
-      auto s = status(*n);
-      return s.is_object() && s["models"][0].value("epoch", uint64_t{0}) >= 1;
-    }));
+  import_toy_everywhere();
   auto blocks_of = [](uint32_t w) {
     std::vector<uint64_t> b;
     for (uint64_t i = 0; i < 8; ++i)
@@ -420,13 +404,7 @@ TEST_F(ClusterTest, SignaturesAreShardedReplicatedAndSurviveTheLossOfACacheNode)
 TEST_F(ClusterTest, ANodeThatComesBackTakesItsShareOfBlocksWrittenWhileItWasAway) {
   start_three();
   register_workers(*nodes_[0]);
-  auto admin = admin_client::connect(nodes_[0]->admin());
-  ASSERT_TRUE(admin.ok());
-  ASSERT_TRUE((*admin)
-                  ->call("centroids.import",
-                         {{"model", "m"},
-                          {"file", nlohmann::json::binary(encode_centroid_file(toy_centroids()))}})
-                  .ok());
+  import_toy_everywhere();
   const std::string n1_cluster = nodes_[0]->cluster();
   nodes_[2]->kill();
   ASSERT_TRUE(eventually([&] { return alive_peers(*nodes_[0]) == 1; }));
