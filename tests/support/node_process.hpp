@@ -34,10 +34,14 @@ inline std::string node_toml(const std::string& data_dir, const std::string& mod
 class node_process {
  public:
   // Writes `toml` to config_path and starts the node; ok() tells whether it became ready.
-  node_process(const std::string& config_path, const std::string& toml) {
+  // `wrapper`: a command line the node's own is appended to (e.g. unshare ... to give it a PID
+  // namespace); empty = run the node directly.
+  node_process(const std::string& config_path, const std::string& toml,
+               std::vector<std::string> wrapper = {}) {
     std::ofstream(config_path) << toml;
-    child_ = std::make_unique<child_process>(
-        std::vector<std::string>{node_binary(), "--config", config_path});
+    for (const auto& a : {node_binary(), std::string("--config"), config_path})
+      wrapper.push_back(a);
+    child_ = std::make_unique<child_process>(std::move(wrapper));
     // Start-up opens RocksDB and binds sockets: seconds at most, even on a loaded CI machine.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (std::chrono::steady_clock::now() < deadline) {

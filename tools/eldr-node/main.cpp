@@ -71,6 +71,12 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(config->log_level));
 
   // Block the stop signals before any thread starts, so that only sigwait below receives them.
+  // They also get a handler (never run while blocked): as PID 1 of a container the kernel drops
+  // every signal whose disposition is the default, so `docker stop` would not reach the node.
+  struct sigaction noop {};
+  noop.sa_handler = [](int) {};
+  sigaction(SIGINT, &noop, nullptr);
+  sigaction(SIGTERM, &noop, nullptr);
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
