@@ -195,8 +195,12 @@ void decide(router_actor_t* self, model_state& m, const route_job_ptr& job,
 void shard_sign_and_route(router_actor_t* self, model_state& m, route_job_ptr job, int attempt);
 
 void sign_and_route(router_actor_t* self, model_state& m, route_job_ptr job, int attempt) {
-  if (self->state.ring) {
-    if (!self->state.ring->empty()) return shard_sign_and_route(self, m, std::move(job), attempt);
+  // A ring of this node alone (a one-node cluster, or the only cache node left) signs like a
+  // standalone node: one local message, no partial sums.
+  const auto& ring = self->state.ring;
+  if (ring && !(ring->size() == 1 && self->state.sigcache &&
+                ring->members()[0] == self->state.ctx->config.name)) {
+    if (!ring->empty()) return shard_sign_and_route(self, m, std::move(job), attempt);
     return decide(self, m, job, nullptr, attempt);  // no signature-cache node alive: load only
   }
   if (!self->state.sigcache) return decide(self, m, job, nullptr, attempt);
