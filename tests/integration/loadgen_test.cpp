@@ -306,8 +306,9 @@ TEST(Loadgen, PlaysEveryPolicyThroughTheNode) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const json j = last_json_line(r.output);
   ASSERT_TRUE(j.is_object()) << r.output;
-  for (const char* key : {"route_rps", "route_p50_us", "route_p99_us", "errors", "tpot_p50_ms",
-                          "tpot_p99_ms", "ttft_p50_ms"})
+  for (const char* key :
+       {"route_rps", "route_p50_us", "route_p99_us", "errors", "tpot_p50_ms", "tpot_p99_ms",
+        "ttft_p50_ms", "inflight_imbalance", "inflight_mean", "decision_cv"})
     EXPECT_TRUE(j.contains(key)) << key;
   ASSERT_TRUE(j["policies"].contains("eldr"));
   ASSERT_TRUE(j["policies"].contains("jsq"));
@@ -414,6 +415,49 @@ TEST(Loadgen, SwapAtImportsASecondSetUnderLoad) {
   EXPECT_EQ(n.imported[1].epoch, 5u);
   EXPECT_TRUE(eldr::validate_centroid_file(n.imported[1]).ok());
   EXPECT_NE(n.imported[1].centroids, n.imported[0].centroids);
+}
+
+TEST(Loadgen, RoutersSpreadRoutesRoundRobinWorkersStayAtTheNode) {
+  fake_node a(2), b(2);
+  const auto r = eldr::testing::run_command(
+      loadgen_binary + " --node " + a.admin_endpoint() + " --routers " + a.admin_endpoint() + "," +
+      b.admin_endpoint() +
+      " --synthetic qwen-task --rate 40 --duration 1 --decode-workers 2 --json --quiet"
+      " --calibration-requests 120 --pairs 500 --prompt-max 200 --output-tokens 6 --time-scale 4"
+      " --prompt-pool 8 --report-ms 20 --policies jsq");
+  a.stop();
+  b.stop();
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json j = last_json_line(r.output);
+  ASSERT_TRUE(j.is_object()) << r.output;
+  EXPECT_EQ(j["sent"], 40);
+  EXPECT_EQ(j["replied"], 40);
+  EXPECT_EQ(j["errors"], 0);
+  EXPECT_EQ(j["completed"], 40);
+  EXPECT_EQ(j["route_endpoints"].size(), 2u);
+  // The decode side's imbalance figures: max/mean >= 1, a coefficient of variation >= 0.
+  EXPECT_GE(j["inflight_imbalance"].get<double>(), 1.0);
+  EXPECT_GT(j["inflight_mean"].get<double>(), 0.0);
+  EXPECT_GE(j["decision_cv"].get<double>(), 0.0);
+  const node_record& na = a.record();
+  const node_record& nb = b.record();
+  // Round robin per request over the two routers.
+  EXPECT_EQ(na.routed.size(), 20u);
+  EXPECT_EQ(nb.routed.size(), 20u);
+  // The policy and the publishers at both; workers, centroids and finished requests at --node.
+  EXPECT_EQ(na.policies, (std::vector<std::string>{"jsq"}));
+  EXPECT_EQ(nb.policies, (std::vector<std::string>{"jsq"}));
+  EXPECT_EQ(na.publishers.size(), 2u);
+  EXPECT_EQ(nb.publishers.size(), 2u);
+  EXPECT_EQ(na.registers.size(), 2u);
+  EXPECT_TRUE(nb.registers.empty());
+  EXPECT_EQ(na.imported.size(), 1u);
+  EXPECT_TRUE(nb.imported.empty());
+  std::multiset<std::string> routed = na.routed;
+  routed.insert(nb.routed.begin(), nb.routed.end());
+  EXPECT_EQ(na.finished, routed);
+  EXPECT_TRUE(nb.finished.empty());
+  EXPECT_EQ(na.decode_errors + nb.decode_errors, 0u);
 }
 
 TEST(Loadgen, UnreachableNodeExitsWithThree) {

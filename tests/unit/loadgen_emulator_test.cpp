@@ -285,5 +285,37 @@ TEST(DecodeEmulator, LateArrivalsAreTakenAtTheCurrentTime) {
   EXPECT_EQ(d->load(0).in_flight(), 0u);
 }
 
+TEST(DecodeEmulator, InflightImbalanceIsTimeAveragedMaxOverMean) {
+  const workload w = tiny_workload(3, 10.0);
+  decode_emulator_config c;
+  c.workers = 2;
+  auto d = decode_emulator::make(w, c).value();
+  std::vector<decode_finish> done;
+  EXPECT_DOUBLE_EQ(d->inflight_imbalance(), 1.0);  // nothing in flight yet
+  EXPECT_DOUBLE_EQ(d->inflight_mean(), 0.0);
+  // Idle until 1 s: counts in neither integral's ratio.
+  d->advance_to(1.0, done);
+  // Everything on worker 0: max = n, mean = n / 2 at every instant, so the ratio is 2.
+  d->arrive(0, 0, 1.0);
+  d->arrive(1, 0, 1.0);
+  d->advance_to(std::numeric_limits<double>::infinity(), done);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_NEAR(d->inflight_imbalance(), 2.0, 1e-9);
+  const double end = std::max(done[0].t, done[1].t);
+  // Two requests in flight from 1 s to the first finish, one until the last.
+  const double first = std::min(done[0].t, done[1].t);
+  const double mean_integral = (first - 1.0) * 2.0 / 2.0 + (end - first) * 1.0 / 2.0;
+  EXPECT_NEAR(d->inflight_mean(), mean_integral / end, 1e-9);
+
+  // One request per worker at the same instants: even.
+  auto e = decode_emulator::make(w, c).value();
+  done.clear();
+  e->arrive(0, 0, 0.5);
+  e->arrive(1, 1, 0.5);
+  e->advance_to(0.5, done);
+  const double before = e->inflight_imbalance();
+  EXPECT_DOUBLE_EQ(before, 1.0);
+}
+
 }  // namespace
 }  // namespace eldr::loadgen

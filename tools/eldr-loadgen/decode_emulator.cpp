@@ -3,6 +3,7 @@
 #include "tools/eldr-loadgen/decode_emulator.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/simulator.hpp"
 
@@ -33,6 +34,20 @@ void decode_emulator::push(double t, kind k, uint32_t id, uint32_t worker) {
   events_.push({t, k == kind::arrival ? uint8_t{0} : uint8_t{1}, seq_++, k, id, worker});
 }
 
+void decode_emulator::account(double t) {
+  if (!std::isfinite(t) || !(t > accounted_t_)) return;
+  uint32_t max_n = 0;
+  uint64_t sum = 0;
+  for (const worker_state& ws : workers_) {
+    max_n = std::max(max_n, ws.assigned);
+    sum += ws.assigned;
+  }
+  const double dt = t - accounted_t_;
+  inflight_max_integral_ += dt * max_n;
+  inflight_mean_integral_ += dt * static_cast<double>(sum) / static_cast<double>(workers_.size());
+  accounted_t_ = t;
+}
+
 void decode_emulator::arrive(uint32_t request, uint32_t worker, double t) {
   ++workers_[worker].in_transfer;
   push(std::max(t, now_), kind::arrival, request, worker);
@@ -53,8 +68,14 @@ void decode_emulator::advance_to(double t, std::vector<decode_finish>& finished)
     }
     worker_state& ws = workers_[ev.worker];
     --ws.in_transfer;
+    // In flight at the worker from its arrival event on: exact in model time, whereas arrive()
+    // is called whenever the live loop gets round to it.
+    account(ev.t);
+    ++ws.assigned;
     times_[ev.id].arrival = ev.t;
     if (w_->requests[ev.id].output_tokens == 0) {  // nothing to decode
+      account(ev.t);
+      --ws.assigned;
       times_[ev.id].first_token = times_[ev.id].finish = ev.t;
       finished.push_back({ev.id, ev.worker, ev.t});
       continue;
@@ -63,6 +84,7 @@ void decode_emulator::advance_to(double t, std::vector<decode_finish>& finished)
     if (!ws.stepping) start_step(ev.worker, ev.t);
   }
   now_ = std::max(now_, t);
+  if (std::isfinite(now_)) account(now_);
 }
 
 void decode_emulator::start_step(uint32_t wi, double t) {
@@ -115,6 +137,8 @@ void decode_emulator::end_step(uint32_t wi, double t, std::vector<decode_finish>
     const sim_request& r = w_->requests[i];
     if (++rr.generated == 1) times_[i].first_token = t;
     if (rr.generated >= r.output_tokens) {
+      account(t);
+      --ws.assigned;
       ws.kv_used -= uint64_t{r.prompt_tokens} + r.output_tokens;
       times_[i].finish = t;
       finished.push_back({i, wi, t});
@@ -150,6 +174,14 @@ double decode_emulator::load_imbalance() const {
   return sum_tokens == 0
              ? 1.0
              : static_cast<double>(max_tokens) * workers_.size() / static_cast<double>(sum_tokens);
+}
+
+double decode_emulator::inflight_imbalance() const {
+  return inflight_mean_integral_ > 0.0 ? inflight_max_integral_ / inflight_mean_integral_ : 1.0;
+}
+
+double decode_emulator::inflight_mean() const {
+  return accounted_t_ > 0.0 ? inflight_mean_integral_ / accounted_t_ : 0.0;
 }
 
 latency_summary summarize_latency(const workload& w, const decode_emulator& d,

@@ -82,6 +82,13 @@ class decode_emulator {
   double batch_size_mean() const;
   // Decode tokens per worker, max / mean (1 = even).
   double load_imbalance() const;
+  // In-flight requests per worker (from the request's arrival at the worker, after its KV
+  // transfer, to its last token: waiting or running), as integrals over model time: the
+  // time-averaged max over workers divided by the time-averaged mean over workers (1 = even; 1
+  // when nothing was ever in flight), and the time-averaged mean per worker from time 0 to the
+  // last time advanced to.
+  double inflight_imbalance() const;
+  double inflight_mean() const;
   // The last step's latency of a worker in ms (0 before its first step), for tests.
   double last_step_ms(uint32_t worker) const { return workers_[worker].last_step_ms; }
 
@@ -113,11 +120,14 @@ class decode_emulator {
     uint32_t in_transfer = 0;
     uint64_t tokens = 0;
     double last_step_ms = 0.0;
+    uint32_t assigned = 0;  // arrived (after the KV transfer) and not finished
   };
 
   decode_emulator(const workload& w, const decode_emulator_config& c, decode_cost_model cost,
                   distinct_expert_counter counter);
   void push(double t, kind k, uint32_t id, uint32_t worker);
+  // Adds the in-flight integrals' piece from the last accounted time to t.
+  void account(double t);
   void start_step(uint32_t worker, double t);
   void end_step(uint32_t worker, double t, std::vector<decode_finish>& finished);
 
@@ -132,6 +142,7 @@ class decode_emulator {
   double now_ = 0.0;
   uint64_t steps_ = 0;
   double distinct_sum_ = 0.0, batch_sum_ = 0.0;
+  double accounted_t_ = 0.0, inflight_max_integral_ = 0.0, inflight_mean_integral_ = 0.0;
   std::vector<uint8_t> step_ids_;
 };
 

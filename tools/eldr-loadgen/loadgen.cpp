@@ -175,6 +175,13 @@ struct session {
   const loadgen_options* o = nullptr;
   std::string model;
   std::string route_endpoint, worker_endpoint;
+  // Where route requests go, round robin per request: --node's route endpoint, or those of
+  // --routers.
+  std::vector<std::string> route_endpoints;
+  // --routers other than --node: their admin clients (policy commands) and worker endpoints
+  // (publisher registrations).
+  std::vector<std::unique_ptr<admin_client>> other_admins;
+  std::vector<std::string> other_workers;
   std::shared_ptr<const request_source> source;
   std::unique_ptr<workload> w;
   zmq::context_t ctx{1};
@@ -420,7 +427,10 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
     route.set(zmq::sockopt::rcvhwm, 100000);
     route.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limits.max_payload_bytes));
     route.set(zmq::sockopt::sndtimeo, o.route_timeout_ms);
-    route.connect(s.route_endpoint);
+    // Several endpoints: a DEALER sends round robin over its peers, one request each in turn
+    // (ZMQ_IMMEDIATE is off, so every peer's pipe exists from connect() on).
+    for (const std::string& e : s.route_endpoints)
+      route.connect(e);
     route_fd = route.get(zmq::sockopt::fd);
   } catch (const std::exception& e) {
     return status::io_error(std::string("route socket: ") + e.what());
@@ -897,6 +907,13 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
     max_d = std::max(max_d, d);
   res.decision_imbalance =
       decisions > 0 ? static_cast<double>(max_d) * D / static_cast<double>(decisions) : 0.0;
+  if (decisions > 0) {
+    const double mean = static_cast<double>(decisions) / D;
+    double var = 0;
+    for (uint64_t d : res.decisions)
+      var += (static_cast<double>(d) - mean) * (static_cast<double>(d) - mean);
+    res.decision_cv = std::sqrt(var / D) / mean;
+  }
   res.epochs.assign(epochs.begin(), epochs.end());
   res.kv_blocks_stored = prep.kv_blocks_stored;
   res.kv_blocks_removed = prep.kv_blocks_removed;
@@ -919,6 +936,8 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
     res.distinct_experts_per_layer = emu->distinct_experts_per_layer();
     res.batch_size_mean = emu->batch_size_mean();
     res.token_imbalance = emu->load_imbalance();
+    res.inflight_imbalance = emu->inflight_imbalance();
+    res.inflight_mean = emu->inflight_mean();
     res.worker_messages += dstats.messages;
     res.worker_errors += dstats.errors;
   }
@@ -1182,6 +1201,9 @@ json to_json(const policy_result& r) {
   j["coverage_mean"] = r.coverage_mean;
   j["decisions_per_worker"] = r.decisions;
   j["decision_imbalance"] = r.decision_imbalance;
+  j["decision_cv"] = r.decision_cv;
+  j["inflight_imbalance"] = r.inflight_imbalance;
+  j["inflight_mean"] = r.inflight_mean;
   j["epochs_seen"] = r.epochs;
   j["prefix_hit_fraction"] = r.prefix_hit_fraction;
   j["kv_blocks_stored"] = r.kv_blocks_stored;
@@ -1288,6 +1310,26 @@ loadgen_outcome run_loadgen(const loadgen_options& o, const std::atomic<bool>& s
   if (status rs = read_status(s, *st); !rs.ok()) return fail(2, rs.message());
   say(o, "node " + o.node + ": model " + s.model + ", route " + s.route_endpoint + ", worker " +
              s.worker_endpoint);
+  if (o.routers.empty()) s.route_endpoints.push_back(s.route_endpoint);
+  for (const std::string& r : o.routers) {
+    if (r == o.node) {
+      s.route_endpoints.push_back(s.route_endpoint);
+      continue;
+    }
+    auto a = admin_client::connect(r, probe_opts);
+    if (!a.ok()) return fail(3, "cannot connect to router " + r + ": " + a.error().message());
+    auto rs = (*a)->call("status");
+    if (!rs.ok())
+      return fail(3, "router unreachable at " + r + " (admin status): " + rs.error().message());
+    const json ep = rs->is_object() ? rs->value("endpoints", json::object()) : json::object();
+    if (!ep.is_object() || !ep.contains("route") || !ep["route"].is_string() ||
+        !ep.contains("worker") || !ep["worker"].is_string())
+      return fail(2, "router " + r + ": its status names no route and worker endpoints");
+    s.route_endpoints.push_back(reachable(ep["route"].get<std::string>(), r));
+    s.other_workers.push_back(reachable(ep["worker"].get<std::string>(), r));
+    s.other_admins.push_back(std::move(a).value());
+    say(o, "router " + r + ": route " + s.route_endpoints.back());
+  }
 
   // 2. The workload.
   say(o, "preparing the workload (" +
@@ -1346,6 +1388,17 @@ loadgen_outcome run_loadgen(const loadgen_options& o, const std::atomic<bool>& s
     if (!pub.wait_subscriber(o.subscribe_timeout_ms))
       say(o, "warning: the node did not subscribe to " + pub.endpoint + " within " +
                  std::to_string(o.subscribe_timeout_ms) + " ms; its first events may be lost");
+    // Every router's signature cache follows the prefill side's KV events.
+    for (const std::string& we : s.other_workers) {
+      auto oc = worker_client::connect(we, wopts);
+      if (!oc.ok()) return fail(3, "worker endpoint " + we + ": " + oc.error().message());
+      auto orr = (*oc)->call(m);
+      if (!orr.ok()) return fail(3, "publisher_register at " + we + ": " + orr.error().message());
+      if (const auto* e = std::get_if<error_reply>(&*orr))
+        return fail(1, "publisher_register at " + we + " refused: " + e->message);
+      if (!pub.wait_subscriber(o.subscribe_timeout_ms))
+        say(o, "warning: " + we + "'s node did not subscribe to " + pub.endpoint);
+    }
     s.publishers.push_back(std::move(pub));
   }
 
@@ -1360,6 +1413,10 @@ loadgen_outcome run_loadgen(const loadgen_options& o, const std::atomic<bool>& s
     if (o.tau) args["tau"] = *o.tau;
     auto set = (*admin)->call("policy", args);
     if (!set.ok()) return fail(1, "policy " + name + ": " + set.error().message());
+    for (auto& a : s.other_admins) {
+      auto other = a->call("policy", args);
+      if (!other.ok()) return fail(1, "policy " + name + " (router): " + other.error().message());
+    }
     say(o, "playing " + std::to_string(s.w->requests.size()) + " requests at " +
                fmt(o.rate_rps, 1) + " req/s under " + name);
     auto r = run_policy(s, name, static_cast<uint32_t>(pi), stop);
@@ -1377,6 +1434,7 @@ loadgen_outcome run_loadgen(const loadgen_options& o, const std::atomic<bool>& s
     policies[r.policy] = to_json(r);
   report["policies"] = policies;
   report["node"] = o.node;
+  report["route_endpoints"] = s.route_endpoints;
   report["model"] = s.model;
   report["source"] = s.source_name;
   report["rate_rps"] = o.rate_rps;

@@ -27,7 +27,14 @@
 namespace eldr::loadgen {
 
 struct loadgen_options {
-  std::string node;   // the node's admin endpoint, e.g. tcp://127.0.0.1:5702
+  std::string node;  // the node's admin endpoint, e.g. tcp://127.0.0.1:5702
+  // Cluster runs: the admin endpoints of the router nodes to spread route requests over (--node
+  // may be one of them). Each is asked for its route and worker endpoints; route requests go to
+  // them round robin per request (one DEALER connected to every route endpoint); each gets the
+  // policy command and the KV-event publishers' registrations. Decode workers register, report and
+  // finish at --node's worker endpoint only, and centroids are imported at --node only. Empty =
+  // --node's route endpoint alone.
+  std::vector<std::string> routers;
   std::string model;  // "" = the first model the node serves
   // The workload: exactly one of trace_path and synthetic (a preset name).
   std::string trace_path;
@@ -105,8 +112,15 @@ struct policy_result {
   double coverage_mean = 0;         // mean covered_blocks / total_blocks over decisions
   std::vector<uint64_t> decisions;  // per worker
   double decision_imbalance = 0;    // max / mean
-  std::vector<uint64_t> epochs;     // distinct epochs seen in replies
-  double prefix_hit_fraction = 0;   // prompt blocks served from the prefill caches
+  double decision_cv = 0;           // population standard deviation / mean of `decisions`
+  // Decode side (not in --route-only runs): a worker's in-flight requests are those that reached
+  // it (after the KV transfer) and have not finished (waiting or running). inflight_imbalance =
+  // (time integral of max over workers) / (time integral of mean over workers), i.e. the
+  // time-averaged max over the time-averaged mean (1 = even); inflight_mean = the time-averaged
+  // mean per worker over the run. Both from the decode emulator's own clock (model time).
+  double inflight_imbalance = 0, inflight_mean = 0;
+  std::vector<uint64_t> epochs;    // distinct epochs seen in replies
+  double prefix_hit_fraction = 0;  // prompt blocks served from the prefill caches
   uint64_t kv_blocks_stored = 0, kv_blocks_removed = 0;
   uint64_t decode_steps = 0;
   double distinct_experts_per_layer = 0, batch_size_mean = 0, token_imbalance = 0;

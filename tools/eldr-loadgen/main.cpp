@@ -8,6 +8,7 @@
 //                --route-only --max-outstanding 256 --json          (route throughput benchmark)
 //   eldr-loadgen --node ... --synthetic qwen-task --rate 500 --duration 3 --decode-workers 16
 //                --route-only --policies eldr --swap-at 1 --json    (hot swap under load)
+//   eldr-loadgen --node A1 --routers A1,A2,A3 ...   (a cluster: routes round robin over 3 routers)
 //
 // Exit codes: 0 done, 1 failure during the run, 2 bad options or data, 3 node unreachable,
 // 130 interrupted (results so far are still printed).
@@ -44,6 +45,11 @@ int main(int argc, char** argv) {
       "per policy, to check eldr-sim's results end to end."};
   app.add_option("--node", o.node, "the node's ADMIN endpoint, e.g. tcp://127.0.0.1:5702")
       ->required();
+  app.add_option("--routers", o.routers,
+                 "cluster: admin endpoints of the router nodes to send route requests to, round "
+                 "robin per request (each also gets the policy and the KV-event publishers; "
+                 "decode workers stay at --node)")
+      ->delimiter(',');
   auto* input = app.add_option_group("input", "the workload");
   input->add_option("--trace", o.trace_path, "eldr-trace v1 file (resampled, as eldr-sim does)")
       ->check(CLI::ExistingFile);

@@ -1,0 +1,500 @@
+#!/usr/bin/python3
+"""Cluster benchmarks for BENCHMARKS.md ("Cluster (issue 6)"). Builds nothing: --bin-dir is a
+build tree (or a directory) holding eldr-node, eldrctl and eldr-loadgen. Every cluster is started
+with deploy/local/eldr-cluster in a temporary directory and always stopped (and removed) again.
+
+  herding     the same total rate with 1, 2 and 4 router nodes (every node all roles), the
+              loadgen spreading route requests round robin over every router (--routers) while
+              its decode workers register/report/finish at node 1; per policy (jsq, eldr) and
+              cluster.load_sync_ms: route p50/p99, TPOT p50/p99, the decode side's in-flight
+              imbalance (time-averaged max/mean) and the CV of decisions per worker.
+  failure     SIGKILL of node 3 of 3 -> time until both survivors list it alive=false (polled
+              over the admin endpoint every ~1 ms; also the node's own since_ms_ago); as root,
+              the same for a link cut (--netns cluster, `partition 3`), which needs CAF's
+              connection timeout. Node 3 is restarted / healed and rejoins between rounds.
+  epoch       centroids.import at node 1 -> time until every node's status reports the new epoch.
+  throughput  --route-only at a saturating rate with 1, 2, 3 router nodes: replies/s and replies/s
+              per core used (nodes' CPU from /proc plus the generator's own).
+
+usage: /usr/bin/python3 bench/cluster_bench.py --bin-dir build-hE [--only herding,failure,...]
+       [--repeat 2] [--out cluster_bench.json]
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import msgpack
+import zmq
+
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+script = os.path.join(root, "deploy/local/eldr-cluster")
+ap = argparse.ArgumentParser()
+ap.add_argument("--bin-dir", required=True)
+ap.add_argument("--only", default="herding,failure,epoch,throughput")
+ap.add_argument("--repeat", type=int, default=1, help="runs of each herding/throughput case")
+ap.add_argument("--rates", default="1000,2000")
+ap.add_argument("--routers", default="1,2,4")
+ap.add_argument("--policies", default="jsq,eldr")
+ap.add_argument("--sync-ms", default="5,50", help="cluster.load_sync_ms values (herding)")
+ap.add_argument("--slow-sync-routers", default="2,4",
+                help="router counts also run with the non-default load_sync_ms values")
+ap.add_argument("--slow-sync-rates", default="2000")
+ap.add_argument("--duration", type=float, default=10)
+ap.add_argument("--decode-workers", type=int, default=8)
+ap.add_argument("--preset", default="qwen-task")
+ap.add_argument("--output-tokens", type=int, default=16)
+ap.add_argument("--max-batch", type=int, default=256)
+ap.add_argument("--prompt-max", type=int, default=512)
+ap.add_argument("--kills", type=int, default=10)
+ap.add_argument("--partitions", type=int, default=5)
+ap.add_argument("--imports", type=int, default=10)
+ap.add_argument("--throughput-routers", default="1,2,3")
+ap.add_argument("--throughput-rate", type=int, default=30000)
+ap.add_argument("--throughput-duration", type=float, default=5)
+ap.add_argument("--out", default="cluster_bench.json")
+args = ap.parse_args()
+
+
+def find_bin(name):
+    for c in (os.path.join(args.bin_dir, name), os.path.join(args.bin_dir, "tools", name, name)):
+        if os.access(c, os.X_OK):
+            return os.path.abspath(c)
+    sys.exit("%s not found under %s" % (name, args.bin_dir))
+
+
+loadgen_bin = find_bin("eldr-loadgen")
+find_bin("eldr-node")
+find_bin("eldrctl")
+ctx = zmq.Context()
+results = {"machine": {"cores": os.cpu_count(), "uname": " ".join(os.uname())},
+           "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+
+
+def log(m):
+    print("[cluster_bench %s] %s" % (time.strftime("%H:%M:%S"), m), file=sys.stderr, flush=True)
+
+
+class Admin:
+    """A minimal admin client (docs/protocol.md section 5): one DEALER, msgpack maps."""
+
+    def __init__(self, endpoint):
+        self.endpoint = endpoint
+        self.sock = ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(endpoint)
+        self.n = 0
+
+    def call(self, command, cargs=None, timeout_ms=2000):
+        self.n += 1
+        rid = "b%d" % self.n
+        self.sock.send(msgpack.packb({"version": 1, "type": "admin_request", "id": rid,
+                                      "command": command, "args": cargs or {}},
+                                     use_bin_type=True))
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.sock.poll(int(left * 1000) + 1):
+                raise TimeoutError("%s: %s timed out" % (self.endpoint, command))
+            r = msgpack.unpackb(self.sock.recv(), raw=False)
+            if r.get("id") != rid:
+                continue
+            if not r.get("ok", False):
+                raise RuntimeError("%s: %s: %s" % (self.endpoint, command, r.get("error")))
+            return r.get("result")
+
+    def close(self):
+        self.sock.close(0)
+
+
+def members(status):
+    c = status.get("cluster") or {}
+    return {m["name"]: m for m in c.get("members", [])}
+
+
+def model_epoch(status):
+    ms = status.get("models") or []
+    return ms[0].get("epoch") if ms else None
+
+
+def cpu_of(pid):
+    """CPU seconds (user + system) of a process, from /proc."""
+    try:
+        f = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+def Cluster(n, netns=False, sync_ms=None, attempts=3):
+    """A started cluster; a start that fails (e.g. a port of the temporary directory's range is
+    taken by another process on this shared machine) is retried in a fresh directory."""
+    for k in range(attempts):
+        try:
+            return ClusterOnce(n, netns=netns, sync_ms=sync_ms)
+        except RuntimeError as e:
+            if k + 1 == attempts:
+                raise
+            log("cluster start failed, retrying in a new directory: %s" % str(e)[-300:])
+
+
+class ClusterOnce:
+    def __init__(self, n, netns=False, sync_ms=None):
+        self.n = n
+        self.netns = netns
+        self.dir = tempfile.mkdtemp(prefix="eldr-cluster-bench-")
+        self.nodes = []
+        self.admins = []
+        try:
+            out = self.script("start", str(n), "--bin", args.bin_dir, "--timeout", "60",
+                              *(["--netns"] if netns else []))
+            self.nodes = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+            if sync_ms is not None and sync_ms != 5:
+                for i in range(1, n + 1):
+                    p = os.path.join(self.dir, "n%d" % i, "eldr.toml")
+                    t = open(p).read().replace("[cluster]\n",
+                                               "[cluster]\nload_sync_ms = %d\n" % sync_ms, 1)
+                    open(p, "w").write(t)
+                for i in range(1, n + 1):
+                    self.restart(i)
+            self.admins = [Admin(nd["admin"]) for nd in self.nodes]
+            self.wait_formed()
+        except BaseException:
+            self.stop()
+            raise
+
+    def script(self, *a):
+        r = subprocess.run([script, a[0]] + list(a[1:]) + ["--dir", self.dir],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError("eldr-cluster %s: %s" % (" ".join(a), r.stderr[-2000:]))
+        return r.stdout
+
+    def restart(self, i):
+        line = [x for x in self.script("restart", str(i)).splitlines() if x.startswith("{")][0]
+        self.nodes[i - 1] = json.loads(line)
+
+    def pid(self, i):
+        return self.nodes[i - 1]["pid"]
+
+    def wait_formed(self, timeout=60):
+        """Until every node lists every node alive."""
+        deadline = time.monotonic() + timeout
+        names = {"n%d" % i for i in range(1, self.n + 1)}
+        while time.monotonic() < deadline:
+            ok = True
+            for a in self.admins:
+                try:
+                    m = members(a.call("status", timeout_ms=1000))
+                except (TimeoutError, RuntimeError):
+                    ok = False
+                    break
+                if set(m) != names or not all(x.get("alive") for x in m.values()):
+                    ok = False
+                    break
+            if ok:
+                return
+            time.sleep(0.05)
+        raise RuntimeError("cluster in %s did not form within %d s" % (self.dir, timeout))
+
+    def stop(self):
+        for a in self.admins:
+            a.close()
+        try:
+            self.script("stop")
+        except Exception as e:  # noqa: BLE001 -- always try to clean up
+            log("stop: %s" % e)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def run_loadgen(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("eldr-loadgen failed (%d): %s\n%s" % (r.returncode, " ".join(cmd),
+                                                                 r.stderr[-2000:]))
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def median(xs):
+    xs = [x for x in xs if x == x]
+    return statistics.median(xs) if xs else float("nan")
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = (len(xs) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+# ------------------------------------------------------------------------------- herding
+def herding():
+    rows = []
+    rates = [int(x) for x in args.rates.split(",")]
+    cases = []
+    for sync in [int(x) for x in args.sync_ms.split(",")]:
+        for n in [int(x) for x in args.routers.split(",")]:
+            if sync != 5 and str(n) not in args.slow_sync_routers.split(","):
+                continue
+            for rate in rates:
+                if sync != 5 and str(rate) not in args.slow_sync_rates.split(","):
+                    continue
+                cases.append((sync, n, rate))
+    for rep in range(args.repeat):
+        for sync, n, rate in cases:
+            log("herding: %d routers, load_sync_ms %d, %d req/s (run %d)" % (n, sync, rate, rep + 1))
+            with Cluster(n, sync_ms=sync) as c:
+                admins = [nd["admin"] for nd in c.nodes]
+                cmd = [loadgen_bin, "--node", admins[0], "--routers", ",".join(admins),
+                       "--synthetic", args.preset, "--rate", str(rate), "--duration",
+                       str(args.duration), "--decode-workers", str(args.decode_workers),
+                       "--policies", args.policies, "--output-tokens", str(args.output_tokens),
+                       "--max-batch", str(args.max_batch), "--prompt-max", str(args.prompt_max),
+                       "--prefill-base-ms", "0", "--prefill-per-token-ms", "0", "--json",
+                       "--quiet"]
+                try:
+                    r = run_loadgen(cmd)
+                except RuntimeError as e:
+                    log(str(e))
+                    continue
+                for p, q in r["policies"].items():
+                    rows.append({"routers": n, "load_sync_ms": sync, "rate": rate, "policy": p,
+                                 "run": rep + 1, "replies": q["replied"], "sent": q["sent"],
+                                 "errors": q["errors"], "route_rps": q["route_rps"],
+                                 "route_p50_us": q["route_p50_us"],
+                                 "route_p99_us": q["route_p99_us"],
+                                 "tpot_p50_ms": q["tpot_p50_ms"], "tpot_p99_ms": q["tpot_p99_ms"],
+                                 "ttft_p50_ms": q["ttft_p50_ms"], "wall_s": q["wall_s"],
+                                 "ttft_p99_ms": q["ttft_p99_ms"],
+                                 "batch_size_mean": q["batch_size_mean"],
+                                 "completed": q["completed"],
+                                 "coverage_mean": q["coverage_mean"],
+                                 "inflight_imbalance": q.get("inflight_imbalance"),
+                                 "inflight_mean": q.get("inflight_mean"),
+                                 "decision_cv": q.get("decision_cv"),
+                                 "decision_imbalance": q["decision_imbalance"],
+                                 "incomplete": q["incomplete"],
+                                 "loadgen_cpu_s": q["loadgen_cpu_s"]})
+                results["herding"] = {"runs": rows}
+                save()
+    results["herding"] = {"runs": rows, "cmd_shape": "eldr-loadgen --node A1 --routers A1..AN "
+                          "--synthetic %s --duration %g --decode-workers %d --policies %s "
+                          "--output-tokens %d --max-batch %d --prompt-max %d --prefill-base-ms 0 "
+                          "--prefill-per-token-ms 0" % (
+                              args.preset, args.duration, args.decode_workers, args.policies,
+                              args.output_tokens, args.max_batch, args.prompt_max)}
+    print("## Herding: %s, %d decode workers, %g s, outputs of %d tokens (medians of %d run(s))"
+          % (args.preset, args.decode_workers, args.duration, args.output_tokens, args.repeat))
+    print()
+    print("| routers | load_sync_ms | req/s | policy | errors | route p50 µs | route p99 µs | "
+          "TPOT p50 ms | TPOT p99 ms | in-flight max/mean | decisions CV |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    keys = sorted({(r["load_sync_ms"], r["rate"], r["policy"], r["routers"]) for r in rows})
+    for sync, rate, p, n in keys:
+        g = [r for r in rows if (r["load_sync_ms"], r["rate"], r["policy"], r["routers"]) ==
+             (sync, rate, p, n)]
+        m = lambda k: median([r[k] for r in g if r[k] is not None])  # noqa: E731
+        print("| %d | %d | %d | %s | %d | %.0f | %.0f | %.2f | %.2f | %.3f | %.3f |" % (
+            n, sync, rate, p, max(r["errors"] for r in g), m("route_p50_us"), m("route_p99_us"),
+            m("tpot_p50_ms"), m("tpot_p99_ms"), m("inflight_imbalance"), m("decision_cv")))
+    print()
+
+
+# ------------------------------------------------------------------------------- failure
+def watch_down(c, victim, survivors, timeout=15.0):
+    """Polls the survivors until each lists the victim alive=false; per survivor the seconds from
+    t0 (set by the caller right before the kill) to the first poll that saw it, and the node's own
+    estimate (poll time - since_ms_ago)."""
+    name = "n%d" % victim
+    seen = {}
+    own = {}
+    t0 = watch_down.t0
+    deadline = t0 + timeout
+    while len(seen) < len(survivors) and time.monotonic() < deadline:
+        for s in survivors:
+            if s in seen:
+                continue
+            try:
+                st = c.admins[s - 1].call("status", timeout_ms=500)
+            except (TimeoutError, RuntimeError):
+                continue
+            t = time.monotonic()
+            m = members(st).get(name)
+            if m is not None and not m.get("alive"):
+                seen[s] = t - t0
+                own[s] = t - m.get("since_ms_ago", 0) / 1000.0 - t0
+    return seen, own
+
+
+def failure():
+    out = {}
+    modes = [("sigkill", False)]
+    if os.geteuid() == 0 and shutil.which("ip"):
+        modes.append(("link_down", True))
+    for mode, netns in modes:
+        rounds = args.kills if mode == "sigkill" else args.partitions
+        log("failure detection: %s, %d rounds" % (mode, rounds))
+        seen_all, own_all, rejoin = [], [], []
+        with Cluster(3, netns=netns) as c:
+            for k in range(rounds):
+                watch_down.t0 = time.monotonic()
+                if mode == "sigkill":
+                    os.kill(c.pid(3), 9)
+                else:
+                    c.script("partition", "3")
+                seen, own = watch_down(c, 3, [1, 2])
+                if len(seen) < 2:
+                    log("round %d: not detected by every survivor within 15 s: %s" % (k, seen))
+                seen_all += list(seen.values())
+                own_all += list(own.values())
+                t1 = time.monotonic()
+                if mode == "sigkill":
+                    c.restart(3)
+                    c.admins[2].close()
+                    c.admins[2] = Admin(c.nodes[2]["admin"])
+                else:
+                    c.script("heal", "3")
+                c.wait_formed()
+                rejoin.append(time.monotonic() - t1)
+        out[mode] = {"detected_s": seen_all, "node_estimate_s": own_all, "rejoin_s": rejoin}
+    results["failure"] = out
+    print("## Failure detection: node 3 of 3 lost, both survivors polled (%d SIGKILLs, %d link "
+          "cuts)" % (args.kills, args.partitions if len(modes) > 1 else 0))
+    print()
+    print("| cause | observations | p50 ms | p90 ms | max ms | node's own estimate p50 / max ms | "
+          "rejoin (restart or heal) p50 s |")
+    print("|---|---|---|---|---|---|---|")
+    for mode, o in out.items():
+        d = o["detected_s"]
+        e = o["node_estimate_s"]
+        print("| %s | %d | %.1f | %.1f | %.1f | %.1f / %.1f | %.2f |" % (
+            mode, len(d), pct(d, 0.5) * 1e3, pct(d, 0.9) * 1e3, max(d or [float("nan")]) * 1e3,
+            pct(e, 0.5) * 1e3, max(e or [float("nan")]) * 1e3, median(o["rejoin_s"])))
+    print()
+
+
+# ------------------------------------------------------------------------------- epoch
+def epoch():
+    n = 3
+    log("epoch propagation: %d nodes, %d imports" % (n, args.imports))
+    per_import = []
+    with Cluster(n) as c:
+        admins = [nd["admin"] for nd in c.nodes]
+        # A centroid set: the loadgen fits one on the synthetic preset and imports it at node 1.
+        run_loadgen([loadgen_bin, "--node", admins[0], "--synthetic", args.preset, "--rate", "200",
+                     "--duration", "1", "--decode-workers", str(args.decode_workers),
+                     "--route-only", "--policies", "eldr", "--json", "--quiet"])
+        f = msgpack.unpackb(c.admins[0].call("centroids.export", {"model": "default"},
+                                             timeout_ms=10000), raw=False)
+        for k in range(args.imports):
+            cur = max(model_epoch(a.call("status")) or 0 for a in c.admins)
+            f["epoch"] = cur + 1
+            blob = msgpack.packb(f, use_bin_type=True)
+            t0 = time.monotonic()
+            res = c.admins[0].call("centroids.import", {"model": "default", "file": blob},
+                                   timeout_ms=30000)
+            t_ack = time.monotonic() - t0
+            want = res["epoch"]
+            seen = {1: t_ack}
+            deadline = t0 + 10
+            while len(seen) < n and time.monotonic() < deadline:
+                for i in range(2, n + 1):
+                    if i in seen:
+                        continue
+                    e = model_epoch(c.admins[i - 1].call("status", timeout_ms=1000))
+                    if e is not None and e >= want:
+                        seen[i] = time.monotonic() - t0
+            per_import.append({"epoch": want, "ack_s": t_ack,
+                               "all_s": max(seen.values()) if len(seen) == n else None,
+                               "per_node_s": seen})
+            time.sleep(0.2)
+    results["epoch"] = per_import
+    alls = [p["all_s"] for p in per_import if p["all_s"] is not None]
+    acks = [p["ack_s"] for p in per_import]
+    print("## Epoch propagation: centroids.import at n1 of %d, until every node reports the new "
+          "epoch (%d imports)" % (n, len(per_import)))
+    print()
+    print("| imports | not propagated in 10 s | import ack p50 ms | every node p50 ms | "
+          "every node max ms |")
+    print("|---|---|---|---|---|")
+    print("| %d | %d | %.1f | %.1f | %.1f |" % (len(per_import), len(per_import) - len(alls),
+                                               median(acks) * 1e3, median(alls) * 1e3,
+                                               max(alls or [float("nan")]) * 1e3))
+    print()
+
+
+# ------------------------------------------------------------------------------- throughput
+def throughput():
+    rows = []
+    for rep in range(args.repeat):
+        for n in [int(x) for x in args.throughput_routers.split(",")]:
+            log("throughput: %d routers at %d req/s (run %d)" % (n, args.throughput_rate, rep + 1))
+            with Cluster(n) as c:
+                admins = [nd["admin"] for nd in c.nodes]
+                base = [loadgen_bin, "--node", admins[0], "--routers", ",".join(admins),
+                        "--synthetic", args.preset, "--decode-workers",
+                        str(args.decode_workers), "--route-only", "--policies", "eldr", "--json",
+                        "--quiet"]
+                run_loadgen(base + ["--rate", "1000", "--duration", "2"])  # warm-up
+                cpu0 = [cpu_of(c.pid(i)) for i in range(1, n + 1)]
+                r = run_loadgen(base + ["--rate", str(args.throughput_rate), "--duration",
+                                        str(args.throughput_duration)])
+                cpu1 = [cpu_of(c.pid(i)) for i in range(1, n + 1)]
+                node_cpu = sum(b - a for a, b in zip(cpu0, cpu1))
+                wall = r["wall_s"]
+                cores = (node_cpu + r["loadgen_cpu_s"]) / wall if wall > 0 else float("nan")
+                rows.append({"routers": n, "run": rep + 1, "offered": args.throughput_rate,
+                             "route_rps": r["route_rps"], "replied": r["replied"],
+                             "sent": r["sent"], "errors": r["errors"],
+                             "route_p50_us": r["route_p50_us"], "route_p99_us": r["route_p99_us"],
+                             "node_cpu_s": node_cpu, "loadgen_cpu_s": r["loadgen_cpu_s"],
+                             "wall_s": wall, "cores_used": cores,
+                             "replies_per_core": r["route_rps"] / cores if cores else float("nan"),
+                             "replies_per_node_core": r["route_rps"] / (node_cpu / wall)
+                             if node_cpu > 0 and wall > 0 else float("nan")})
+    results["throughput"] = rows
+    print("## Route throughput at saturation (%d req/s offered, route-only, %g s, eldr, 2 cores "
+          "shared by the nodes and the generator; medians of %d run(s))"
+          % (args.throughput_rate, args.throughput_duration, args.repeat))
+    print()
+    print("| routers | replies/s | errors | rtt p50 µs | rtt p99 µs | node CPU s | loadgen CPU s | "
+          "cores used | replies/s per core used | replies/s per node core |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for n in sorted({r["routers"] for r in rows}):
+        g = [r for r in rows if r["routers"] == n]
+        m = lambda k: median([r[k] for r in g])  # noqa: E731
+        print("| %d | %.0f | %d | %.0f | %.0f | %.2f | %.2f | %.2f | %.0f | %.0f |" % (
+            n, m("route_rps"), max(r["errors"] for r in g), m("route_p50_us"), m("route_p99_us"),
+            m("node_cpu_s"), m("loadgen_cpu_s"), m("cores_used"), m("replies_per_core"),
+            m("replies_per_node_core")))
+    print()
+
+
+def save():
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1, sort_keys=True, default=str)
+
+
+try:
+    for part in args.only.split(","):
+        {"herding": herding, "failure": failure, "epoch": epoch,
+         "throughput": throughput}[part]()
+        save()
+finally:
+    save()
+    log("results in %s" % args.out)
