@@ -100,6 +100,14 @@ void status(caf::event_based_actor* self, const node_context_ptr& ctx, const caf
           if (!members.is_null()) out["cluster"] = members;
           if (!lead.is_null() && out["cluster"].is_object()) out["cluster"]["refit"] = lead;
           counters["unknown_model"] = r.is_object() ? r.value("unknown_model", 0) : 0;
+          // The router's cluster counters (retries, peers' decisions and worker messages, shard
+          // requests and fail-overs), next to the membership they depend on.
+          if (r.is_object() && !members.is_null()) {
+            nlohmann::json routing = r;
+            routing.erase("models");
+            routing.erase("unknown_model");
+            out["cluster"]["router"] = routing;
+          }
           out["counters"] = counters;
           answer_admin(*ctx, *job, out);
         });
