@@ -240,6 +240,9 @@ void dial(cluster_actor_t* self, const std::string& address) {
                                      address);
                         return done();
                       }
+                      // The gate proved the secret: trust its node now, because its first
+                      // messages (pool snapshots, leader terms) may overtake its welcome.
+                      s2.ctx->trust->add(nid);
                       const auto mine = proof(s2.secret, "join", c.gate_nonce, nonce, s2.self.name);
                       self->request(gate, dial_timeout, join_atom::value, c.gate_nonce, mine,
                                     s2.self)
@@ -247,6 +250,7 @@ void dial(cluster_actor_t* self, const std::string& address) {
                               [=](const join_welcome& w) {
                                 done();
                                 if (!admit(self, w.gate, nid)) {
+                                  self->state.ctx->trust->remove(nid);
                                   spdlog::error(
                                       "cluster: {} at {} has this node's name or is "
                                       "an older incarnation of a live member",
@@ -259,7 +263,13 @@ void dial(cluster_actor_t* self, const std::string& address) {
                                         self->state.peers[m.name].alive))
                                     dial(self, m.address);
                               },
-                              [=](const caf::error& e) { fail(self->system().render(e)); });
+                              [=](const caf::error& e) {
+                                // Refused: no trust for a node that is not a member.
+                                if (!self->state.peers.count(c.gate) ||
+                                    !self->state.peers[c.gate].alive)
+                                  self->state.ctx->trust->remove(nid);
+                                fail(self->system().render(e));
+                              });
                     },
                     [=](const caf::error& e) { fail(self->system().render(e)); });
           },
