@@ -50,6 +50,11 @@ bool trusted_sender(caf::local_actor* self, const cluster_trust* trust) {
   return trust != nullptr && trust->contains(sender->node());
 }
 
+bool local_sender(caf::local_actor* self) {
+  const auto& sender = self->current_sender();
+  return sender && sender->node() == self->node();
+}
+
 result<std::string> read_cluster_secret(const std::string& path) {
   auto bytes = read_file(path, 1u << 16);
   if (!bytes.ok())
@@ -397,10 +402,15 @@ caf::behavior cluster_behavior(cluster_actor_t* self, node_context_ptr ctx, clus
         mark_down(self, it->second.info.cluster.address(),
                   caf::make_error(caf::exit_reason::user_shutdown));
       },
-      // The admin's part of `status`: membership as JSON text.
-      [=](admin_atom) -> std::string { return status_json(self->state).dump(); },
-      // A local actor that starts after us asks for the current view.
-      [=](members_atom) -> std::vector<member_info> { return live_members(self->state); },
+      // The admin's part of `status`: membership as JSON text. This actor is published, so
+      // anyone who reaches the port can ask: only this node's own actors get an answer.
+      [=](admin_atom) -> caf::result<std::string> {
+        if (!local_sender(self)) {
+          ++self->state.untrusted;
+          return caf::sec::request_receiver_down;
+        }
+        return status_json(self->state).dump();
+      },
   };
 }
 

@@ -211,5 +211,8 @@ class cluster_trust {
 // True when the message being handled comes from this node or a trusted one. Anonymous messages
 // from another node are not trusted (they could come from anyone who can reach the port).
 bool trusted_sender(caf::local_actor* self, const cluster_trust* trust);
+// True when the message comes from an actor of this node (status queries: only the node's own
+// admin actor asks them; an actor whose handle went to a peer is reachable from the network).
+bool local_sender(caf::local_actor* self);
 
 }  // namespace eldr

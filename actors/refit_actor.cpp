@@ -268,7 +268,10 @@ caf::behavior refit_behavior(refit_actor_t* self, node_context_ptr ctx, caf::act
         }
       },
       // The refit's part of `status`.
-      [=](admin_atom) -> std::string { return leadership_json(self->state).dump(); },
+      [=](admin_atom) -> caf::result<std::string> {
+        if (!local_sender(self)) return caf::sec::request_receiver_down;
+        return leadership_json(self->state).dump();
+      },
       [=](admin_atom, admin_job_ptr job) {
         const auto& c = *self->state.ctx;
         const auto name = string_arg(job->request.args, "model").value_or("");

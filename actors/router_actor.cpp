@@ -1118,7 +1118,8 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
       [=](worker_atom, worker_job_ptr job) { handle_worker(self, *job, true); },
       [=](admin_atom, admin_job_ptr job) { handle_admin(self, job); },
       // The router's part of `status`: models as a JSON text.
-      [=](admin_atom) -> std::string {
+      [=](admin_atom) -> caf::result<std::string> {
+        if (!local_sender(self)) return caf::sec::request_receiver_down;
         nlohmann::json models = nlohmann::json::array();
         for (auto& m : self->state.models)
           models.push_back(model_json(self->state, *m));

@@ -430,7 +430,8 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
         if (model >= st.models.size()) return {};
         return st.models[model].cache->centroid_epochs();
       },
-      [=](cache_stats_atom) -> std::string {
+      [=](cache_stats_atom) -> caf::result<std::string> {
+        if (!local_sender(self)) return caf::sec::request_receiver_down;
         auto& st = self->state;
         nlohmann::json out = nlohmann::json::array();
         for (size_t m = 0; m < st.models.size(); ++m) {
