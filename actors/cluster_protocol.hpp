@@ -148,34 +148,42 @@ typename Inspector::result_type inspect(Inspector& f, sample_reply& x) {
   return f(caf::meta::type_name("eldr::sample_reply"), x.epoch, x.width, x.seen, x.points);
 }
 
-// One shard's part of a route request: the blocks of the prompt this shard owns (prompt order),
-// and the counts of those of them the prefill computed (an encoded eldr counts message, empty
-// when none), which the shard stores before it sums.
+// One shard's part of a route request: the blocks of the prompt this shard is asked to sum (some
+// of those it owns, prompt order; core/shard_plan.hpp), the counts the prefill computed for
+// blocks this shard signs (an encoded eldr counts message, empty when none), which the shard
+// stores before it sums, and the layers the router's signature uses.
 struct shard_sign_request {
   std::string model;
   std::vector<uint64_t> blocks;
   std::vector<uint8_t> counts;
+  // Ascending: the reply sums only these layers (those of them the store keeps). Empty: coverage
+  // only, the reply carries no sums.
+  std::vector<uint32_t> layers;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_sign_request& x) {
-  return f(caf::meta::type_name("eldr::shard_sign_request"), x.model, x.blocks, x.counts);
+  return f(caf::meta::type_name("eldr::shard_sign_request"), x.model, x.blocks, x.counts, x.layers);
 }
 
-// The shard's sum of the counts of the blocks it knew, restricted to its store's layer mask
-// (layer-major, |layer_mask| * experts entries; empty when no block had counts).
+// The shard's sum of the counts of the blocks it knew, over the requested layers its store keeps
+// (`layer_mask`, ascending; layer-major, |layer_mask| * experts values), packed by
+// core/shard_plan.hpp's pack_sums (`value_bytes` 2 or 4 bytes a value: a byte vector is what CAF
+// 0.17 serializes fast). Empty when no block had counts or the request asked for coverage only. A
+// router adds it with add_common_layers, so a store lacking a layer leaves that layer to others.
 struct shard_sign_reply {
   uint32_t covered = 0;
   uint32_t experts = 0;
   std::vector<uint32_t> layer_mask;
-  std::vector<uint32_t> masked;
+  uint8_t value_bytes = 0;
+  std::vector<uint8_t> sums;
   std::string problem;  // counts refused (geometry), for the logs; "" when none
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_sign_reply& x) {
   return f(caf::meta::type_name("eldr::shard_sign_reply"), x.covered, x.experts, x.layer_mask,
-           x.masked, x.problem);
+           x.value_bytes, x.sums, x.problem);
 }
 
 // One block's counts handed to a node that became one of its owners: already restricted to the

@@ -18,7 +18,8 @@
 
 namespace eldr {
 
-// Route path: frontend -> router -> signature cache (sign) -> router.
+// Route path: frontend -> router -> signature cache (sign: a sign_job, or in a cluster a
+// shard_job for this node's shard) -> router.
 using route_atom = caf::atom_constant<caf::atom("route")>;
 using sign_atom = caf::atom_constant<caf::atom("sign")>;
 // Worker messages: frontend -> load monitor -> router.
@@ -64,6 +65,20 @@ struct sign_result {
 };
 using sign_result_ptr = std::shared_ptr<const sign_result>;
 
+// Cluster: the part of one route request that this node's own signature-cache shard sums (the
+// blocks of it this node owns; core/shard_plan.hpp), handed over without encoding. The reply is a
+// shard_sign_reply (cluster_protocol.hpp), as a remote shard's, but never leaves the process.
+struct shard_job {
+  uint32_t model = 0;
+  // The layers to sum, ascending (the router's spec's mask); empty: coverage only, no sums.
+  std::vector<uint32_t> layers;
+  route_job_ptr job;             // the request; keeps the blocks `counts` points into alive
+  std::vector<uint64_t> blocks;  // this shard's blocks of the request, in prompt order
+  // Blocks of job->request.counts this shard stores before it sums (its own among them).
+  std::vector<const counts_block*> counts;
+};
+using shard_job_ptr = std::shared_ptr<const shard_job>;
+
 // A centroid file to store. epoch = 0: the cache assigns max(newest stored + 1, at_least);
 // otherwise it stores exactly that epoch (a set adopted from a peer router keeps its number).
 struct stored_set {
@@ -94,6 +109,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eldr::admin_job_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eldr::publisher_frames_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eldr::sign_job_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eldr::sign_result_ptr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eldr::shard_job_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eldr::stored_set_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eldr::refit_input_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eldr::centroid_set_ptr)

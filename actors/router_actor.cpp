@@ -6,6 +6,7 @@
 #include <chrono>
 #include <deque>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
 #include "actors/cluster_protocol.hpp"
 #include "cluster/counts_message.hpp"
@@ -16,6 +17,7 @@
 #include "core/random.hpp"
 #include "core/refit.hpp"
 #include "core/routing.hpp"
+#include "core/shard_plan.hpp"
 
 namespace eldr {
 namespace {
@@ -91,8 +93,11 @@ struct router_state {
   // Cluster: the signature cache is sharded by block hash over the live signature-cache nodes
   // (this one included when it holds the role), R copies of each block's counts.
   std::optional<hash_ring> ring;
-  std::vector<caf::actor> shards;  // by ring member index
+  std::vector<caf::actor> shards;       // by ring member index
+  std::optional<uint32_t> local_shard;  // this node's ring member index, when it holds a cache
   uint64_t shard_requests = 0, shard_failovers = 0, shard_failures = 0, shard_store_messages = 0;
+  uint64_t shard_local_requests = 0;    // of shard_requests, to this node's own shard
+  std::vector<uint32_t> shard_scratch;  // a shard's reply, unpacked
 
   model_state* find(const std::string& name) {
     for (auto& m : models)
@@ -316,11 +321,17 @@ void decide(router_actor_t* self, model_state& m, const route_job_ptr& job,
 }
 
 // --- Sharded signing (cluster) ---
+//
+// A request's blocks are split among the shards by core/shard_plan.hpp: the blocks this node's
+// own shard owns are summed here (a message by pointer, no encoding), the rest by as few other
+// nodes as possible, each asked only for the layers the spec uses. A part that fails or times
+// out goes to the owners of its blocks that have not been tried yet.
 
 // What the shards of one request have answered so far.
 struct shard_gather {
   route_job_ptr job;
-  spec_ptr spec;  // the spec when the shards were asked (null: coverage only)
+  spec_ptr spec;                 // the spec when the shards were asked (null: coverage only)
+  std::vector<uint32_t> layers;  // spec's layer mask: what shards are asked to sum (empty: none)
   uint32_t model = 0;
   int attempt = 0;
   size_t pending = 0;
@@ -332,24 +343,16 @@ using shard_gather_ptr = std::shared_ptr<shard_gather>;
 
 constexpr auto shard_timeout = std::chrono::milliseconds(100);
 
-// Adds a shard's sum (over its store's layer mask) to the request's sum (over the spec's mask).
-void merge_shard(shard_gather& g, const shard_sign_reply& r) {
+// Adds a shard's sum (over the requested layers its store keeps) to the request's sum (over the
+// spec's mask); a layer the store lacks adds nothing. `scratch`: the unpacked sum.
+void merge_shard(shard_gather& g, const shard_sign_reply& r, std::vector<uint32_t>& scratch) {
   g.covered += r.covered;
   if (!r.problem.empty()) g.problem = r.problem;
-  if (!g.spec || r.masked.empty()) return;
+  if (!g.spec || r.sums.empty()) return;
   const uint32_t e = g.spec->geometry().experts;
-  if (r.experts != e || r.masked.size() != r.layer_mask.size() * e) {
+  if (r.experts != e || !unpack_sums(r.sums, r.value_bytes, scratch) ||
+      !add_common_layers(r.layer_mask, scratch, g.layers, e, g.acc))
     g.problem = "a shard's counts have another geometry";
-    return;
-  }
-  const auto& mask = g.spec->layer_mask();
-  for (size_t i = 0; i < mask.size(); ++i) {
-    auto it = std::lower_bound(r.layer_mask.begin(), r.layer_mask.end(), mask[i]);
-    if (it == r.layer_mask.end() || *it != mask[i]) continue;  // layer not kept by the store
-    const size_t from = static_cast<size_t>(it - r.layer_mask.begin()) * e;
-    for (uint32_t x = 0; x < e; ++x)
-      g.acc[i * e + x] += r.masked[from + x];
-  }
 }
 
 void shard_done(router_actor_t* self, const shard_gather_ptr& g) {
@@ -366,97 +369,146 @@ void shard_done(router_actor_t* self, const shard_gather_ptr& g) {
   decide(self, m, g->job, out.get(), g->attempt);
 }
 
-// Asks the `tried`-th owner of each block (0 = primary) for the blocks in `blocks`, with the
-// counts in `counts` (blocks of them only); on a failure or a timeout the blocks go to their next
-// owner, which holds a replica, until every owner was tried.
-void ask_shards(router_actor_t* self, const shard_gather_ptr& g, std::vector<uint64_t> blocks,
-                const std::vector<const counts_block*>& counts, size_t tried);
+// Blocks of one request for one shard (prompt order), and the counts it stores among them.
+struct shard_part {
+  std::vector<uint64_t> blocks;
+  std::vector<const counts_block*> counts;
+};
 
-void ask_shard(router_actor_t* self, const shard_gather_ptr& g, uint32_t owner,
-               std::vector<uint64_t> blocks, std::vector<const counts_block*> counts,
-               size_t tried) {
+// Plans who sums `blocks` and stores `counts` (core/shard_plan.hpp), never asking a member
+// named in `excluded` (names, not ring indices: the ring may change between a request and its
+// fail-over), and asks them. The first plan of a request (`first`) also sends the counts to
+// their blocks' other owners (replicas) in one store message per owner; a fail-over does not,
+// since the owners it turns to got them then.
+void ask_shards(router_actor_t* self, const shard_gather_ptr& g, const shard_part& part,
+                const std::vector<std::string>& excluded, bool first);
+
+// Asks one shard for its part; on an error or a timeout the part goes to the owners left.
+void ask_shard(router_actor_t* self, const shard_gather_ptr& g, uint32_t owner, shard_part part,
+               std::vector<std::string> excluded) {
   auto& st = self->state;
+  ++st.shard_requests;
+  std::string name = st.ring->members()[owner];
+  auto on_reply = [self, g](const shard_sign_reply& r) {
+    merge_shard(*g, r, self->state.shard_scratch);
+    shard_done(self, g);
+  };
+  if (st.local_shard && owner == *st.local_shard) {
+    ++st.shard_local_requests;
+    auto job = std::make_shared<shard_job>();
+    job->model = g->model;
+    job->layers = g->layers;
+    job->job = g->job;
+    job->blocks = std::move(part.blocks);
+    job->counts = std::move(part.counts);
+    self->request(st.shards[owner], shard_timeout, sign_atom::value, shard_job_ptr(job))
+        .then(on_reply, [self, g, name = std::move(name), job, excluded](caf::error&) mutable {
+          excluded.push_back(name);
+          ++g->pending;  // ask_shards adds its own parts and releases this slot
+          ask_shards(self, g, shard_part{job->blocks, job->counts}, excluded, false);
+          shard_done(self, g);
+        });
+    return;
+  }
   shard_sign_request req;
   req.model = g->job->request.model;
-  req.blocks = blocks;
-  if (!counts.empty()) {
+  req.blocks = part.blocks;
+  req.layers = g->layers;
+  if (!part.counts.empty()) {
     counts_message cm;
     cm.geometry = g->job->request.counts->geometry;
-    for (const auto* b : counts)
+    for (const auto* b : part.counts)
       cm.blocks.push_back(*b);
     req.counts = encode_counts_message(cm);
   }
-  ++st.shard_requests;
   self->request(st.shards[owner], shard_timeout, shard_sign_atom::value, std::move(req))
-      .then(
-          [self, g](const shard_sign_reply& r) {
-            merge_shard(*g, r);
-            shard_done(self, g);
-          },
-          [self, g, blocks = std::move(blocks), counts = std::move(counts), tried](caf::error&) {
-            auto& s = self->state;
-            if (tried + 1 < s.ctx->config.cluster.replication && s.ring) {
-              ++s.shard_failovers;
-              ++g->pending;  // ask_shards adds its own parts
-              ask_shards(self, g, blocks, counts, tried + 1);
-            } else {
-              ++s.shard_failures;
-            }
-            shard_done(self, g);
-          });
+      .then(on_reply, [self, g, name = std::move(name), part = std::move(part),
+                       excluded](caf::error&) mutable {
+        excluded.push_back(name);
+        ++g->pending;
+        ask_shards(self, g, part, excluded, false);
+        shard_done(self, g);
+      });
 }
 
-void ask_shards(router_actor_t* self, const shard_gather_ptr& g, std::vector<uint64_t> blocks,
-                const std::vector<const counts_block*>& counts, size_t tried) {
+void ask_shards(router_actor_t* self, const shard_gather_ptr& g, const shard_part& part,
+                const std::vector<std::string>& excluded_names, bool first) {
   auto& st = self->state;
-  const size_t r = tried + 1;
-  std::map<uint32_t, std::pair<std::vector<uint64_t>, std::vector<const counts_block*>>> parts;
-  for (uint64_t h : blocks) {
-    auto owners = st.ring->owners(h, r);
-    if (owners.size() == r) parts[owners[tried]].first.push_back(h);
+  const size_t r = st.ctx->config.cluster.replication;
+  std::vector<uint32_t> excluded;
+  for (const auto& n : excluded_names)
+    if (auto i = st.ring->index_of(n)) excluded.push_back(*i);
+  std::vector<std::vector<uint32_t>> owners;
+  owners.reserve(part.blocks.size());
+  for (uint64_t h : part.blocks)
+    owners.push_back(st.ring->owners(h, r));
+  const auto chosen = choose_signers(owners, st.local_shard, excluded);
+  std::map<uint32_t, shard_part> parts;
+  size_t lost = 0;
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    if (chosen[i] == no_signer)
+      ++lost;
+    else
+      parts[chosen[i]].blocks.push_back(part.blocks[i]);
   }
-  for (const auto* b : counts) {
-    auto owners = st.ring->owners(b->hash, r);
-    if (owners.size() == r) parts[owners[tried]].second.push_back(b);
+  if (!part.counts.empty()) {
+    // Counts go with their block's signer; counts of a block the prompt does not list (not sent
+    // by eldr's clients, but the protocol allows it) go to the owner the plan would choose.
+    std::unordered_map<uint64_t, uint32_t> signer_of;
+    for (size_t i = 0; i < chosen.size(); ++i)
+      signer_of.emplace(part.blocks[i], chosen[i]);
+    std::map<uint32_t, counts_message> replicas;
+    for (const auto* b : part.counts) {
+      const auto it = signer_of.find(b->hash);
+      std::vector<uint32_t> o;
+      if (first || it == signer_of.end()) o = st.ring->owners(b->hash, r);
+      const uint32_t signer = it != signer_of.end()
+                                  ? it->second
+                                  : choose_signers({o}, st.local_shard, excluded).front();
+      if (signer != no_signer) parts[signer].counts.push_back(b);
+      if (!first) continue;
+      for (uint32_t x : o) {
+        if (x == signer) continue;
+        auto& cm = replicas[x];
+        cm.geometry = g->job->request.counts->geometry;
+        cm.blocks.push_back(*b);
+      }
+    }
+    for (const auto& [owner, cm] : replicas) {
+      ++st.shard_store_messages;
+      self->send(st.shards[owner], shard_store_atom::value, g->job->request.model,
+                 encode_counts_message(cm));
+    }
+  }
+  if (!excluded_names.empty()) {
+    if (!parts.empty()) ++st.shard_failovers;
+    if (lost > 0 || parts.empty()) ++st.shard_failures;
   }
   g->pending += parts.size();
-  for (auto& [owner, part] : parts)
-    ask_shard(self, g, owner, std::move(part.first), std::move(part.second), tried);
+  for (auto& [owner, p] : parts)
+    ask_shard(self, g, owner, std::move(p), excluded_names);
   // The caller holds one pending slot for this call: release it.
   shard_done(self, g);
 }
 
 void shard_sign_and_route(router_actor_t* self, model_state& m, route_job_ptr job, int attempt) {
-  auto& st = self->state;
   const auto& req = job->request;
-  const size_t r = st.ctx->config.cluster.replication;
-  // Counts the prefill computed go to every owner of their block: the primary stores them as it
-  // signs, the replicas get them in one store message each.
-  std::vector<const counts_block*> counted;
-  if (req.counts) {
-    std::map<uint32_t, counts_message> replicas;
-    for (const auto& b : req.counts->blocks) {
-      counted.push_back(&b);
-      auto owners = st.ring->owners(b.hash, r);
-      for (size_t i = 1; i < owners.size(); ++i) {
-        auto& cm = replicas[owners[i]];
-        cm.geometry = req.counts->geometry;
-        cm.blocks.push_back(b);
-      }
-    }
-    for (const auto& [owner, cm] : replicas) {
-      ++st.shard_store_messages;
-      self->send(st.shards[owner], shard_store_atom::value, req.model, encode_counts_message(cm));
-    }
-  }
+  shard_part all;
+  all.blocks = req.block_hashes;
+  if (req.counts)
+    for (const auto& b : req.counts->blocks)
+      all.counts.push_back(&b);
   auto g = std::make_shared<shard_gather>();
-  g->job = job;
+  g->job = std::move(job);
   g->spec = m.eldr_active ? m.spec : nullptr;
+  if (g->spec) {
+    g->layers = g->spec->layer_mask();
+    g->acc.assign(g->spec->width(), 0);
+  }
   g->model = m.index;
   g->attempt = attempt;
-  if (g->spec) g->acc.assign(g->spec->width(), 0);
   g->pending = 1;
-  ask_shards(self, g, req.block_hashes, counted, 0);
+  ask_shards(self, g, all, {}, true);
 }
 
 // Rebuilds the ring of signature-cache shards from the live members (and this node).
@@ -480,6 +532,7 @@ void rebuild_ring(router_state& st, const std::vector<member_info>& members) {
   st.shards.clear();
   for (const auto& n : ring->members())
     st.shards.push_back(actors[n]);
+  st.local_shard = st.sigcache ? ring->index_of(st.ctx->config.name) : std::nullopt;
   st.ring.emplace(std::move(*ring));
 }
 
@@ -1134,6 +1187,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
                               {"untrusted_messages", s.untrusted},
                               {"shards", s.ring ? s.ring->size() : 0},
                               {"shard_requests", s.shard_requests},
+                              {"shard_local_requests", s.shard_local_requests},
                               {"shard_failovers", s.shard_failovers},
                               {"shard_failures", s.shard_failures},
                               {"shard_store_messages", s.shard_store_messages}}

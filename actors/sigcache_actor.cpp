@@ -13,6 +13,7 @@
 #include "cluster/counts_message.hpp"
 #include "cluster/ingest.hpp"
 #include "core/hash_ring.hpp"
+#include "core/shard_plan.hpp"
 
 namespace eldr {
 namespace {
@@ -21,7 +22,8 @@ struct model_cache {
   std::unique_ptr<signature_cache> cache;
   std::unique_ptr<ingest> events;
   std::map<spec_ptr, std::unique_ptr<signature_builder>> builders;  // one per spec in use
-  std::vector<uint32_t> scratch;  // masked sum when no spec is given (coverage only)
+  std::vector<uint32_t> scratch;  // masked sum when no spec is given (coverage only), shard sums
+  std::vector<uint32_t> reply;    // cluster: a shard's sum over the requested layers
   uint64_t counts_refused = 0;
   bool dirty = false;          // staged changes since the last commit
   int64_t last_expire_ms = 0;  // grace periods are checked once a second, not every tick
@@ -109,31 +111,58 @@ std::string store_counts(model_cache& mc, const std::vector<uint8_t>& bytes) {
   return problem;
 }
 
-// A shard's part of a signature (cluster_protocol.hpp): the blocks are this shard's subset of one
-// prompt, in prompt order. Its remembered prefix sums stay right: every prompt through a block
-// has the same blocks before it, and the ring gives this shard the same ones of them.
-shard_sign_reply shard_sign(model_cache& mc, const shard_sign_request& req) {
+// A shard's part of a signature (cluster_protocol.hpp): `blocks` are the blocks of one prompt
+// this shard was asked for, in prompt order; the sum covers the requested layers the store keeps.
+// Which of its blocks a shard is asked for depends on the router asking (core/shard_plan.hpp):
+// the cache's remembered prefix sums serve only the exact list they summed.
+shard_sign_reply sum_shard_part(model_cache& mc, std::span<const uint64_t> blocks,
+                                const std::vector<uint32_t>& layers, std::string problem) {
   shard_sign_reply out;
-  out.problem = store_counts(mc, req.counts);
+  out.problem = std::move(problem);
   ++mc.signed_requests;
   auto& cache = *mc.cache;
   const auto& g = cache.geometry();
-  if (req.blocks.empty() || g.layers == 0) return out;
-  out.experts = g.experts;
-  out.layer_mask = cache.layer_mask();
-  if (out.layer_mask.empty())
-    for (uint32_t l = 0; l < g.layers; ++l)
-      out.layer_mask.push_back(l);
-  out.masked.assign(out.layer_mask.size() * g.experts, 0);
-  auto info = cache.sum_prefix(req.blocks, out.masked);
+  if (blocks.empty() || g.layers == 0) return out;
+  const auto& kept = cache.layer_mask();  // known (all layers when unmasked) with the geometry
+  mc.scratch.assign(kept.size() * g.experts, 0);
+  auto info = cache.sum_prefix(blocks, mc.scratch);
   if (!info.ok()) {
     out.problem = info.error().message();
-    out.masked.clear();
     return out;
   }
   out.covered = info->with_counts;
-  if (out.covered == 0) out.masked.clear();
+  if (out.covered == 0 || layers.empty()) return out;
+  out.experts = g.experts;
+  out.layer_mask = common_layers(kept, layers);
+  if (out.layer_mask == kept) {
+    out.value_bytes = pack_sums(mc.scratch, out.sums);
+  } else {
+    mc.reply.assign(out.layer_mask.size() * g.experts, 0);
+    (void)add_common_layers(kept, mc.scratch, out.layer_mask, g.experts, mc.reply);
+    out.value_bytes = pack_sums(mc.reply, out.sums);
+  }
   return out;
+}
+
+// A remote router's request: counts arrive encoded.
+shard_sign_reply shard_sign(model_cache& mc, const shard_sign_request& req) {
+  auto problem = store_counts(mc, req.counts);
+  return sum_shard_part(mc, req.blocks, req.layers, std::move(problem));
+}
+
+// This node's router: counts are the request's own, by pointer.
+shard_sign_reply shard_sign(model_cache& mc, const shard_job& job) {
+  std::string problem;
+  if (!job.counts.empty()) {
+    mc.dirty = true;
+    const auto& g = job.job->request.counts->geometry;
+    for (const auto* b : job.counts)
+      if (auto s = mc.cache->put_counts(b->hash, b->parent, g, b->counts); !s.ok()) {
+        ++mc.counts_refused;
+        problem = s.message();
+      }
+  }
+  return sum_shard_part(mc, job.blocks, job.layers, std::move(problem));
 }
 
 // Stores all-layer counts given densely (layer-major, L * E entries) as block_counts.
@@ -289,6 +318,11 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
   return {
       [=](sign_atom, sign_job_ptr job) -> sign_result_ptr {
         return sign(self->state.models.at(job->model), *job);
+      },
+      // This node's router: its shard's part of a request, by pointer (messages.hpp).
+      [=](sign_atom, shard_job_ptr job) -> caf::result<shard_sign_reply> {
+        if (job->model >= self->state.models.size()) return caf::sec::invalid_argument;
+        return shard_sign(self->state.models[job->model], *job);
       },
       [=](shard_sign_atom, const shard_sign_request& req) -> caf::result<shard_sign_reply> {
         if (!trusted_sender(self, self->state.ctx->trust.get())) return caf::sec::invalid_argument;

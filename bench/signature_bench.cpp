@@ -82,6 +82,20 @@ void signature_from_prefix(benchmark::State& state, const fixture& f) {
   }
 }
 
+// A short prompt under an all-layer spec: one block's counts, finished over L * E dimensions
+// most of which are zero -- the node's common case, where finish() dominates.
+void signature_one_block_all_layers(benchmark::State& state, const fixture& f) {
+  eldr::signature_builder builder(f.spec);
+  eldr::signature sig;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(builder.add(f.blocks.front()));
+    builder.finish(sig);
+    benchmark::DoNotOptimize(sig.value.data());
+  }
+  state.counters["nnz"] = static_cast<double>(sig.nnz());
+  state.counters["width"] = sig.width;
+}
+
 void block_counts_from_tokens(benchmark::State& state, const fixture& f) {
   for (auto _ : state) {
     auto b = eldr::block_counts::from_tokens(f.g, f.ids, 0, 16);
@@ -100,6 +114,9 @@ int main(int argc, char** argv) {
                                f);
   benchmark::RegisterBenchmark("block_counts_from_tokens/16tok/48x128", block_counts_from_tokens,
                                f);
+  static const fixture all_layers = make_fixture(smoke ? 2 : 64, smoke ? 2 : 48);
+  benchmark::RegisterBenchmark("signature_one_block/1x16tok/48x128/mask48",
+                               signature_one_block_all_layers, all_layers);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

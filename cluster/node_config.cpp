@@ -520,7 +520,9 @@ status validate_cluster(const node_config& c) {
                                std::to_string(k.vnodes)));
   e(at_least("cluster.load_sync_ms", k.load_sync_ms, 1u));
   e(at_least("cluster.decision_ttl_ms", k.decision_ttl_ms, 1u));
-  e(at_least("cluster.max_decisions", k.max_decisions, 1u));
+  if (k.max_decisions < 1 || k.max_decisions > (1u << 24))
+    e(status::invalid_argument("cluster.max_decisions: must be in 1..16777216, got " +
+                               std::to_string(k.max_decisions)));
   if (k.tls_certificate.empty() != k.tls_key.empty())
     e(status::invalid_argument(
         std::string(k.tls_key.empty() ? "cluster.tls_key" : "cluster.tls_certificate") +

@@ -175,7 +175,11 @@ result<signature_sample> signature_sample::make(uint32_t capacity, uint32_t widt
 }
 
 signature_sample::signature_sample(uint32_t capacity, uint32_t width, uint64_t seed)
-    : capacity_(capacity), width_(width), rng_(seed), scratch_(width) {}
+    : capacity_(capacity), width_(width), rng_(seed) {
+  // The whole reservoir up front: growing it copies every held row, and with thousands of rows
+  // of thousands of floats that is a pause of milliseconds in the router's first minutes.
+  points_.reserve(std::size_t{capacity_} * width_);
+}
 
 status signature_sample::add(const signature& s) {
   if (s.width != width_)
@@ -196,11 +200,14 @@ status signature_sample::add(const signature& s) {
     ++skipped_;
     return {};
   }
+  // Densified only when the reservoir keeps it: past capacity, most offers are dropped, and
+  // building a row of width floats for each was the router's largest cost after the decision.
+  float* row = claim_row();
+  if (row == nullptr) return {};
   const double inv = 1.0 / std::sqrt(squared);
-  std::fill(scratch_.begin(), scratch_.end(), 0.0f);
+  std::fill(row, row + width_, 0.0f);
   for (std::size_t i = 0; i < s.index.size(); ++i)
-    scratch_[s.index[i]] = static_cast<float>(s.value[i] * inv);
-  offer_scratch();
+    row[s.index[i]] = static_cast<float>(s.value[i] * inv);
   return {};
 }
 
@@ -218,23 +225,24 @@ status signature_sample::add_dense(std::span<const float> v) {
     ++skipped_;
     return {};
   }
+  float* row = claim_row();
+  if (row == nullptr) return {};
   const double inv = 1.0 / std::sqrt(squared);
   for (uint32_t d = 0; d < width_; ++d)
-    scratch_[d] = static_cast<float>(v[d] * inv);
-  offer_scratch();
+    row[d] = static_cast<float>(v[d] * inv);
   return {};
 }
 
-void signature_sample::offer_scratch() {
+float* signature_sample::claim_row() {
   ++seen_;
   if (size() < capacity_) {
-    points_.insert(points_.end(), scratch_.begin(), scratch_.end());
-    return;
+    points_.resize(points_.size() + width_);
+    return points_.data() + points_.size() - width_;
   }
   // Algorithm R: the seen_-th item replaces a uniformly chosen held one with probability
   // capacity / seen_.
   const uint64_t j = uniform_index(rng_, seen_);
-  if (j < capacity_) std::copy(scratch_.begin(), scratch_.end(), points_.begin() + j * width_);
+  return j < capacity_ ? points_.data() + j * width_ : nullptr;
 }
 
 void signature_sample::clear() {
@@ -250,7 +258,8 @@ status signature_sample::reset(uint32_t width) {
                                 std::to_string(width) + " floats exceed 2^30 floats");
   clear();
   width_ = width;
-  scratch_.assign(width, 0.0f);
+  points_.shrink_to_fit();
+  points_.reserve(std::size_t{capacity_} * width_);
   return {};
 }
 

@@ -68,8 +68,9 @@ class signature_sample {
 
  private:
   signature_sample(uint32_t capacity, uint32_t width, uint64_t seed);
-  // Takes the normalised row in scratch_ (reservoir step).
-  void offer_scratch();
+  // The reservoir step for one more non-empty signature: the row to overwrite with it, or
+  // nullptr when it is not kept.
+  float* claim_row();
 
   uint32_t capacity_ = 0;
   uint32_t width_ = 0;
@@ -77,7 +78,6 @@ class signature_sample {
   uint64_t skipped_ = 0;
   rng_engine rng_;
   std::vector<float> points_;
-  std::vector<float> scratch_;
 };
 
 // The checks a candidate must pass, and the knobs of the distinct-expert score.

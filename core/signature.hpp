@@ -97,6 +97,9 @@ class signature_builder {
  private:
   std::shared_ptr<const signature_spec> spec_;
   std::vector<uint32_t> acc_;  // width(): the masked sum
+  // width() each: finish()'s compaction scratch, so that `out` is written with one exact copy.
+  std::vector<uint32_t> index_scratch_;
+  std::vector<float> value_scratch_;
 };
 
 // Cosine of two signatures (both unit or empty; empty gives 0).

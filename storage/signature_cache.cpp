@@ -31,6 +31,19 @@
 namespace eldr {
 namespace {
 
+// A list of block hashes folded in order: equal lists give equal values; two different lists of
+// the same last hash and length (a shard asked for different subsets of one prompt) collide by
+// accident with probability ~2^-64. Not keyed: no defence against lists chosen to collide (a
+// client can send any list ending in any hash anyway).
+uint64_t list_fingerprint(uint64_t acc, uint64_t hash) {
+  uint64_t x = (acc ^ hash) + 0x9e3779b97f4a7c15ULL;
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
 // Block hashes are low bits of SHA-256 in practice, but they come from the network: mix them so
 // that chosen hashes cannot pile into one bucket.
 struct hash_mix {
@@ -127,16 +140,20 @@ class signature_cache::impl {
 
   // Remembered prefix sums (masked, dense), keyed by the prefix's last block hash: the chained
   // hash fixes the prefix's content, so its sum never changes. Byte-bounded LRU; an entry goes
-  // with its block.
+  // with its block. A cluster shard is asked for subsets of prompts, and which subset depends on
+  // the router asking (core/shard_plan.hpp): an entry also keeps the fingerprint of the exact list
+  // it sums, and serves only that list.
   struct memo_entry {
     std::vector<uint32_t> sum;
     size_t blocks = 0;
+    uint64_t fingerprint = 0;  // list_fingerprint of the `blocks` hashes summed
     std::list<block_hash>::iterator pos;
   };
   std::unordered_map<block_hash, memo_entry, hash_mix> memo;
   std::list<block_hash> memo_order;
   size_t memo_bytes = 0;
-  std::vector<uint32_t> acc;  // sum_prefix's scratch
+  std::vector<uint32_t> acc;           // sum_prefix's scratch
+  std::vector<uint64_t> fingerprints;  // sum_prefix's scratch: [i] of the first i hashes
 
   static size_t memo_cost(const memo_entry& e) { return e.sum.size() * 4 + 64; }
 
@@ -148,14 +165,15 @@ class signature_cache::impl {
     memo.erase(it);
   }
 
-  void memo_put(block_hash h, const std::vector<uint32_t>& sum, size_t length) {
+  void memo_put(block_hash h, const std::vector<uint32_t>& sum, size_t length,
+                uint64_t fingerprint) {
     if (memo.count(h)) return;
     const size_t cost = sum.size() * 4 + 64;
     if (cost > opt.prefix_memo_bytes) return;
     while (memo_bytes + cost > opt.prefix_memo_bytes && !memo_order.empty())
       memo_erase(memo_order.back());
     memo_order.push_front(h);
-    memo.emplace(h, memo_entry{sum, length, memo_order.begin()});
+    memo.emplace(h, memo_entry{sum, length, fingerprint, memo_order.begin()});
     memo_bytes += cost;
   }
 
@@ -473,6 +491,7 @@ class signature_cache::impl {
   void store_counts(block_hash hash, std::optional<block_hash> parent,
                     const std::function<void(std::string&)>& encode) {
     auto it = blocks.find(hash);
+    bool changed = false;
     if (it == blocks.end()) {
       if (blocks.size() >= opt.max_blocks) {
         ++stats.refused_capacity;
@@ -485,8 +504,10 @@ class signature_cache::impl {
       if (opt.orphan_counts_grace_ms > 0)
         orphan_queue.emplace_back(it->second.created_ms + opt.orphan_counts_grace_ms, hash);
       maybe_compact_queues();
+      changed = true;
     } else if (!it->second.parent && parent) {
       it->second.parent = parent;
+      changed = true;
     }
     if (!it->second.has_counts) {
       // The first counts win: a block's hash covers its tokens, so later copies are identical.
@@ -497,8 +518,11 @@ class signature_cache::impl {
       write_meta(hash, it->second);
       dirty[hash].new_counts = bytes;
       lru_put(hash, std::move(bytes));
+      changed = true;
     }
-    write_meta(hash, it->second);
+    // Counts of a block already stored as they are (a prefill whose cache was cleared sends them
+    // again) change nothing: no record to rewrite.
+    if (changed) write_meta(hash, it->second);
   }
 
   void write_worker(uint32_t id) {
@@ -868,10 +892,16 @@ result<prefix_sum_info> signature_cache::sum_prefix(std::span<const block_hash> 
   // 1. The longest remembered prefix: the whole list, then each stride boundary below it.
   size_t start = 0;
   const size_t stride = std::max<size_t>(m.opt.prefix_memo_stride, 1);
+  std::vector<uint64_t>& fp = m.fingerprints;
   if (m.opt.prefix_memo_bytes > 0) {
+    fp.resize(n + 1);
+    fp[0] = 0;
+    for (size_t i = 0; i < n; ++i)
+      fp[i + 1] = list_fingerprint(fp[i], hashes[i]);
     for (size_t end = n; end > 0; end = (end - 1) / stride * stride) {
       auto it = m.memo.find(hashes[end - 1]);
-      if (it == m.memo.end() || it->second.blocks != end) continue;
+      if (it == m.memo.end() || it->second.blocks != end || it->second.fingerprint != fp[end])
+        continue;
       std::copy(it->second.sum.begin(), it->second.sum.end(), acc.begin());
       m.memo_order.splice(m.memo_order.begin(), m.memo_order, it->second.pos);
       start = end;
@@ -934,7 +964,7 @@ result<prefix_sum_info> signature_cache::sum_prefix(std::span<const block_hash> 
     ++info.with_counts;
     if (m.opt.prefix_memo_bytes > 0 && info.first_missing == n &&
         ((i + 1) % stride == 0 || i + 1 == n))
-      m.memo_put(hashes[i], acc, i + 1);
+      m.memo_put(hashes[i], acc, i + 1, fp[i + 1]);
   }
   for (size_t d = 0; d < width; ++d)
     masked_sum[d] += acc[d];

@@ -189,7 +189,8 @@ class signature_cache {
   // MultiGet. A prefix whose blocks all had counts is remembered (as one dense sum keyed by its
   // last hash, at stride boundaries too) while that last block is stored: a later lookup through
   // it starts from that sum, even if a worker has since dropped an earlier block, since a
-  // chained hash fixes its whole prefix's content and so its counts.
+  // chained hash fixes its whole prefix's content and so its counts. The list need not be a whole
+  // prompt (a cluster shard sums its subset of one): a remembered sum serves only the same list.
   // Error: masked_sum of the wrong size, or no geometry yet.
   result<prefix_sum_info> sum_prefix(std::span<const block_hash> hashes,
                                      std::span<uint32_t> masked_sum);

@@ -8,12 +8,14 @@
 #include <mutex>
 
 #include "actors/admin_actor.hpp"
+#include "actors/cluster_protocol.hpp"
 #include "actors/load_monitor_actor.hpp"
 #include "actors/node_metrics.hpp"
 #include "actors/refit_actor.hpp"
 #include "actors/router_actor.hpp"
 #include "actors/sigcache_actor.hpp"
 #include "core/centroid_file.hpp"
+#include "core/shard_plan.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace eldr {
@@ -280,6 +282,53 @@ TEST_F(ActorsTest, UnknownModelsAndCommandsAreAnswered) {
     ++errors;
   }
   EXPECT_EQ(errors, 3);
+}
+
+// A signature-cache shard answers for the layers asked (those its store keeps), packed; with no
+// layers, coverage only. The same for a remote router's request and this node's own (by pointer).
+TEST_F(ActorsTest, AShardSumsOnlyTheLayersAskedForThatItKeeps) {
+  // Store one block's counts (domain 2: experts 4 and 5, 4 tokens, in both layers).
+  route(request_for("store", 2, 77));
+  sched_.run();
+  sink_.take();
+  std::vector<shard_sign_reply> replies;
+  auto ask = [&](caf::message msg) {
+    sys_.spawn([&replies, msg, this](caf::event_based_actor* self) {
+      self->request(sigcache_, caf::infinite, msg).then([&replies](const shard_sign_reply& r) {
+        replies.push_back(r);
+      });
+    });
+    sched_.run();
+  };
+  shard_sign_request req;
+  req.model = "toy";
+  req.blocks = {77, 78};  // 78 is unknown
+  req.layers = {1, 5};    // the store has no layer 5
+  ask(caf::make_message(shard_sign_atom::value, req));
+  req.layers.clear();
+  ask(caf::make_message(shard_sign_atom::value, req));
+  auto job = std::make_shared<shard_job>();
+  job->model = 0;
+  job->layers = {0, 1};
+  job->blocks = {77};
+  ask(caf::make_message(sign_atom::value, shard_job_ptr(job)));
+  ASSERT_EQ(replies.size(), 3u);
+
+  std::vector<uint32_t> sums;
+  EXPECT_EQ(replies[0].covered, 1u);
+  EXPECT_EQ(replies[0].experts, 8u);
+  EXPECT_EQ(replies[0].layer_mask, (std::vector<uint32_t>{1}));
+  EXPECT_EQ(replies[0].value_bytes, 2);
+  ASSERT_TRUE(unpack_sums(replies[0].sums, replies[0].value_bytes, sums));
+  EXPECT_EQ(sums, (std::vector<uint32_t>{0, 0, 0, 0, 4, 4, 0, 0}));
+
+  EXPECT_EQ(replies[1].covered, 1u);  // coverage only
+  EXPECT_TRUE(replies[1].sums.empty());
+
+  EXPECT_EQ(replies[2].covered, 1u);
+  EXPECT_EQ(replies[2].layer_mask, (std::vector<uint32_t>{0, 1}));
+  ASSERT_TRUE(unpack_sums(replies[2].sums, replies[2].value_bytes, sums));
+  EXPECT_EQ(sums, (std::vector<uint32_t>{0, 0, 0, 0, 4, 4, 0, 0, 0, 0, 0, 0, 4, 4, 0, 0}));
 }
 
 }  // namespace

@@ -382,6 +382,45 @@ TEST(Loadgen, RouteOnlyFinishesEveryDecision) {
   EXPECT_EQ(n.registers[0].capacity, 0u);  // unbounded by default
 }
 
+// Two loadgen processes against one node send disjoint request ids (a node answers a repeated id
+// with the decision it remembers, as a retry), and --warmup leaves the first seconds out of the
+// route percentiles but not out of the per-second series.
+TEST(Loadgen, RunsUseFreshRequestIdsAndWarmupOnlyNarrowsThePercentiles) {
+  fake_node node(2);
+  const std::string cmd = loadgen_binary + " --node " + node.admin_endpoint() +
+                          " --synthetic gpt-oss-task --rate 200 --duration 1.5 --decode-workers 2"
+                          " --json --quiet --route-only --no-import --policies jsq"
+                          " --prompt-pool 16";
+  const auto first = eldr::testing::run_command(cmd);
+  const auto second = eldr::testing::run_command(cmd + " --warmup 1");
+  node.stop();
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  const node_record& n = node.record();
+  ASSERT_EQ(n.routed.size(), 600u);
+  for (const auto& id : n.routed)
+    EXPECT_EQ(n.routed.count(id), 1u) << id;
+
+  for (const json& j : {last_json_line(first.output), last_json_line(second.output)}) {
+    ASSERT_TRUE(j.is_object());
+    ASSERT_TRUE(j["route_seconds"].is_array());
+    uint64_t replies = 0;
+    double worst = 0;
+    for (const json& s : j["route_seconds"]) {
+      replies += s["replies"].get<uint64_t>();
+      worst = std::max(worst, s["max_us"].get<double>());
+      EXPECT_LE(s["p50_us"].get<double>(), s["p99_us"].get<double>());
+    }
+    EXPECT_EQ(replies, 300u);  // every reply is in some second
+    EXPECT_LE(j["route_p99_all_us"].get<double>(), worst);
+    EXPECT_LE(j["route_max_us"].get<double>(), worst);
+    EXPECT_GE(j["route_seconds"].size(), 2u);
+  }
+  // Without --warmup the headline p99 is the whole run's.
+  const json a = last_json_line(first.output);
+  EXPECT_DOUBLE_EQ(a["route_p99_us"].get<double>(), a["route_p99_all_us"].get<double>());
+}
+
 TEST(Loadgen, SwapAtImportsASecondSetUnderLoad) {
   fake_node node(2, /*install_imports=*/true);
   const auto r = eldr::testing::run_command(

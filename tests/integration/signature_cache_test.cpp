@@ -332,6 +332,38 @@ TEST_F(SignatureCache, RememberedPrefixSumsServeLaterLookupsExactly) {
   EXPECT_EQ(sum, expected_sum(std::span(seeds).first(63), {1, 3}));
 }
 
+// A cluster shard sums subsets of prompts, and different routers ask it for different subsets:
+// two lists of the same length ending in the same block must not share a remembered sum.
+TEST_F(SignatureCache, RememberedSumsServeOnlyTheListTheySummed) {
+  auto o = options();
+  o.prefix_memo_stride = 2;
+  auto c = open(o);
+  const holder_key who{c->worker_id("a"), 0, 0, "GPU"};
+  const std::vector<block_hash> hs = {1, 2, 3, 4};
+  const std::vector<uint64_t> seeds = {11, 22, 33, 44};
+  c->store_blocks(who, std::nullopt, hs);
+  for (size_t i = 0; i < hs.size(); ++i)
+    ASSERT_TRUE(c->put_counts(hs[i], std::nullopt, geo, counts_for(seeds[i])).ok());
+  ASSERT_TRUE(c->commit().ok());
+  auto sum_of = [&](const std::vector<size_t>& pick, uint32_t want_memo) {
+    std::vector<block_hash> list;
+    std::vector<uint64_t> picked;
+    for (size_t i : pick) {
+      list.push_back(hs[i]);
+      picked.push_back(seeds[i]);
+    }
+    std::vector<uint32_t> sum(2 * geo.experts, 0);
+    auto info = c->sum_prefix(list, sum);
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->memo_blocks, want_memo);
+    EXPECT_EQ(sum, expected_sum(picked, {1, 3}));
+  };
+  sum_of({0, 3}, 0);     // remembers [1, 4] under block 4
+  sum_of({1, 3}, 0);     // same last block, same length, another list: summed afresh
+  sum_of({0, 3}, 2);     // the first list still has its sum
+  sum_of({2, 1, 3}, 0);  // a list whose length-2 prefix [3, 2] was never summed
+}
+
 }  // namespace
 }  // namespace eldr
 

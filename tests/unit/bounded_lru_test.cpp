@@ -48,6 +48,8 @@ TEST(BoundedLru, MakeRejectsBadParameters) {
   EXPECT_EQ(string_lru::make(0, 10).error().code(), status_code::invalid_argument);
   EXPECT_EQ(string_lru::make(4, 0).error().code(), status_code::invalid_argument);
   EXPECT_EQ(string_lru::make(4, -5).error().code(), status_code::invalid_argument);
+  EXPECT_EQ(string_lru::make(string_lru::max_capacity + 1, 10).error().code(),
+            status_code::invalid_argument);
   auto ok = string_lru::make(4, 10);
   ASSERT_TRUE(ok.ok());
   EXPECT_EQ(ok->capacity(), 4u);
@@ -147,6 +149,21 @@ TEST(BoundedLru, ExpiredVictimCountsAsExpired) {
   c.put("newest", 4, 170);  // "new" is live: evicted
   EXPECT_EQ(c.counters().evicted, 1u);
   EXPECT_EQ(c.size(), 2u);
+}
+
+// A steady stream of new keys (the router's decisions) keeps only about a TTL's worth: each put
+// first drops expired entries at the cold end, so dead ones do not pile up to the capacity.
+TEST(BoundedLru, PutsDropExpiredEntriesAtTheColdEnd) {
+  auto c = make_or_die<std::string, int>(100000, 100);
+  for (int t = 0; t < 5000; ++t) {
+    c.put("request-" + std::to_string(t), t, t);
+    ASSERT_LE(c.size(), 102u) << t;  // written in [t - 100, t], and at most one step behind
+  }
+  EXPECT_EQ(c.counters().evicted, 0u);
+  EXPECT_GE(c.counters().expired, 5000u - 102u);
+  EXPECT_NE(c.get("request-4999", 5000), nullptr);
+  EXPECT_NE(c.get("request-4900", 5000), nullptr);  // exactly the TTL old: still live
+  EXPECT_EQ(c.get("request-4898", 5000), nullptr);
 }
 
 // expire() sweeps every expired entry whatever its recency.

@@ -61,6 +61,41 @@ TEST(ExpertCounts, BlockCountsAreExactPerBlock) {
   }
 }
 
+// Each way a layer can be wrong is refused, with a message naming it, whichever layer it is in
+// (from_parts checks each layer in one pass and only then looks for the reason).
+TEST(ExpertCounts, FromPartsNamesEachKindOfBadLayer) {
+  const model_geometry g{3, 8, 2};
+  // tokens 2, top 2: every layer's counts sum to 4.
+  const std::vector<uint32_t> offsets = {0, 2, 5, 7};
+  const std::vector<uint8_t> ids = {1, 5, 0, 3, 7, 2, 6};
+  const std::vector<uint8_t> counts = {2, 2, 2, 1, 1, 2, 2};
+  ASSERT_TRUE(block_counts::from_parts(g, 2, offsets, ids, counts).ok());
+  auto refused = [&](std::vector<uint32_t> o, std::vector<uint8_t> i, std::vector<uint8_t> c,
+                     const std::string& why) {
+    auto r = block_counts::from_parts(g, 2, std::move(o), std::move(i), std::move(c));
+    ASSERT_FALSE(r.ok()) << why;
+    EXPECT_NE(r.error().message().find(why), std::string::npos) << r.error().message();
+  };
+  for (size_t at : {size_t{1}, size_t{4}, size_t{6}}) {  // the last id of each layer
+    auto i = ids;
+    i[at] = 8;  // expert id out of range
+    refused(offsets, i, counts, "expert");
+    auto c = counts;
+    c[at] = 0;
+    refused(offsets, ids, c, "is not in 1..2");
+    c[at] = 3;
+    refused(offsets, ids, c, "is not in 1..2");
+  }
+  auto i = ids;
+  i[3] = 0;  // layer 1: 0, 0, 7
+  refused(offsets, i, counts, "not strictly increasing");
+  auto c = counts;
+  c[2] = 1;
+  c[3] = 1;  // layer 1 sums to 3
+  refused(offsets, ids, c, "sums to 3");
+  refused({0, 2, 1, 7}, ids, counts, "layer offsets decrease");
+}
+
 TEST(ExpertCounts, FromPartsRoundTripsAndValidates) {
   const model_geometry g{2, 8, 2};
   const auto ids = random_ids(g, 4, 4);

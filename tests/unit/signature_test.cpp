@@ -107,8 +107,13 @@ TEST(Signature, BlockBuilderEqualsDenseForEveryTransformAndMask) {
         if (i > 0) {
           EXPECT_LT(sig.index[i - 1], sig.index[i]);
         }
+        EXPECT_NE(sig.value[i], 0.0f) << "only non-zeros are stored";
         from_sparse[sig.index[i]] = sig.value[i];
       }
+      size_t dense_nnz = 0;
+      for (float v : dense)
+        dense_nnz += v != 0.0f ? 1 : 0;
+      EXPECT_EQ(sig.nnz(), dense_nnz) << to_string(t);
       for (std::size_t d = 0; d < dense.size(); ++d)
         EXPECT_NEAR(from_sparse[d], dense[d], 1e-6) << to_string(t) << " dim " << d;
       // The builder resets after finish: a second build from the dense sum matches too.

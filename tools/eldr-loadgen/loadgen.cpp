@@ -12,6 +12,7 @@
 #include <limits>
 #include <mutex>
 #include <queue>
+#include <random>
 #include <set>
 #include <span>
 #include <thread>
@@ -187,6 +188,10 @@ struct session {
   zmq::context_t ctx{1};
   std::vector<publisher> publishers;
   std::vector<uint64_t> report_seq;  // per decode worker, increasing across runs
+  // Request ids are "r<run>.<nonce>-<i>": the nonce, random per process, keeps two loadgen
+  // processes against one node from sending the same ids -- the node answers a repeated id with
+  // the decision it remembers (a client's retry), which would measure that path instead.
+  std::string id_nonce;
   uint64_t import_epoch = 0;
   // The centroid set imported at setup (the base of --swap-at's second set) and the epoch the
   // node serves now.
@@ -411,7 +416,7 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
   const model_geometry& g = w.geometry();
   const uint32_t D = o.decode_workers;
   const uint32_t N = static_cast<uint32_t>(w.requests.size());
-  const std::string run_id = "r" + std::to_string(run_index);
+  const std::string run_id = "r" + std::to_string(run_index) + "." + s.id_nonce;
   policy_result res;
   res.policy = policy;
   res.decisions.assign(D, 0);
@@ -614,8 +619,9 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
   std::vector<std::vector<std::string>> to_finish(D);
   wall_clock::time_point next_finish_flush = wall_clock::now();
   std::set<uint64_t> epochs;
-  std::vector<double> rtts;
+  std::vector<double> rtts;  // after the warm-up
   rtts.reserve(N);
+  std::vector<std::vector<double>> rtts_by_second;
   double coverage_sum = 0;
   uint64_t decisions = 0, outstanding = 0;
   wall_clock::time_point first_send{}, last_reply{};
@@ -646,7 +652,12 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
     rr.fate = er != nullptr ? route_fate::error_reply : route_fate::replied;
     rr.received_at = now;
     --outstanding;
-    rtts.push_back(std::chrono::duration<double, std::micro>(now - rr.sent_at).count());
+    const double rtt_us = std::chrono::duration<double, std::micro>(now - rr.sent_at).count();
+    const double sent_s = std::chrono::duration<double>(rr.sent_at - first_send).count();
+    if (sent_s >= o.warmup_s) rtts.push_back(rtt_us);
+    const auto second = static_cast<size_t>(std::max(0.0, sent_s));
+    if (second >= rtts_by_second.size()) rtts_by_second.resize(second + 1);
+    rtts_by_second[second].push_back(rtt_us);
     ++res.replied;
     last_reply = now;
     const auto* d = std::get_if<route_reply>(&out);
@@ -895,6 +906,19 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
   res.route_max_us = rtts.empty() ? 0.0 : *std::max_element(rtts.begin(), rtts.end());
   res.route_p50_us = percentile(rtts, 0.50);
   res.route_p99_us = percentile(rtts, 0.99);
+  std::vector<double> every;
+  for (auto& sec : rtts_by_second) {
+    policy_result::route_second rs;
+    rs.replies = sec.size();
+    if (!sec.empty()) {
+      rs.max_us = *std::max_element(sec.begin(), sec.end());
+      rs.p50_us = percentile(sec, 0.50);
+      rs.p99_us = percentile(sec, 0.99);
+    }
+    res.route_seconds.push_back(rs);
+    every.insert(every.end(), sec.begin(), sec.end());
+  }
+  res.route_p99_all_us = percentile(every, 0.99);
   const double span_s = std::chrono::duration<double>(last_reply - first_send).count();
   res.route_rps = span_s > 0 ? static_cast<double>(res.replied) / span_s : 0.0;
   // Offered in wall time, like route_rps: the model-time rate times the time scale.
@@ -1191,6 +1215,12 @@ json to_json(const policy_result& r) {
   j["route_p50_us"] = r.route_p50_us;
   j["route_p99_us"] = r.route_p99_us;
   j["route_max_us"] = r.route_max_us;
+  j["route_p99_all_us"] = r.route_p99_all_us;
+  json seconds = json::array();
+  for (const auto& s : r.route_seconds)
+    seconds.push_back(
+        {{"replies", s.replies}, {"p50_us", s.p50_us}, {"p99_us", s.p99_us}, {"max_us", s.max_us}});
+  j["route_seconds"] = std::move(seconds);
   j["tpot_p50_ms"] = r.tpot_p50_ms;
   j["tpot_p95_ms"] = r.tpot_p95_ms;
   j["tpot_p99_ms"] = r.tpot_p99_ms;
@@ -1293,6 +1323,12 @@ loadgen_outcome run_loadgen(const loadgen_options& o, const std::atomic<bool>& s
   };
   if (status st = check_options(o); !st.ok()) return fail(2, st.message());
   session s;
+  {
+    std::random_device rd;
+    char nonce[17];
+    std::snprintf(nonce, sizeof nonce, "%08x%08x", rd(), rd());
+    s.id_nonce = nonce;
+  }
   s.o = &o;
 
   // 1. The node.

@@ -82,6 +82,11 @@ struct loadgen_options {
   // Hot swap under load: this many run-relative seconds into the eldr policy's run, import a
   // second (perturbed) centroid set through the admin endpoint and measure the switch-over.
   std::optional<double> swap_at;  // wait for the node to subscribe to each KV publisher
+  // Route latency: replies to requests sent in a run's first warmup_s wall seconds are left out
+  // of route_p50/p99/max (they are sent, answered and counted as usual), so those figures
+  // describe the steady state and not the start, where every prefill cache is empty and every
+  // request carries the counts of all its blocks. route_p99_all_us and route_seconds keep it.
+  double warmup_s = 0;
   bool quiet = false;
 };
 
@@ -105,7 +110,14 @@ struct policy_result {
   uint64_t sent = 0, replied = 0, errors = 0, error_replies = 0, timeouts = 0;
   std::map<std::string, uint64_t> error_codes;  // error replies by code name
   double offered_rps = 0, route_rps = 0;
-  double route_p50_us = 0, route_p99_us = 0, route_max_us = 0;
+  double route_p50_us = 0, route_p99_us = 0, route_max_us = 0;  // after the warm-up
+  double route_p99_all_us = 0;                                  // every reply, warm-up included
+  // Route round trips by the wall second of the run in which the request was sent.
+  struct route_second {
+    uint64_t replies = 0;
+    double p50_us = 0, p99_us = 0, max_us = 0;
+  };
+  std::vector<route_second> route_seconds;
   double tpot_p50_ms = 0, tpot_p95_ms = 0, tpot_p99_ms = 0;
   double ttft_p50_ms = 0, ttft_p99_ms = 0;
   uint32_t completed = 0, incomplete = 0;

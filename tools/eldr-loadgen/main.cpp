@@ -182,6 +182,12 @@ int main(int argc, char** argv) {
                      "hot swap under load: SECONDS into the eldr policy's run, import a second "
                      "centroid set and report the switch-over (JSON \"swap\")")
           ->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup", o.warmup_s,
+                 "SECONDS: leave replies to requests sent in each run's first SECONDS out of "
+                 "route_p50/p99/max (still sent, answered and counted; route_p99_all_us and "
+                 "route_seconds keep them)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--prepare-budget-mib", o.prepare_budget_mib,
                  "memory for requests encoded ahead of their send; beyond it a background thread "
                  "prepares while the run plays")
