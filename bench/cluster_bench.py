@@ -15,6 +15,11 @@ with deploy/local/eldr-cluster in a temporary directory and always stopped (and 
   epoch       centroids.import at node 1 -> time until every node's status reports the new epoch.
   throughput  --route-only at a saturating rate with 1, 2, 3 router nodes: replies/s and replies/s
               per core used (nodes' CPU from /proc plus the generator's own).
+  shard       route latency when signature shards are on other nodes (--shard-rate, route-only):
+              1 node; 2 nodes, node 1 router + load monitor + refit and node 2 the only
+              signature-cache node (every shard remote); 3 nodes, all roles (R = 2). Each after a
+              warm-up run; rtt p50/p99 after the first 2 s and over the whole run, and per
+              decision the shard requests (local ones apart) and replica store messages.
 
 usage: /usr/bin/python3 bench/cluster_bench.py --bin-dir build-hE [--only herding,failure,...]
        [--repeat 2] [--out cluster_bench.json]
@@ -58,6 +63,9 @@ ap.add_argument("--imports", type=int, default=10)
 ap.add_argument("--throughput-routers", default="1,2,3")
 ap.add_argument("--throughput-rate", type=int, default=30000)
 ap.add_argument("--throughput-duration", type=float, default=5)
+ap.add_argument("--shard-rate", type=int, default=500)
+ap.add_argument("--shard-threads", type=int, default=1,
+                help="runtime.threads of every node in the shard runs (3 processes on 2 cores)")
 ap.add_argument("--out", default="cluster_bench.json")
 args = ap.parse_args()
 
@@ -132,12 +140,13 @@ def cpu_of(pid):
         return float("nan")
 
 
-def Cluster(n, netns=False, sync_ms=None, attempts=3):
+def Cluster(n, netns=False, sync_ms=None, attempts=3, extra=()):
     """A started cluster; a start that fails (e.g. a port of the temporary directory's range is
-    taken by another process on this shared machine) is retried in a fresh directory."""
+    taken by another process on this shared machine) is retried in a fresh directory. `extra`:
+    more `eldr-cluster start` options (--roles-of, --threads)."""
     for k in range(attempts):
         try:
-            return ClusterOnce(n, netns=netns, sync_ms=sync_ms)
+            return ClusterOnce(n, netns=netns, sync_ms=sync_ms, extra=extra)
         except RuntimeError as e:
             if k + 1 == attempts:
                 raise
@@ -145,7 +154,7 @@ def Cluster(n, netns=False, sync_ms=None, attempts=3):
 
 
 class ClusterOnce:
-    def __init__(self, n, netns=False, sync_ms=None):
+    def __init__(self, n, netns=False, sync_ms=None, extra=()):
         self.n = n
         self.netns = netns
         self.dir = tempfile.mkdtemp(prefix="eldr-cluster-bench-")
@@ -153,7 +162,7 @@ class ClusterOnce:
         self.admins = []
         try:
             out = self.script("start", str(n), "--bin", args.bin_dir, "--timeout", "60",
-                              *(["--netns"] if netns else []))
+                              *(["--netns"] if netns else []), *extra)
             self.nodes = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
             if sync_ms is not None and sync_ms != 5:
                 for i in range(1, n + 1):
@@ -485,6 +494,63 @@ def throughput():
     print()
 
 
+# ------------------------------------------------------------------------------------ shard
+def router_counters(admins):
+    """Summed over the nodes: (decisions, shard requests, of them local, replica stores)."""
+    d = q = loc = st = 0
+    for a in admins:
+        s = a.call("status")
+        r = s.get("cluster", {}).get("router", {})
+        q += r.get("shard_requests", 0)
+        loc += r.get("shard_local_requests", 0)
+        st += r.get("shard_store_messages", 0)
+        d += sum(m.get("routed", 0) for m in s.get("models", []))
+    return d, q, loc, st
+
+
+def shard():
+    setups = [("1 node", 1, []),
+              ("2 nodes, every shard remote", 2,
+               ["--roles-of", "1=router,load-monitor,refit", "--roles-of", "2=signature-cache"]),
+              ("3 nodes, all roles", 3, [])]
+    rows = []
+    for rep in range(args.repeat):
+        for name, n, roles in setups:
+            log("shard: %s at %d req/s (run %d)" % (name, args.shard_rate, rep + 1))
+            with Cluster(n, extra=roles + ["--threads", str(args.shard_threads)]) as c:
+                routers = [nd["admin"] for nd, a in zip(c.nodes, c.admins)
+                           if "router" in a.call("status").get("node", {}).get("roles", [])]
+                base = [loadgen_bin, "--node", c.nodes[0]["admin"], "--routers", ",".join(routers),
+                        "--synthetic", args.preset, "--decode-workers", str(args.decode_workers),
+                        "--route-only", "--policies", "eldr", "--json", "--quiet",
+                        "--rate", str(args.shard_rate)]
+                run_loadgen(base + ["--duration", "4"])  # warm-up: the stores' first writes
+                before = router_counters(c.admins)
+                r = run_loadgen(base + ["--duration", "8", "--warmup", "2"])
+                after = router_counters(c.admins)
+                d, q, loc, st = (b - a for a, b in zip(before, after))
+                rows.append({"setup": name, "run": rep + 1, "rate": args.shard_rate,
+                             "route_p50_us": r["route_p50_us"], "route_p99_us": r["route_p99_us"],
+                             "route_p99_all_us": r["route_p99_all_us"], "errors": r["errors"],
+                             "decisions": d, "shard_per_decision": q / d if d else float("nan"),
+                             "local_per_decision": loc / d if d else float("nan"),
+                             "stores_per_decision": st / d if d else float("nan")})
+    results["shard"] = rows
+    print("## Route latency with signature shards on other nodes (%d req/s, route-only, "
+          "runtime.threads %d per node, after a 4 s warm-up; %d run(s) each)"
+          % (args.shard_rate, args.shard_threads, args.repeat))
+    print()
+    print("| setup | run | errors | rtt p50 µs | rtt p99 µs (after 2 s) | rtt p99 µs, whole run | "
+          "shard requests per decision (local) | replica stores per decision |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print("| %s | %d | %d | %.0f | %.0f | %.0f | %.2f (%.2f) | %.2f |" % (
+            r["setup"], r["run"], r["errors"], r["route_p50_us"], r["route_p99_us"],
+            r["route_p99_all_us"], r["shard_per_decision"], r["local_per_decision"],
+            r["stores_per_decision"]))
+    print()
+
+
 def save():
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1, sort_keys=True, default=str)
@@ -493,7 +559,7 @@ def save():
 try:
     for part in args.only.split(","):
         {"herding": herding, "failure": failure, "epoch": epoch,
-         "throughput": throughput}[part]()
+         "throughput": throughput, "shard": shard}[part]()
         save()
 finally:
     save()
