@@ -11,11 +11,14 @@
 // sender with `trusted_sender` first; a message from anyone else is counted and dropped.
 #pragma once
 
+#include <bit>
 #include <caf/all.hpp>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <set>
 #include <shared_mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -135,13 +138,36 @@ typename Inspector::result_type inspect(Inspector& f, pool_snapshot& x) {
 }
 
 // A router's reservoir of live signatures for the refit leader: rows of `width` floats, signed
-// under the spec of centroid epoch `epoch` (the leader uses rows of its own epoch only).
+// under the spec of centroid epoch `epoch` (the leader uses rows of its own epoch only). The
+// floats travel as bytes (IEEE-754 binary32, little-endian): CAF 0.17 serialises a vector of
+// anything else value by value, and a full reservoir (4,096 rows of thousands of floats) would
+// hold the sending and the receiving node's network thread for tens of milliseconds per million
+// values, delaying every other cross-node message behind it (shard requests time out at 100 ms).
 struct sample_reply {
   uint64_t epoch = 0;
   uint32_t width = 0;
   uint64_t seen = 0;
-  std::vector<float> points;
+  std::vector<uint8_t> points;  // pack_points / unpack_points
 };
+
+static_assert(std::endian::native == std::endian::little,
+              "sample_reply.points is little-endian binary32, copied as is");
+
+inline std::vector<uint8_t> pack_points(std::span<const float> rows) {
+  std::vector<uint8_t> out(rows.size() * sizeof(float));
+  if (!rows.empty()) std::memcpy(out.data(), rows.data(), out.size());
+  return out;
+}
+
+// Appends the floats in `bytes` to `out`; false (nothing appended) unless the bytes are whole
+// rows of `width` floats.
+inline bool unpack_points(std::span<const uint8_t> bytes, uint32_t width, std::vector<float>& out) {
+  if (width == 0 || bytes.size() % (sizeof(float) * width) != 0) return false;
+  const size_t at = out.size();
+  out.resize(at + bytes.size() / sizeof(float));
+  if (!bytes.empty()) std::memcpy(out.data() + at, bytes.data(), bytes.size());
+  return true;
+}
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sample_reply& x) {

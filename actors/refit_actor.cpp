@@ -52,6 +52,8 @@ void finish(refit_actor_t* self, uint32_t model, const admin_job_ptr& job, nlohm
     spdlog::info("model {}: refit accepted, epoch {}", cfg.name, out.value("epoch", 0));
   else
     spdlog::warn("model {}: refit rejected: {}", cfg.name, out.value("reason", std::string()));
+  // In a cluster, how much of the sample came from the other routers, accepted or not.
+  if (self->state.lead) out["points_from_other_routers"] = self->state.remote_points;
   if (job) answer_admin(ctx, *job, std::move(out));
   if (!job && cfg.refit_interval_s > 0)
     self->delayed_send(self, std::chrono::seconds(cfg.refit_interval_s), refit_atom::value, model);
@@ -63,6 +65,7 @@ void fit_and_install(refit_actor_t* self, uint32_t model, admin_job_ptr job, ref
 // same epoch (so the same spec); a router that does not answer in time is left out.
 void gather_and_fit(refit_actor_t* self, uint32_t model, admin_job_ptr job, refit_input_ptr in) {
   auto& st = self->state;
+  st.remote_points = 0;
   std::vector<caf::actor> routers;
   for (const auto& p : st.peers)
     if (p.router) routers.push_back(p.router);
@@ -71,7 +74,6 @@ void gather_and_fit(refit_actor_t* self, uint32_t model, admin_job_ptr job, refi
   auto pending = std::make_shared<size_t>(routers.size());
   const uint64_t epoch = in->current->epoch();
   const uint32_t width = in->spec->width();
-  st.remote_points = 0;
   auto one_done = [=] {
     if (--*pending == 0) fit_and_install(self, model, job, merged);
   };
@@ -79,10 +81,10 @@ void gather_and_fit(refit_actor_t* self, uint32_t model, admin_job_ptr job, refi
     self->request(r, std::chrono::seconds(2), peer_sample_atom::value, in->model_name)
         .then(
             [=](const sample_reply& s) {
-              if (s.epoch == epoch && s.width == width && s.points.size() % width == 0) {
-                merged->points.insert(merged->points.end(), s.points.begin(), s.points.end());
+              if (s.epoch == epoch && s.width == width &&
+                  unpack_points(s.points, width, merged->points)) {
                 merged->seen += s.seen;
-                self->state.remote_points += s.points.size() / width;
+                self->state.remote_points += s.points.size() / (sizeof(float) * width);
               }
               one_done();
             },
@@ -160,7 +162,6 @@ void fit_and_install(refit_actor_t* self, uint32_t model, admin_job_ptr job, ref
       auto stored = std::make_shared<const stored_set>(stored_set{0, std::move(f)});
       const uint64_t term = self->state.lead ? self->state.lead->term() : 0;
       report["term"] = term;
-      report["points_from_other_routers"] = self->state.remote_points;
       self->request(self->state.router, caf::infinite, install_atom::value, model,
                     stored_set_ptr(stored), term)
           .then(

@@ -1163,8 +1163,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         if (m->sample && m->spec) {
           r.width = m->spec->width();
           r.seen = m->sample->seen();
-          const auto pts = m->sample->points();
-          r.points.assign(pts.begin(), pts.end());
+          r.points = pack_points(m->sample->points());
         }
         return r;
       },

@@ -331,6 +331,39 @@ TEST_F(ClusterTest, OneRefitLeaderAndAnotherTakesOverWithAHigherTermWhenItDies) 
   EXPECT_FALSE(r->value("accepted", true));
 }
 
+// The leader's refit sample holds the signatures the other routers saw (sent between nodes as
+// packed bytes, cluster_protocol.hpp): requests routed only at n2 and n3 reach n1's refit.
+TEST_F(ClusterTest, TheRefitLeaderSamplesTheOtherRoutersSignatures) {
+  start_three();
+  register_workers(*nodes_[0]);
+  import_toy_everywhere();
+  ASSERT_TRUE(eventually([&] {
+    for (auto& n : nodes_)
+      if (refit_leader(status(*n)).first != "n1") return false;
+    return true;
+  })) << "the nodes do not agree on n1 as the refit leader";
+  uint32_t routed = 0;
+  for (size_t i = 1; i < 3; ++i) {
+    auto c = route_client::connect(nodes_[i]->route());
+    ASSERT_TRUE(c.ok());
+    for (uint32_t k = 0; k < 12; ++k) {
+      const uint64_t base = 100000 * (i + 1) + 100 * k;
+      auto r = (*c)->route(prompt_for("sample-" + std::to_string(i) + "-" + std::to_string(k),
+                                      k % 4, {base + 1, base + 2}, true));
+      ASSERT_TRUE(r.ok()) << r.error().to_string();
+      ASSERT_TRUE(std::holds_alternative<route_reply>(*r)) << std::get<error_reply>(*r).message;
+      ++routed;
+    }
+  }
+  auto a1 = admin_client::connect(nodes_[0]->admin());
+  ASSERT_TRUE(a1.ok());
+  auto r = (*a1)->call("refit", {{"model", "m"}});
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  // 24 signatures are too few to refit on (models.min_sample), but all of them were gathered.
+  EXPECT_FALSE(r->value("accepted", true));
+  EXPECT_EQ(r->value("points_from_other_routers", uint64_t{0}), routed) << r->dump();
+}
+
 TEST_F(ClusterTest, ImportedEpochsReachEveryRouterAndStayMonotonic) {
   start_three();
   register_workers(*nodes_[0]);
