@@ -738,6 +738,40 @@ class LocalClusterTest(unittest.TestCase):
                              "eldr-node" in Path(f"/proc/{n['pid']}/cmdline").read_text())
         self.assertIn("down", self.cluster("status", "--dir", str(d)).stdout)
 
+    def test_start_moves_to_other_ports_when_one_is_taken(self):
+        import json
+        import socket
+        d = self.tmp / "taken"
+        # configs writes the state start will use: the base port this directory gets by default.
+        self.cluster("configs", "2", "--dir", str(d), "--bin", self.bin)
+        env = dict(ln.split("=", 1) for ln in (d / "cluster.env").read_text().splitlines())
+        first = int(env["base_port"])
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+        self.assertGreaterEqual(first, 10000)
+        self.assertLessEqual(first + 20, low, "default ports must lie below the ephemeral range")
+        squatter = socket.socket()
+        try:
+            squatter.bind(("127.0.0.1", first + 10 + 4))  # n2's cluster port
+            squatter.listen()
+            r = self.cluster("start", "2", "--dir", str(d), "--bin", self.bin, "--timeout", "60",
+                             check=False)
+            try:
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                self.assertIn("a port was taken", r.stderr)
+                moved = [json.loads(ln) for ln in r.stdout.splitlines()]
+                self.assertNotIn(f":{first + 14}", moved[1]["cluster"])
+            finally:
+                self.cluster("stop", "--dir", str(d), check=False)
+            # A port the user chose is not moved: taken means failed.
+            e = self.tmp / "taken-fixed"
+            r = self.cluster("start", "2", "--dir", str(e), "--bin", self.bin, "--timeout", "60",
+                             "--base-port", str(first), check=False)
+            self.cluster("stop", "--dir", str(e), check=False)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn("cannot listen on", r.stderr)
+        finally:
+            squatter.close()
+
     def test_usage_errors(self):
         self.assertEqual(self.cluster("configs", "0", check=False).returncode, 2)
         self.assertEqual(self.cluster("frobnicate", check=False).returncode, 2)
