@@ -10,6 +10,8 @@ packages=(
   # libraries (see ../shared/reference/toolchain-notes.md for what each is for)
   libcaf-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev librocksdb-dev libspdlog-dev libfmt-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
+  # OpenSSL's headers (actors/tls_error_queue.cpp) and its CLI (the TLS tests' certificates)
+  libssl-dev openssl
   # Python peers used by integration tests and the Python client (Debian's /usr/bin/python3)
   python3 python3-zmq python3-msgpack python3-numpy python3-scipy python3-yaml
   # plots
