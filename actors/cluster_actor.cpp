@@ -3,13 +3,16 @@
 
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 
 #include "cluster/metrics_http.hpp"
 #include "core/file_io.hpp"
 #include "core/hmac.hpp"
+#include "core/leadership.hpp"
 
 namespace eldr {
 
@@ -53,6 +56,35 @@ bool trusted_sender(caf::local_actor* self, const cluster_trust* trust) {
 bool local_sender(caf::local_actor* self) {
   const auto& sender = self->current_sender();
   return sender && sender->node() == self->node();
+}
+
+result<vote_record> read_vote_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return vote_record{};
+  auto bytes = read_file(path, 4096);
+  if (!bytes.ok()) return bytes.error();
+  const std::string text(bytes->begin(), bytes->end());
+  // "eldr-vote 1 <term> <candidate>\n"
+  std::istringstream in(text);
+  std::string magic, candidate;
+  uint32_t version = 0;
+  uint64_t term = 0;
+  if (!(in >> magic >> version >> term >> candidate) || magic != "eldr-vote" || version != 1 ||
+      term == 0)
+    return status::corrupt(path + ": not an eldr vote record (\"eldr-vote 1 TERM NAME\"); it " +
+                           "keeps this node from voting twice in one refit-leadership term, so " +
+                           "it is not ignored: restore it, or delete it only while the node is " +
+                           "out of the cluster for longer than an election");
+  return vote_record{term, candidate};
+}
+
+status write_vote_file(const std::string& path, const vote_record& v) {
+  std::error_code ec;
+  const auto dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  const std::string text = "eldr-vote 1 " + std::to_string(v.term) + " " + v.candidate + "\n";
+  return write_file_atomic(
+      path, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
 }
 
 result<std::string> read_cluster_secret(const std::string& path) {
@@ -129,6 +161,9 @@ struct cluster_state {
   std::map<std::string, challenge> challenges;  // gate side, by gate nonce
   std::set<std::string> dialling;               // addresses with a handshake under way
   uint64_t joins = 0, downs = 0, refused = 0, dial_failures = 0, untrusted = 0, collisions = 0;
+  vote_box votes;
+  std::string vote_file;
+  uint64_t votes_granted = 0, votes_refused = 0;
 };
 
 using cluster_actor_t = caf::stateful_actor<cluster_state>;
@@ -318,7 +353,12 @@ nlohmann::json status_json(const cluster_state& st) {
           {"refused", st.refused},
           {"untrusted_messages", st.untrusted},
           {"dial_failures", st.dial_failures},
-          {"node_id_collisions", st.collisions}};
+          {"node_id_collisions", st.collisions},
+          {"vote",
+           {{"term", st.votes.voted_term()},
+            {"for", st.votes.voted_for()},
+            {"granted", st.votes_granted},
+            {"refused", st.votes_refused}}}};
 }
 
 caf::behavior cluster_behavior(cluster_actor_t* self, node_context_ptr ctx, cluster_setup setup) {
@@ -330,6 +370,8 @@ caf::behavior cluster_behavior(cluster_actor_t* self, node_context_ptr ctx, clus
   st.self = std::move(setup.self);
   st.self.cluster = caf::actor_cast<caf::actor>(self);
   st.watchers = std::move(setup.watchers);
+  st.votes = vote_box(setup.voted_term, setup.voted_for);
+  st.vote_file = setup.vote_file;
   st.seeds = ctx->config.cluster.seeds;
   self->set_down_handler([self](caf::down_msg& m) { mark_down(self, m.source, m.reason); });
   self->set_default_handler(
@@ -401,6 +443,27 @@ caf::behavior cluster_behavior(cluster_actor_t* self, node_context_ptr ctx, clus
         if (it == s.peers.end() || !it->second.alive) return;
         mark_down(self, it->second.info.cluster.address(),
                   caf::make_error(caf::exit_reason::user_shutdown));
+      },
+      // A refit-leadership candidate (any member, this node's own refit actor included) asks
+      // for this node's vote. A granted vote is on disk before it is answered.
+      [=](vote_atom, const std::string& candidate, uint64_t term) -> caf::result<bool> {
+        auto& s = self->state;
+        if (!trusted_sender(self, s.ctx->trust.get())) {
+          ++s.untrusted;
+          return caf::sec::request_receiver_down;
+        }
+        const vote_box before = s.votes;
+        bool yes = candidate.size() <= 256 && s.votes.request(candidate, term);
+        if (yes && !s.vote_file.empty() && s.votes.voted_term() != before.voted_term()) {
+          if (auto w = write_vote_file(s.vote_file, {term, candidate}); !w.ok()) {
+            spdlog::error("cluster: cannot record a vote, refusing it: {}", w.to_string());
+            s.votes = before;
+            yes = false;
+          }
+        }
+        ++(yes ? s.votes_granted : s.votes_refused);
+        spdlog::debug("cluster: vote for {} in term {}: {}", candidate, term, yes ? "yes" : "no");
+        return yes;
       },
       // The admin's part of `status`: membership as JSON text. This actor is published, so
       // anyone who reaches the port can ask: only this node's own actors get an answer.

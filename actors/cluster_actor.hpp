@@ -38,7 +38,23 @@ struct cluster_setup {
   std::shared_ptr<std::string> address;
   std::vector<caf::actor> watchers;  // local actors told (members_atom, vector<member_info>)
                                      // whenever the set of live peers changes
+  // Where this node's refit-leadership vote is kept (read_vote_file), and what it holds now.
+  std::string vote_file;
+  uint64_t voted_term = 0;
+  std::string voted_for;
 };
+
+// This node's vote in refit-leadership elections (core/leadership.hpp's vote_box), kept in
+// `<node.data_dir>/cluster-vote` so that a restarted node cannot vote twice in one term.
+struct vote_record {
+  uint64_t term = 0;
+  std::string candidate;
+};
+// The record in `path`; {0, ""} when the file does not exist. A file that exists but does not
+// parse is an error naming it (the node must not start and forget its vote).
+result<vote_record> read_vote_file(const std::string& path);
+// Replaces the record in `path` (written beside it and renamed, so never half-written).
+status write_vote_file(const std::string& path, const vote_record& v);
 
 // Reads the secret file: at least 16 bytes once a trailing newline is dropped. Errors name the
 // key cluster.secret_file.

@@ -45,6 +45,12 @@ using handoff_atom = caf::atom_constant<caf::atom("ehandoff")>;
 // Refit leadership: leader -> refit actors and routers (term), leader -> routers (samples).
 using leader_atom = caf::atom_constant<caf::atom("eleader")>;
 using peer_sample_atom = caf::atom_constant<caf::atom("esample")>;
+// A candidate's refit actor -> every member's cluster actor (its own included): (candidate, term)
+// -> bool, the member's vote for that term (core/leadership.hpp's vote_box).
+using vote_atom = caf::atom_constant<caf::atom("evote")>;
+// A router -> the refit leader's router: (model, encoded centroid file) -> the epoch it was
+// installed as. In a cluster only the leader numbers epochs, so imports go through it.
+using import_atom = caf::atom_constant<caf::atom("eimport")>;
 
 // One node as the others know it. The actor handles are those of the roles it holds (invalid
 // otherwise); they are sent only to nodes that proved the secret.

@@ -40,6 +40,8 @@ using refit_atom = caf::atom_constant<caf::atom("refit")>;
 using sample_atom = caf::atom_constant<caf::atom("sample")>;
 using install_atom = caf::atom_constant<caf::atom("install")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
+// Router -> itself: an import waiting for a refit leader to be known (cluster).
+using import_retry_atom = caf::atom_constant<caf::atom("imretry")>;
 
 using route_job_ptr = std::shared_ptr<const route_job>;
 using worker_job_ptr = std::shared_ptr<const worker_job>;

@@ -8,6 +8,7 @@
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
 #include <chrono>
+#include <filesystem>
 #include <random>
 
 #include "actors/admin_actor.hpp"
@@ -17,6 +18,7 @@
 #include "actors/refit_actor.hpp"
 #include "actors/router_actor.hpp"
 #include "actors/sigcache_actor.hpp"
+#include "actors/tls_error_queue.hpp"
 #include "cluster/curve_keys.hpp"
 #include "cluster/metrics_http.hpp"
 
@@ -170,6 +172,9 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
     auto s = read_cluster_secret(config.cluster.secret_file);
     if (!s.ok()) return s.error();
     secret = std::move(*s);
+    if (std::string why; !config.cluster.tls_certificate.empty() && !tls_error_queue_cleared(&why))
+      spdlog::warn("cluster TLS: {}; a stranger's failed handshake can drop member connections",
+                   why);
   }
 
   std::vector<std::unique_ptr<signature_cache>> caches;
@@ -281,6 +286,11 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
     cs.self.load_monitor = handles->load_monitor;
     cs.self.sigcache = handles->sigcache;
     cs.self.refit = p->refit;
+    cs.vote_file = (std::filesystem::path(config.data_dir) / "cluster-vote").string();
+    auto vote = read_vote_file(cs.vote_file);
+    if (!vote.ok()) return vote.error();
+    cs.voted_term = vote->term;
+    cs.voted_for = vote->candidate;
     for (const auto& a : {handles->router, handles->load_monitor, p->refit, handles->sigcache})
       if (a) cs.watchers.push_back(a);
     // The actor must exist to be published, and its address (what peers dial) needs the port

@@ -39,6 +39,8 @@ struct refit_state {
   uint32_t known = 1;
   std::string rule_leader;     // whom the rule names after the last membership change
   uint64_t remote_points = 0;  // rows taken from other routers' samples (last refit)
+  caf::actor local_cluster;    // this node's cluster actor: it holds this node's vote
+  uint64_t campaigns = 0, campaigns_won = 0;
 };
 using refit_actor_t = caf::stateful_actor<refit_state>;
 
@@ -178,8 +180,61 @@ void fit_and_install(refit_actor_t* self, uint32_t model, admin_job_ptr job, ref
   }
 }
 
-// Re-evaluates leadership after a membership change; a node that takes over announces its term
-// to every refit actor and router, so that a deposed leader's publishes are refused.
+// Tells this node's router and every member's refit actor and router that this node leads under
+// `term`, so that a deposed leader's publishes are refused.
+void announce_term(refit_actor_t* self, uint64_t term) {
+  auto& st = self->state;
+  self->send(st.router, leader_atom::value, st.lead->self(), term);
+  for (const auto& p : st.peers) {
+    if (p.refit) self->send(p.refit, leader_atom::value, st.lead->self(), term);
+    if (p.router) self->send(p.router, leader_atom::value, st.lead->self(), term);
+  }
+}
+
+// How long a campaign waits for the members' votes; a member that has not answered by then
+// counts as a refusal.
+constexpr auto vote_timeout = std::chrono::seconds(1);
+
+// Asks every member (this node included) for its vote in `term`; leads once a strict majority of
+// the known members granted it (core/leadership.hpp). One leader per term is what lets epochs be
+// numbered by term without two leaders ever handing out the same number.
+void campaign(refit_actor_t* self, uint64_t term) {
+  auto& st = self->state;
+  ++st.campaigns;
+  std::vector<caf::actor> voters;
+  if (st.local_cluster) voters.push_back(st.local_cluster);
+  for (const auto& p : st.peers)
+    if (p.cluster) voters.push_back(p.cluster);
+  auto granted = std::make_shared<size_t>(0);
+  auto pending = std::make_shared<size_t>(voters.size());
+  const uint32_t known = st.known;
+  auto conclude = [self, term, granted, known] {
+    auto& s = self->state;
+    if (!s.lead->campaign_result(term, *granted, known)) {
+      spdlog::info("refit: campaign for term {} ended with {} of {} votes", term, *granted, known);
+      return;
+    }
+    ++s.campaigns_won;
+    spdlog::info("refit: this node leads refits from term {} ({} of {} votes)", term, *granted,
+                 known);
+    s.ctx->metrics->cluster_event("leader");
+    announce_term(self, term);
+  };
+  if (voters.empty()) return conclude();
+  for (const auto& v : voters)
+    self->request(v, vote_timeout, vote_atom::value, st.lead->self(), term)
+        .then(
+            [=](bool yes) {
+              if (yes) ++*granted;
+              if (--*pending == 0) conclude();
+            },
+            [=](caf::error&) {
+              if (--*pending == 0) conclude();
+            });
+}
+
+// Re-evaluates leadership after a membership change (and every second while this node does not
+// lead): a node the rule names campaigns for a new term; a leader re-announces its term.
 void evaluate_leadership(refit_actor_t* self) {
   auto& st = self->state;
   std::vector<member_view> visible;
@@ -188,21 +243,15 @@ void evaluate_leadership(refit_actor_t* self) {
   const bool was = st.lead->is_leader();
   const auto d = st.lead->evaluate(visible, st.known);
   st.rule_leader = d.leader;
-  if (d.took_over) {
-    spdlog::info("refit: this node leads refits from term {} ({} of {} members visible)", d.term,
-                 visible.size() + 1, st.known);
-    st.ctx->metrics->cluster_event("leader");
-  }
+  if (d.campaign) return campaign(self, d.term);
   if (d.self_leads) {
     // Announced at every membership change, so that members that joined since hear it too.
-    self->send(st.router, leader_atom::value, st.lead->self(), d.term);
-    for (const auto& p : st.peers) {
-      if (p.refit) self->send(p.refit, leader_atom::value, st.lead->self(), d.term);
-      if (p.router) self->send(p.router, leader_atom::value, st.lead->self(), d.term);
-    }
+    announce_term(self, d.term);
   } else if (was && !st.lead->is_leader()) {
     spdlog::warn("refit: this node no longer leads refits ({})",
                  d.has_quorum ? "a smaller name leads" : "no majority visible");
+    // Our router must stop numbering imports as the leader.
+    self->send(st.router, leader_atom::value, std::string(), st.lead->highest_term_seen());
   }
 }
 
@@ -214,6 +263,9 @@ nlohmann::json leadership_json(const refit_state& st) {
           {"term", l ? l->term : 0},
           {"highest_term_seen", st.lead->highest_term_seen()},
           {"self_leads", st.lead->is_leader()},
+          {"campaign_term", st.lead->campaign_term()},
+          {"campaigns", st.campaigns},
+          {"campaigns_won", st.campaigns_won},
           {"known_members", st.known}};
 }
 
@@ -235,20 +287,22 @@ caf::behavior refit_behavior(refit_actor_t* self, node_context_ptr ctx, caf::act
       },
       // The leader repeats its term every second: an announcement that raced a membership change
       // (and was dropped by a node that did not yet see us) is repaired.
+      // A node the rule names but that lost its campaign (a vote went elsewhere, a member did not
+      // answer) campaigns again here, under a new term.
       [=](tick_atom) {
         auto& st = self->state;
         if (self->current_sender() != self->ctrl() || !st.lead) return;
         if (st.lead->is_leader())
-          for (const auto& p : st.peers) {
-            if (p.refit) self->send(p.refit, leader_atom::value, st.lead->self(), st.lead->term());
-            if (p.router)
-              self->send(p.router, leader_atom::value, st.lead->self(), st.lead->term());
-          }
+          announce_term(self, st.lead->term());
+        else if (st.local_cluster && st.lead->campaign_term() == 0)
+          evaluate_leadership(self);
         self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
       },
+      // From this node's cluster actor only (it also holds this node's vote).
       [=](members_atom, const std::vector<member_info>& members, uint32_t known) {
         auto& st = self->state;
-        if (!st.lead || !trusted_sender(self, st.ctx->trust.get())) return;
+        if (!st.lead || !local_sender(self)) return;
+        st.local_cluster = caf::actor_cast<caf::actor>(self->current_sender());
         st.peers = members;
         st.known = known;
         evaluate_leadership(self);

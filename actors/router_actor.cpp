@@ -98,6 +98,12 @@ struct router_state {
   uint64_t shard_requests = 0, shard_failovers = 0, shard_failures = 0, shard_store_messages = 0;
   uint64_t shard_local_requests = 0;    // of shard_requests, to this node's own shard
   std::vector<uint32_t> shard_scratch;  // a shard's reply, unpacked
+  // Cluster: the refit leader as last announced ("" until one is), and the live routers by node
+  // name. Only the leader numbers epochs (core/leadership.hpp), so imports go through it.
+  std::string leader;
+  uint64_t leader_term = 0;
+  std::map<std::string, caf::actor> routers_by_name;
+  uint64_t imports_forwarded = 0;
 
   model_state* find(const std::string& name) {
     for (auto& m : models)
@@ -614,16 +620,22 @@ nlohmann::json workers_json(router_state& st, model_state& m) {
 
 // Runs `file` through the store (new epoch) and installs it, then calls done(epoch or error).
 using install_done = std::function<void(result<uint64_t>)>;
-// `term`: the refit leader's term for its publishes, else the highest term this router has seen
-// (an operator's import acts within the current term).
+// `term`: the refit leader's term, in which the new epoch is numbered (core/leadership.hpp's
+// next_epoch); 0 outside a cluster.
 void store_and_install(router_actor_t* self, model_state& m, centroid_file file, std::string what,
-                       install_done done, std::optional<uint64_t> term = std::nullopt) {
-  m.fence.observe_term(term.value_or(0));
-  const uint64_t publish_term = term.value_or(m.fence.highest_term());
+                       install_done done, uint64_t term) {
+  m.fence.observe_term(term);
+  const uint64_t publish_term = term;
   if (auto s = check_installable(m, file); !s.ok()) return done(s);
+  const auto at_least = next_epoch(m.epoch, term);
+  if (!at_least)
+    return done(status::failed_precondition(
+        "term " + std::to_string(term) + " cannot number an epoch after " +
+        std::to_string(m.epoch) + " (a newer term's set is installed, or the term's range is " +
+        "used up)"));
   if (!self->state.sigcache) {
     // No store on this node: the set lives in the routers' memories (and their snapshots).
-    const uint64_t epoch = m.epoch + 1;
+    const uint64_t epoch = *at_least;
     if (auto s = install(self->state, m, file, epoch); !s.ok()) return done(s);
     (void)m.fence.offer(publish_term, epoch);
     spdlog::info("model {}: {} installed as epoch {}", m.cfg->name, what, epoch);
@@ -631,13 +643,18 @@ void store_and_install(router_actor_t* self, model_state& m, centroid_file file,
     return done(epoch);
   }
   const uint32_t index = m.index;
-  // Above every epoch this router has routed with, even one adopted from a peer.
-  auto stored = std::make_shared<const stored_set>(stored_set{0, std::move(file), m.epoch + 1});
+  // Above every epoch this router has routed with, even one adopted from a peer, and inside the
+  // term's range.
+  auto stored = std::make_shared<const stored_set>(stored_set{0, std::move(file), *at_least});
   self->request(self->state.sigcache, caf::infinite, store_set_atom::value, index,
                 stored_set_ptr(stored))
       .then(
           [=](uint64_t epoch) {
             auto& mm = *self->state.models[index];
+            if (term != 0 && term_of_epoch(epoch) != term)
+              return done(status::failed_precondition(
+                  "the store numbered the set " + std::to_string(epoch) + ", outside term " +
+                  std::to_string(term) + " (it holds a newer term's epoch)"));
             if (auto s = install(self->state, mm, stored->file, epoch); !s.ok()) return done(s);
             (void)mm.fence.offer(publish_term, epoch);
             spdlog::info("model {}: {} installed as epoch {}", mm.cfg->name, what, epoch);
@@ -657,6 +674,52 @@ install_done answer_with_epoch(router_actor_t* self, admin_job_ptr job) {
                                 r.error().message());
     answer_admin(*self->state.ctx, *job, {{"epoch", *r}});
   };
+}
+
+// How long an import waits for a refit leader to be known (an election under way) before it is
+// refused.
+constexpr int64_t import_wait_ms = 5000;
+
+// An import in a cluster: numbered and published by the refit leader (this node's router when this
+// node leads, else the leader's router, asked over the cluster), so that two imports at two
+// routers can never get one epoch number. Waits up to import_wait_ms for a leader to be known.
+void import_via_leader(router_actor_t* self, uint32_t index, admin_job_ptr job,
+                       std::vector<uint8_t> bytes, int64_t deadline_ms) {
+  auto& st = self->state;
+  auto& m = *st.models[index];
+  if (!st.leader.empty() && st.leader == st.ctx->config.name) {
+    auto file = parse_centroid_file(std::span<const uint8_t>(bytes.data(), bytes.size()), "import");
+    if (!file.ok())
+      return answer_admin_error(*st.ctx, *job, route_error_code::malformed, file.error().message());
+    return store_and_install(self, m, std::move(*file), "imported set",
+                             answer_with_epoch(self, job), st.leader_term);
+  }
+  auto it = st.leader.empty() ? st.routers_by_name.end() : st.routers_by_name.find(st.leader);
+  if (it == st.routers_by_name.end()) {
+    if (st.ctx->now_ms() < deadline_ms) {
+      self->delayed_send(self, std::chrono::milliseconds(100), import_retry_atom::value, index, job,
+                         std::move(bytes), deadline_ms);
+      return;
+    }
+    return answer_admin_error(
+        *st.ctx, *job, route_error_code::internal,
+        "no refit leader is known after " + std::to_string(import_wait_ms / 1000) +
+            " s: in a cluster only the refit leader numbers epochs (it needs a node with the "
+            "router and refit roles that sees a majority of the members); nothing was imported");
+  }
+  ++st.imports_forwarded;
+  const std::string leader = st.leader;
+  self->request(it->second, std::chrono::seconds(10), import_atom::value, m.cfg->name,
+                std::move(bytes))
+      .then(
+          [=](uint64_t epoch) {
+            answer_admin(*self->state.ctx, *job, {{"epoch", epoch}, {"numbered_by", leader}});
+          },
+          [=](caf::error& e) {
+            answer_admin_error(*self->state.ctx, *job, route_error_code::internal,
+                               "the refit leader " + leader +
+                                   " did not import the set: " + self->system().render(e));
+          });
 }
 
 // Makes a stored epoch current (swap, rollback).
@@ -765,7 +828,11 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
     auto file = parse_centroid_file(std::span<const uint8_t>(bin.data(), bin.size()), "import");
     if (!file.ok())
       return answer_admin_error(*st.ctx, *job, route_error_code::malformed, file.error().message());
-    store_and_install(self, *m, std::move(*file), "imported set", answer_with_epoch(self, job));
+    if (!st.ctx->config.clustered())
+      return store_and_install(self, *m, std::move(*file), "imported set",
+                               answer_with_epoch(self, job), 0);
+    import_via_leader(self, m->index, job, std::vector<uint8_t>(bin.begin(), bin.end()),
+                      st.ctx->now_ms() + import_wait_ms);
   } else if (cmd == "centroids.swap") {
     if (!need_model()) return;
     auto e = arg<uint64_t>(args, "epoch");
@@ -1057,6 +1124,9 @@ void on_members(router_actor_t* self, const std::vector<member_info>& members) {
   }
   st.peers = std::move(peers);
   if (st.peers.empty()) st.outbox.clear();
+  st.routers_by_name.clear();
+  for (const auto& mi : members)
+    if (mi.router) st.routers_by_name[mi.name] = mi.router;
   rebuild_ring(st, members);
 }
 
@@ -1142,12 +1212,53 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         auto* m = s.find(model);
         if (m) adopt_epoch(self, *m, epoch, term, file, "announced by a peer router");
       },
-      // A refit leader's term: publishes from older terms are refused from now on.
-      [=](leader_atom, const std::string&, uint64_t term) {
+      // A refit leader's term: publishes from older terms are refused from now on, and imports
+      // go to that leader.
+      [=](leader_atom, const std::string& name, uint64_t term) {
         auto& s = self->state;
         if (!trusted_sender(self, s.ctx->trust.get())) return untrusted(self);
         for (auto& m : s.models)
           m->fence.observe_term(term);
+        if (!name.empty() && term >= s.leader_term) {
+          s.leader = name;
+          s.leader_term = term;
+        } else if (name.empty() && local_sender(self) && s.leader == s.ctx->config.name) {
+          s.leader.clear();  // this node's refit actor stepped down
+        }
+      },
+      [=](import_retry_atom, uint32_t index, admin_job_ptr job, std::vector<uint8_t>& bytes,
+          int64_t deadline_ms) {
+        if (self->current_sender() != self->ctrl() || index >= self->state.models.size()) return;
+        import_via_leader(self, index, std::move(job), std::move(bytes), deadline_ms);
+      },
+      // Another router's import, for this node to number as the refit leader.
+      [=](import_atom, const std::string& model,
+          const std::vector<uint8_t>& bytes) -> caf::result<uint64_t> {
+        auto& s = self->state;
+        if (!trusted_sender(self, s.ctx->trust.get())) {
+          untrusted(self);
+          return caf::sec::request_receiver_down;
+        }
+        auto* m = s.find(model);
+        if (!m) return caf::make_error(caf::sec::runtime_error, "no model named '" + model + "'");
+        if (s.leader != s.ctx->config.name)
+          return caf::make_error(caf::sec::runtime_error,
+                                 "this node is not the refit leader (the leader is " +
+                                     (s.leader.empty() ? std::string("unknown") : s.leader) + ")");
+        auto file =
+            parse_centroid_file(std::span<const uint8_t>(bytes.data(), bytes.size()), "import");
+        if (!file.ok()) return caf::make_error(caf::sec::runtime_error, file.error().message());
+        auto rp = self->make_response_promise<uint64_t>();
+        store_and_install(
+            self, *m, std::move(*file), "imported set (forwarded)",
+            [rp](result<uint64_t> r) mutable {
+              if (r.ok())
+                rp.deliver(*r);
+              else
+                rp.deliver(caf::make_error(caf::sec::runtime_error, r.error().message()));
+            },
+            s.leader_term);
+        return rp;
       },
       // The refit leader's sample of this router's live signatures (a copy).
       [=](peer_sample_atom, const std::string& model) -> caf::result<sample_reply> {
@@ -1187,6 +1298,9 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
                               {"shards", s.ring ? s.ring->size() : 0},
                               {"shard_requests", s.shard_requests},
                               {"shard_local_requests", s.shard_local_requests},
+                              {"imports_forwarded", s.imports_forwarded},
+                              {"refit_leader", s.leader},
+                              {"refit_leader_term", s.leader_term},
                               {"shard_failovers", s.shard_failovers},
                               {"shard_failures", s.shard_failures},
                               {"shard_store_messages", s.shard_store_messages}}

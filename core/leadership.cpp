@@ -12,9 +12,29 @@ leadership::leadership(std::string self, bool self_refit_role)
   assert(!self_.empty());
 }
 
+std::optional<uint64_t> next_epoch(uint64_t installed, uint64_t term) {
+  if (term == 0) return installed + 1;
+  if (term >= UINT64_MAX / epochs_per_term) return std::nullopt;
+  const uint64_t first = term * epochs_per_term + 1;
+  const uint64_t next = std::max(installed + 1, first);
+  if (term_of_epoch(next) != term) return std::nullopt;
+  return next;
+}
+
+bool vote_box::request(std::string_view candidate, uint64_t term) {
+  if (candidate.empty() || term == 0) return false;
+  if (term == voted_term_) return candidate == voted_for_;
+  if (term < voted_term_) return false;
+  voted_term_ = term;
+  voted_for_ = std::string(candidate);
+  return true;
+}
+
 bool leadership::observe_term(uint64_t term) {
   if (term <= highest_term_) return false;
   highest_term_ = term;
+  // Someone campaigns or leads in a newer term: ours cannot win.
+  campaigning_ = false;
   // A known leader from an older term has been superseded, whoever it was.
   if (leader_ && leader_->term < term) leader_.reset();
   if (leading_ && term_ < term) {
@@ -57,7 +77,10 @@ leader_decision leadership::evaluate(const std::vector<member_view>& visible_ali
 
   leader_decision d;
   d.has_quorum = 2 * visible > known;
-  if (!d.has_quorum || candidate.empty() || candidate != self_) leading_ = false;
+  if (!d.has_quorum || candidate.empty() || candidate != self_) {
+    leading_ = false;
+    campaigning_ = false;
+  }
   // A leader this node can no longer see (or vouch for, without quorum) is not reported.
   if (leader_ && (!d.has_quorum || leader_->name == self_ ||
                   std::find(seen.begin(), seen.end(), leader_->name) == seen.end()))
@@ -68,22 +91,37 @@ leader_decision leadership::evaluate(const std::vector<member_view>& visible_ali
   }
   d.leader = std::string(candidate);
   if (candidate == self_) {
-    if (!leading_) {
-      term_ = ++highest_term_;
-      leading_ = true;
-      d.took_over = true;
+    if (leading_) {
+      leader_ = leader_info{self_, term_};
+      d.self_leads = true;
+      d.term = term_;
+    } else if (campaigning_) {
+      d.term = campaign_term_;  // the votes are still being counted
+    } else {
+      campaign_term_ = ++highest_term_;
+      campaigning_ = true;
+      d.campaign = true;
+      d.term = campaign_term_;
     }
-    leader_ = leader_info{self_, term_};
-    d.self_leads = true;
-    d.term = term_;
   } else {
     d.term = highest_term_;
   }
   return d;
 }
 
+bool leadership::campaign_result(uint64_t term, std::size_t granted, std::size_t known_members) {
+  if (!campaigning_ || term != campaign_term_) return false;
+  campaigning_ = false;
+  if (term < highest_term_ || 2 * granted <= known_members) return false;
+  leading_ = true;
+  term_ = term;
+  leader_ = leader_info{self_, term_};
+  return true;
+}
+
 void leadership::step_down() {
   leading_ = false;
+  campaigning_ = false;
   if (leader_ && leader_->name == self_) leader_.reset();
 }
 

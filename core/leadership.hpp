@@ -12,10 +12,14 @@
 // publishes from a term older than the newest it has seen. A deposed leader that keeps publishing
 // is therefore ignored as soon as a router has heard of its successor's term.
 //
-// This is not a consensus protocol: two nodes that each see a majority with themselves as the
-// smallest refit member (possible under asymmetric partitions) may lead at once until their
-// announcements reach each other; terms are never reused by one node, and equal terms are
-// resolved by name (observe_leader).
+// Each term has at most one leader: a node that the rule names first campaigns for a new term
+// and leads only once a strict majority of the known members granted it their vote for that term
+// (vote_box: one vote per member per term, kept across restarts by the owner). Two nodes that
+// each see a majority with themselves as the smallest refit member (asymmetric partitions) can
+// still both believe they lead for a while, but never in the same term, and the epochs they
+// publish are numbered inside their own terms' ranges (next_epoch): an epoch number names one
+// centroid set everywhere in the cluster. Announcements resolve who leads; a leader that sees a
+// higher term steps down.
 //
 // Nothing here does I/O or reads a clock; the owner (the cluster membership actor) feeds views
 // and observed terms in and broadcasts what comes out. Thread safety: none; one owner each.
@@ -36,19 +40,58 @@ struct member_view {
   bool refit_role = false;  // the member may run refits (and so may lead)
 };
 
+// Epoch numbers carry the term they were published in: a leader of term T > 0 numbers its
+// centroid sets T * epochs_per_term + 1, + 2, ... (epoch 3000002 is the second set of term 3), so
+// leaders of different terms never hand out the same number, and every epoch of a newer term is
+// above every epoch of an older one. Term 0 (a node outside any cluster) counts 1, 2, 3, ...
+inline constexpr uint64_t epochs_per_term = 1'000'000;
+
+// The term an epoch number was published in (0 for the epochs of a node outside a cluster).
+inline uint64_t term_of_epoch(uint64_t epoch) {
+  return epoch / epochs_per_term;
+}
+
+// The epoch a publish in `term` takes when `installed` is the newest epoch this node has used or
+// stored: installed + 1, or the term's first epoch when that is higher. nullopt when the term
+// cannot number it -- its range is used up, or `installed` already belongs to a newer term (so
+// this node's term is over and it must not publish).
+std::optional<uint64_t> next_epoch(uint64_t installed, uint64_t term);
+
+// One member's vote: granted to at most one candidate per term. The owner persists
+// (voted_term, voted_for) before answering a granted request and restores it at start, so that a
+// restarted member cannot vote twice in one term.
+class vote_box {
+ public:
+  explicit vote_box(uint64_t voted_term = 0, std::string voted_for = {})
+      : voted_term_(voted_term), voted_for_(std::move(voted_for)) {}
+
+  // `candidate` asks for this member's vote in `term`. Granted when the term is above every term
+  // voted in so far, or is the term last voted in and names the same candidate (a retried
+  // request); then recorded.
+  bool request(std::string_view candidate, uint64_t term);
+
+  uint64_t voted_term() const { return voted_term_; }
+  const std::string& voted_for() const { return voted_for_; }
+
+ private:
+  uint64_t voted_term_ = 0;
+  std::string voted_for_;
+};
+
 // The outcome of leadership::evaluate.
 struct leader_decision {
   // This node sees a strict majority of the known members (itself included).
   bool has_quorum = false;
-  // This node should lead (run refits and publish under `term`).
+  // This node leads (runs refits and publishes under `term`).
   bool self_leads = false;
-  // This node became leader during this evaluate: `term` is new and should be announced.
-  bool took_over = false;
+  // The rule names this node and it does not lead yet: it campaigns for `term` (new, above every
+  // term seen) and must ask every member for its vote, then report with campaign_result.
+  bool campaign = false;
   // Who should lead as this node sees it: itself or the smallest visible refit-role member. ""
   // without quorum or when no refit-role member is visible.
   std::string leader;
-  // self_leads: this node's term. Otherwise the highest term seen, the least a legitimate leader's
-  // publishes can carry.
+  // self_leads: this node's term; campaign: the term campaigned for. Otherwise the highest term
+  // seen, the least a legitimate leader's publishes can carry.
   uint64_t term = 0;
 };
 
@@ -70,6 +113,8 @@ class leadership {
   // The highest term seen: in announcements, publishes, or taken by this node. Never decreases.
   uint64_t highest_term_seen() const { return highest_term_; }
   bool is_leader() const { return leading_; }
+  // The term this node campaigns for; 0 when it does not campaign.
+  uint64_t campaign_term() const { return campaigning_ ? campaign_term_ : 0; }
   // This node's term while it leads; 0 when it does not.
   uint64_t term() const { return leading_ ? term_ : 0; }
   // The current leader: this node while it leads, otherwise the last leader announced at the
@@ -92,10 +137,19 @@ class leadership {
   // alive (duplicates and entries naming this node are ignored; this node always counts as
   // visible). known_members: the size of the cluster's configured membership, all roles, this node
   // included; if fewer than the visible members, the visible count is used (they evidently exist).
-  // Taking over sets term = highest_term_seen + 1; while this node keeps leading, re-evaluating
-  // keeps its term. Losing quorum, or a smaller-named refit member becoming visible, steps down.
+  // When the rule names this node and it neither leads nor campaigns, it starts a campaign for
+  // term = highest_term_seen + 1 (decision.campaign); while it leads, re-evaluating keeps its term.
+  // Losing quorum, or a smaller-named refit member becoming visible, steps down or ends the
+  // campaign.
   leader_decision evaluate(const std::vector<member_view>& visible_alive,
                            std::size_t known_members);
+
+  // The votes of the campaign for `term`: `granted` members (this node included, if its own
+  // vote_box granted) of `known_members`. Returns true when this node now leads under `term`: the
+  // campaign is still on (no higher term seen, the rule still names this node) and the grants
+  // are a strict majority. Either way the campaign is over; a failed one is retried, under a new
+  // term, by a later evaluate.
+  bool campaign_result(uint64_t term, std::size_t granted, std::size_t known_members);
 
   // Stops leading now (e.g. the refit store became unavailable). The next evaluate that finds
   // this node the rightful leader takes over again under a new term, so an owner that wants to
@@ -108,6 +162,8 @@ class leadership {
   uint64_t highest_term_ = 0;
   bool leading_ = false;
   uint64_t term_ = 0;  // valid while leading_
+  bool campaigning_ = false;
+  uint64_t campaign_term_ = 0;  // valid while campaigning_
   std::optional<leader_info> leader_;
 };
 

@@ -3,6 +3,7 @@
 // polls a condition (membership, a counter); nothing assumes how long propagation takes.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <fstream>
@@ -11,8 +12,10 @@
 #include "cluster/client.hpp"
 #include "core/centroid_file.hpp"
 #include "core/expert_counts.hpp"
+#include "core/leadership.hpp"
 #include "tests/support/cluster_status.hpp"
 #include "tests/support/node_process.hpp"
+#include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace eldr {
@@ -388,6 +391,92 @@ TEST_F(ClusterTest, ImportedEpochsReachEveryRouterAndStayMonotonic) {
       })) << "epoch "
           << epoch << " did not reach every router";
   }
+}
+
+// Only the refit leader numbers epochs, inside its term (core/leadership.hpp): imports at two
+// other routers at the same time are forwarded to it and get two different epochs of its term,
+// and every router ends on the newer one.
+TEST_F(ClusterTest, ConcurrentImportsAtTwoRoutersGetDistinctEpochsOfTheLeadersTerm) {
+  start_three();
+  register_workers(*nodes_[0]);
+  uint64_t term = 0;
+  ASSERT_TRUE(eventually([&] {
+    std::set<std::pair<std::string, uint64_t>> views;
+    for (auto& n : nodes_)
+      views.insert(refit_leader(status(*n)));
+    if (views.size() != 1 || views.begin()->first != "n1" || views.begin()->second == 0)
+      return false;
+    term = views.begin()->second;
+    return true;
+  })) << "the nodes do not agree on n1 as the refit leader";
+  const auto bytes = encode_centroid_file(toy_centroids());
+  std::array<uint64_t, 2> epochs{};
+  std::array<std::string, 2> errors;
+  std::vector<std::thread> importers;
+  for (size_t i = 0; i < 2; ++i)
+    importers.emplace_back([&, i] {
+      auto a = admin_client::connect(nodes_[1 + i]->admin());
+      if (!a.ok()) return void(errors[i] = a.error().to_string());
+      auto r =
+          (*a)->call("centroids.import", {{"model", "m"}, {"file", nlohmann::json::binary(bytes)}});
+      if (!r.ok()) return void(errors[i] = r.error().to_string());
+      epochs[i] = r->value("epoch", uint64_t{0});
+      if (r->value("numbered_by", std::string()) != "n1")
+        errors[i] = "not numbered by n1: " + r->dump();
+    });
+  for (auto& t : importers)
+    t.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_NE(epochs[0], epochs[1]);
+  for (uint64_t e : epochs)
+    EXPECT_EQ(term_of_epoch(e), term) << "epoch " << e;
+  const uint64_t newest = std::max(epochs[0], epochs[1]);
+  for (auto& n : nodes_)
+    EXPECT_TRUE(eventually([&] {
+      auto s = status(*n);
+      return s.is_object() && !s["models"].empty() &&
+             s["models"][0].value("epoch", uint64_t{0}) == newest;
+    })) << "epoch "
+        << newest << " did not reach every router";
+  const auto n2 = status(*nodes_[1]);
+  EXPECT_EQ(n2["cluster"]["router"].value("imports_forwarded", uint64_t{0}), 1u) << n2.dump();
+}
+
+// A member's vote is on disk before it is given: restarted, it still knows whom it voted for in
+// which term, so it cannot vote twice in one term.
+TEST_F(ClusterTest, AMembersVoteSurvivesItsRestart) {
+  start_three();
+  auto vote_of = [&](const node_process& n) {
+    const auto s = status(n);
+    if (!s.is_object() || !s.contains("cluster") || !s["cluster"].contains("vote"))
+      return std::pair<uint64_t, std::string>{0, ""};
+    const auto& v = s["cluster"]["vote"];
+    return std::pair<uint64_t, std::string>{v.value("term", uint64_t{0}),
+                                            v.value("for", std::string())};
+  };
+  // n1 (no seeds) led alone from the start; once it is gone, n2 needs n3's vote (2 of 3).
+  ASSERT_TRUE(eventually([&] { return refit_leader(status(*nodes_[2])).first == "n1"; }));
+  nodes_[0]->kill();
+  ASSERT_TRUE(eventually([&] { return refit_leader(status(*nodes_[2])).first == "n2"; }));
+  const auto before = vote_of(*nodes_[2]);
+  EXPECT_EQ(before.second, "n2");
+  EXPECT_EQ(before.first, refit_leader(status(*nodes_[2])).second);
+  nodes_[2]->kill();
+  // Back on its own (no seeds, another secret, no refit role: nobody asks for its vote and it
+  // campaigns for nobody), it shows the vote it gave before.
+  nodes_[2] = std::make_unique<node_process>(
+      dir_.sub("n3.toml"),
+      toml("n3", {}, "other-secret", "roles = [\"router\", \"signature-cache\"]\n"));
+  ASSERT_TRUE(nodes_[2]->ok());
+  EXPECT_EQ(vote_of(*nodes_[2]), before);
+
+  // A vote record that does not parse stops the node at start-up, naming the file.
+  nodes_[2]->kill();
+  std::ofstream(dir_.sub("n3-data") + "/cluster-vote") << "garbage\n";
+  const auto r = testing::run_command(testing::node_binary() + " --config " + dir_.sub("n3.toml"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("cluster-vote"), std::string::npos) << r.output;
 }
 
 TEST_F(ClusterTest, SignaturesAreShardedReplicatedAndSurviveTheLossOfACacheNode) {

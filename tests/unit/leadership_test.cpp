@@ -1,10 +1,12 @@
-// leadership: the majority rule, the smallest-name rule, terms on takeover and their stability,
-// stepping down on newer terms and equal-term conflicts, a split brain where only the majority
-// side leads; epoch_fence: stale leaders, monotone epochs and idempotent duplicates.
+// leadership: the majority rule, the smallest-name rule, campaigns and their votes, terms and
+// their stability, stepping down on newer terms and equal-term conflicts, a split brain where only
+// the majority side leads; vote_box: one vote per term; next_epoch: epochs numbered inside their
+// term; epoch_fence: stale leaders, monotone epochs and idempotent duplicates.
 #include "core/leadership.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,16 @@ member_view refit(std::string name) {
 }
 member_view plain(std::string name) {
   return {std::move(name), false};
+}
+
+// evaluate, and when it campaigns, the votes of every known member; returns the decision as the
+// node sees it afterwards (leading, when the rule named it).
+leader_decision elect(leadership& l, const std::vector<member_view>& view, std::size_t known) {
+  const leader_decision d = l.evaluate(view, known);
+  if (!d.campaign) return d;
+  const std::size_t all = std::max(known, view.size() + 1);
+  EXPECT_TRUE(l.campaign_result(d.term, all, all));
+  return l.evaluate(view, known);
 }
 
 TEST(Leadership, StartsWithoutLeaderOrTerm) {
@@ -31,13 +43,13 @@ TEST(Leadership, StartsWithoutLeaderOrTerm) {
 // Five known members: seeing three (self included) is a majority, seeing two is not.
 TEST(Leadership, StrictMajorityIsRequired) {
   leadership three("node-a", true);
-  const leader_decision d3 = three.evaluate({refit("node-b"), plain("node-c")}, 5);
+  const leader_decision d3 = elect(three, {refit("node-b"), plain("node-c")}, 5);
   EXPECT_TRUE(d3.has_quorum);
   EXPECT_TRUE(d3.self_leads);
   EXPECT_TRUE(three.is_leader());
 
   leadership two("node-a", true);
-  const leader_decision d2 = two.evaluate({plain("node-c")}, 5);
+  const leader_decision d2 = elect(two, {plain("node-c")}, 5);
   EXPECT_FALSE(d2.has_quorum);
   EXPECT_FALSE(d2.self_leads);
   EXPECT_EQ(d2.leader, "");
@@ -46,17 +58,17 @@ TEST(Leadership, StrictMajorityIsRequired) {
 
   // Half is not a majority: 2 of 4.
   leadership half("node-a", true);
-  EXPECT_FALSE(half.evaluate({refit("node-b")}, 4).has_quorum);
+  EXPECT_FALSE(elect(half, {refit("node-b")}, 4).has_quorum);
   // A lone node of a one-member cluster leads itself.
   leadership alone("node-a", true);
-  EXPECT_TRUE(alone.evaluate({}, 1).self_leads);
+  EXPECT_TRUE(elect(alone, {}, 1).self_leads);
 }
 
 // Duplicate entries and entries naming self do not inflate the visible count.
 TEST(Leadership, DuplicatesAndSelfDoNotCountTwice) {
   leadership l("node-a", true);
   const leader_decision d =
-      l.evaluate({plain("node-c"), plain("node-c"), refit("node-a"), plain("node-a")}, 5);
+      elect(l, {plain("node-c"), plain("node-c"), refit("node-a"), plain("node-a")}, 5);
   EXPECT_FALSE(d.has_quorum) << "only node-a and node-c are visible: 2 of 5";
 }
 
@@ -64,7 +76,7 @@ TEST(Leadership, DuplicatesAndSelfDoNotCountTwice) {
 // non-refit node lead.
 TEST(Leadership, SelfRoleComesFromConstruction) {
   leadership l("node-a", false);
-  const leader_decision d = l.evaluate({refit("node-a"), refit("node-b"), plain("node-c")}, 3);
+  const leader_decision d = elect(l, {refit("node-a"), refit("node-b"), plain("node-c")}, 3);
   EXPECT_FALSE(d.self_leads);
   EXPECT_EQ(d.leader, "node-b");
 }
@@ -75,7 +87,7 @@ TEST(Leadership, SmallestAliveRefitNameWins) {
   // Seen from node-e (refit): node-c is the smallest refit member; node-a and node-b are smaller
   // but lack the role.
   leadership e("node-e", true);
-  const leader_decision de = e.evaluate(view, 5);
+  const leader_decision de = elect(e, view, 5);
   EXPECT_TRUE(de.has_quorum);
   EXPECT_FALSE(de.self_leads);
   EXPECT_EQ(de.leader, "node-c");
@@ -83,48 +95,98 @@ TEST(Leadership, SmallestAliveRefitNameWins) {
   // Seen from node-c itself: it leads.
   leadership c("node-c", true);
   const leader_decision dc =
-      c.evaluate({refit("node-d"), plain("node-a"), plain("node-b"), refit("node-e")}, 5);
+      elect(c, {refit("node-d"), plain("node-a"), plain("node-b"), refit("node-e")}, 5);
   EXPECT_TRUE(dc.self_leads);
   EXPECT_EQ(dc.leader, "node-c");
 
   // node-c dies: node-d is next.
   leadership e2("node-e", true);
-  EXPECT_EQ(e2.evaluate({refit("node-d"), plain("node-a"), plain("node-b")}, 5).leader, "node-d");
+  EXPECT_EQ(elect(e2, {refit("node-d"), plain("node-a"), plain("node-b")}, 5).leader, "node-d");
 
   // No refit-role member visible: quorum but no leader.
   leadership b("node-b", false);
-  const leader_decision db = b.evaluate({plain("node-a"), plain("node-c")}, 5);
+  const leader_decision db = elect(b, {plain("node-a"), plain("node-c")}, 5);
   EXPECT_TRUE(db.has_quorum);
   EXPECT_EQ(db.leader, "");
   EXPECT_FALSE(db.self_leads);
 }
 
-TEST(Leadership, TakeoverTermExceedsEveryObservedTerm) {
+TEST(Leadership, CampaignTermExceedsEveryObservedTerm) {
   leadership l("node-a", true);
   l.observe_term(7);
   l.observe_term(41);
   l.observe_term(12);  // older terms do not lower it
   EXPECT_EQ(l.highest_term_seen(), 41u);
-  const leader_decision d = l.evaluate({refit("node-b"), plain("node-c")}, 3);
-  EXPECT_TRUE(d.self_leads);
-  EXPECT_TRUE(d.took_over);
+  const std::vector<member_view> view = {refit("node-b"), plain("node-c")};
+  const leader_decision d = l.evaluate(view, 3);
+  EXPECT_TRUE(d.campaign);
+  EXPECT_FALSE(d.self_leads) << "no leadership before the votes";
+  EXPECT_FALSE(l.is_leader());
   EXPECT_EQ(d.term, 42u);
-  EXPECT_EQ(l.term(), 42u);
+  EXPECT_EQ(l.campaign_term(), 42u);
   EXPECT_EQ(l.highest_term_seen(), 42u);
+  // Re-evaluating while the votes are out neither campaigns again nor leads.
+  const leader_decision waiting = l.evaluate(view, 3);
+  EXPECT_FALSE(waiting.campaign);
+  EXPECT_FALSE(waiting.self_leads);
+  EXPECT_EQ(waiting.term, 42u);
+  ASSERT_TRUE(l.campaign_result(42, 2, 3));
+  EXPECT_TRUE(l.is_leader());
+  EXPECT_EQ(l.term(), 42u);
+  EXPECT_EQ(l.campaign_term(), 0u);
   ASSERT_TRUE(l.leader().has_value());
   EXPECT_EQ(l.leader()->name, "node-a");
   EXPECT_EQ(l.leader()->term, 42u);
 }
 
+// Half the votes is not a majority; a lost campaign is retried under a new term.
+TEST(Leadership, ACampaignNeedsAStrictMajorityOfVotes) {
+  leadership l("node-a", true);
+  const std::vector<member_view> view = {plain("node-b"), plain("node-c"), plain("node-d")};
+  const leader_decision d = l.evaluate(view, 4);
+  ASSERT_TRUE(d.campaign);
+  EXPECT_FALSE(l.campaign_result(d.term, 2, 4));
+  EXPECT_FALSE(l.is_leader());
+  EXPECT_FALSE(l.campaign_result(d.term, 4, 4)) << "the campaign is over";
+  const leader_decision again = l.evaluate(view, 4);
+  ASSERT_TRUE(again.campaign);
+  EXPECT_GT(again.term, d.term);
+  EXPECT_TRUE(l.campaign_result(again.term, 3, 4));
+  EXPECT_TRUE(l.is_leader());
+}
+
+// A campaign overtaken by a newer term, or by the view (a smaller refit member, lost quorum),
+// cannot be won by late votes.
+TEST(Leadership, LateVotesDoNotWinAnAbandonedCampaign) {
+  leadership l("node-b", true);
+  const leader_decision d = l.evaluate({plain("node-c")}, 3);
+  ASSERT_TRUE(d.campaign);
+  l.observe_term(d.term + 1);
+  EXPECT_FALSE(l.campaign_result(d.term, 3, 3));
+  EXPECT_FALSE(l.is_leader());
+
+  const leader_decision d2 = l.evaluate({plain("node-c")}, 3);
+  ASSERT_TRUE(d2.campaign);
+  l.evaluate({refit("node-a"), plain("node-c")}, 3);  // node-a appears: it should lead
+  EXPECT_FALSE(l.campaign_result(d2.term, 3, 3));
+
+  leadership m("node-a", true);
+  const leader_decision d3 = m.evaluate({plain("node-b")}, 3);
+  ASSERT_TRUE(d3.campaign);
+  m.evaluate({}, 3);  // quorum lost
+  EXPECT_FALSE(m.campaign_result(d3.term, 2, 3));
+  EXPECT_FALSE(m.is_leader());
+}
+
 TEST(Leadership, ReevaluatingWhileLeaderKeepsTheTerm) {
   leadership l("node-a", true);
   const std::vector<member_view> view = {refit("node-b"), plain("node-c")};
-  const leader_decision first = l.evaluate(view, 3);
-  ASSERT_TRUE(first.took_over);
+  const leader_decision first = elect(l, view, 3);
+  ASSERT_TRUE(first.self_leads);
   for (int i = 0; i < 5; ++i) {
     const leader_decision again = l.evaluate(view, 3);
     EXPECT_TRUE(again.self_leads);
-    EXPECT_FALSE(again.took_over);
+    EXPECT_FALSE(again.campaign);
     EXPECT_EQ(again.term, first.term);
   }
   // A view change that keeps self the rightful leader keeps the term too.
@@ -134,20 +196,20 @@ TEST(Leadership, ReevaluatingWhileLeaderKeepsTheTerm) {
 // Every new stint takes a fresh term, even when nobody else led in between.
 TEST(Leadership, LosingAndRegainingQuorumTakesANewTerm) {
   leadership l("node-a", true);
-  EXPECT_EQ(l.evaluate({refit("node-b"), plain("node-c")}, 3).term, 1u);
+  EXPECT_EQ(elect(l, {refit("node-b"), plain("node-c")}, 3).term, 1u);
   const leader_decision lost = l.evaluate({}, 3);
   EXPECT_FALSE(lost.has_quorum);
   EXPECT_FALSE(l.is_leader());
   EXPECT_EQ(l.term(), 0u);
   const leader_decision back = l.evaluate({plain("node-c")}, 3);
-  EXPECT_TRUE(back.took_over);
+  EXPECT_TRUE(back.campaign);
   EXPECT_EQ(back.term, 2u);
 }
 
 TEST(Leadership, SmallerRefitMemberAppearingTakesOver) {
   leadership b("node-b", true);
-  ASSERT_TRUE(b.evaluate({plain("node-c")}, 3).self_leads);
-  const leader_decision d = b.evaluate({refit("node-a"), plain("node-c")}, 3);
+  ASSERT_TRUE(elect(b, {plain("node-c")}, 3).self_leads);
+  const leader_decision d = elect(b, {refit("node-a"), plain("node-c")}, 3);
   EXPECT_FALSE(d.self_leads);
   EXPECT_EQ(d.leader, "node-a");
   EXPECT_FALSE(b.is_leader());
@@ -155,15 +217,15 @@ TEST(Leadership, SmallerRefitMemberAppearingTakesOver) {
 
 TEST(Leadership, NewerTermStepsTheLeaderDown) {
   leadership l("node-a", true);
-  ASSERT_EQ(l.evaluate({plain("node-b"), plain("node-c")}, 3).term, 1u);
+  ASSERT_EQ(elect(l, {plain("node-b"), plain("node-c")}, 3).term, 1u);
   EXPECT_FALSE(l.observe_term(1)) << "its own term changes nothing";
   EXPECT_TRUE(l.is_leader());
   EXPECT_TRUE(l.observe_term(5));
   EXPECT_FALSE(l.is_leader());
   EXPECT_FALSE(l.leader().has_value());
-  // Still the rightful leader by its own view: it takes over above the term it saw.
+  // Still the rightful leader by its own view: it campaigns above the term it saw.
   const leader_decision d = l.evaluate({plain("node-b"), plain("node-c")}, 3);
-  EXPECT_TRUE(d.took_over);
+  EXPECT_TRUE(d.campaign);
   EXPECT_EQ(d.term, 6u);
 }
 
@@ -178,10 +240,10 @@ TEST(Leadership, AnnouncementsRecordTheLeader) {
   c.observe_leader("node-b", 2);
   EXPECT_EQ(c.leader()->name, "node-a");
   // The leader stays known while visible, and is forgotten once it is not.
-  c.evaluate({refit("node-a"), plain("node-b")}, 3);
+  elect(c, {refit("node-a"), plain("node-b")}, 3);
   ASSERT_TRUE(c.leader().has_value());
   EXPECT_EQ(c.leader()->name, "node-a");
-  const leader_decision d = c.evaluate({plain("node-b")}, 3);
+  const leader_decision d = elect(c, {plain("node-b")}, 3);
   ASSERT_TRUE(c.leader().has_value());
   EXPECT_EQ(c.leader()->name, "node-c");
   EXPECT_TRUE(d.self_leads);
@@ -197,8 +259,8 @@ TEST(Leadership, AnnouncementsRecordTheLeader) {
 TEST(Leadership, EqualTermConflictResolvesByName) {
   leadership a("node-a", true);
   leadership b("node-b", true);
-  ASSERT_EQ(a.evaluate({plain("node-c")}, 3).term, 1u);  // node-a cannot see node-b
-  ASSERT_EQ(b.evaluate({plain("node-c")}, 3).term, 1u);  // node-b cannot see node-a
+  ASSERT_EQ(elect(a, {plain("node-c")}, 3).term, 1u);  // node-a cannot see node-b
+  ASSERT_EQ(elect(b, {plain("node-c")}, 3).term, 1u);  // node-b cannot see node-a
   EXPECT_FALSE(a.observe_leader("node-b", 1));
   EXPECT_TRUE(a.is_leader());
   EXPECT_TRUE(b.observe_leader("node-a", 1));
@@ -215,13 +277,13 @@ TEST(Leadership, OnlyTheMajoritySideOfASplitLeads) {
   // Before the split both agree on node-a.
   const std::vector<member_view> all = {refit("node-a"), refit("node-b"), refit("node-c"),
                                         refit("node-d"), refit("node-e")};
-  const leader_decision before = a.evaluate(all, 5);
+  const leader_decision before = elect(a, all, 5);
   ASSERT_TRUE(before.self_leads);
-  EXPECT_EQ(c.evaluate(all, 5).leader, "node-a");
+  EXPECT_EQ(elect(c, all, 5).leader, "node-a");
   c.observe_leader("node-a", before.term);  // node-a's announcement reached node-c
 
-  const leader_decision minority = a.evaluate({refit("node-b")}, 5);
-  const leader_decision majority = c.evaluate({refit("node-d"), refit("node-e")}, 5);
+  const leader_decision minority = elect(a, {refit("node-b")}, 5);
+  const leader_decision majority = elect(c, {refit("node-d"), refit("node-e")}, 5);
   EXPECT_FALSE(minority.has_quorum);
   EXPECT_FALSE(minority.self_leads);
   EXPECT_FALSE(a.is_leader());
@@ -238,17 +300,17 @@ TEST(Leadership, OnlyTheMajoritySideOfASplitLeads) {
 
 TEST(Leadership, StepDownRelinquishesUntilReevaluated) {
   leadership l("node-a", true);
-  ASSERT_TRUE(l.evaluate({plain("node-b")}, 2).self_leads);
+  ASSERT_TRUE(elect(l, {plain("node-b")}, 2).self_leads);
   l.step_down();
   EXPECT_FALSE(l.is_leader());
   EXPECT_FALSE(l.leader().has_value());
-  EXPECT_EQ(l.evaluate({plain("node-b")}, 2).term, 2u);
+  EXPECT_EQ(elect(l, {plain("node-b")}, 2).term, 2u);
 }
 
 // known_members below the visible count is stale configuration: the visible count is used.
 TEST(Leadership, KnownMembersBelowVisibleUsesVisible) {
   leadership l("node-a", true);
-  EXPECT_TRUE(l.evaluate({plain("node-b"), plain("node-c")}, 1).self_leads);
+  EXPECT_TRUE(elect(l, {plain("node-b"), plain("node-c")}, 1).self_leads);
 }
 
 TEST(EpochFence, FirstPublishAcceptedThenEpochsMustGrow) {
@@ -321,6 +383,69 @@ TEST(Leadership, BystandersSettleTwoClaimsOfOneTermOnTheSmallerName) {
   EXPECT_FALSE(l.observe_leader("n2", 2));  // a newer term wins whatever the name
   EXPECT_EQ(l.leader()->name, "n2");
   EXPECT_EQ(l.leader()->term, 2u);
+}
+
+TEST(VoteBox, OneCandidatePerTerm) {
+  vote_box v;
+  EXPECT_TRUE(v.request("node-a", 3));
+  EXPECT_FALSE(v.request("node-b", 3)) << "a second candidate of the same term";
+  EXPECT_TRUE(v.request("node-a", 3)) << "the same candidate again (a retried request)";
+  EXPECT_FALSE(v.request("node-b", 2)) << "an older term";
+  EXPECT_TRUE(v.request("node-b", 4));
+  EXPECT_EQ(v.voted_term(), 4u);
+  EXPECT_EQ(v.voted_for(), "node-b");
+  EXPECT_FALSE(v.request("", 9));
+  EXPECT_FALSE(v.request("node-c", 0));
+}
+
+// A box restored from what it persisted refuses what it refused before the restart.
+TEST(VoteBox, RestoredBoxKeepsItsVote) {
+  vote_box before;
+  ASSERT_TRUE(before.request("node-a", 7));
+  vote_box after(before.voted_term(), before.voted_for());
+  EXPECT_FALSE(after.request("node-b", 7));
+  EXPECT_TRUE(after.request("node-a", 7));
+  EXPECT_FALSE(after.request("node-b", 6));
+}
+
+// Two candidates of one term among five voters: at most one reaches a majority, whatever order
+// the requests arrive in.
+TEST(VoteBox, TwoCandidatesOfATermCannotBothWin) {
+  for (unsigned order = 0; order < 32; ++order) {
+    std::vector<vote_box> voters(5);
+    int a = 0, b = 0;
+    for (unsigned i = 0; i < voters.size(); ++i) {
+      bool ga = false, gb = false;
+      if ((order >> i) & 1) {
+        ga = voters[i].request("node-a", 9);
+        gb = voters[i].request("node-b", 9);
+      } else {
+        gb = voters[i].request("node-b", 9);
+        ga = voters[i].request("node-a", 9);
+      }
+      a += ga;
+      b += gb;
+    }
+    EXPECT_FALSE(2 * a > 5 && 2 * b > 5) << "order " << order;
+    EXPECT_EQ(a + b, 5) << "every voter votes once";
+  }
+}
+
+TEST(NextEpoch, EpochsAreNumberedInsideTheirTerm) {
+  EXPECT_EQ(next_epoch(0, 0), 1u);
+  EXPECT_EQ(next_epoch(41, 0), 42u) << "outside a cluster epochs simply count";
+  EXPECT_EQ(next_epoch(0, 3), 3'000'001u);
+  EXPECT_EQ(next_epoch(17, 3), 3'000'001u) << "a new term starts above every older epoch";
+  EXPECT_EQ(next_epoch(2'999'999, 3), 3'000'001u);
+  EXPECT_EQ(next_epoch(3'000'001, 3), 3'000'002u);
+  EXPECT_EQ(term_of_epoch(3'000'002), 3u);
+  EXPECT_EQ(term_of_epoch(42), 0u);
+  EXPECT_FALSE(next_epoch(3'999'999, 3).has_value()) << "the term's range is used up";
+  EXPECT_FALSE(next_epoch(4'000'001, 3).has_value()) << "a newer term's epoch is installed";
+  EXPECT_FALSE(next_epoch(0, UINT64_MAX).has_value());
+  // Leaders of different terms never hand out the same number.
+  for (uint64_t installed : {0ull, 5ull, 2'000'003ull, 3'000'000ull})
+    EXPECT_NE(next_epoch(installed, 3), next_epoch(installed, 4));
 }
 
 }  // namespace
