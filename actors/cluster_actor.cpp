@@ -396,6 +396,9 @@ caf::behavior cluster_behavior(cluster_actor_t* self, node_context_ptr ctx, clus
         if (s.self.address.empty()) {
           if (!address || address->empty()) return;
           s.self.address = *address;
+          // The watchers hear the (empty) membership once now: a node alone, whose seeds are
+          // itself or unreachable, still evaluates refit leadership (a cluster of one leads).
+          tell_watchers(self);
           return redial(self);
         }
         if (self->current_sender() == self->ctrl()) redial(self);

@@ -443,6 +443,20 @@ TEST_F(ClusterTest, ConcurrentImportsAtTwoRoutersGetDistinctEpochsOfTheLeadersTe
   EXPECT_EQ(n2["cluster"]["router"].value("imports_forwarded", uint64_t{0}), 1u) << n2.dump();
 }
 
+// A clustered node alone (no seeds) is a majority of one: it elects itself and imports.
+TEST_F(ClusterTest, ALoneClusteredNodeLeadsAndImports) {
+  auto& n1 = start("n1", {});
+  auto a = admin_client::connect(n1.admin());
+  ASSERT_TRUE(a.ok());
+  auto r = (*a)->call(
+      "centroids.import",
+      {{"model", "m"}, {"file", nlohmann::json::binary(encode_centroid_file(toy_centroids()))}});
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  const auto leader = refit_leader(status(n1));
+  EXPECT_EQ(leader.first, "n1");
+  EXPECT_EQ(term_of_epoch(r->value("epoch", uint64_t{0})), leader.second);
+}
+
 // A member's vote is on disk before it is given: restarted, it still knows whom it voted for in
 // which term, so it cannot vote twice in one term.
 TEST_F(ClusterTest, AMembersVoteSurvivesItsRestart) {
