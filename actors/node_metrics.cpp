@@ -40,6 +40,15 @@ class node_metrics::impl {
   };
   std::unordered_map<std::string, model_series> models;
   std::map<std::string, std::string> sections;
+  // Created up front: observed from the router's hot path without the mutex.
+  histogram_metric* shard_local = must(registry.histogram(
+      "eldr_shard_request_seconds",
+      "Router's signature shard requests, sent to answered, by where the shard is.", latency_bounds,
+      {{"shard", "local"}}));
+  histogram_metric* shard_remote = must(registry.histogram(
+      "eldr_shard_request_seconds",
+      "Router's signature shard requests, sent to answered, by where the shard is.", latency_bounds,
+      {{"shard", "remote"}}));
 
   model_series& series(std::string_view model) {
     auto it = models.find(std::string(model));
@@ -124,6 +133,11 @@ void node_metrics::cache_committed(std::string_view model, double seconds) {
            "Signature cache group commits on the route path: expiry, staging, hand-over.",
            latency_bounds, {{"model", std::string(model)}}))
       ->observe(seconds);
+}
+
+void node_metrics::shard_answered(bool local, double seconds) {
+  auto& h = local ? impl_->shard_local : impl_->shard_remote;
+  h->observe(seconds);
 }
 
 void node_metrics::set_section(const std::string& name, std::string text) {

@@ -37,6 +37,9 @@ class node_metrics {
   // changed blocks and the hand-over to the background writer (seconds). It runs between two
   // signatures, so it is time route requests wait.
   void cache_committed(std::string_view model, double seconds);
+  // A signature shard answered a router's request after `seconds` (sent to answer merged), from
+  // this node's own shard (local) or another node's (remote): the cross-node share of a route.
+  void shard_answered(bool local, double seconds);
   // Text (Prometheus format) owned by another component, replaced wholesale: e.g. the signature
   // cache's ingest counters per publisher, or the frontend's counters, rendered by their owner.
   void set_section(const std::string& name, std::string text);

@@ -395,11 +395,13 @@ void ask_shard(router_actor_t* self, const shard_gather_ptr& g, uint32_t owner, 
   auto& st = self->state;
   ++st.shard_requests;
   std::string name = st.ring->members()[owner];
-  auto on_reply = [self, g](const shard_sign_reply& r) {
+  const bool local = st.local_shard && owner == *st.local_shard;
+  auto on_reply = [self, g, local, sent_ns = steady_ns()](const shard_sign_reply& r) {
     merge_shard(*g, r, self->state.shard_scratch);
+    self->state.ctx->metrics->shard_answered(local, 1e-9 * double(steady_ns() - sent_ns));
     shard_done(self, g);
   };
-  if (st.local_shard && owner == *st.local_shard) {
+  if (local) {
     ++st.shard_local_requests;
     auto job = std::make_shared<shard_job>();
     job->model = g->model;

@@ -508,6 +508,43 @@ def router_counters(admins):
     return d, q, loc, st
 
 
+def shard_histograms(nodes):
+    """eldr_shard_request_seconds{shard="remote"} summed over the nodes' /metrics: {le: count}."""
+    import urllib.request
+    out = {}
+    pat = re.compile(r'^eldr_shard_request_seconds_bucket\{(?=[^}]*shard="remote")[^}]*'
+                     r'le="([^"]+)"[^}]*\} (\d+)')
+    for nd in nodes:
+        url = nd.get("metrics") or ""
+        if not url:
+            continue
+        with urllib.request.urlopen(url, timeout=5) as f:
+            for line in f.read().decode().splitlines():
+                m = pat.match(line)
+                if m:
+                    le = float("inf") if m.group(1) == "+Inf" else float(m.group(1))
+                    out[le] = out.get(le, 0) + int(m.group(2))
+    return out
+
+
+def histogram_quantile(before, after, q):
+    """The q-quantile (seconds) of the observations between two cumulative bucket scrapes,
+    interpolated linearly inside the bucket, as Prometheus does; nan when there were none."""
+    les = sorted(after)
+    cum = [after[le] - before.get(le, 0) for le in les]
+    if not cum or cum[-1] == 0:
+        return float("nan")
+    rank = q * cum[-1]
+    lo_le, lo_c = 0.0, 0
+    for le, c in zip(les, cum):
+        if c >= rank:
+            if le == float("inf"):
+                return lo_le
+            return lo_le + (le - lo_le) * (rank - lo_c) / max(c - lo_c, 1)
+        lo_le, lo_c = le, c
+    return les[-1]
+
+
 def shard():
     setups = [("1 node", 1, []),
               ("2 nodes, every shard remote", 2,
@@ -526,28 +563,38 @@ def shard():
                         "--rate", str(args.shard_rate)]
                 run_loadgen(base + ["--duration", "4"])  # warm-up: the stores' first writes
                 before = router_counters(c.admins)
+                h0 = shard_histograms(c.nodes)
                 r = run_loadgen(base + ["--duration", "8", "--warmup", "2"])
+                h1 = shard_histograms(c.nodes)
                 after = router_counters(c.admins)
                 d, q, loc, st = (b - a for a, b in zip(before, after))
+                remote_n = (h1.get(float("inf"), 0) - h0.get(float("inf"), 0))
+                over_1ms = remote_n - (h1.get(1e-3, 0) - h0.get(1e-3, 0))
                 rows.append({"setup": name, "run": rep + 1, "rate": args.shard_rate,
                              "route_p50_us": r["route_p50_us"], "route_p99_us": r["route_p99_us"],
                              "route_p99_all_us": r["route_p99_all_us"], "errors": r["errors"],
                              "decisions": d, "shard_per_decision": q / d if d else float("nan"),
                              "local_per_decision": loc / d if d else float("nan"),
-                             "stores_per_decision": st / d if d else float("nan")})
+                             "stores_per_decision": st / d if d else float("nan"),
+                             "remote_shard_p50_us": 1e6 * histogram_quantile(h0, h1, 0.5),
+                             "remote_shard_p99_us": 1e6 * histogram_quantile(h0, h1, 0.99),
+                             "remote_shard_over_1ms": over_1ms / remote_n if remote_n else
+                             float("nan")})
     results["shard"] = rows
     print("## Route latency with signature shards on other nodes (%d req/s, route-only, "
           "runtime.threads %d per node, after a 4 s warm-up; %d run(s) each)"
           % (args.shard_rate, args.shard_threads, args.repeat))
     print()
     print("| setup | run | errors | rtt p50 µs | rtt p99 µs (after 2 s) | rtt p99 µs, whole run | "
-          "shard requests per decision (local) | replica stores per decision |")
-    print("|---|---|---|---|---|---|---|---|")
+          "shard requests per decision (local) | replica stores per decision | "
+          "remote shard request p50 / p99 µs (whole run) | remote shard requests > 1 ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print("| %s | %d | %d | %.0f | %.0f | %.0f | %.2f (%.2f) | %.2f |" % (
+        print("| %s | %d | %d | %.0f | %.0f | %.0f | %.2f (%.2f) | %.2f | %.0f / %.0f | %.1f%% |" % (
             r["setup"], r["run"], r["errors"], r["route_p50_us"], r["route_p99_us"],
             r["route_p99_all_us"], r["shard_per_decision"], r["local_per_decision"],
-            r["stores_per_decision"]))
+            r["stores_per_decision"], r["remote_shard_p50_us"], r["remote_shard_p99_us"],
+            100 * r["remote_shard_over_1ms"]))
     print()
 
 

@@ -1,0 +1,35 @@
+// node_metrics: the shard request histogram keeps local and remote shards apart, in the
+// route-latency buckets, in Prometheus text.
+#include "actors/node_metrics.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace eldr {
+namespace {
+
+bool has_line(const std::string& text, const std::string& line) {
+  return text.find("\n" + line + "\n") != std::string::npos;
+}
+
+TEST(NodeMetrics, ShardRequestsAreCountedByWhereTheShardIs) {
+  node_metrics m;
+  m.shard_answered(false, 0.0015);
+  m.shard_answered(false, 0.0004);
+  m.shard_answered(true, 0.00003);
+  const std::string text = "\n" + m.render();
+  EXPECT_TRUE(has_line(text, "eldr_shard_request_seconds_bucket{shard=\"remote\",le=\"5e-04\"} 1"))
+      << text;
+  EXPECT_TRUE(has_line(text, "eldr_shard_request_seconds_bucket{shard=\"remote\",le=\"0.001\"} 1"))
+      << text;
+  EXPECT_TRUE(has_line(text, "eldr_shard_request_seconds_bucket{shard=\"remote\",le=\"0.002\"} 2"))
+      << text;
+  EXPECT_TRUE(has_line(text, "eldr_shard_request_seconds_count{shard=\"remote\"} 2")) << text;
+  EXPECT_TRUE(has_line(text, "eldr_shard_request_seconds_count{shard=\"local\"} 1")) << text;
+  EXPECT_TRUE(has_line(text, "eldr_shard_request_seconds_bucket{shard=\"local\",le=\"5e-05\"} 1"))
+      << text;
+}
+
+}  // namespace
+}  // namespace eldr
