@@ -36,8 +36,8 @@ using peer_worker_atom = caf::atom_constant<caf::atom("eworker")>;
 using pool_sync_atom = caf::atom_constant<caf::atom("esync")>;
 using epoch_atom = caf::atom_constant<caf::atom("eepoch")>;
 using flush_atom = caf::atom_constant<caf::atom("eflush")>;
-// Router -> signature-cache shards: sum some blocks' counts (storing the counts carried), or only
-// store counts (replicas).
+// Router -> signature-cache shards: sum some blocks' counts, or store the counts a request carried
+// (one-way, to every owner of their blocks).
 using shard_sign_atom = caf::atom_constant<caf::atom("eshsign")>;
 using shard_store_atom = caf::atom_constant<caf::atom("eshstore")>;
 // Signature-cache node -> the new owners of its blocks after a ring change.
@@ -181,9 +181,10 @@ typename Inspector::result_type inspect(Inspector& f, sample_reply& x) {
 }
 
 // One shard's part of a route request: the blocks of the prompt this shard is asked to sum (some
-// of those it owns, prompt order; core/shard_plan.hpp), the counts the prefill computed for
-// blocks this shard signs (an encoded eldr counts message, empty when none), which the shard
-// stores before it sums, and the layers the router's signature uses.
+// of those it owns, prompt order; core/shard_plan.hpp) and the layers the router's signature
+// uses. `counts` (an encoded eldr counts message, stored before the sum) is empty from this
+// version's routers, which sum the counts a request carries themselves and send them to the
+// blocks' owners with shard_store_atom; a shard still honours it.
 struct shard_sign_request {
   std::string model;
   std::vector<uint64_t> blocks;

@@ -75,8 +75,9 @@ struct shard_job {
   // The layers to sum, ascending (the router's spec's mask); empty: coverage only, no sums.
   std::vector<uint32_t> layers;
   route_job_ptr job;             // the request; keeps the blocks `counts` points into alive
-  std::vector<uint64_t> blocks;  // this shard's blocks of the request, in prompt order
-  // Blocks of job->request.counts this shard stores before it sums (its own among them).
+  std::vector<uint64_t> blocks;  // this shard's blocks of the request to sum, in prompt order
+  // Blocks of job->request.counts this shard stores (it owns them): sent on their own, one-way
+  // (shard_store_atom), or before the sum of `blocks`.
   std::vector<const counts_block*> counts;
 };
 using shard_job_ptr = std::shared_ptr<const shard_job>;

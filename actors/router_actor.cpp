@@ -375,19 +375,16 @@ void shard_done(router_actor_t* self, const shard_gather_ptr& g) {
   decide(self, m, g->job, out.get(), g->attempt);
 }
 
-// Blocks of one request for one shard (prompt order), and the counts it stores among them.
+// Blocks of one request that one shard is asked to sum (prompt order).
 struct shard_part {
   std::vector<uint64_t> blocks;
-  std::vector<const counts_block*> counts;
 };
 
-// Plans who sums `blocks` and stores `counts` (core/shard_plan.hpp), never asking a member
-// named in `excluded` (names, not ring indices: the ring may change between a request and its
-// fail-over), and asks them. The first plan of a request (`first`) also sends the counts to
-// their blocks' other owners (replicas) in one store message per owner; a fail-over does not,
-// since the owners it turns to got them then.
+// Plans who sums `blocks` (core/shard_plan.hpp), never asking a member named in `excluded`
+// (names, not ring indices: the ring may change between a request and its fail-over), and asks
+// them.
 void ask_shards(router_actor_t* self, const shard_gather_ptr& g, const shard_part& part,
-                const std::vector<std::string>& excluded, bool first);
+                const std::vector<std::string>& excluded);
 
 // Asks one shard for its part; on an error or a timeout the part goes to the owners left.
 void ask_shard(router_actor_t* self, const shard_gather_ptr& g, uint32_t owner, shard_part part,
@@ -401,6 +398,13 @@ void ask_shard(router_actor_t* self, const shard_gather_ptr& g, uint32_t owner, 
     self->state.ctx->metrics->shard_answered(local, 1e-9 * double(steady_ns() - sent_ns));
     shard_done(self, g);
   };
+  auto on_error = [self, g, name = std::move(name), blocks = part.blocks,
+                   excluded = std::move(excluded)](caf::error&) mutable {
+    excluded.push_back(name);
+    ++g->pending;  // ask_shards adds its own parts and releases this slot
+    ask_shards(self, g, shard_part{std::move(blocks)}, excluded);
+    shard_done(self, g);
+  };
   if (local) {
     ++st.shard_local_requests;
     auto job = std::make_shared<shard_job>();
@@ -408,39 +412,20 @@ void ask_shard(router_actor_t* self, const shard_gather_ptr& g, uint32_t owner, 
     job->layers = g->layers;
     job->job = g->job;
     job->blocks = std::move(part.blocks);
-    job->counts = std::move(part.counts);
     self->request(st.shards[owner], shard_timeout, sign_atom::value, shard_job_ptr(job))
-        .then(on_reply, [self, g, name = std::move(name), job, excluded](caf::error&) mutable {
-          excluded.push_back(name);
-          ++g->pending;  // ask_shards adds its own parts and releases this slot
-          ask_shards(self, g, shard_part{job->blocks, job->counts}, excluded, false);
-          shard_done(self, g);
-        });
+        .then(on_reply, std::move(on_error));
     return;
   }
   shard_sign_request req;
   req.model = g->job->request.model;
-  req.blocks = part.blocks;
+  req.blocks = std::move(part.blocks);
   req.layers = g->layers;
-  if (!part.counts.empty()) {
-    counts_message cm;
-    cm.geometry = g->job->request.counts->geometry;
-    for (const auto* b : part.counts)
-      cm.blocks.push_back(*b);
-    req.counts = encode_counts_message(cm);
-  }
   self->request(st.shards[owner], shard_timeout, shard_sign_atom::value, std::move(req))
-      .then(on_reply, [self, g, name = std::move(name), part = std::move(part),
-                       excluded](caf::error&) mutable {
-        excluded.push_back(name);
-        ++g->pending;
-        ask_shards(self, g, part, excluded, false);
-        shard_done(self, g);
-      });
+      .then(on_reply, std::move(on_error));
 }
 
 void ask_shards(router_actor_t* self, const shard_gather_ptr& g, const shard_part& part,
-                const std::vector<std::string>& excluded_names, bool first) {
+                const std::vector<std::string>& excluded_names) {
   auto& st = self->state;
   const size_t r = st.ctx->config.cluster.replication;
   std::vector<uint32_t> excluded;
@@ -459,35 +444,6 @@ void ask_shards(router_actor_t* self, const shard_gather_ptr& g, const shard_par
     else
       parts[chosen[i]].blocks.push_back(part.blocks[i]);
   }
-  if (!part.counts.empty()) {
-    // Counts go with their block's signer; counts of a block the prompt does not list (not sent
-    // by eldr's clients, but the protocol allows it) go to the owner the plan would choose.
-    std::unordered_map<uint64_t, uint32_t> signer_of;
-    for (size_t i = 0; i < chosen.size(); ++i)
-      signer_of.emplace(part.blocks[i], chosen[i]);
-    std::map<uint32_t, counts_message> replicas;
-    for (const auto* b : part.counts) {
-      const auto it = signer_of.find(b->hash);
-      std::vector<uint32_t> o;
-      if (first || it == signer_of.end()) o = st.ring->owners(b->hash, r);
-      const uint32_t signer = it != signer_of.end()
-                                  ? it->second
-                                  : choose_signers({o}, st.local_shard, excluded).front();
-      if (signer != no_signer) parts[signer].counts.push_back(b);
-      if (!first) continue;
-      for (uint32_t x : o) {
-        if (x == signer) continue;
-        auto& cm = replicas[x];
-        cm.geometry = g->job->request.counts->geometry;
-        cm.blocks.push_back(*b);
-      }
-    }
-    for (const auto& [owner, cm] : replicas) {
-      ++st.shard_store_messages;
-      self->send(st.shards[owner], shard_store_atom::value, g->job->request.model,
-                 encode_counts_message(cm));
-    }
-  }
   if (!excluded_names.empty()) {
     if (!parts.empty()) ++st.shard_failovers;
     if (lost > 0 || parts.empty()) ++st.shard_failures;
@@ -499,13 +455,42 @@ void ask_shards(router_actor_t* self, const shard_gather_ptr& g, const shard_par
   shard_done(self, g);
 }
 
+// Sends the counts a request carries to every owner of their blocks (R of them; core/hash_ring),
+// one message per owner: by pointer to this node's own shard, encoded to the others. One-way, off
+// the request's path. A later request that needs these blocks is sent to their owners by this
+// router after this store, and CAF delivers one sender's messages to one receiver in order.
+void store_at_owners(router_actor_t* self, const shard_gather_ptr& g) {
+  auto& st = self->state;
+  const auto& req = g->job->request;
+  if (!req.counts || req.counts->blocks.empty()) return;
+  const size_t r = st.ctx->config.cluster.replication;
+  std::map<uint32_t, std::vector<const counts_block*>> by_owner;
+  for (const auto& b : req.counts->blocks)
+    for (uint32_t o : st.ring->owners(b.hash, r))
+      by_owner[o].push_back(&b);
+  for (auto& [owner, blocks] : by_owner) {
+    if (st.local_shard && owner == *st.local_shard) {
+      auto job = std::make_shared<shard_job>();
+      job->model = g->model;
+      job->job = g->job;
+      job->counts = std::move(blocks);
+      self->send(st.shards[owner], shard_store_atom::value, shard_job_ptr(job));
+      continue;
+    }
+    ++st.shard_store_messages;
+    counts_message cm;
+    cm.geometry = req.counts->geometry;
+    for (const auto* b : blocks)
+      cm.blocks.push_back(*b);
+    self->send(st.shards[owner], shard_store_atom::value, req.model, encode_counts_message(cm));
+  }
+}
+
+// The counts a request carries are summed here, where they already are, and stored at their
+// owners on the side; only the blocks without counts (prefix hits) are asked of the shards. A cold
+// prompt, all of whose counts the prefill sent, needs no shard at all.
 void shard_sign_and_route(router_actor_t* self, model_state& m, route_job_ptr job, int attempt) {
   const auto& req = job->request;
-  shard_part all;
-  all.blocks = req.block_hashes;
-  if (req.counts)
-    for (const auto& b : req.counts->blocks)
-      all.counts.push_back(&b);
   auto g = std::make_shared<shard_gather>();
   g->job = std::move(job);
   g->spec = m.eldr_active ? m.spec : nullptr;
@@ -515,8 +500,25 @@ void shard_sign_and_route(router_actor_t* self, model_state& m, route_job_ptr jo
   }
   g->model = m.index;
   g->attempt = attempt;
+  std::unordered_map<uint64_t, const counts_block*> carried;
+  if (req.counts)
+    for (const auto& b : req.counts->blocks)
+      carried.emplace(b.hash, &b);
+  shard_part asked;
+  for (uint64_t h : req.block_hashes) {
+    const auto it = carried.find(h);
+    if (it == carried.end()) {
+      asked.blocks.push_back(h);
+      continue;
+    }
+    ++g->covered;
+    if (!g->spec) continue;
+    if (auto s = add_masked_counts(*g->spec, it->second->counts, g->acc); !s.ok())
+      g->problem = s.message();
+  }
+  store_at_owners(self, g);
   g->pending = 1;
-  ask_shards(self, g, all, {}, true);
+  ask_shards(self, g, asked, {});
 }
 
 // Rebuilds the ring of signature-cache shards from the live members (and this node).

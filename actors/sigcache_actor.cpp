@@ -150,18 +150,24 @@ shard_sign_reply shard_sign(model_cache& mc, const shard_sign_request& req) {
   return sum_shard_part(mc, req.blocks, req.layers, std::move(problem));
 }
 
+// Stores the counts of this node's router's request (by pointer); returns why some were refused
+// ("" when none).
+std::string store_local_counts(model_cache& mc, const shard_job& job) {
+  std::string problem;
+  if (job.counts.empty()) return problem;
+  mc.dirty = true;
+  const auto& g = job.job->request.counts->geometry;
+  for (const auto* b : job.counts)
+    if (auto s = mc.cache->put_counts(b->hash, b->parent, g, b->counts); !s.ok()) {
+      ++mc.counts_refused;
+      problem = s.message();
+    }
+  return problem;
+}
+
 // This node's router: counts are the request's own, by pointer.
 shard_sign_reply shard_sign(model_cache& mc, const shard_job& job) {
-  std::string problem;
-  if (!job.counts.empty()) {
-    mc.dirty = true;
-    const auto& g = job.job->request.counts->geometry;
-    for (const auto* b : job.counts)
-      if (auto s = mc.cache->put_counts(b->hash, b->parent, g, b->counts); !s.ok()) {
-        ++mc.counts_refused;
-        problem = s.message();
-      }
-  }
+  auto problem = store_local_counts(mc, job);
   return sum_shard_part(mc, job.blocks, job.layers, std::move(problem));
 }
 
@@ -372,6 +378,11 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
       [=](shard_store_atom, const std::string& model, const std::vector<uint8_t>& counts) {
         if (!trusted_sender(self, self->state.ctx->trust.get())) return;
         if (auto* mc = find_model(model)) (void)store_counts(*mc, counts);
+      },
+      // This node's router: the counts of a request for the blocks this shard owns, by pointer.
+      [=](shard_store_atom, shard_job_ptr job) {
+        if (!local_sender(self) || job->model >= self->state.models.size()) return;
+        (void)store_local_counts(self->state.models[job->model], *job);
       },
       [=](subscribe_atom, uint32_t model, std::string endpoint, bool counts) {
         auto& st = self->state;

@@ -131,22 +131,31 @@ void signature_builder::reset() {
   std::fill(acc_.begin(), acc_.end(), 0u);
 }
 
-status signature_builder::add(const block_counts& block) {
-  const model_geometry& g = spec_->geometry();
+status add_masked_counts(const signature_spec& spec, const block_counts& block,
+                         std::span<uint32_t> masked) {
+  const model_geometry& g = spec.geometry();
   if (block.layers() != g.layers)
     return status::invalid_argument("block has " + std::to_string(block.layers()) +
                                     " layers, the signature spec expects " +
                                     std::to_string(g.layers));
+  if (masked.size() != spec.width())
+    return status::invalid_argument("masked sum has " + std::to_string(masked.size()) +
+                                    " entries, the signature spec's width is " +
+                                    std::to_string(spec.width()));
   const auto& ids = block.ids();
   const auto& counts = block.counts();
-  uint32_t* acc = acc_.data();
-  for (uint32_t l : spec_->layer_mask()) {
+  uint32_t* acc = masked.data();
+  for (uint32_t l : spec.layer_mask()) {
     // Only masked layers are touched: a 12-of-48 mask reads a quarter of the block.
     for (uint32_t i = block.offset(l), end = block.offset(l + 1); i < end; ++i)
       acc[ids[i]] += counts[i];
     acc += g.experts;
   }
   return {};
+}
+
+status signature_builder::add(const block_counts& block) {
+  return add_masked_counts(*spec_, block, acc_);
 }
 
 status signature_builder::add_dense(std::span<const uint32_t> counts) {

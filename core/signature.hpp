@@ -76,6 +76,12 @@ class signature_spec {
   std::vector<float> masked_idf_;  // width(), count_idf only: the hot path's lookup table
 };
 
+// Adds one block's counts over `spec`'s layer mask into `masked` (spec.width() entries,
+// layer-major over the mask); only the masked layers are read. Error: a block of another geometry,
+// or `masked` of another width (nothing added).
+status add_masked_counts(const signature_spec& spec, const block_counts& block,
+                         std::span<uint32_t> masked);
+
 // Builds signatures by summing counts (whole blocks, or dense masked partial sums such as a cached
 // prefix), then applying the spec. Holds reusable scratch: one builder per thread, and after
 // warm-up a build allocates nothing when `out` is reused.

@@ -4,8 +4,11 @@
 // container entrypoint (deploy/docker/entrypoint.sh) writes a fresh UUID into the container's own
 // /etc/fstab; this test runs two nodes exactly so -- PID 1 each, one network -- with and without
 // that entrypoint. Needs root (unshare); skips with a message otherwise.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -70,6 +73,28 @@ class ClusterIdentityTest : public ::testing::Test {
     n.stop();
   }
 
+  // The first p in 30000..32766 (starting at a PID-derived offset, so that parallel runs spread
+  // out) such that p and p + 1 can both be bound on 127.0.0.1 now; 0 when none.
+  static int free_port_pair() {
+    auto bindable = [](int port) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      if (fd < 0) return false;
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<uint16_t>(port));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      const bool ok = ::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0;
+      ::close(fd);
+      return ok;
+    };
+    const int span = 32766 - 30000;
+    for (int i = 0; i < span; i += 2) {
+      const int p = 30000 + (static_cast<int>(::getpid()) * 2 + i) % span;
+      if (bindable(p) && bindable(p + 1)) return p;
+    }
+    return 0;
+  }
+
   static bool joined(const node_process& n) {
     return testing::alive_peers(admin_status(n.admin())) == 1;
   }
@@ -78,9 +103,11 @@ class ClusterIdentityTest : public ::testing::Test {
 };
 
 TEST_F(ClusterIdentityTest, TwoPid1NodesOnOneNetworkJoinOnlyWithTheEntrypointsFstabUuid) {
-  // Fixed ports: each node must name the other as its seed before either starts. Taken from
-  // this process's PID so that parallel runs do not collide.
-  const int base = 20000 + static_cast<int>(::getpid() % 20000);
+  // Fixed ports: each node must name the other as its seed before either starts. From 30000 up,
+  // below the kernel's ephemeral range (port-0 binds and outgoing connections) and above
+  // deploy/local/eldr-cluster's default slots, and checked free first.
+  const int base = free_port_pair();
+  ASSERT_GT(base, 0) << "no two free consecutive ports in 30000..32766";
   const std::string a = "127.0.0.1:" + std::to_string(base),
                     b = "127.0.0.1:" + std::to_string(base + 1);
   {
