@@ -519,6 +519,11 @@ TEST_F(ClusterTest, SignaturesAreShardedReplicatedAndSurviveTheLossOfACacheNode)
     EXPECT_EQ(d.worker, w);
     EXPECT_EQ(d.covered_blocks, 8u);
   }
+  // n1 summed those counts itself (they came with the requests) and only stored them at their
+  // owners: no shard was asked to sum anything, and the stores left for the other two nodes.
+  auto s0 = status(*nodes_[0]);
+  EXPECT_EQ(s0["cluster"]["router"].value("shard_requests", -1), 0) << s0.dump();
+  EXPECT_GE(s0["cluster"]["router"].value("shard_store_messages", 0), 4) << s0.dump();
   // Another router finds them in the shards: a prefix hit is signed without counts.
   for (uint32_t w = 0; w < 4; ++w) {
     auto d = route_at(*nodes_[1], prompt_for("hit-" + std::to_string(w), w, blocks_of(w), false));
