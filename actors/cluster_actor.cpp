@@ -448,8 +448,10 @@ caf::behavior cluster_behavior(cluster_actor_t* self, node_context_ptr ctx, clus
                   caf::make_error(caf::exit_reason::user_shutdown));
       },
       // A refit-leadership candidate (any member, this node's own refit actor included) asks
-      // for this node's vote. A granted vote is on disk before it is answered.
-      [=](vote_atom, const std::string& candidate, uint64_t term) -> caf::result<bool> {
+      // for this node's vote. A granted vote is on disk before it is answered. The answer also
+      // carries the newest term this node has voted in, so that a refused candidate (a node
+      // back from a restart, say) campaigns above it next time instead of climbing term by term.
+      [=](vote_atom, const std::string& candidate, uint64_t term) -> caf::result<bool, uint64_t> {
         auto& s = self->state;
         if (!trusted_sender(self, s.ctx->trust.get())) {
           ++s.untrusted;
@@ -466,7 +468,7 @@ caf::behavior cluster_behavior(cluster_actor_t* self, node_context_ptr ctx, clus
         }
         ++(yes ? s.votes_granted : s.votes_refused);
         spdlog::debug("cluster: vote for {} in term {}: {}", candidate, term, yes ? "yes" : "no");
-        return yes;
+        return caf::result<bool, uint64_t>(yes, s.votes.voted_term());
       },
       // The admin's part of `status`: membership as JSON text. This actor is published, so
       // anyone who reaches the port can ask: only this node's own actors get an answer.

@@ -224,8 +224,11 @@ void campaign(refit_actor_t* self, uint64_t term) {
   for (const auto& v : voters)
     self->request(v, vote_timeout, vote_atom::value, st.lead->self(), term)
         .then(
-            [=](bool yes) {
-              if (yes) ++*granted;
+            [=](bool yes, uint64_t voted_term) {
+              if (yes)
+                ++*granted;
+              else
+                (void)self->state.lead->observe_term(voted_term);  // the next campaign goes above
               if (--*pending == 0) conclude();
             },
             [=](caf::error&) {

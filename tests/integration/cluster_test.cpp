@@ -332,6 +332,19 @@ TEST_F(ClusterTest, OneRefitLeaderAndAnotherTakesOverWithAHigherTermWhenItDies) 
   auto r = (*a2)->call("refit", {{"model", "m"}});
   ASSERT_TRUE(r.ok()) << r.error().to_string();
   EXPECT_FALSE(r->value("accepted", true));
+
+  // n1 comes back (its votes on disk) and, the smallest name again, wins a term above n2's.
+  const uint64_t n2_term = refit_leader(status(*nodes_[1])).second;
+  nodes_[0] =
+      std::make_unique<node_process>(dir_.sub("n1.toml"), toml("n1", {nodes_[1]->cluster()}));
+  ASSERT_TRUE(nodes_[0]->ok());
+  EXPECT_TRUE(eventually([&] {
+    std::set<std::pair<std::string, uint64_t>> views;
+    for (auto& n : nodes_)
+      views.insert(refit_leader(status(*n)));
+    return views.size() == 1 && views.begin()->first == "n1" && views.begin()->second > n2_term;
+  })) << "n1 did not lead again above term "
+      << n2_term;
 }
 
 // The leader's refit sample holds the signatures the other routers saw (sent between nodes as
