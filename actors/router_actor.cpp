@@ -629,7 +629,6 @@ using install_done = std::function<void(result<uint64_t>)>;
 void store_and_install(router_actor_t* self, model_state& m, centroid_file file, std::string what,
                        install_done done, uint64_t term) {
   m.fence.observe_term(term);
-  const uint64_t publish_term = term;
   if (auto s = check_installable(m, file); !s.ok()) return done(s);
   const auto at_least = next_epoch(m.epoch, term);
   if (!at_least)
@@ -641,7 +640,7 @@ void store_and_install(router_actor_t* self, model_state& m, centroid_file file,
     // No store on this node: the set lives in the routers' memories (and their snapshots).
     const uint64_t epoch = *at_least;
     if (auto s = install(self->state, m, file, epoch); !s.ok()) return done(s);
-    (void)m.fence.offer(publish_term, epoch);
+    (void)m.fence.offer(term, epoch);
     spdlog::info("model {}: {} installed as epoch {}", m.cfg->name, what, epoch);
     announce_epoch(self, self->state, m);
     return done(epoch);
@@ -660,7 +659,7 @@ void store_and_install(router_actor_t* self, model_state& m, centroid_file file,
                   "the store numbered the set " + std::to_string(epoch) + ", outside term " +
                   std::to_string(term) + " (it holds a newer term's epoch)"));
             if (auto s = install(self->state, mm, stored->file, epoch); !s.ok()) return done(s);
-            (void)mm.fence.offer(publish_term, epoch);
+            (void)mm.fence.offer(term, epoch);
             spdlog::info("model {}: {} installed as epoch {}", mm.cfg->name, what, epoch);
             announce_epoch(self, self->state, mm);
             done(epoch);
@@ -677,6 +676,16 @@ install_done answer_with_epoch(router_actor_t* self, admin_job_ptr job) {
                                     : route_error_code::internal,
                                 r.error().message());
     answer_admin(*self->state.ctx, *job, {{"epoch", *r}});
+  };
+}
+
+// An install's outcome for an actor that asked for it: the epoch, or the error as text.
+install_done deliver_epoch(caf::typed_response_promise<uint64_t> rp) {
+  return [rp](result<uint64_t> r) mutable {
+    if (r.ok())
+      rp.deliver(*r);
+    else
+      rp.deliver(caf::make_error(caf::sec::runtime_error, r.error().to_string()));
   };
 }
 
@@ -1253,15 +1262,8 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
             parse_centroid_file(std::span<const uint8_t>(bytes.data(), bytes.size()), "import");
         if (!file.ok()) return caf::make_error(caf::sec::runtime_error, file.error().message());
         auto rp = self->make_response_promise<uint64_t>();
-        store_and_install(
-            self, *m, std::move(*file), "imported set (forwarded)",
-            [rp](result<uint64_t> r) mutable {
-              if (r.ok())
-                rp.deliver(*r);
-              else
-                rp.deliver(caf::make_error(caf::sec::runtime_error, r.error().message()));
-            },
-            s.leader_term);
+        store_and_install(self, *m, std::move(*file), "imported set (forwarded)", deliver_epoch(rp),
+                          s.leader_term);
         return rp;
       },
       // The refit leader's sample of this router's live signatures (a copy).
@@ -1338,15 +1340,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
                                  "term " + std::to_string(term) + " is stale (current term " +
                                      std::to_string(m.fence.highest_term()) + ")");
         auto rp = self->make_response_promise<uint64_t>();
-        store_and_install(
-            self, m, s->file, "refit",
-            [rp](result<uint64_t> r) mutable {
-              if (r.ok())
-                rp.deliver(*r);
-              else
-                rp.deliver(caf::make_error(caf::sec::runtime_error, r.error().to_string()));
-            },
-            term);
+        store_and_install(self, m, s->file, "refit", deliver_epoch(rp), term);
         return rp;
       },
   };

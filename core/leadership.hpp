@@ -21,8 +21,9 @@
 // centroid set everywhere in the cluster. Announcements resolve who leads; a leader that sees a
 // higher term steps down.
 //
-// Nothing here does I/O or reads a clock; the owner (the cluster membership actor) feeds views
-// and observed terms in and broadcasts what comes out. Thread safety: none; one owner each.
+// Nothing here does I/O or reads a clock; the owners (a node's refit actor for leadership, its
+// cluster actor for the vote_box and its file) feed views, votes and observed terms in and
+// broadcast what comes out. Thread safety: none; one owner each.
 #pragma once
 
 #include <cstddef>
@@ -127,10 +128,10 @@ class leadership {
   bool observe_term(uint64_t term);
   // Another node announced that it leads under `term`. Observes the term as above, and records
   // the announcer as the current leader unless the announcement is stale (term below the highest
-  // seen). An announcement under this node's own term (two leaders took the same term) is
-  // resolved by name: this node steps down iff the announcer's name is smaller. Announcements
-  // naming this node only observe the term: this node leads only through evaluate. Returns true
-  // when this node stepped down.
+  // seen). An announcement under this node's own term (two leaders of one term: impossible with
+  // votes unless a member lost its vote record) is resolved by name: this node steps down iff the
+  // announcer's name is smaller. Announcements naming this node only observe the term: this node
+  // leads only through evaluate and campaign_result. Returns true when this node stepped down.
   bool observe_leader(std::string_view name, uint64_t term);
 
   // Applies the rule to the current view. visible_alive: the members this node currently believes
