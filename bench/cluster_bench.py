@@ -586,7 +586,7 @@ def shard():
           % (args.shard_rate, args.shard_threads, args.repeat))
     print()
     print("| setup | run | errors | rtt p50 µs | rtt p99 µs (after 2 s) | rtt p99 µs, whole run | "
-          "shard requests per decision (local) | replica stores per decision | "
+          "shard requests per decision (local) | remote store messages per decision | "
           "remote shard request p50 / p99 µs (whole run) | remote shard requests > 1 ms |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:

@@ -115,6 +115,18 @@ class ClusterTest : public ::testing::Test {
   }
 
   static nlohmann::json status(const node_process& n) { return admin_status(n.admin()); }
+
+  // Whether every node's router comes to route model "m" with `epoch` (polled, bounded).
+  bool every_router_at(uint64_t epoch) const {
+    for (const auto& n : nodes_)
+      if (!eventually([&] {
+            auto s = status(*n);
+            return s.is_object() && !s["models"].empty() &&
+                   s["models"][0].value("epoch", uint64_t{0}) == epoch;
+          }))
+        return false;
+    return true;
+  }
   static int alive_peers(const node_process& n) { return testing::alive_peers(status(n)); }
 
   // Imports the toy set at n1 and waits until every router routes with it.
@@ -396,13 +408,7 @@ TEST_F(ClusterTest, ImportedEpochsReachEveryRouterAndStayMonotonic) {
     const uint64_t epoch = r->value("epoch", uint64_t{0});
     EXPECT_GT(epoch, last) << "round " << round;
     last = epoch;
-    for (auto& n : nodes_)
-      EXPECT_TRUE(eventually([&] {
-        auto s = status(*n);
-        return s.is_object() && !s["models"].empty() &&
-               s["models"][0].value("epoch", uint64_t{0}) == epoch;
-      })) << "epoch "
-          << epoch << " did not reach every router";
+    EXPECT_TRUE(every_router_at(epoch)) << "epoch " << epoch << " did not reach every router";
   }
 }
 
@@ -445,13 +451,7 @@ TEST_F(ClusterTest, ConcurrentImportsAtTwoRoutersGetDistinctEpochsOfTheLeadersTe
   for (uint64_t e : epochs)
     EXPECT_EQ(term_of_epoch(e), term) << "epoch " << e;
   const uint64_t newest = std::max(epochs[0], epochs[1]);
-  for (auto& n : nodes_)
-    EXPECT_TRUE(eventually([&] {
-      auto s = status(*n);
-      return s.is_object() && !s["models"].empty() &&
-             s["models"][0].value("epoch", uint64_t{0}) == newest;
-    })) << "epoch "
-        << newest << " did not reach every router";
+  EXPECT_TRUE(every_router_at(newest)) << "epoch " << newest << " did not reach every router";
   const auto n2 = status(*nodes_[1]);
   EXPECT_EQ(n2["cluster"]["router"].value("imports_forwarded", uint64_t{0}), 1u) << n2.dump();
 }
