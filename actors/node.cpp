@@ -198,6 +198,7 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
   fo.route_limits.max_payload_bytes = config.max_message_bytes;
   fo.route_limits.max_blocks = config.max_blocks;
   fo.max_pending = config.max_pending;
+  fo.max_queued_reply_bytes = config.max_queued_reply_bytes;
   if (!config.security.curve_secret_key_file.empty()) {
     auto keys = read_curve_secret_key(config.security.curve_secret_key_file);
     if (!keys.ok())

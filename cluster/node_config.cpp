@@ -43,7 +43,8 @@ namespace eldr {
 namespace {
 
 constexpr size_t max_model_name_bytes = 256;
-constexpr uint64_t max_config_file_bytes = uint64_t{16} << 20;  // a typo'd path to a huge file
+constexpr uint64_t max_config_file_bytes = uint64_t{16} << 20;   // a typo'd path to a huge file
+constexpr uint64_t max_reply_backlog_bytes = uint64_t{1} << 40;  // beyond: a typo, not a budget
 
 constexpr std::string_view known_roles[] = {"router", "signature-cache", "load-monitor", "refit"};
 constexpr std::string_view known_log_levels[] = {"trace", "debug", "info", "warn", "error", "off"};
@@ -307,11 +308,13 @@ status read_document(const toml::table& root, node_config& c) {
     e(r.read("metrics", c.metrics_address));
   });
   read_section("limits", [&](const table_reader& r) {
-    e(r.check_known({"max_message_bytes", "max_blocks", "max_pending", "max_tracked_requests"}));
+    e(r.check_known({"max_message_bytes", "max_blocks", "max_pending", "max_tracked_requests",
+                     "max_queued_reply_bytes"}));
     e(r.read("max_message_bytes", c.max_message_bytes));
     e(r.read("max_blocks", c.max_blocks));
     e(r.read("max_pending", c.max_pending));
     e(r.read("max_tracked_requests", c.max_tracked_requests));
+    e(r.read("max_queued_reply_bytes", c.max_queued_reply_bytes));
   });
   read_section("runtime", [&](const table_reader& r) {
     e(r.check_known({"threads", "log_level", "explain_history"}));
@@ -593,6 +596,9 @@ status validate_node_config(const node_config& c) {
   e(at_least("limits.max_blocks", c.max_blocks, 1u));
   e(at_least("limits.max_pending", c.max_pending, 1u));
   e(at_least("limits.max_tracked_requests", c.max_tracked_requests, 1u));
+  if (c.max_queued_reply_bytes > max_reply_backlog_bytes)
+    e(status::invalid_argument("limits.max_queued_reply_bytes: must be <= 2^40 (1 TiB), got " +
+                               std::to_string(c.max_queued_reply_bytes)));
 
   if (c.threads < 1 || c.threads > 64)
     e(status::invalid_argument("runtime.threads: must be in 1..64, got " +

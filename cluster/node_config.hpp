@@ -86,6 +86,8 @@ struct node_config {
   uint32_t max_blocks = 4096;
   uint32_t max_pending = 10000;              // route requests accepted and not yet answered
   uint32_t max_tracked_requests = 1u << 20;  // in-flight request ids remembered per model
+  // Reply bytes held for peers that do not read, across all peers (zmq_frontend); 0 = none held.
+  uint64_t max_queued_reply_bytes = uint64_t{64} << 20;
   // [runtime]
   uint32_t threads = 2;             // CAF scheduler threads
   std::string log_level = "info";   // trace, debug, info, warn, error, off

@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -12,6 +13,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <unordered_set>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -46,6 +48,24 @@ struct queued_reply {
   reply_address to;
   std::vector<uint8_t> payload;
 };
+
+// What a reply held in the backlog costs: its payload and its peer's routing id.
+uint64_t backlog_cost(const queued_reply& r) {
+  return r.payload.size() + r.to.peer.size();
+}
+
+// A peer whose ZeroMQ queue was full: its replies in order, and when to try again. The interval
+// doubles up to the maximum while the peer reads nothing, so that peers that never read cost a
+// few failed sends a second each, not a busy loop.
+constexpr int64_t backlog_retry_min_ns = 1'000'000;    // 1 ms
+constexpr int64_t backlog_retry_max_ns = 100'000'000;  // 100 ms
+struct peer_backlog {
+  std::deque<queued_reply> replies;
+  int64_t retry_at_ns = 0;
+  int64_t interval_ns = backlog_retry_min_ns;
+};
+
+enum class send_outcome { sent, full, gone };
 
 }  // namespace
 
@@ -87,6 +107,14 @@ class zmq_frontend::impl {
   std::map<std::string, uint32_t> subscription_ids;  // endpoint -> id, guarded by mutex
 
   // Owned by the frontend thread.
+  // Pending slots taken and not yet released (reply_address::slot); an id is released once.
+  std::unordered_set<uint64_t> open_slots;
+  uint64_t next_slot = 1;
+  // Replies for peers whose ZeroMQ queue is full, by (channel, routing id); an entry exists only
+  // while it holds replies. backlog_bytes sums backlog_cost over all of them.
+  std::map<std::pair<size_t, std::string>, peer_backlog> backlog;
+  uint64_t backlog_bytes = 0;
+  uint64_t backlog_count = 0;
   std::vector<std::pair<uint32_t, std::unique_ptr<zmq::socket_t>>> subs;
   std::vector<kv_decode_issue> issues;
 
@@ -134,10 +162,15 @@ class zmq_frontend::impl {
         if (opt.endpoints[c].empty()) continue;
         auto s = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::router);
         s->set(zmq::sockopt::linger, 0);
-        s->set(zmq::sockopt::sndhwm, opt.send_hwm);
-        s->set(zmq::sockopt::rcvhwm, opt.send_hwm);
-        // Never block on a peer: with ROUTER_MANDATORY off, a reply to a gone peer is dropped.
+        // Admin replies can be whole centroid files: ZeroMQ holds few of them per peer, the rest
+        // wait in the capped backlog.
+        s->set(zmq::sockopt::sndhwm, c == 2 ? std::min(opt.send_hwm, 16) : opt.send_hwm);
+        s->set(zmq::sockopt::rcvhwm, opt.recv_hwm);
+        // Never block on a peer. ROUTER_MANDATORY makes ZeroMQ say what it would otherwise do
+        // silently (drop, and report the send as done): EAGAIN when the peer's queue is at its
+        // high-water mark, EHOSTUNREACH when the peer is gone. Without it no drop was ever seen.
         s->set(zmq::sockopt::sndtimeo, 0);
+        s->set(zmq::sockopt::router_mandatory, true);
         const uint32_t limit = c == 0   ? opt.route_limits.max_payload_bytes
                                : c == 1 ? opt.worker_limits.max_payload_bytes
                                         : opt.admin_limits.max_payload_bytes;
@@ -185,6 +218,17 @@ class zmq_frontend::impl {
     if (was_empty) wake();  // one wake per burst: the loop drains the whole outbox
   }
 
+  uint64_t take_slot() {
+    const uint64_t id = next_slot++;
+    open_slots.insert(id);
+    counters.pending.fetch_add(1);
+    return id;
+  }
+
+  void release_slot(uint64_t id) {
+    if (id != 0 && open_slots.erase(id) != 0) counters.pending.fetch_sub(1);
+  }
+
   void send_queued() {
     // Consume the wake-up BEFORE taking the batch: a reply queued after the swap finds the
     // outbox empty and wakes the loop again, so none is left behind.
@@ -195,27 +239,127 @@ class zmq_frontend::impl {
       std::lock_guard lock(mutex);
       batch.swap(outbox);
     }
+    const int64_t now = steady_ns();
     for (auto& r : batch) {
-      const auto c = static_cast<size_t>(r.to.channel);
-      if (r.to.channel == frontend_channel::route) counters.pending.fetch_sub(1);
-      auto& s = routers[c];
-      if (!s) continue;
-      try {
-        bool ok =
-            s->send(zmq::buffer(r.to.peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait)
-                .has_value();
-        if (ok && r.to.delimiter)
-          ok = s->send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait)
-                   .has_value();
-        if (ok)
-          ok =
-              s->send(zmq::message_t(r.payload.data(), r.payload.size()), zmq::send_flags::dontwait)
-                  .has_value();
-        (ok ? counters.replies_sent : counters.replies_dropped).fetch_add(1);
-      } catch (const zmq::error_t&) {
-        counters.replies_dropped.fetch_add(1);
+      // Answered, whether it is sent, waits or is dropped below.
+      release_slot(r.to.slot);
+      deliver(std::move(r), now);
+    }
+  }
+
+  // One reply, without blocking: ZeroMQ takes it, its queue for the peer is full, or the peer is
+  // gone (then nothing of the message was sent).
+  send_outcome try_send(const queued_reply& r) {
+    auto& s = routers[static_cast<size_t>(r.to.channel)];
+    if (!s) return send_outcome::gone;
+    try {
+      // With ROUTER_MANDATORY the routing-id frame is where ZeroMQ refuses; once it is taken, the
+      // rest of the message is too (the high-water mark counts whole messages).
+      if (!s->send(zmq::buffer(r.to.peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+        return send_outcome::full;
+      if (r.to.delimiter)
+        (void)s->send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      (void)s->send(zmq::message_t(r.payload.data(), r.payload.size()), zmq::send_flags::dontwait);
+      return send_outcome::sent;
+    } catch (const zmq::error_t&) {
+      return send_outcome::gone;  // EHOSTUNREACH: no such peer (any more)
+    }
+  }
+
+  void drop(uint64_t n) { counters.replies_dropped.fetch_add(n); }
+
+  void publish_backlog() {
+    counters.queued_reply_bytes.store(backlog_bytes);
+    counters.queued_replies.store(backlog_count);
+    if (backlog_bytes > counters.queued_reply_bytes_peak.load())
+      counters.queued_reply_bytes_peak.store(backlog_bytes);
+  }
+
+  // Appends to a peer's backlog unless that would take the backlog past its cap.
+  void hold(peer_backlog& b, queued_reply r) {
+    const uint64_t cost = backlog_cost(r);
+    if (backlog_bytes + cost > opt.max_queued_reply_bytes) {
+      counters.replies_over_cap.fetch_add(1);
+      return drop(1);
+    }
+    backlog_bytes += cost;
+    ++backlog_count;
+    b.replies.push_back(std::move(r));
+  }
+
+  void deliver(queued_reply r, int64_t now) {
+    auto key = std::make_pair(static_cast<size_t>(r.to.channel), r.to.peer);
+    // A peer with a backlog gets its replies in order: behind the ones already waiting.
+    if (auto it = backlog.find(key); it != backlog.end()) {
+      hold(it->second, std::move(r));
+      return publish_backlog();
+    }
+    switch (try_send(r)) {
+      case send_outcome::sent:
+        counters.replies_sent.fetch_add(1);
+        return;
+      case send_outcome::gone:
+        return drop(1);
+      case send_outcome::full: {
+        peer_backlog b;
+        b.retry_at_ns = now + b.interval_ns;
+        hold(b, std::move(r));
+        if (!b.replies.empty()) backlog.emplace(std::move(key), std::move(b));
+        return publish_backlog();
       }
     }
+  }
+
+  // Sends what the peers whose retry time has come can take now.
+  void flush_backlog(int64_t now) {
+    for (auto it = backlog.begin(); it != backlog.end();) {
+      auto& b = it->second;
+      if (b.retry_at_ns > now) {
+        ++it;
+        continue;
+      }
+      bool progressed = false, gone = false;
+      while (!b.replies.empty()) {
+        const auto outcome = try_send(b.replies.front());
+        if (outcome == send_outcome::full) break;
+        if (outcome == send_outcome::gone) {
+          gone = true;
+          break;
+        }
+        counters.replies_sent.fetch_add(1);
+        backlog_bytes -= backlog_cost(b.replies.front());
+        --backlog_count;
+        b.replies.pop_front();
+        progressed = true;
+      }
+      if (gone) {
+        // The peer left: nothing queued for it can be delivered.
+        drop(b.replies.size());
+        for (const auto& r : b.replies)
+          backlog_bytes -= backlog_cost(r);
+        backlog_count -= b.replies.size();
+        b.replies.clear();
+      }
+      if (b.replies.empty()) {
+        it = backlog.erase(it);
+        continue;
+      }
+      b.interval_ns =
+          progressed ? backlog_retry_min_ns : std::min(b.interval_ns * 2, backlog_retry_max_ns);
+      b.retry_at_ns = now + b.interval_ns;
+      ++it;
+    }
+    publish_backlog();
+  }
+
+  // How long the loop may sleep: until the earliest backlog retry, or indefinitely.
+  std::chrono::milliseconds poll_timeout(int64_t now) const {
+    if (backlog.empty()) return std::chrono::milliseconds(-1);
+    int64_t first = INT64_MAX;
+    for (const auto& [key, b] : backlog)
+      first = std::min(first, b.retry_at_ns);
+    if (first <= now) return std::chrono::milliseconds(0);
+    return std::chrono::milliseconds((first - now + 999'999) / 1'000'000);
   }
 
   void add_subscriptions() {
@@ -300,9 +444,12 @@ class zmq_frontend::impl {
       from.delimiter = true;
       payload = &parts[2];
     } else {
+      // Answered like any error, but it took no pending slot, so its answer releases none. A
+      // REQ peer (an empty second frame) only reads an answer behind a delimiter.
       counters.bad_frames.fetch_add(1);
       if (!parts.empty()) {
         from.peer = parts[0].to_string();
+        from.delimiter = parts.size() > 2 && parts[1].size() == 0;
         count_and_answer(from, std::nullopt, route_error_code::malformed,
                          "a message is exactly one frame (MessagePack map)");
       }
@@ -312,8 +459,8 @@ class zmq_frontend::impl {
     const auto data = bytes(*payload);
     switch (c) {
       case frontend_channel::route: {
-        // Every route answer releases one pending slot, errors included: take it first.
-        counters.pending.fetch_add(1);
+        // The answer, whatever it is, releases the slot: take it first.
+        from.slot = take_slot();
         issues.clear();
         auto req = decode_route_request(data, opt.route_limits, issues);
         if (!req.ok()) {
@@ -398,13 +545,14 @@ class zmq_frontend::impl {
         items.push_back({s->handle(), 0, ZMQ_POLLIN, 0});
       items.push_back({nullptr, wake_fd, ZMQ_POLLIN, 0});
       try {
-        zmq::poll(items, std::chrono::milliseconds(-1));
+        zmq::poll(items, poll_timeout(steady_ns()));
       } catch (const zmq::error_t& e) {
         if (e.num() == EINTR) continue;
         spdlog::error("frontend poll failed: {}", e.what());
         return;
       }
       if (items.back().revents & ZMQ_POLLIN) send_queued();
+      if (!backlog.empty()) flush_backlog(steady_ns());
       if (zap && (items[zap_item].revents & ZMQ_POLLIN)) handle_zap();
       // Drain each socket up to a budget so that one busy socket cannot starve the others.
       for (size_t i = 0; i < zap_item; ++i) {

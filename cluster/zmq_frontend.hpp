@@ -6,8 +6,10 @@
 // (malformed, too large, unknown type, over the pending limit) itself with an error_reply, and
 // hands the rest to callbacks (the actors). Answers come back through reply(), from any thread:
 // they are queued and the frontend thread sends them, because a ZeroMQ socket belongs to one
-// thread. Sends never block: a peer that is gone or not reading (its queue at the high-water mark)
-// loses its reply, which is counted, and no other client waits for it.
+// thread. Sends never block: a reply to a peer that is not reading waits in ZeroMQ's queue for that
+// peer (send_hwm replies), then in the frontend's backlog, whose bytes across all peers are capped
+// (max_queued_reply_bytes); a reply beyond the cap, or to a peer that is gone, is dropped and
+// counted, and no other client waits for it.
 //
 // With CURVE on (frontend_options::curve, docs/security.md) the three ROUTER sockets encrypt and
 // authenticate every connection; with an allowlist of client keys the frontend thread also
@@ -41,6 +43,10 @@ struct reply_address {
   frontend_channel channel = frontend_channel::route;
   std::string peer;
   bool delimiter = false;
+  // The pending slot the request took (0 = none; route requests only). The first answer queued
+  // for it releases it: an answer to a message that took no slot releases none, so `pending`
+  // counts exactly the requests not yet answered.
+  uint64_t slot = 0;
 };
 
 struct route_job {
@@ -81,7 +87,13 @@ struct frontend_options {
   worker_protocol_limits worker_limits;
   admin_protocol_limits admin_limits;
   uint32_t max_pending = 10000;  // route requests handed over and not yet answered
-  int send_hwm = 100000;         // per peer: replies queued before they are dropped
+  // Per peer: replies ZeroMQ itself queues (its SNDHWM). Beyond it, replies wait in the
+  // frontend's backlog, which is what max_queued_reply_bytes caps.
+  int send_hwm = 1000;
+  int recv_hwm = 100000;  // per peer: requests ZeroMQ queues before it stops reading the peer
+  // Reply bytes waiting in the frontend's backlog for peers whose ZeroMQ queue is full, across all
+  // peers; a reply that would exceed it is dropped (counted). 0 = no backlog.
+  uint64_t max_queued_reply_bytes = uint64_t{64} << 20;
   int64_t max_publisher_message_bytes = int64_t{64} << 20;
   frontend_curve_options curve;
 };
@@ -97,7 +109,13 @@ struct frontend_callbacks {
 struct frontend_counters {
   std::atomic<uint64_t> received[frontend_channel_count]{};
   std::atomic<uint64_t> replies_sent{0};
-  std::atomic<uint64_t> replies_dropped{0};  // peer gone or at its high-water mark
+  // Replies not delivered: the peer is gone (ZeroMQ's EHOSTUNREACH), or its queue is full and the
+  // backlog is at max_queued_reply_bytes.
+  std::atomic<uint64_t> replies_dropped{0};
+  std::atomic<uint64_t> replies_over_cap{0};         // of replies_dropped: the backlog was full
+  std::atomic<uint64_t> queued_reply_bytes{0};       // in the backlog now
+  std::atomic<uint64_t> queued_replies{0};           // in the backlog now
+  std::atomic<uint64_t> queued_reply_bytes_peak{0};  // most queued_reply_bytes ever
   std::atomic<uint64_t> malformed{0};
   std::atomic<uint64_t> too_large{0};
   std::atomic<uint64_t> unknown_type{0};
@@ -141,7 +159,7 @@ class zmq_frontend final : public reply_sink {
   // The endpoint actually bound for a channel (port resolved), "" when not served.
   const std::string& bound(frontend_channel c) const;
 
-  // Queues an answer; thread-safe. A reply on the route channel releases one pending slot.
+  // Queues an answer; thread-safe. The first answer for to.slot releases that pending slot.
   void reply(const reply_address& to, std::vector<uint8_t> payload) override;
 
   // Connects a SUB socket (all topics) to a publisher; thread-safe, takes effect on the frontend

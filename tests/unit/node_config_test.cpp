@@ -265,7 +265,7 @@ TEST(NodeConfig, UnknownKeysAndTablesAreNamed) {
   // Dotted keys and sub-tables are keys too.
   EXPECT_EQ(error_of("[limits.extra]\nx = 1\n" + one_model()),
             "eldr.toml: limits.extra: unknown table; valid: max_message_bytes, max_blocks, "
-            "max_pending, max_tracked_requests");
+            "max_pending, max_tracked_requests, max_queued_reply_bytes");
 }
 
 TEST(NodeConfig, WrongTypesNameTheKeyAndTheExpectedType) {

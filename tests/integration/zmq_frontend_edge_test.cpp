@@ -1,0 +1,245 @@
+// zmq_frontend at its edges, over real loopback sockets: messages of every frame shape a client can
+// send take and release pending slots exactly once (so no sequence of them leaves the node
+// answering `overloaded`), and replies to a peer that never reads are held up to the byte cap
+// across peers, then dropped and counted, while other clients are still answered. Waits poll an
+// observable counter with a deadline; nothing sleeps to synchronise.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <thread>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "cluster/zmq_frontend.hpp"
+
+namespace eldr {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Polls `done` until it holds or the deadline passes; true when it held.
+bool eventually(const std::function<bool()>& done, std::chrono::milliseconds deadline = 10s) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+std::vector<uint8_t> route_payload(const std::string& id) {
+  route_request r;
+  r.id = id;
+  r.model = "m";
+  r.block_hashes = {1, 2};
+  return encode_route_request(r);
+}
+
+// A frontend whose route callback answers at once through reply(), as the router does; requests
+// whose id starts with "big" get a reply of big_reply_bytes (a stand-in for any large answer).
+struct route_frontend {
+  std::atomic<zmq_frontend*> self{nullptr};
+  std::atomic<uint64_t> routed{0};
+  size_t big_reply_bytes = 16 << 10;
+  std::unique_ptr<zmq_frontend> f;
+
+  void start(frontend_options o) {
+    o.endpoints[static_cast<size_t>(frontend_channel::route)] = "tcp://127.0.0.1:0";
+    frontend_callbacks cb;
+    cb.on_route = [this](route_job job) {
+      routed.fetch_add(1);
+      if (job.request.id.rfind("big", 0) == 0) {
+        std::vector<uint8_t> big(job.request.id.begin(), job.request.id.end());
+        big.resize(big_reply_bytes, 0x5a);
+        return self.load()->reply(job.from, std::move(big));
+      }
+      route_reply r;
+      r.id = job.request.id;
+      r.worker = 1;
+      r.endpoint = "tcp://decode-1:5555";
+      r.total_blocks = static_cast<uint32_t>(job.request.block_hashes.size());
+      self.load()->reply(job.from, encode_route_reply(r));
+    };
+    cb.on_worker = [](worker_job) {};
+    cb.on_admin = [](admin_job) {};
+    cb.on_publisher = [](publisher_frames) {};
+    auto started = zmq_frontend::start(std::move(o), std::move(cb));
+    ASSERT_TRUE(started.ok()) << started.error().to_string();
+    f = std::move(*started);
+    self.store(f.get());
+  }
+  const frontend_counters& counters() const { return f->counters(); }
+  std::string endpoint() const { return f->bound(frontend_channel::route); }
+};
+
+// Receives one whole message (all frames) within the deadline.
+std::vector<zmq::message_t> receive(zmq::socket_t& s, std::chrono::milliseconds deadline = 10s) {
+  std::vector<zmq::message_t> parts;
+  zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+  if (zmq::poll(&item, 1, deadline) != 1) return parts;
+  (void)zmq::recv_multipart(s, std::back_inserter(parts));
+  return parts;
+}
+
+void send_frames(zmq::socket_t& s, const std::vector<std::vector<uint8_t>>& frames) {
+  for (size_t i = 0; i < frames.size(); ++i)
+    s.send(zmq::buffer(frames[i]),
+           i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+}
+
+// A valid route request from a fresh DEALER gets a route_reply (not `overloaded`).
+void expect_routed(zmq::context_t& ctx, const std::string& endpoint, const std::string& id) {
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(endpoint);
+  const auto p = route_payload(id);
+  s.send(zmq::buffer(p), zmq::send_flags::none);
+  auto parts = receive(s);
+  ASSERT_EQ(parts.size(), 1u) << id << ": no answer";
+  auto r = decode_route_reply({static_cast<const uint8_t*>(parts[0].data()), parts[0].size()}, {});
+  ASSERT_TRUE(r.ok()) << id << ": not a route_reply: " << r.error().to_string();
+  EXPECT_EQ(r->id, id);
+}
+
+TEST(ZmqFrontendEdge, EveryFrameShapeReleasesExactlyTheSlotItTook) {
+  route_frontend node;
+  frontend_options o;
+  o.max_pending = 4;  // a few leaked or wrapped slots would shed every request
+  node.start(o);
+  zmq::context_t ctx;
+  const auto payload = route_payload("shape");
+  const std::vector<uint8_t> empty;
+  uint64_t expected_bad = 0, answers = 0;
+  // DEALER shapes the frontend cannot take: two or three frames (the node sees three or four),
+  // ["", "", payload], ["", payload, payload].
+  {
+    zmq::socket_t d(ctx, zmq::socket_type::dealer);
+    d.set(zmq::sockopt::linger, 0);
+    d.connect(node.endpoint());
+    const std::vector<std::vector<std::vector<uint8_t>>> shapes = {
+        {payload, payload},      {payload, payload, payload},
+        {empty, empty, payload}, {empty, payload, payload},
+        {payload, empty},        {payload, empty, payload}};
+    for (int round = 0; round < 3; ++round)
+      for (const auto& frames : shapes) {
+        send_frames(d, frames);
+        ++expected_bad;
+        ++answers;
+      }
+    // Shapes that are fine: [payload] and ["", payload] (a REQ behind a DEALER proxy).
+    send_frames(d, {payload});
+    send_frames(d, {empty, payload});
+    answers += 2;
+    for (uint64_t i = 0; i < answers; ++i)
+      ASSERT_FALSE(receive(d).empty()) << "answer " << i << " of " << answers;
+  }
+  // A multipart REQ: ["", a, b] on the wire.
+  {
+    zmq::socket_t req(ctx, zmq::socket_type::req);
+    req.set(zmq::sockopt::linger, 0);
+    req.connect(node.endpoint());
+    send_frames(req, {payload, payload});
+    ++expected_bad;
+    ASSERT_FALSE(receive(req).empty());
+  }
+  EXPECT_TRUE(eventually([&] { return node.counters().bad_frames.load() == expected_bad; }))
+      << node.counters().bad_frames.load();
+  EXPECT_TRUE(eventually([&] { return node.counters().pending.load() == 0; }))
+      << "pending " << node.counters().pending.load();
+  // The slots are all free: valid routes are routed, not shed, and leave none taken.
+  for (int i = 0; i < 20; ++i)
+    expect_routed(ctx, node.endpoint(), "after-" + std::to_string(i));
+  EXPECT_EQ(node.counters().overloaded.load(), 0u);
+  EXPECT_TRUE(eventually([&] { return node.counters().pending.load() == 0; }));
+}
+
+TEST(ZmqFrontendEdge, RepliesToAPeerThatNeverReadsAreCappedDroppedAndCounted) {
+  route_frontend node;
+  frontend_options o;
+  o.send_hwm = 8;
+  o.max_queued_reply_bytes = 256 << 10;  // 16 replies of 16 KiB
+  node.start(o);
+  zmq::context_t ctx;
+  // Never reads; small buffers so that the kernel holds little of what the node sends it.
+  zmq::socket_t silent(ctx, zmq::socket_type::dealer);
+  silent.set(zmq::sockopt::linger, 0);
+  silent.set(zmq::sockopt::rcvhwm, 1);
+  silent.set(zmq::sockopt::rcvbuf, 4096);
+  silent.connect(node.endpoint());
+  // 3,000 x 16 KiB = 48 MiB of replies: far more than the kernel, ZeroMQ's 8 and the cap hold.
+  const uint64_t n = 3000;
+  for (uint64_t i = 0; i < n; ++i) {
+    const auto p = route_payload("big-" + std::to_string(i));
+    silent.send(zmq::buffer(p), zmq::send_flags::none);
+  }
+  const auto& c = node.counters();
+  // Every reply is accounted for: sent into ZeroMQ, held in the backlog, or dropped.
+  ASSERT_TRUE(eventually(
+      [&] {
+        return node.routed.load() == n &&
+               c.replies_sent.load() + c.replies_dropped.load() + c.queued_replies.load() == n;
+      },
+      30s))
+      << "routed " << node.routed.load() << " sent " << c.replies_sent.load() << " dropped "
+      << c.replies_dropped.load() << " queued " << c.queued_replies.load();
+  EXPECT_GT(c.replies_dropped.load(), n / 2);
+  EXPECT_EQ(c.replies_over_cap.load(), c.replies_dropped.load());
+  // The backlog was used, and never beyond its cap. (It may be empty by now: the kernel's send
+  // buffer grows while the peer's window is closed and takes what waited.)
+  EXPECT_GT(c.queued_reply_bytes_peak.load(), 0u);
+  EXPECT_LE(c.queued_reply_bytes_peak.load(), o.max_queued_reply_bytes);
+  EXPECT_LE(c.queued_reply_bytes.load(), o.max_queued_reply_bytes);
+  // Another client is answered at once, and its answer does not wait behind the silent peer's.
+  for (int i = 0; i < 10; ++i)
+    expect_routed(ctx, node.endpoint(), "other-" + std::to_string(i));
+  EXPECT_TRUE(eventually([&] { return c.pending.load() == 0; }));
+  // The silent peer leaves: what waited for it can never be delivered and is dropped, counted.
+  const uint64_t waiting = c.queued_replies.load();
+  const uint64_t dropped = c.replies_dropped.load();
+  silent.close();
+  EXPECT_TRUE(eventually([&] { return c.queued_replies.load() == 0; }, 30s))
+      << c.queued_replies.load();
+  EXPECT_EQ(c.queued_reply_bytes.load(), 0u);
+  // A reply is counted just after ZeroMQ takes it, so the last may arrive before its count.
+  EXPECT_TRUE(eventually([&] {
+    return c.replies_sent.load() + c.replies_dropped.load() == n + 10;
+  })) << c.replies_sent.load()
+      << " + " << c.replies_dropped.load();
+  EXPECT_GE(c.replies_dropped.load(), dropped);
+  EXPECT_LE(c.replies_dropped.load(), dropped + waiting);
+}
+
+TEST(ZmqFrontendEdge, ASlowReaderGetsEveryReplyInOrderFromTheBacklog) {
+  route_frontend node;
+  node.big_reply_bytes = 4 << 10;
+  frontend_options o;
+  o.send_hwm = 4;
+  node.start(o);
+  zmq::context_t ctx;
+  zmq::socket_t slow(ctx, zmq::socket_type::dealer);
+  slow.set(zmq::sockopt::linger, 0);
+  slow.set(zmq::sockopt::rcvhwm, 1);
+  slow.set(zmq::sockopt::rcvbuf, 4096);
+  slow.connect(node.endpoint());
+  const int n = 4000;  // 16 MiB: more than ZeroMQ's 4 and the kernel's buffers hold
+  for (int i = 0; i < n; ++i) {
+    const auto p = route_payload("big-" + std::to_string(i));
+    slow.send(zmq::buffer(p), zmq::send_flags::none);
+  }
+  ASSERT_TRUE(eventually([&] { return node.counters().queued_replies.load() > 0; }, 30s));
+  // Reading now drains the backlog: every reply arrives, none is dropped.
+  for (int i = 0; i < n; ++i) {
+    auto parts = receive(slow);
+    ASSERT_EQ(parts.size(), 1u) << "reply " << i;
+    ASSERT_EQ(parts[0].size(), node.big_reply_bytes);
+    const std::string id = "big-" + std::to_string(i) + "Z";  // padding is 'Z' (0x5a)
+    ASSERT_EQ(parts[0].to_string().substr(0, id.size()), id) << "out of order";
+  }
+  EXPECT_EQ(node.counters().replies_dropped.load(), 0u);
+  EXPECT_TRUE(eventually([&] { return node.counters().queued_replies.load() == 0; }));
+}
+
+}  // namespace
+}  // namespace eldr
