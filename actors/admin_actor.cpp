@@ -25,18 +25,13 @@ void answer_admin_error(const node_context& ctx, const admin_job& job, route_err
   ctx.edge->reply(job.from, encode_admin_reply(r));
 }
 
-std::optional<std::string> string_arg(const nlohmann::json& args, const char* key) {
-  if (!args.is_object()) return std::nullopt;
-  auto it = args.find(key);
-  if (it == args.end() || !it->is_string()) return std::nullopt;
-  return it->get<std::string>();
+result<std::optional<std::string>> string_arg(const nlohmann::json& args, const char* key) {
+  return admin_string_arg(args, key);
 }
 
-std::optional<uint64_t> uint_arg(const nlohmann::json& args, const char* key) {
-  if (!args.is_object()) return std::nullopt;
-  auto it = args.find(key);
-  if (it == args.end() || !it->is_number_unsigned()) return std::nullopt;
-  return it->get<uint64_t>();
+result<std::optional<uint64_t>> uint_arg(const nlohmann::json& args, const char* key,
+                                         uint64_t max) {
+  return admin_uint_arg(args, key, max);
 }
 
 namespace {
@@ -50,6 +45,10 @@ nlohmann::json frontend_json(const zmq_frontend& f) {
           {"admin_received", c.received[2].load()},
           {"replies_sent", c.replies_sent.load()},
           {"replies_dropped", c.replies_dropped.load()},
+          {"replies_over_cap", c.replies_over_cap.load()},
+          {"queued_replies", c.queued_replies.load()},
+          {"queued_reply_bytes", c.queued_reply_bytes.load()},
+          {"queued_reply_bytes_peak", c.queued_reply_bytes_peak.load()},
           {"malformed", c.malformed.load()},
           {"too_large", c.too_large.load()},
           {"unknown_type", c.unknown_type.load()},

@@ -34,10 +34,13 @@ struct node_context {
 };
 using node_context_ptr = std::shared_ptr<const node_context>;
 
-// An admin argument of the given type; nullopt when absent, null or of another type (never
-// throws: arguments come from clients).
-std::optional<std::string> string_arg(const nlohmann::json& args, const char* key);
-std::optional<uint64_t> uint_arg(const nlohmann::json& args, const char* key);
+// An admin argument of the given type (admin_protocol.hpp's admin_uint_arg / admin_string_arg):
+// nullopt when absent or null, an error naming the argument when it has another type or is out of
+// range (never converted, never throws: arguments come from clients). Handlers answer that error
+// as malformed.
+result<std::optional<std::string>> string_arg(const nlohmann::json& args, const char* key);
+result<std::optional<uint64_t>> uint_arg(const nlohmann::json& args, const char* key,
+                                         uint64_t max = UINT64_MAX);
 
 // Sends an admin reply (ok with `result`, or an error) back through the frontend.
 void answer_admin(const node_context& ctx, const admin_job& job, nlohmann::json result);

@@ -332,7 +332,10 @@ caf::behavior refit_behavior(refit_actor_t* self, node_context_ptr ctx, caf::act
       },
       [=](admin_atom, admin_job_ptr job) {
         const auto& c = *self->state.ctx;
-        const auto name = string_arg(job->request.args, "model").value_or("");
+        const auto arg = string_arg(job->request.args, "model");
+        if (!arg.ok())
+          return answer_admin_error(c, *job, route_error_code::malformed, arg.error().message());
+        const auto name = arg->value_or("");
         for (uint32_t m = 0; m < c.config.models.size(); ++m)
           if (c.config.models[m].name == name) return run_refit(self, m, job);
         answer_admin_error(c, *job, route_error_code::unknown_model,

@@ -775,7 +775,11 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
   auto& st = self->state;
   const auto& cmd = job->request.command;
   const auto& args = job->request.args;
-  const auto model_name = arg<std::string>(args, "model");
+  const auto model_arg = string_arg(args, "model");
+  if (!model_arg.ok())
+    return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+                              model_arg.error().message());
+  const auto& model_name = *model_arg;
   model_state* m = model_name ? st.find(*model_name) : nullptr;
   auto need_model = [&]() -> bool {
     if (m) return true;
@@ -785,11 +789,13 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
     return false;
   };
   auto need_worker = [&]() -> std::optional<uint32_t> {
-    auto w = arg<uint32_t>(args, "worker");
-    if (!w)
+    auto w = uint_arg(args, "worker", UINT32_MAX);
+    if (!w.ok() || !*w) {
       answer_admin_error(*st.ctx, *job, route_error_code::malformed,
-                         "argument 'worker' (uint) is required");
-    return w;
+                         w.ok() ? "argument 'worker' (uint) is required" : w.error().message());
+      return std::nullopt;
+    }
+    return static_cast<uint32_t>(**w);
   };
   if (cmd == "workers") {
     nlohmann::json rows = nlohmann::json::array();
@@ -848,11 +854,12 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
                       st.ctx->now_ms() + import_wait_ms);
   } else if (cmd == "centroids.swap") {
     if (!need_model()) return;
-    auto e = arg<uint64_t>(args, "epoch");
-    if (!e)
-      return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
-                                "argument 'epoch' (uint) is required");
-    swap_to(self, *m, *e, job);
+    auto e = uint_arg(args, "epoch");
+    if (!e.ok() || !*e)
+      return answer_admin_error(
+          *st.ctx, *job, route_error_code::malformed,
+          e.ok() ? "argument 'epoch' (uint) is required" : e.error().message());
+    swap_to(self, *m, **e, job);
   } else if (cmd == "centroids.rollback") {
     if (!need_model()) return;
     const uint32_t index = m->index;
@@ -875,10 +882,12 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
             });
   } else if (cmd == "explain") {
     if (!need_model()) return;
-    auto id = arg<std::string>(args, "request");
-    if (!id)
-      return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
-                                "argument 'request' (string) is required");
+    auto id_arg = string_arg(args, "request");
+    if (!id_arg.ok() || !*id_arg)
+      return answer_admin_error(
+          *st.ctx, *job, route_error_code::malformed,
+          id_arg.ok() ? "argument 'request' (string) is required" : id_arg.error().message());
+    const auto& id = *id_arg;
     for (auto it = m->recent.rbegin(); it != m->recent.rend(); ++it) {
       if (it->request != *id) continue;
       nlohmann::json band = nlohmann::json::array();

@@ -13,6 +13,7 @@
 #include "cluster/counts_message.hpp"
 #include "cluster/ingest.hpp"
 #include "core/hash_ring.hpp"
+#include "core/metrics.hpp"
 #include "core/shard_plan.hpp"
 
 namespace eldr {
@@ -261,24 +262,26 @@ std::string ingest_metrics_text(const sigcache_state& st) {
       "# TYPE eldr_sigcache_blocks gauge\n";
   for (size_t m = 0; m < st.models.size(); ++m) {
     const auto& mc = st.models[m];
-    const auto& model = st.ctx->config.models[m].name;
+    const std::string model_label = prometheus_label_value(st.ctx->config.models[m].name);
     auto emit = [&](const std::vector<publisher_metrics>& pubs, const char* kind) {
       for (const auto& p : pubs) {
+        // Publisher names are endpoints clients chose: escaped like every label value.
+        const std::string publisher = prometheus_label_value(p.name);
         const std::string labels =
-            "{model=\"" + model + "\",publisher=\"" + p.name + "\",kind=\"" + kind + "\"}";
+            "{model=\"" + model_label + "\",publisher=\"" + publisher + "\",kind=\"" + kind + "\"}";
         out += "eldr_ingest_messages_total" + labels + " " + std::to_string(p.messages) + "\n";
         gaps += "eldr_ingest_gaps_total" + labels + " " + std::to_string(p.gaps) + "\n";
         for (size_t c = 0; c < drop_cause_count; ++c) {
           if (p.dropped[c] == 0) continue;
-          drops += "eldr_ingest_dropped_total{model=\"" + model + "\",publisher=\"" + p.name +
-                   "\",cause=\"" + to_string(static_cast<drop_cause>(c)) + "\"} " +
+          drops += "eldr_ingest_dropped_total{model=\"" + model_label + "\",publisher=\"" +
+                   publisher + "\",cause=\"" + to_string(static_cast<drop_cause>(c)) + "\"} " +
                    std::to_string(p.dropped[c]) + "\n";
         }
       }
     };
     emit(mc.events->kv_metrics(), "kv");
     emit(mc.events->counts_metrics(), "counts");
-    blocks += "eldr_sigcache_blocks{model=\"" + model + "\"} " +
+    blocks += "eldr_sigcache_blocks{model=\"" + model_label + "\"} " +
               std::to_string(mc.cache->stats().blocks) + "\n";
   }
   return out + gaps + drops + blocks;
@@ -502,7 +505,12 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
         auto& st = self->state;
         // centroids.export {model, epoch?}
         const auto& args = job->request.args;
-        const std::string model = string_arg(args, "model").value_or("");
+        const auto model_arg = string_arg(args, "model");
+        const auto epoch_arg = uint_arg(args, "epoch");
+        for (const status* bad : {&model_arg.error(), &epoch_arg.error()})
+          if (!bad->ok())
+            return answer_admin_error(*st.ctx, *job, route_error_code::malformed, bad->message());
+        const std::string model = model_arg->value_or("");
         uint32_t index = 0;
         while (index < st.ctx->config.models.size() && st.ctx->config.models[index].name != model)
           ++index;
@@ -511,8 +519,8 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
                                     "no model named '" + model + "'");
         auto& cache = *st.models[index].cache;
         uint64_t epoch = 0;
-        if (args.contains("epoch") && args["epoch"].is_number_unsigned()) {
-          epoch = args["epoch"].get<uint64_t>();
+        if (*epoch_arg) {
+          epoch = **epoch_arg;
         } else {
           auto cur = cache.current_epoch();
           if (!cur.ok())

@@ -26,41 +26,6 @@ using nlohmann::json;
 constexpr std::string_view request_type = "admin_request";
 constexpr std::string_view reply_type = "admin_reply";
 
-// True when s is well-formed UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF).
-bool valid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len = 0;
-    unsigned lo = 0x80, hi = 0xbf;  // allowed range of the second byte
-    if (c >= 0xc2 && c <= 0xdf) {
-      len = 2;
-    } else if (c >= 0xe0 && c <= 0xef) {
-      len = 3;
-      if (c == 0xe0) lo = 0xa0;
-      if (c == 0xed) hi = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      len = 4;
-      if (c == 0xf0) lo = 0x90;
-      if (c == 0xf4) hi = 0x8f;
-    } else {
-      return false;
-    }
-    if (n - i < len) return false;
-    if (p[i + 1] < lo || p[i + 1] > hi) return false;
-    for (size_t k = 2; k < len; ++k)
-      if ((p[i + k] & 0xc0) != 0x80) return false;
-    i += len;
-  }
-  return true;
-}
-
 // Where a value sits in args / result, rendered only for an error message: a chain of frames on
 // the stack of the recursive conversion ("admin_request.args.model", "...layers[3]").
 struct path {
@@ -381,6 +346,53 @@ result<admin_reply> decode_admin_reply(std::span<const uint8_t> payload,
   } catch (const std::exception& e) {
     return status::out_of_range(std::string("admin_reply: ") + e.what());
   }
+}
+
+namespace {
+
+// The value as the error shows it: its JSON text, cut short (a decoded value is valid UTF-8, so
+// dump cannot throw; the cut may split a character, hence the replacing dump).
+std::string shown(const json& v) {
+  std::string text = v.is_binary()
+                         ? "a binary of " + std::to_string(v.get_binary().size()) + " bytes"
+                         : v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > 64) text = text.substr(0, 61) + "...";
+  return text;
+}
+
+const json* find_arg(const json& args, std::string_view key) {
+  if (!args.is_object()) return nullptr;
+  auto it = args.find(key);
+  if (it == args.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+}  // namespace
+
+result<std::optional<uint64_t>> admin_uint_arg(const json& args, std::string_view key,
+                                               uint64_t max) {
+  const json* v = find_arg(args, key);
+  if (!v) return std::optional<uint64_t>();
+  // MessagePack writes a non-negative int64 as an int too: take either integer kind.
+  std::optional<uint64_t> got;
+  if (v->is_number_unsigned())
+    got = v->get<uint64_t>();
+  else if (v->is_number_integer() && v->get<int64_t>() >= 0)
+    got = static_cast<uint64_t>(v->get<int64_t>());
+  if (!got || *got > max)
+    return status::invalid_argument("argument '" + std::string(key) +
+                                    "' must be an unsigned integer <= " + std::to_string(max) +
+                                    ", got " + shown(*v));
+  return got;
+}
+
+result<std::optional<std::string>> admin_string_arg(const json& args, std::string_view key) {
+  const json* v = find_arg(args, key);
+  if (!v) return std::optional<std::string>();
+  if (!v->is_string())
+    return status::invalid_argument("argument '" + std::string(key) + "' must be a string, got " +
+                                    shown(*v));
+  return std::optional<std::string>(v->get<std::string>());
 }
 
 }  // namespace eldr

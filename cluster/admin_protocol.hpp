@@ -19,8 +19,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -76,5 +78,16 @@ result<admin_request> decode_admin_request(std::span<const uint8_t> payload,
                                            const admin_protocol_limits& limits);
 result<admin_reply> decode_admin_reply(std::span<const uint8_t> payload,
                                        const admin_protocol_limits& limits);
+
+// Typed access to a request's arguments, for the commands' handlers. The value is nullopt when the
+// argument is absent or null (the handler decides whether it is required); the error
+// (invalid_argument) when it is present with another type or out of range, naming the argument:
+// "argument 'worker' must be an unsigned integer <= 4294967295, got 4294967296". Nothing is
+// converted: 1.9, true, "3" and -1 are not unsigned integers. args that is not an object has no
+// arguments.
+result<std::optional<uint64_t>> admin_uint_arg(const nlohmann::json& args, std::string_view key,
+                                               uint64_t max = UINT64_MAX);
+result<std::optional<std::string>> admin_string_arg(const nlohmann::json& args,
+                                                    std::string_view key);
 
 }  // namespace eldr

@@ -31,6 +31,43 @@ status missing(std::string_view type, std::string_view name) {
   return status::invalid_argument(field(type, name) + ": missing");
 }
 
+namespace {
+
+std::string byte_at(std::string_view s, size_t i) {
+  static constexpr char hex[] = "0123456789abcdef";
+  const auto c = static_cast<unsigned char>(s[i]);
+  std::string out = "byte ";
+  out += std::to_string(i);
+  out += " (0x";
+  out += hex[c >> 4];
+  out += hex[c & 15];
+  out += ')';
+  return out;
+}
+
+bool endpoint_char(char ch) {
+  const auto c = static_cast<unsigned char>(ch);
+  return c > 0x20 && c < 0x7f && c != '"' && c != '\'' && c != '`' && c != '\\';
+}
+
+}  // namespace
+
+status check_endpoint(std::string_view what, std::string_view s, endpoint_use use) {
+  for (size_t i = 0; i < s.size(); ++i)
+    if (!endpoint_char(s[i]))
+      return status::invalid_argument(
+          join(what, ": contains ") + byte_at(s, i) +
+          "; an endpoint is printable ASCII without whitespace, quotes or backslashes");
+  if (use == endpoint_use::zmq_connect) {
+    const bool tcp = s.starts_with("tcp://") && s.size() > 6;
+    const bool ipc = s.starts_with("ipc://") && s.size() > 6;
+    if (!tcp && !ipc)
+      return status::invalid_argument(join(what, ": \"") + std::string(s) +
+                                      "\" is not tcp://HOST:PORT or ipc://PATH");
+  }
+  return {};
+}
+
 status next_of(reader& r, kind want, std::string_view what, item& it) {
   if (status s = r.next(it); !s.ok()) return at(what, s);
   if (it.type != want)
@@ -45,7 +82,10 @@ status read_string(reader& r, std::string_view what, uint32_t max_bytes, std::st
   if (it.length > max_bytes)
     return status::out_of_range(join(what, ": ") + std::to_string(it.length) + " bytes, limit " +
                                 std::to_string(max_bytes));
-  out.assign(it.str());
+  const std::string_view v = it.str();
+  if (const size_t bad = utf8_error_at(v); bad != v.size())
+    return status::invalid_argument(join(what, ": not valid UTF-8 at ") + byte_at(v, bad));
+  out.assign(v);
   return {};
 }
 
@@ -53,6 +93,12 @@ status read_nonempty(reader& r, std::string_view what, uint32_t max_bytes, std::
   if (status s = read_string(r, what, max_bytes, out); !s.ok()) return s;
   if (out.empty()) return status::invalid_argument(join(what, ": empty"));
   return {};
+}
+
+status read_endpoint(reader& r, std::string_view what, uint32_t max_bytes, endpoint_use use,
+                     std::string& out) {
+  if (status s = read_nonempty(r, what, max_bytes, out); !s.ok()) return s;
+  return check_endpoint(what, out, use);
 }
 
 status read_u64(reader& r, std::string_view what, uint64_t& out) {

@@ -11,6 +11,7 @@
 
 #include "core/msgpack.hpp"
 #include "core/status.hpp"
+#include "core/utf8.hpp"
 
 namespace eldr::wire {
 
@@ -23,13 +24,27 @@ status at(std::string_view what, const status& s);
 // "type.name: missing" (invalid_argument).
 status missing(std::string_view type, std::string_view name);
 
+// What a string naming an endpoint may be. Every endpoint is 1..max bytes of printable ASCII
+// without whitespace, quotes ("'`) or backslashes: it is logged, shown in tables and written into
+// metrics labels, and no endpoint form needs them. zmq_connect endpoints are also ones the node
+// itself connects a ZeroMQ socket to, so only tcp:// and ipc:// (never inproc://, which would
+// reach sockets inside the node).
+enum class endpoint_use { opaque, zmq_connect };
+// Checks s; the error (invalid_argument) names `what` and the first offending byte.
+status check_endpoint(std::string_view what, std::string_view s, endpoint_use use);
+
 // Reads the next value and requires its kind. Wrong kinds are invalid_argument (the bytes are
 // fine MessagePack, the message is wrong), so a client learns which field it got wrong.
 status next_of(msgpack::reader& r, msgpack::kind want, std::string_view what, msgpack::item& it);
-// A string of at most max_bytes (out_of_range beyond).
+// A string of at most max_bytes (out_of_range beyond) that is valid UTF-8 (invalid_argument):
+// every string a peer sends is checked here, so a decoded message can always be logged, echoed
+// and dumped as JSON.
 status read_string(msgpack::reader& r, std::string_view what, uint32_t max_bytes, std::string& out);
 status read_nonempty(msgpack::reader& r, std::string_view what, uint32_t max_bytes,
                      std::string& out);
+// A non-empty endpoint (read_nonempty, then check_endpoint).
+status read_endpoint(msgpack::reader& r, std::string_view what, uint32_t max_bytes,
+                     endpoint_use use, std::string& out);
 status read_u64(msgpack::reader& r, std::string_view what, uint64_t& out);
 status read_u32(msgpack::reader& r, std::string_view what, uint32_t& out);
 status read_bool(msgpack::reader& r, std::string_view what, bool& out);

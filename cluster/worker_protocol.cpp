@@ -98,7 +98,10 @@ result<worker_message> decode_register(reader& r, const envelope& env,
     known = true;
     if (key == "endpoint") {
       have_endpoint = true;
-      return read_nonempty(in, field(t, "endpoint"), limits.max_endpoint_bytes, m.endpoint);
+      // Opaque to the node (NIXL host:port, tcp://, http://...: the KV transfer decides), but
+      // route replies, `eldrctl workers` and logs carry it.
+      return read_endpoint(in, field(t, "endpoint"), limits.max_endpoint_bytes,
+                           endpoint_use::opaque, m.endpoint);
     }
     if (key == "capacity") {
       if (take_nil(in)) {
@@ -231,15 +234,21 @@ result<worker_message> decode_publisher(reader& r, const envelope& env,
     known = true;
     if (key == "endpoint") {
       have_endpoint = true;
-      return read_nonempty(in, field(t, "endpoint"), limits.max_endpoint_bytes, m.endpoint);
+      // The signature cache connects a SUB socket to it.
+      return read_endpoint(in, field(t, "endpoint"), limits.max_endpoint_bytes,
+                           endpoint_use::zmq_connect, m.endpoint);
     }
     if (key == "replay_endpoint") {
       if (take_nil(in)) {
         m.replay_endpoint.clear();
         return {};
       }
-      return read_string(in, field(t, "replay_endpoint"), limits.max_endpoint_bytes,
-                         m.replay_endpoint);
+      if (status e = read_string(in, field(t, "replay_endpoint"), limits.max_endpoint_bytes,
+                                 m.replay_endpoint);
+          !e.ok() || m.replay_endpoint.empty())
+        return e;
+      return check_endpoint(field(t, "replay_endpoint"), m.replay_endpoint,
+                            endpoint_use::zmq_connect);
     }
     known = false;
     return {};

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <system_error>
 
+#include "core/utf8.hpp"
+
 namespace eldr {
 namespace {
 
@@ -22,8 +24,10 @@ bool valid_identifier(std::string_view name, bool colon) {
   return std::all_of(name.begin(), name.end(), [colon](char c) { return name_char(c, colon); });
 }
 
-// HELP text escapes backslash and newline; label values also escape the double quote.
-void append_escaped(std::string& out, std::string_view s, bool quote) {
+// HELP text escapes backslash and newline; label values also escape the double quote. Both are
+// UTF-8 in the format: anything else is replaced, so that no client-chosen byte breaks a scrape.
+void append_escaped(std::string& out, std::string_view text, bool quote) {
+  const std::string s = utf8_replacing(text);
   for (char c : s) {
     if (c == '\\') {
       out += "\\\\";
@@ -80,6 +84,12 @@ const char* type_name(int type) {
 }
 
 }  // namespace
+
+std::string prometheus_label_value(std::string_view value) {
+  std::string out;
+  append_escaped(out, value, true);
+  return out;
+}
 
 bool valid_metric_name(std::string_view name) {
   return valid_identifier(name, true);

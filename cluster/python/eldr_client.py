@@ -258,7 +258,9 @@ def encode(msg_type, fields):
 def decode(payload, expected_types):
     """A reply payload as a dict; ProtocolError when it is not a version-1 map of those types."""
     try:
-        m = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        # A string that is not UTF-8 (a node before 0.2.1 passed worker endpoints through
+        # unchecked) is shown with U+FFFD rather than failing the whole reply.
+        m = msgpack.unpackb(payload, raw=False, strict_map_key=False, unicode_errors="replace")
     except Exception as e:  # msgpack raises several unrelated types on bad input
         raise ProtocolError("reply does not decode as MessagePack: %s" % e) from None
     if not isinstance(m, dict):
@@ -270,6 +272,22 @@ def decode(payload, expected_types):
         raise ProtocolError("reply of type %r, expected one of %s"
                             % (m.get("type"), ", ".join(expected_types)))
     return m
+
+
+def checked_endpoint(field, value, zmq_connect):
+    """value as the node accepts it for `field` (docs/protocol.md section 4), else ValueError
+    naming the field: 1..256 bytes of printable ASCII without whitespace, quotes or backslashes;
+    an endpoint the node connects to (zmq_connect) is tcp://... or ipc://..."""
+    value = str(value)
+    for i, ch in enumerate(value):
+        if not ("\x21" <= ch <= "\x7e") or ch in "\"'`\\":
+            raise ValueError("%s: contains %r at %d; an endpoint is printable ASCII without "
+                             "whitespace, quotes or backslashes" % (field, ch, i))
+    if not 1 <= len(value) <= 256:
+        raise ValueError("%s: %d bytes, must be 1..256" % (field, len(value)))
+    if zmq_connect and not (value.startswith(("tcp://", "ipc://")) and len(value) > 6):
+        raise ValueError("%s: %r is not tcp://HOST:PORT or ipc://PATH" % (field, value))
+    return value
 
 
 def error_from(reply):
@@ -569,7 +587,8 @@ class WorkerClient(_Client):
     def register(self, model, worker, endpoint, capacity=0):
         """Announces decode worker `worker` (its index in the model's pool) and its KV endpoint."""
         return self._worker_call("worker_register", {
-            "model": str(model), "worker": int(worker), "endpoint": str(endpoint),
+            "model": str(model), "worker": int(worker),
+            "endpoint": checked_endpoint("worker_register.endpoint", endpoint, False),
             "capacity": int(capacity)})
 
     def report_load(self, model, worker, in_flight, running=0, waiting=0, kv_usage=0.0, seq=None):
@@ -600,8 +619,10 @@ class WorkerClient(_Client):
     def register_publisher(self, model, endpoint, replay_endpoint=""):
         """A vLLM KV-event publisher (PUB endpoint, optional replay ROUTER) for the cache."""
         return self._worker_call("publisher_register", {
-            "model": str(model), "endpoint": str(endpoint),
-            "replay_endpoint": str(replay_endpoint)})
+            "model": str(model),
+            "endpoint": checked_endpoint("publisher_register.endpoint", endpoint, True),
+            "replay_endpoint": checked_endpoint("publisher_register.replay_endpoint",
+                                                replay_endpoint, True) if replay_endpoint else ""})
 
 
 class AdminClient(_Client):

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cluster/route_protocol.hpp"
+#include "core/utf8.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   eldr::route_protocol_limits limits;
@@ -17,6 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<eldr::kv_decode_issue> issues;
   if (const auto m = eldr::decode_route_request(in, limits, issues); m.ok()) {
     if (m->block_hashes.size() > limits.max_blocks || m->id.empty() || m->model.empty() ||
+        !eldr::valid_utf8(m->id) || !eldr::valid_utf8(m->model) ||
         (m->counts && m->counts->blocks.size() > limits.max_blocks))
       std::abort();
     std::vector<eldr::kv_decode_issue> issues2;

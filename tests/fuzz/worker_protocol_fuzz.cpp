@@ -7,7 +7,9 @@
 #include <variant>
 #include <vector>
 
+#include "cluster/wire_fields.hpp"
 #include "cluster/worker_protocol.hpp"
+#include "core/utf8.hpp"
 
 namespace {
 
@@ -46,10 +48,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   if (const auto m = eldr::decode_worker_message(in, limits); m.ok()) {
     if (eldr::worker_message_id(*m).size() > limits.max_id_bytes) std::abort();
+    // Accepted strings are UTF-8, accepted endpoints pass the endpoint rules (docs/protocol.md).
+    if (!eldr::valid_utf8(eldr::worker_message_id(*m))) std::abort();
+    std::visit(
+        [](const auto& x) {
+          if (!eldr::valid_utf8(x.model)) std::abort();
+        },
+        *m);
+    using eldr::wire::endpoint_use;
+    if (const auto* w = std::get_if<eldr::worker_register>(&*m))
+      if (!eldr::wire::check_endpoint("e", w->endpoint, endpoint_use::opaque).ok()) std::abort();
+    if (const auto* p = std::get_if<eldr::publisher_register>(&*m)) {
+      if (!eldr::wire::check_endpoint("e", p->endpoint, endpoint_use::zmq_connect).ok())
+        std::abort();
+      if (!p->replay_endpoint.empty() &&
+          !eldr::wire::check_endpoint("e", p->replay_endpoint, endpoint_use::zmq_connect).ok())
+        std::abort();
+    }
     if (const auto* f = std::get_if<eldr::finished_requests>(&*m)) {
       if (f->requests.size() > limits.max_finished) std::abort();
       for (const auto& r : f->requests)
-        if (r.empty() || r.size() > limits.max_id_bytes) std::abort();
+        if (r.empty() || r.size() > limits.max_id_bytes || !eldr::valid_utf8(r)) std::abort();
     }
     if (const auto* l = std::get_if<eldr::load_report>(&*m))
       if (!(l->kv_usage >= 0.0f && l->kv_usage <= 1.0f)) std::abort();

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -21,6 +22,10 @@
 #include "storage/signature_cache.hpp"
 
 namespace {
+
+// Names and media stored by earlier versions came from publishers unchecked: a byte that is not
+// UTF-8 is printed as U+FFFD rather than aborting the dump (nlohmann's type_error.316).
+constexpr auto replace_invalid = nlohmann::json::error_handler_t::replace;
 
 volatile std::sig_atomic_t stop_requested = 0;
 extern "C" void on_stop_signal(int) {
@@ -56,7 +61,7 @@ int run_ingest(const std::string& db, const eldr::zmq_ingest_options& zo,
   std::vector<std::optional<uint64_t>> acked(workers.size());
   for (size_t i = 0; i < workers.size(); ++i)
     acked[i] = (*cache)->last_sequence(workers[i]);
-  std::cout << nlohmann::json{{"ready", true}}.dump() << std::endl;
+  std::cout << nlohmann::json{{"ready", true}}.dump(-1, ' ', false, replace_invalid) << std::endl;
   while (!stop_requested) {
     auto handled = (*in)->poll_once(100);
     if (!handled.ok()) {
@@ -67,16 +72,16 @@ int run_ingest(const std::string& db, const eldr::zmq_ingest_options& zo,
     for (size_t i = 0; i < workers.size(); ++i) {
       const auto seq = (*cache)->last_sequence(workers[i]);
       if (seq && seq != acked[i])
-        std::cout
-            << nlohmann::json{{"ack", {{"endpoint", zo.kv_endpoints[i]}, {"seq", *seq}}}}.dump()
-            << std::endl;
+        std::cout << nlohmann::json{{"ack", {{"endpoint", zo.kv_endpoints[i]}, {"seq", *seq}}}}
+                         .dump(-1, ' ', false, replace_invalid)
+                  << std::endl;
       acked[i] = seq;
     }
   }
   // poll_once commits before returning: all that was received is durable here.
   std::cout << nlohmann::json{{"stopped", true},
                               {"metrics", nlohmann::json::parse((*in)->logic().metrics_json())}}
-                   .dump()
+                   .dump(-1, ' ', false, replace_invalid)
             << std::endl;
   return 0;
 }
@@ -107,14 +112,21 @@ int run_dump(const std::string& db, const std::string& block) {
   const auto& names = (*cache)->worker_names();
   int rc = 0;
   if (!block.empty()) {
-    auto b = (*cache)->block(std::stoull(block));
+    uint64_t hash = 0;
+    const auto [end, ec] = std::from_chars(block.data(), block.data() + block.size(), hash);
+    if (ec != std::errc() || end != block.data() + block.size()) {
+      std::cerr << "eldr-sigcache: --block " << block << ": not an unsigned decimal hash\n";
+      return 2;
+    }
+    auto b = (*cache)->block(hash);
     if (b.ok())
-      std::cout << block_json(*b, names).dump() << "\n";
+      std::cout << block_json(*b, names).dump(-1, ' ', false, replace_invalid) << "\n";
     else
       rc = 1;
   } else {
-    (*cache)->for_each_block(
-        [&](const eldr::block_info& b) { std::cout << block_json(b, names).dump() << "\n"; });
+    (*cache)->for_each_block([&](const eldr::block_info& b) {
+      std::cout << block_json(b, names).dump(-1, ' ', false, replace_invalid) << "\n";
+    });
   }
   const auto st = (*cache)->stats();
   nlohmann::json stats = {{"blocks", st.blocks},
@@ -134,7 +146,7 @@ int run_dump(const std::string& db, const std::string& block) {
         {{"name", names[w]}, {"last_seq", seq ? nlohmann::json(*seq) : nlohmann::json(nullptr)}});
   }
   stats["workers"] = workers;
-  std::cout << nlohmann::json{{"stats", stats}}.dump() << std::endl;
+  std::cout << nlohmann::json{{"stats", stats}}.dump(-1, ' ', false, replace_invalid) << std::endl;
   return rc;
 }
 

@@ -436,8 +436,50 @@ def test_admin():
         c.close()
 
 
+def test_strings_checked_at_the_edge():
+    """Endpoints the node would refuse raise ValueError naming the field before anything is
+    sent; a reply string that is not UTF-8 (an older node) decodes with U+FFFD."""
+    def raw_str(b):
+        return bytes([0xa0 | len(b)]) + b
+
+    def bad_endpoint_reply(msg, raw):
+        # A route_reply whose endpoint is the two bytes ff fe, written by hand: msgpack would not.
+        return [b"\x87" + raw_str(b"version") + b"\x01" + raw_str(b"type") +
+                raw_str(b"route_reply") + raw_str(b"id") + msgpack.packb(msg["id"]) +
+                raw_str(b"worker") + b"\x02" + raw_str(b"endpoint") + raw_str(b"\xff\xfe") +
+                raw_str(b"epoch") + b"\x00" + raw_str(b"covered_blocks") + b"\x00"]
+
+    with FakeNode(answer_all) as node:
+        c = ec.WorkerClient(node.endpoint, timeout_ms=5000)
+        refused = [
+            (lambda: c.register("m", 1, 'tcp://a"b'), "worker_register.endpoint: contains"),
+            (lambda: c.register("m", 1, "tcp://a:1\nx"), "worker_register.endpoint: contains"),
+            (lambda: c.register("m", 1, ""), "worker_register.endpoint: 0 bytes"),
+            (lambda: c.register_publisher("m", "inproc://x"),
+             "publisher_register.endpoint: 'inproc://x' is not"),
+            (lambda: c.register_publisher("m", "tcp://h:1", "tcp://h:2 "),
+             "publisher_register.replay_endpoint: contains"),
+        ]
+        for call, start in refused:
+            try:
+                call()
+            except ValueError as e:
+                check(str(e).startswith(start), "%r starts with %r" % (str(e), start))
+            else:
+                raise AssertionError("sent: " + start)
+        c.register("m", 1, "10.0.0.1:5600")  # no scheme: opaque to the node, accepted
+        eq(node.next()[0]["endpoint"], "10.0.0.1:5600", "schemeless worker endpoint")
+        c.close()
+    with FakeNode(bad_endpoint_reply) as node:
+        c = ec.RouteClient(node.endpoint, timeout_ms=5000)
+        reply = c.route("r1", "m", [1])
+        eq(reply["endpoint"], "\ufffd\ufffd", "endpoint that is not UTF-8")
+        c.close()
+
+
 TESTS = [test_counts_message, test_route_encoding_and_reply, test_route_errors,
-         test_route_pipelined, test_unreachable, test_worker_messages, test_admin]
+         test_route_pipelined, test_unreachable, test_worker_messages, test_admin,
+         test_strings_checked_at_the_edge]
 
 
 def run_tests():
