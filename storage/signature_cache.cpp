@@ -15,6 +15,7 @@
 #include <rocksdb/write_batch.h>
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,10 +27,12 @@
 #include <cstdio>
 #include <ctime>
 #include <deque>
+#include <filesystem>
 #include <list>
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <shared_mutex>
 #include <thread>
 #include <unordered_map>
 
@@ -332,7 +335,7 @@ class signature_cache::impl {
                           [&] { return w.stop; });
           if (w.stop) return;  // what is queued is lost: health() reported it pending
           lock.unlock();
-          const rocksdb::Status r = db->Resume();
+          const rocksdb::Status r = reopen();
           lock.lock();
           if (!r.ok()) {
             note_retry_failure(r);
@@ -350,9 +353,7 @@ class signature_cache::impl {
         rocksdb::WriteBatch& b = w.queue.front();  // push_back keeps references valid
         w.busy = true;
         lock.unlock();
-        rocksdb::WriteOptions wo;
-        wo.sync = opt.sync_wal;
-        const rocksdb::Status s = db->Write(wo, &b);
+        const rocksdb::Status s = write(b);
         lock.lock();
         w.busy = false;
         if (s.ok()) {
@@ -383,9 +384,7 @@ class signature_cache::impl {
     if (opt.read_only)
       return status::failed_precondition("the signature cache was opened read-only");
     if (degraded()) return degraded_error();
-    rocksdb::WriteOptions wo;
-    wo.sync = opt.sync_wal;
-    const rocksdb::Status s = db->Write(wo, &b);
+    const rocksdb::Status s = write(b);
     if (!s.ok()) {
       note_write_failure(s, "writing the centroid history");
       if (bg) {
@@ -416,6 +415,70 @@ class signature_cache::impl {
     if (!bg) return degraded();
     std::lock_guard lock(bg->mutex);
     return !bg->queue.empty() || bg->busy || bg->halted;
+  }
+
+  // The database is reopened, not resumed, to recover from a failed write. A WAL append that
+  // fails (ENOSPC) leaves RocksDB's writer of that WAL with an error mark, and any later call on
+  // that writer aborts (the assertion of store_logger's comment): DB::Resume() moves to a new
+  // WAL only when it has a memtable to flush and otherwise writes on into the marked one. And
+  // Resume() can wait for ever in 7.8: a flush scheduled while writes were stopped fails without
+  // leaving its queue (DBImpl::BackgroundFlush), and the recovery's flush request then finds the
+  // column family already queued and is never run (DBImpl::FlushMemTable, WaitForFlushMemTables).
+  // Closing drops the marked writers; opening replays the WAL and starts a new one. Reopening
+  // takes db_mutex exclusively (every other use of `db` holds it shared), so lookups wait for one
+  // open; it is tried only when the file system has room for the replayed WAL.
+  std::shared_mutex db_mutex;
+  std::mutex write_mutex;  // one writer at a time (the writer thread, the owner's history)
+  std::string dir;
+  rocksdb::Options db_options;
+  bool db_read_only = false;  // reopened read-only: there was no room to open for writing
+
+  rocksdb::Status write(rocksdb::WriteBatch& b) {
+    std::shared_lock use(db_mutex);
+    std::lock_guard lock(write_mutex);
+    if (db_read_only) return rocksdb::Status::NoSpace("the store is open read-only");
+    rocksdb::WriteOptions wo;
+    wo.sync = opt.sync_wal;
+    return db->Write(wo, &b);
+  }
+
+  // Bytes the replay of the WAL needs (about its size as new table files, plus the new WAL,
+  // MANIFEST and OPTIONS) against the bytes free.
+  bool has_room() const {
+    struct statvfs fs {};
+    if (::statvfs(dir.c_str(), &fs) != 0) return true;  // unknown: try
+    uint64_t wal_bytes = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+      if (e.path().extension() == ".log") wal_bytes += e.file_size(ec);
+    const uint64_t free_bytes = uint64_t{fs.f_bavail} * fs.f_frsize;
+    return free_bytes >= wal_bytes + wal_bytes / 8 + (uint64_t{1} << 20);
+  }
+
+  static rocksdb::Status no_db() {
+    return rocksdb::Status::IOError("the store could not be reopened");
+  }
+  rocksdb::Status get(const std::string& key, std::string& value) {
+    std::shared_lock use(db_mutex);
+    return db ? db->Get(checked_reads(), key, &value) : no_db();
+  }
+
+  rocksdb::Status reopen() {
+    if (!has_room()) return rocksdb::Status::NoSpace("waiting for free space to reopen " + dir);
+    std::unique_lock x(db_mutex);
+    db.reset();  // a database stopped by an error closes without writing
+    rocksdb::DB* raw = nullptr;
+    rocksdb::Status s = rocksdb::DB::Open(db_options, dir, &raw);
+    if (s.ok()) {
+      db.reset(raw);
+      db_read_only = false;
+      return s;
+    }
+    // Lookups go on from a read-only instance (it writes nothing) until the next try.
+    const rocksdb::Status r = rocksdb::DB::OpenForReadOnly(db_options, dir, &raw);
+    if (r.ok()) db.reset(raw);
+    db_read_only = true;
+    return s;
   }
 
   // Health (store_health). `fault` is shared with the writer thread; the rest is the owner's.
@@ -471,12 +534,10 @@ class signature_cache::impl {
   void retry_now() {
     if (now() < next_retry_ms) return;
     next_retry_ms = now() + std::max<int64_t>(opt.retry_interval_ms, 0);
-    const rocksdb::Status r = db->Resume();
+    const rocksdb::Status r = reopen();
     if (!r.ok()) return note_retry_failure(r);
     if (batch.Count() > 0) {
-      rocksdb::WriteOptions wo;
-      wo.sync = opt.sync_wal;
-      const rocksdb::Status s = db->Write(wo, &batch);
+      const rocksdb::Status s = write(batch);
       if (!s.ok()) {
         note_write_failure(s, "writing held changes");
         return note_retry_failure(s);
@@ -809,7 +870,10 @@ result<std::unique_ptr<signature_cache>> signature_cache::open(const std::string
   // which the store reports (health().recovery_notes) rather than refusing to start, since
   // everything it holds can be recomputed by prefill and resent by the publishers.
   ro.paranoid_checks = true;
+  // RocksDB's own retries of retryable I/O errors would Resume() behind the store's back.
+  ro.max_bgerror_resume_count = 0;
   ro.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+  p->dir = dir;
   p->logger = std::make_shared<store_logger>(p->opt.read_only ? "" : dir + "/LOG");
   ro.info_log = p->logger;
   p->listener = std::make_shared<store_listener>();
@@ -818,6 +882,7 @@ result<std::unique_ptr<signature_cache>> signature_cache::open(const std::string
       ". The store only caches what prefill recomputes and publishers resend: to start empty, "
       "stop the node and move the directory aside (mv " +
       dir + " " + dir + ".broken)";
+  p->db_options = ro;
   rocksdb::DB* raw = nullptr;
   const rocksdb::Status opened = p->opt.read_only ? rocksdb::DB::OpenForReadOnly(ro, dir, &raw)
                                                   : rocksdb::DB::Open(ro, dir, &raw);
@@ -1002,10 +1067,10 @@ result<std::vector<uint32_t>> signature_cache::masked_counts(block_hash hash) {
   }
   const std::string key = record::block_key('c', hash);
   std::string bytes;
-  rocksdb::Status s = m.db->Get(checked_reads(), key, &bytes);
+  rocksdb::Status s = m.get(key, bytes);
   if (s.IsNotFound() && m.bg) {
     m.wait_idle();  // committed, still queued for the background writer
-    s = m.db->Get(checked_reads(), key, &bytes);
+    s = m.get(key, bytes);
   }
   if (s.IsNotFound() && m.writes_pending())  // held by a degraded store: not an error of the data
     return status::io_error("the counts of block " + std::to_string(hash) +
@@ -1110,9 +1175,7 @@ status signature_cache::commit() {
     m.hand_over();
     return {};
   }
-  rocksdb::WriteOptions wo;
-  wo.sync = m.opt.sync_wal;
-  const rocksdb::Status s = m.db->Write(wo, &m.batch);
+  const rocksdb::Status s = m.write(m.batch);
   if (!s.ok()) {
     // The batch is kept (later changes are added to it) and written first at recovery.
     m.note_write_failure(s, "committing a write batch");
@@ -1222,7 +1285,13 @@ result<prefix_sum_info> signature_cache::sum_prefix(std::span<const block_hash> 
     for (block_hash h : misses)
       keys.push_back(record::block_key('c', h));
     std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
-    const std::vector<rocksdb::Status> st = m.db->MultiGet(checked_reads(), slices, &fetched);
+    std::vector<rocksdb::Status> st;
+    {
+      std::shared_lock use(m.db_mutex);
+      st = m.db ? m.db->MultiGet(checked_reads(), slices, &fetched)
+                : std::vector<rocksdb::Status>(slices.size(), m.no_db());
+      fetched.resize(slices.size());
+    }
     std::optional<bool> pending;  // asked once per lookup, and only when a record is missing
     for (size_t j = 0; j < misses.size(); ++j) {
       ++info.disk_reads;
@@ -1356,7 +1425,7 @@ result<uint64_t> signature_cache::current_epoch() const {
 
 result<std::vector<uint8_t>> signature_cache::centroid_set(uint64_t epoch) const {
   std::string value;
-  const auto s = impl_->db->Get(rocksdb::ReadOptions(), epoch_key(epoch), &value);
+  const auto s = impl_->get(epoch_key(epoch), value);
   if (s.IsNotFound()) return status::not_found("no centroid set of epoch " + std::to_string(epoch));
   if (!s.ok()) return from_rocks(s, "reading a centroid set");
   return std::vector<uint8_t>(value.begin(), value.end());
@@ -1391,7 +1460,7 @@ std::optional<std::string> signature_cache::metadata(std::string_view name) cons
   auto it = impl_->metadata.find(std::string(name));
   if (it != impl_->metadata.end()) return it->second;
   std::string value;
-  if (impl_->db->Get(rocksdb::ReadOptions(), "x:" + std::string(name), &value).ok()) return value;
+  if (impl_->get("x:" + std::string(name), value).ok()) return value;
   return std::nullopt;
 }
 

@@ -1,10 +1,7 @@
 // signature_cache under faults, on a real RocksDB: a full file system (a small tmpfs mounted for
 // the test, so root is needed; skipped otherwise), a damaged SST (4 KiB overwritten, one bit
 // flipped), a damaged WAL, and a store that cannot be opened (docs/signature-cache.md, "Faults").
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/mount.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,6 +13,7 @@
 #include <thread>
 
 #include "storage/signature_cache.hpp"
+#include "tests/support/small_fs.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace eldr {
@@ -71,33 +69,10 @@ result<prefix_sum_info> lookup(signature_cache& c, std::span<const block_hash> h
   return c.sum_prefix(hashes, sum);
 }
 
-// A tmpfs of `size` at `dir`, unmounted (lazily) at destruction.
-struct small_fs {
-  std::string dir;
-  bool mounted = false;
-  std::string why;
-  small_fs(const std::string& where, const std::string& size) : dir(where) {
-    fs::create_directories(dir);
-    if (::mount("tmpfs", dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, ("size=" + size).c_str()) == 0)
-      mounted = true;
-    else
-      why = std::string("mounting a tmpfs failed: ") + std::strerror(errno) +
-            " (the test needs root, as in CI)";
-  }
-  ~small_fs() {
-    if (mounted) ::umount2(dir.c_str(), MNT_DETACH);
-  }
-};
+using testing::small_fs;
 
-// Writes `path` until the file system is full.
 void fill(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  ASSERT_GE(fd, 0);
-  std::vector<char> buf(64 << 10, 'f');
-  for (size_t chunk : {buf.size(), size_t{4096}, size_t{512}, size_t{1}})
-    while (::write(fd, buf.data(), chunk) == static_cast<ssize_t>(chunk)) {
-    }
-  ::close(fd);
+  ASSERT_TRUE(small_fs::fill(path)) << "could not fill the file system";
 }
 
 template <class F>
