@@ -30,6 +30,11 @@ struct model_cache {
   int64_t last_expire_ms = 0;  // grace periods are checked once a second, not every tick
   uint64_t signed_requests = 0;
   uint64_t handed_off = 0, taken_over = 0, handoff_refused = 0;  // cluster: blocks moved
+  // The store's health as last logged: a degraded store is logged once when it degrades and once
+  // when it recovers; read errors at most every read_error_log_ms.
+  bool logged_degraded = false;
+  uint64_t logged_read_errors = 0;
+  int64_t read_errors_logged_ms = 0;
 };
 
 // A subscription the frontend delivers frames for.
@@ -77,6 +82,10 @@ sign_result_ptr sign(model_cache& mc, const sign_job& job) {
     if (info.ok()) {
       out->covered = info->with_counts;
       if (info->with_counts > 0) b->finish(out->sig);
+      // Bad stored data is said, not taken for a cache miss (the store counts and logs it).
+      if (info->read_errors > 0)
+        out->problem = "signature store: " + std::to_string(info->read_errors) +
+                       " blocks' counts could not be read";
     } else {
       out->problem = info.error().message();
     }
@@ -247,6 +256,89 @@ void hand_off(sigcache_actor_t* self, hash_ring next, const std::map<std::string
   st.ring.emplace(std::move(next));
 }
 
+constexpr int64_t read_error_log_ms = 10'000;
+
+// The store section of status (cache_stats): the store's health (signature_cache::health()).
+nlohmann::json store_json(const store_health& h) {
+  return {{"degraded", h.degraded},
+          {"reason", h.reason},
+          {"degraded_since_ms", h.degraded_since_ms},
+          {"recovered_at_ms", h.recovered_at_ms},
+          {"write_errors", h.write_errors},
+          {"recoveries", h.recoveries},
+          {"unpersisted_commits", h.unpersisted_commits},
+          {"pending_changes", h.pending_changes},
+          {"read_errors", h.read_errors},
+          {"last_read_error", h.last_read_error},
+          {"recovery_events", h.recovery_events},
+          {"recovery_notes", h.recovery_notes},
+          {"log_write_errors", h.log_write_errors}};
+}
+
+std::string store_metrics_text(const sigcache_state& st) {
+  struct family {
+    const char* name;
+    const char* type;
+    const char* help;
+    uint64_t (*value)(const store_health&);
+  };
+  static const family families[] = {
+      {"eldr_store_degraded", "gauge",
+       "1 while the signature store cannot write (changes held in memory).",
+       [](const store_health& h) -> uint64_t { return h.degraded ? 1 : 0; }},
+      {"eldr_store_write_errors_total", "counter", "Failed signature store writes.",
+       [](const store_health& h) { return h.write_errors; }},
+      {"eldr_store_recoveries_total", "counter", "Signature store recoveries from degraded.",
+       [](const store_health& h) { return h.recoveries; }},
+      {"eldr_store_unpersisted_commits_total", "counter",
+       "Commits whose changes could not be written when made.",
+       [](const store_health& h) { return h.unpersisted_commits; }},
+      {"eldr_store_pending_changes", "gauge", "Changes in memory not yet written to the store.",
+       [](const store_health& h) { return h.pending_changes; }},
+      {"eldr_store_read_errors_total", "counter",
+       "Stored counts that could not be read (corrupt, I/O error, missing).",
+       [](const store_health& h) { return h.read_errors; }},
+      {"eldr_store_recovery_events_total", "counter",
+       "Data RocksDB reported dropping while recovering the WAL at open.",
+       [](const store_health& h) { return h.recovery_events; }},
+  };
+  std::vector<store_health> healths;
+  for (const auto& mc : st.models)
+    healths.push_back(mc.cache->health());
+  std::string out;
+  for (const auto& f : families) {
+    out +=
+        std::string("# HELP ") + f.name + " " + f.help + "\n# TYPE " + f.name + " " + f.type + "\n";
+    for (size_t m = 0; m < st.models.size(); ++m)
+      out += std::string(f.name) + "{model=\"" + st.ctx->config.models[m].name + "\"} " +
+             std::to_string(f.value(healths[m])) + "\n";
+  }
+  return out;
+}
+
+// Logs what changed in a store's health since the last call: degraded and recovered once each,
+// read errors rate-limited.
+void log_store_health(model_cache& mc, const std::string& model, int64_t now_ms) {
+  const store_health h = mc.cache->health();
+  if (h.degraded && !mc.logged_degraded)
+    spdlog::error(
+        "model {}: the signature store is degraded: {}. Routing goes on from memory; changes are "
+        "held and written when the store can write again (retried every second), lost if the "
+        "node stops first",
+        model, h.reason);
+  else if (!h.degraded && mc.logged_degraded)
+    spdlog::warn("model {}: the signature store writes again (recovered; {} write errors so far)",
+                 model, h.write_errors);
+  mc.logged_degraded = h.degraded;
+  if (h.read_errors > mc.logged_read_errors &&
+      now_ms - mc.read_errors_logged_ms >= read_error_log_ms) {
+    spdlog::error("model {}: {} signature store read errors ({} in all); the last: {}", model,
+                  h.read_errors - mc.logged_read_errors, h.read_errors, h.last_read_error);
+    mc.logged_read_errors = h.read_errors;
+    mc.read_errors_logged_ms = now_ms;
+  }
+}
+
 std::string ingest_metrics_text(const sigcache_state& st) {
   std::string out;
   out += "# HELP eldr_ingest_messages_total Publisher messages applied to the signature cache.\n";
@@ -295,6 +387,12 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
     model_cache mc;
     mc.events = std::make_unique<ingest>(*c);
     mc.cache = std::move(c);
+    // What the WAL's recovery dropped at open is said once, at start-up.
+    const auto h = mc.cache->health();
+    const auto& model = ctx->config.models[self->state.models.size()].name;
+    for (const auto& note : h.recovery_notes)
+      spdlog::error("model {}: the signature store lost data while recovering its WAL: {}", model,
+                    note);
     self->state.models.push_back(std::move(mc));
   }
   // A stopping node commits what is staged: counts acknowledged to nobody yet would otherwise be
@@ -303,7 +401,8 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
     spdlog::debug("signature cache: exit ({})", self->system().render(msg.reason));
     for (auto& mc : self->state.models)
       if (auto s = mc.events->commit(); !s.ok() || !(s = mc.cache->flush()).ok())
-        spdlog::error("signature cache commit at exit failed: {}", s.to_string());
+        spdlog::error("signature cache commit at exit failed: {} ({} changes not persisted)",
+                      s.to_string(), mc.cache->health().pending_changes);
     self->quit(msg.reason);
   });
   self->set_exception_handler([](caf::scheduled_actor*, std::exception_ptr& e) -> caf::error {
@@ -433,13 +532,18 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
           if (took > std::chrono::milliseconds(50))
             spdlog::warn("model {}: staging a commit took {} us", st.ctx->config.models[m].name,
                          std::chrono::duration_cast<std::chrono::microseconds>(took).count());
+          // A degraded store fails every commit until it recovers: logged once, by its health.
           if (auto s = committed; !s.ok()) {
             ++st.commit_errors;
-            spdlog::error("model {}: signature cache commit failed: {}",
-                          st.ctx->config.models[m].name, s.to_string());
+            if (!mc.cache->health().degraded)
+              spdlog::error("model {}: signature cache commit failed: {}",
+                            st.ctx->config.models[m].name, s.to_string());
           }
         }
+        for (size_t m = 0; m < st.models.size(); ++m)
+          log_store_health(st.models[m], st.ctx->config.models[m].name, now);
         st.ctx->metrics->set_section("ingest", ingest_metrics_text(st));
+        st.ctx->metrics->set_section("store", store_metrics_text(st));
         self->delayed_send(self, std::chrono::milliseconds(st.ctx->config.commit_interval_ms),
                            commit_atom::value);
       },
@@ -497,6 +601,7 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
                {"handoff_refused_blocks", mc.handoff_refused},
                {"signed_requests", mc.signed_requests},
                {"publishers", mc.events->kv_metrics().size() + mc.events->counts_metrics().size()},
+               {"store", store_json(mc.cache->health())},
                {"ingest", nlohmann::json::parse(mc.events->metrics_json(), nullptr, false)}});
         }
         return out.dump();

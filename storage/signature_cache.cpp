@@ -8,21 +8,31 @@
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/filter_policy.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/memtablerep.h>
 #include <rocksdb/slice_transform.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
+
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cassert>
 #include <chrono>
 #include <condition_variable>
+#include <cstdarg>
+#include <cstdio>
+#include <ctime>
 #include <deque>
+#include <filesystem>
 #include <list>
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <shared_mutex>
 #include <thread>
 #include <unordered_map>
 
@@ -108,6 +118,101 @@ status from_rocks(const rocksdb::Status& s, const std::string& what) {
   return status::io_error(what + ": " + s.ToString());
 }
 
+int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Reads check RocksDB's block checksums (the default, said here because the store relies on it:
+// a damaged SST block is a read error, never other counts).
+rocksdb::ReadOptions checked_reads() {
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = true;
+  return ro;
+}
+
+// RocksDB's info log (the LOG file in the database directory). RocksDB's own (EnvLogger) writes
+// through a WritableFileWriter and, after a write of it failed (a full disk), calls Append on it
+// again for the next line; Debian's librocksdb keeps asserts on, and that Append aborts the
+// process in WritableFileWriter::AssertFalseAndGetStatusForPrevError (`sync_without_flush_called_`;
+// docs/signature-cache.md, "Faults"). This one writes each line with write(2) and counts the lines
+// it could not write. It also keeps what WAL recovery reports dropping, for health().
+class store_logger : public rocksdb::Logger {
+ public:
+  // An empty path writes no file (read-only opens: the LOG belongs to the writing process).
+  explicit store_logger(const std::string& path)
+      : rocksdb::Logger(rocksdb::InfoLogLevel::INFO_LEVEL) {
+    if (!path.empty()) {
+      // The previous run's log is kept beside, as RocksDB does (one generation here).
+      (void)std::rename(path.c_str(), (path + ".old").c_str());
+      fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    }
+  }
+  ~store_logger() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    char line[2048];
+    const auto now = std::chrono::system_clock::now();
+    const std::time_t t = std::chrono::system_clock::to_time_t(now);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    size_t n = std::strftime(line, sizeof(line), "%Y/%m/%d-%H:%M:%S ", &tm);
+    const int body = std::vsnprintf(line + n, sizeof(line) - n - 1, format, ap);
+    if (body < 0) return;
+    const size_t text_start = n;
+    n = std::min(n + static_cast<size_t>(body), sizeof(line) - 2);
+    if (line[n - 1] != '\n') line[n++] = '\n';
+    const std::string_view text(line + text_start, n - text_start - 1);
+    // What WAL replay at open reports losing: "<file>: dropping N bytes; <reason>" (a corrupt
+    // record and, in point-in-time recovery, everything after it) and "Point in time recovered
+    // to log #N seq #S" (db/db_impl/db_impl_open.cc, RecoverLogFiles).
+    if (text.find("dropping ") != std::string_view::npos ||
+        text.find("Point in time recovered") != std::string_view::npos) {
+      std::lock_guard lock(mutex_);
+      ++events_;
+      if (notes_.size() < 16) notes_.emplace_back(text);
+    }
+    if (fd_ >= 0 && ::write(fd_, line, n) != static_cast<ssize_t>(n))
+      write_errors_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  void recovery(uint64_t& events, std::vector<std::string>& notes) const {
+    std::lock_guard lock(mutex_);
+    events = events_;
+    notes = notes_;
+  }
+  uint64_t write_errors() const { return write_errors_.load(std::memory_order_relaxed); }
+
+ private:
+  int fd_ = -1;
+  std::atomic<uint64_t> write_errors_{0};
+  mutable std::mutex mutex_;
+  uint64_t events_ = 0;
+  std::vector<std::string> notes_;
+};
+
+// RocksDB would resume from a full disk by itself (its SstFileManager polls the free space every
+// few seconds); the store does it instead, every retry_interval_ms, so that recovery has one owner
+// (and one log line), and a manual DB::Resume() is not refused as Busy while RocksDB's runs.
+// Counts background (flush, compaction) errors, which no Write returns at once.
+class store_listener : public rocksdb::EventListener {
+ public:
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason, rocksdb::Status,
+                            bool* auto_recovery) override {
+    *auto_recovery = false;
+  }
+  void OnBackgroundError(rocksdb::BackgroundErrorReason reason, rocksdb::Status*) override {
+    // A failed Write is counted by the store already.
+    if (reason != rocksdb::BackgroundErrorReason::kWriteCallback)
+      errors.fetch_add(1, std::memory_order_relaxed);
+  }
+  std::atomic<uint64_t> errors{0};
+};
+
 }  // namespace
 
 clock_fn system_clock_ms() {
@@ -191,13 +296,17 @@ class signature_cache::impl {
 
   // The background writer (options.background_writes): batches handed over by commit(), written
   // in order on its own thread. RocksDB's Write is safe beside the owner's reads.
+  //
+  // A batch that fails stays at the front of the queue and the writer halts: every
+  // retry_interval_ms it resumes RocksDB (DB::Resume, which flushes the memtables to new files)
+  // and, once that works, writes the queue again from that batch on, in order.
   struct writer {
     std::mutex mutex;
     std::condition_variable wake, idle;
     std::deque<rocksdb::WriteBatch> queue;
     bool busy = false;
     bool stop = false;
-    status error;  // first failure since the last flush/commit reported it
+    bool halted = false;  // a write failed; retrying
     std::thread thread;
   };
   std::unique_ptr<writer> bg;
@@ -220,61 +329,239 @@ class signature_cache::impl {
       writer& w = *bg;
       std::unique_lock lock(w.mutex);
       for (;;) {
-        w.wake.wait(lock, [&] { return w.stop || !w.queue.empty(); });
+        if (w.halted) {
+          w.wake.wait_for(lock,
+                          std::chrono::milliseconds(std::max<int64_t>(opt.retry_interval_ms, 1)),
+                          [&] { return w.stop; });
+          if (w.stop) return;  // what is queued is lost: health() reported it pending
+          lock.unlock();
+          const rocksdb::Status r = reopen();
+          lock.lock();
+          if (!r.ok()) {
+            note_retry_failure(r);
+            continue;
+          }
+          w.halted = false;
+          if (w.queue.empty()) note_recovered();
+          w.idle.notify_all();
+          continue;
+        }
+        w.wake.wait(lock, [&] { return w.stop || w.halted || !w.queue.empty(); });
+        if (w.halted) continue;
         if (w.queue.empty()) return;  // stop, and everything written
-        rocksdb::WriteBatch b = std::move(w.queue.front());
-        w.queue.pop_front();
+        // The front stays queued until written: a failed batch is written again, in order.
+        rocksdb::WriteBatch& b = w.queue.front();  // push_back keeps references valid
         w.busy = true;
         lock.unlock();
-        rocksdb::WriteOptions wo;
-        wo.sync = opt.sync_wal;
-        const rocksdb::Status s = db->Write(wo, &b);
+        const rocksdb::Status s = write(b);
         lock.lock();
         w.busy = false;
-        if (!s.ok() && w.error.ok()) w.error = from_rocks(s, "committing a write batch");
-        if (s.ok()) bg_commits.fetch_add(1, std::memory_order_relaxed);
+        if (s.ok()) {
+          w.queue.pop_front();
+          bg_commits.fetch_add(1, std::memory_order_relaxed);
+          if (w.queue.empty()) note_recovered();
+        } else {
+          note_write_failure(s, "committing a write batch");
+          w.halted = true;
+        }
         w.idle.notify_all();
       }
     });
   }
 
-  // Queues the staged batch (waiting while max_queued_batches are queued); the writer's
-  // pending error, if any.
-  status hand_over() {
+  // Queues the staged batch (waiting while max_queued_batches are queued).
+  void hand_over() {
     writer& w = *bg;
     std::unique_lock lock(w.mutex);
-    w.idle.wait(lock, [&] { return w.queue.size() < max_queued_batches; });
+    w.idle.wait(lock, [&] { return w.queue.size() < max_queued_batches || w.halted; });
     w.queue.push_back(std::move(batch));
     batch = rocksdb::WriteBatch();
     w.wake.notify_one();
-    return std::exchange(w.error, status());
   }
 
   // Writes a batch at once on the calling thread (centroid history), counted as a commit.
   status write_now(rocksdb::WriteBatch& b) {
     if (opt.read_only)
       return status::failed_precondition("the signature cache was opened read-only");
-    rocksdb::WriteOptions wo;
-    wo.sync = opt.sync_wal;
-    const rocksdb::Status s = db->Write(wo, &b);
-    if (!s.ok()) return from_rocks(s, "writing the centroid history");
+    if (degraded()) return degraded_error();
+    const rocksdb::Status s = write(b);
+    if (!s.ok()) {
+      note_write_failure(s, "writing the centroid history");
+      if (bg) {
+        std::lock_guard lock(bg->mutex);
+        bg->halted = true;  // the writer owns the retries
+        bg->wake.notify_one();
+      }
+      return from_rocks(s, "writing the centroid history");
+    }
     ++stats.commits;
     return {};
   }
 
-  // Waits until the writer has written everything queued, leaving any error for the next
-  // commit() or flush() to report.
+  // Waits until the writer has written everything queued or halted on a failure.
   void wait_idle() {
     writer& w = *bg;
     std::unique_lock lock(w.mutex);
-    w.idle.wait(lock, [&] { return w.queue.empty() && !w.busy; });
+    w.idle.wait(lock, [&] { return (w.queue.empty() || w.halted) && !w.busy; });
   }
 
   status wait_written() {
-    writer& w = *bg;
-    std::unique_lock lock(w.mutex);
-    w.idle.wait(lock, [&] { return w.queue.empty() && !w.busy; });
-    return std::exchange(w.error, status());
+    wait_idle();
+    return degraded() ? degraded_error() : status();
+  }
+
+  // Whether a committed change may still be missing from RocksDB (queued or held).
+  bool writes_pending() {
+    if (!bg) return degraded();
+    std::lock_guard lock(bg->mutex);
+    return !bg->queue.empty() || bg->busy || bg->halted;
+  }
+
+  // The database is reopened, not resumed, to recover from a failed write. A WAL append that
+  // fails (ENOSPC) leaves RocksDB's writer of that WAL with an error mark, and any later call on
+  // that writer aborts (the assertion of store_logger's comment): DB::Resume() moves to a new
+  // WAL only when it has a memtable to flush and otherwise writes on into the marked one. And
+  // Resume() can wait for ever in 7.8: a flush scheduled while writes were stopped fails without
+  // leaving its queue (DBImpl::BackgroundFlush), and the recovery's flush request then finds the
+  // column family already queued and is never run (DBImpl::FlushMemTable, WaitForFlushMemTables).
+  // Closing drops the marked writers; opening replays the WAL and starts a new one. Reopening
+  // takes db_mutex exclusively (every other use of `db` holds it shared), so lookups wait for one
+  // open; it is tried only when the file system has room for the replayed WAL.
+  std::shared_mutex db_mutex;
+  std::mutex write_mutex;  // one writer at a time (the writer thread, the owner's history)
+  std::string dir;
+  rocksdb::Options db_options;
+  bool db_read_only = false;  // reopened read-only: there was no room to open for writing
+
+  rocksdb::Status write(rocksdb::WriteBatch& b) {
+    std::shared_lock use(db_mutex);
+    std::lock_guard lock(write_mutex);
+    if (db_read_only) return rocksdb::Status::NoSpace("the store is open read-only");
+    rocksdb::WriteOptions wo;
+    wo.sync = opt.sync_wal;
+    return db->Write(wo, &b);
+  }
+
+  // Bytes the replay of the WAL needs (about its size as new table files, plus the new WAL,
+  // MANIFEST and OPTIONS) against the bytes free.
+  bool has_room() const {
+    struct statvfs fs {};
+    if (::statvfs(dir.c_str(), &fs) != 0) return true;  // unknown: try
+    uint64_t wal_bytes = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+      if (e.path().extension() == ".log") wal_bytes += e.file_size(ec);
+    const uint64_t free_bytes = uint64_t{fs.f_bavail} * fs.f_frsize;
+    return free_bytes >= wal_bytes + wal_bytes / 8 + (uint64_t{1} << 20);
+  }
+
+  static rocksdb::Status no_db() {
+    return rocksdb::Status::IOError("the store could not be reopened");
+  }
+  rocksdb::Status get(const std::string& key, std::string& value) {
+    std::shared_lock use(db_mutex);
+    return db ? db->Get(checked_reads(), key, &value) : no_db();
+  }
+
+  rocksdb::Status reopen() {
+    if (!has_room()) return rocksdb::Status::NoSpace("waiting for free space to reopen " + dir);
+    std::unique_lock x(db_mutex);
+    db.reset();  // a database stopped by an error closes without writing
+    rocksdb::DB* raw = nullptr;
+    rocksdb::Status s = rocksdb::DB::Open(db_options, dir, &raw);
+    if (s.ok()) {
+      db.reset(raw);
+      db_read_only = false;
+      return s;
+    }
+    // Lookups go on from a read-only instance (it writes nothing) until the next try.
+    const rocksdb::Status r = rocksdb::DB::OpenForReadOnly(db_options, dir, &raw);
+    if (r.ok()) db.reset(raw);
+    db_read_only = true;
+    return s;
+  }
+
+  // Health (store_health). `fault` is shared with the writer thread; the rest is the owner's.
+  struct fault_state {
+    mutable std::mutex mutex;
+    bool degraded = false;
+    std::string reason;
+    std::string retry_error;  // the last failed retry's reason
+    int64_t since_ms = 0, recovered_ms = 0;
+    uint64_t write_errors = 0, recoveries = 0;
+  } fault;
+  uint64_t read_errors = 0;
+  std::string last_read_error;
+  uint64_t unpersisted_commits = 0;
+  uint64_t mutations = 0, mutations_held = 0;  // write_meta calls; as of the last held commit
+  int64_t next_retry_ms = 0;                   // without a writer thread: commit() retries
+  std::shared_ptr<store_logger> logger;
+  std::shared_ptr<store_listener> listener;
+
+  bool degraded() const {
+    std::lock_guard lock(fault.mutex);
+    return fault.degraded;
+  }
+  status degraded_error() const {
+    std::lock_guard lock(fault.mutex);
+    return status::io_error("the signature store is degraded (" + fault.reason +
+                            "): changes are held in memory until it can write again");
+  }
+  void note_write_failure(const rocksdb::Status& s, const std::string& what) {
+    std::lock_guard lock(fault.mutex);
+    ++fault.write_errors;
+    if (fault.degraded) return;
+    fault.degraded = true;
+    fault.reason = what + ": " + s.ToString();
+    fault.since_ms = wall_ms();
+  }
+  void note_retry_failure(const rocksdb::Status& s) {
+    std::lock_guard lock(fault.mutex);
+    fault.retry_error = s.ToString();
+  }
+  void note_recovered() {
+    std::lock_guard lock(fault.mutex);
+    if (!fault.degraded) return;
+    fault.degraded = false;
+    fault.reason.clear();
+    fault.retry_error.clear();
+    fault.recovered_ms = wall_ms();
+    ++fault.recoveries;
+  }
+
+  // Without a writer thread: resumes RocksDB and writes the held batch, at most once per
+  // retry_interval_ms of the injected clock.
+  void retry_now() {
+    if (now() < next_retry_ms) return;
+    next_retry_ms = now() + std::max<int64_t>(opt.retry_interval_ms, 0);
+    const rocksdb::Status r = reopen();
+    if (!r.ok()) return note_retry_failure(r);
+    if (batch.Count() > 0) {
+      const rocksdb::Status s = write(batch);
+      if (!s.ok()) {
+        note_write_failure(s, "writing held changes");
+        return note_retry_failure(s);
+      }
+      batch.Clear();
+      ++stats.commits;
+    }
+    note_recovered();
+  }
+
+  // A stored record of `hash` that could not be read: counted, and, unless the failure may be
+  // transient (an I/O error), the block's counts are forgotten so that the next prefill stores
+  // them again (and commit deletes the bad record).
+  void read_failure(block_hash hash, const status& why, bool forget) {
+    ++read_errors;
+    last_read_error = why.message();
+    if (!forget) return;
+    auto it = blocks.find(hash);
+    if (it == blocks.end() || !it->second.has_counts) return;
+    write_meta(hash, it->second);
+    it->second.has_counts = false;
+    --with_counts;
+    lru_erase(hash);
+    enqueue_grace(it->second, hash);
   }
 
   std::map<std::string, std::string> metadata;  // staged or read since open
@@ -295,10 +582,18 @@ class signature_cache::impl {
 
   void write_meta(block_hash h, const record::meta& m) {
     dirty.try_emplace(h, pending{m.meta_on_disk, m.counts_on_disk, {}});
+    ++mutations;
   }
 
-  // Stages the final state of every dirty block into the write batch.
+  // Worker records and metadata, coalesced by key until the next commit stages them (a degraded
+  // store holds them for as long as it cannot write: bounded by their number, not by time).
+  std::map<std::string, std::string> puts;
+
+  // Stages the final state of every dirty block, and the coalesced records, into the write batch.
   void stage_dirty() {
+    for (auto& [k, v] : puts)
+      batch.Put(k, v);
+    puts.clear();
     for (auto& [h, p] : dirty) {
       auto it = blocks.find(h);
       if (it == blocks.end()) {
@@ -531,7 +826,7 @@ class signature_cache::impl {
     v.push_back(last_seq[id] ? 1 : 0);
     v += u64_value(last_seq[id].value_or(0));
     v += worker_names[id];
-    batch.Put(worker_key(id), v);
+    puts[worker_key(id)] = std::move(v);
   }
 };
 
@@ -569,14 +864,39 @@ result<std::unique_ptr<signature_cache>> signature_cache::open(const std::string
   // Point lookups of counts dominate reads: a bloom filter saves the misses a disk read.
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   ro.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  // Faults (docs/signature-cache.md, "Faults"). Any corruption RocksDB finds stops writes instead
+  // of being skipped. The WAL replays up to its first bad record and drops the rest: a
+  // consistent state after some commit (each commit is one batch with its sequence numbers),
+  // which the store reports (health().recovery_notes) rather than refusing to start, since
+  // everything it holds can be recomputed by prefill and resent by the publishers.
+  ro.paranoid_checks = true;
+  // RocksDB's own retries of retryable I/O errors would Resume() behind the store's back.
+  ro.max_bgerror_resume_count = 0;
+  ro.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+  p->dir = dir;
+  p->logger = std::make_shared<store_logger>(p->opt.read_only ? "" : dir + "/LOG");
+  ro.info_log = p->logger;
+  p->listener = std::make_shared<store_listener>();
+  ro.listeners.push_back(p->listener);
+  const std::string aside =
+      ". The store only caches what prefill recomputes and publishers resend: to start empty, "
+      "stop the node and move the directory aside (mv " +
+      dir + " " + dir + ".broken)";
+  p->db_options = ro;
   rocksdb::DB* raw = nullptr;
   const rocksdb::Status opened = p->opt.read_only ? rocksdb::DB::OpenForReadOnly(ro, dir, &raw)
                                                   : rocksdb::DB::Open(ro, dir, &raw);
-  if (!opened.ok()) return from_rocks(opened, "opening " + dir);
+  if (!opened.ok()) {
+    const status s = from_rocks(opened, "cannot open the signature store in " + dir);
+    return status(s.code(), s.message() + (opened.IsCorruption() ? aside : ""));
+  }
   p->db.reset(raw);
 
   bool mask_changed = false;
-  if (status s = p->load(mask_changed); !s.ok()) return s;
+  if (status s = p->load(mask_changed); !s.ok()) {
+    if (s.code() != status_code::corrupt && s.code() != status_code::io_error) return s;
+    return status(s.code(), "signature store in " + dir + ": " + s.message() + aside);
+  }
   std::unique_ptr<signature_cache> c(new signature_cache(std::move(p)));
   if (c->impl_->opt.read_only) {
     c->impl_->batch.Clear();  // e.g. the geometry record of a fresh database: nothing to write
@@ -747,17 +1067,26 @@ result<std::vector<uint32_t>> signature_cache::masked_counts(block_hash hash) {
   }
   const std::string key = record::block_key('c', hash);
   std::string bytes;
-  rocksdb::Status s = m.db->Get(rocksdb::ReadOptions(), key, &bytes);
+  rocksdb::Status s = m.get(key, bytes);
   if (s.IsNotFound() && m.bg) {
     m.wait_idle();  // committed, still queued for the background writer
-    s = m.db->Get(rocksdb::ReadOptions(), key, &bytes);
+    s = m.get(key, bytes);
   }
+  if (s.IsNotFound() && m.writes_pending())  // held by a degraded store: not an error of the data
+    return status::io_error("the counts of block " + std::to_string(hash) +
+                            " are not written yet (the store is degraded)");
+  status bad;
   if (s.IsNotFound())
-    return status::corrupt("block " + std::to_string(hash) + " has counts but none are stored");
-  if (!s.ok()) return from_rocks(s, "reading the counts of block " + std::to_string(hash));
-  if (status v = record::validate_counts(bytes, static_cast<uint32_t>(m.mask.size()), experts);
-      !v.ok())
-    return status::corrupt("block " + std::to_string(hash) + ": " + v.message());
+    bad = status::corrupt("block " + std::to_string(hash) + " has counts but none are stored");
+  else if (!s.ok())
+    bad = from_rocks(s, "reading the counts of block " + std::to_string(hash));
+  else if (status v = record::validate_counts(bytes, static_cast<uint32_t>(m.mask.size()), experts);
+           !v.ok())
+    bad = status::corrupt("block " + std::to_string(hash) + ": " + v.message());
+  if (!bad.ok()) {
+    m.read_failure(hash, bad, bad.code() == status_code::corrupt);
+    return bad;
+  }
   record::add_counts(bytes, experts, out);
   m.lru_put(hash, std::move(bytes));
   return out;
@@ -826,18 +1155,36 @@ status signature_cache::commit() {
     m.batch.Clear();
     return status::failed_precondition("the signature cache was opened read-only");
   }
+  if (!m.opt.read_only && m.degraded()) {
+    if (!m.bg) m.retry_now();  // with a writer thread, the writer retries
+    if (m.degraded()) {
+      // Nothing is staged: the dirty blocks and coalesced records keep their final state in
+      // memory (bounded by the table), and go to RocksDB after the held batches at recovery.
+      if (m.mutations != m.mutations_held) ++m.unpersisted_commits;
+      m.mutations_held = m.mutations;
+      return m.degraded_error();
+    }
+  }
   m.stage_dirty();
   if (m.batch.Count() == 0) return {};
   if (m.opt.read_only) {
     m.batch.Clear();
     return status::failed_precondition("the signature cache was opened read-only");
   }
-  if (m.bg) return m.hand_over();
-  rocksdb::WriteOptions wo;
-  wo.sync = m.opt.sync_wal;
-  const rocksdb::Status s = m.db->Write(wo, &m.batch);
+  if (m.bg) {
+    m.hand_over();
+    return {};
+  }
+  const rocksdb::Status s = m.write(m.batch);
+  if (!s.ok()) {
+    // The batch is kept (later changes are added to it) and written first at recovery.
+    m.note_write_failure(s, "committing a write batch");
+    m.next_retry_ms = m.now() + m.opt.retry_interval_ms;
+    m.mutations_held = m.mutations;
+    ++m.unpersisted_commits;
+    return from_rocks(s, "committing a write batch");
+  }
   m.batch.Clear();
-  if (!s.ok()) return from_rocks(s, "committing a write batch");
   ++m.stats.commits;
   return {};
 }
@@ -938,15 +1285,37 @@ result<prefix_sum_info> signature_cache::sum_prefix(std::span<const block_hash> 
     for (block_hash h : misses)
       keys.push_back(record::block_key('c', h));
     std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
-    const std::vector<rocksdb::Status> st =
-        m.db->MultiGet(rocksdb::ReadOptions(), slices, &fetched);
+    std::vector<rocksdb::Status> st;
+    {
+      std::shared_lock use(m.db_mutex);
+      st = m.db ? m.db->MultiGet(checked_reads(), slices, &fetched)
+                : std::vector<rocksdb::Status>(slices.size(), m.no_db());
+      fetched.resize(slices.size());
+    }
+    std::optional<bool> pending;  // asked once per lookup, and only when a record is missing
     for (size_t j = 0; j < misses.size(); ++j) {
       ++info.disk_reads;
       ++m.stats.lookup_disk_reads;
-      if (!st[j].ok() ||
-          !record::validate_counts(fetched[j], static_cast<uint32_t>(m.mask.size()), experts)
-               .ok()) {
+      const std::string which = "block " + std::to_string(misses[j]);
+      status bad;
+      if (st[j].IsNotFound()) {
+        if (!pending) pending = m.writes_pending();
+        if (*pending) {  // committed, not written yet: a miss, not an error
+          fetched[j].clear();
+          continue;
+        }
+        bad = status::corrupt(which + " has counts but none are stored");
+      } else if (!st[j].ok()) {
+        bad = from_rocks(st[j], "reading the counts of " + which);
+      } else if (status v = record::validate_counts(fetched[j],
+                                                    static_cast<uint32_t>(m.mask.size()), experts);
+                 !v.ok()) {
+        bad = status::corrupt(which + ": " + v.message());
+      }
+      if (!bad.ok()) {
         fetched[j].clear();
+        ++info.read_errors;
+        m.read_failure(misses[j], bad, bad.code() == status_code::corrupt);
         continue;
       }
       found[miss_index[j] - start] = fetched[j];
@@ -1056,7 +1425,7 @@ result<uint64_t> signature_cache::current_epoch() const {
 
 result<std::vector<uint8_t>> signature_cache::centroid_set(uint64_t epoch) const {
   std::string value;
-  const auto s = impl_->db->Get(rocksdb::ReadOptions(), epoch_key(epoch), &value);
+  const auto s = impl_->get(epoch_key(epoch), value);
   if (s.IsNotFound()) return status::not_found("no centroid set of epoch " + std::to_string(epoch));
   if (!s.ok()) return from_rocks(s, "reading a centroid set");
   return std::vector<uint8_t>(value.begin(), value.end());
@@ -1083,7 +1452,7 @@ status signature_cache::rollback_to(uint64_t epoch) {
 
 void signature_cache::stage_metadata(std::string_view name, std::string value) {
   assert(!name.empty());  // keys are at least 3 bytes (the memtable's prefix)
-  impl_->batch.Put("x:" + std::string(name), value);
+  impl_->puts["x:" + std::string(name)] = value;
   impl_->metadata[std::string(name)] = std::move(value);
 }
 
@@ -1091,7 +1460,7 @@ std::optional<std::string> signature_cache::metadata(std::string_view name) cons
   auto it = impl_->metadata.find(std::string(name));
   if (it != impl_->metadata.end()) return it->second;
   std::string value;
-  if (impl_->db->Get(rocksdb::ReadOptions(), "x:" + std::string(name), &value).ok()) return value;
+  if (impl_->get("x:" + std::string(name), value).ok()) return value;
   return std::nullopt;
 }
 
@@ -1109,6 +1478,37 @@ signature_cache_stats signature_cache::stats() const {
   s.holders = impl_->holder_entries;
   s.blocks_with_counts = impl_->with_counts;
   return s;
+}
+
+store_health signature_cache::health() const {
+  const impl& m = *impl_;
+  store_health h;
+  {
+    std::lock_guard lock(m.fault.mutex);
+    h.degraded = m.fault.degraded;
+    h.reason = m.fault.reason;
+    if (h.degraded && !m.fault.retry_error.empty())
+      h.reason += "; last retry: " + m.fault.retry_error;
+    h.degraded_since_ms = m.fault.degraded ? m.fault.since_ms : 0;
+    h.recovered_at_ms = m.fault.recovered_ms;
+    h.write_errors = m.fault.write_errors;
+    h.recoveries = m.fault.recoveries;
+  }
+  if (m.listener) h.write_errors += m.listener->errors.load(std::memory_order_relaxed);
+  h.unpersisted_commits = m.unpersisted_commits;
+  h.pending_changes = m.dirty.size() + m.puts.size() + m.batch.Count();
+  if (m.bg) {
+    std::lock_guard lock(m.bg->mutex);
+    for (const auto& b : m.bg->queue)
+      h.pending_changes += b.Count();
+  }
+  h.read_errors = m.read_errors;
+  h.last_read_error = m.last_read_error;
+  if (m.logger) {
+    m.logger->recovery(h.recovery_events, h.recovery_notes);
+    h.log_write_errors = m.logger->write_errors();
+  }
+  return h;
 }
 
 void signature_cache::drop_memory_cache() {

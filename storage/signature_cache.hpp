@@ -13,7 +13,15 @@
 // follows it has returned ok: it then survives a crash of this process (WAL written to the OS on
 // every commit) and, with options.sync_wal, a crash of the machine (fsync on every commit).
 //
-// Thread safety: none. One owner thread calls everything (the ingest loop, later the cache actor).
+// Faults (docs/signature-cache.md, "Faults"): a failed write (a full disk) makes the store
+// *degraded*: the in-memory state keeps serving lookups and taking changes, nothing more is
+// written, and RocksDB is resumed every retry_interval_ms; once it writes again, the held
+// changes are written in order and the store is ok. Failed reads of stored counts are counted
+// and reported by the lookup that hit them; what RocksDB dropped when it recovered its WAL at
+// open is reported by health(). No RocksDB error aborts the process.
+//
+// Thread safety: none. One owner thread calls everything (the ingest loop, later the cache actor),
+// health() included.
 #pragma once
 
 #include <cstdint>
@@ -83,6 +91,8 @@ struct signature_cache_options {
   int64_t orphan_counts_grace_ms = 30'000;  // counts for a block no worker holds
   int64_t uncounted_block_grace_ms = 0;     // a held block without counts; 0 = keep forever
   bool sync_wal = false;                    // fsync the WAL on every commit
+  // While degraded, how often RocksDB is resumed (DB::Resume) and the held writes retried.
+  int64_t retry_interval_ms = 1000;
   // commit() hands the staged batch to a background writer thread and returns at once, so a
   // RocksDB write (milliseconds under a flush) never delays the owner's lookups. Batches are
   // written in commit order; at most 64 wait (commit() then blocks: bounded memory). An event is
@@ -110,12 +120,37 @@ struct signature_cache_stats {
   uint64_t lookup_disk_reads = 0;  // counts fetched from RocksDB by sum_prefix
 };
 
+// The store's health (health()). Counters are cumulative since open.
+struct store_health {
+  bool degraded = false;          // a write failed and has not been retried successfully yet
+  std::string reason;             // RocksDB's message for the first failed write, while degraded
+  int64_t degraded_since_ms = 0;  // system clock, while degraded
+  int64_t recovered_at_ms = 0;    // system clock of the last recovery, 0 = none since open
+  uint64_t write_errors = 0;      // failed RocksDB writes (commits, retries, centroid history)
+  uint64_t recoveries = 0;        // degraded -> ok transitions
+  // commit() calls whose changes could not be written when they were made: held in memory and
+  // written at recovery, lost if the process stops first.
+  uint64_t unpersisted_commits = 0;
+  uint64_t pending_changes = 0;  // records changed in memory and not yet written (now)
+  uint64_t read_errors = 0;      // stored counts that could not be read (corrupt, I/O, missing)
+  std::string last_read_error;
+  // What RocksDB reported dropping while it replayed the WAL at open (each "dropping N bytes"
+  // or "Point in time recovered to ..." line), at most 16.
+  uint64_t recovery_events = 0;
+  std::vector<std::string> recovery_notes;
+  uint64_t log_write_errors = 0;  // lines of RocksDB's info LOG that could not be written
+};
+
 // What sum_prefix found.
 struct prefix_sum_info {
   uint32_t with_counts = 0;    // blocks whose counts were added
   uint32_t first_missing = 0;  // index of the first block without counts (== size if none)
   uint32_t disk_reads = 0;     // of them, fetched from RocksDB (0 when the LRU was warm)
   uint32_t memo_blocks = 0;    // of them, covered by one remembered prefix sum
+  // Blocks whose stored counts could not be read (counted in store_health::read_errors, not in
+  // with_counts; a corrupt or missing record's counts are forgotten, so the next prefill that
+  // computes them stores them again).
+  uint32_t read_errors = 0;
 };
 
 class signature_cache {
@@ -176,7 +211,9 @@ class signature_cache {
                            std::span<const uint32_t> masked);
 
   // Writes everything staged since the last commit in one atomic RocksDB write (WAL on); with
-  // background_writes, queues that write (see the option).
+  // background_writes, queues that write (see the option). While degraded (see the top), writes
+  // nothing and returns the io_error that made it so (retrying first when retry_interval_ms has
+  // passed, without background_writes; with them the writer thread retries).
   status commit();
   // Waits until every committed batch is written; the first write error since the last flush,
   // if any. Without background_writes, the same as commit().
@@ -220,6 +257,7 @@ class signature_cache {
   const model_geometry& geometry() const;
   const std::vector<uint32_t>& layer_mask() const;
   signature_cache_stats stats() const;
+  store_health health() const;
   // Drops the in-memory LRU of counts (benchmarks measure cold lookups with it).
   void drop_memory_cache();
 

@@ -1,0 +1,162 @@
+// eldr-node with its data directory on a full file system (a small tmpfs, see
+// tests/support/small_fs.hpp; skipped when none can be mounted): routes keep being answered, the
+// status shows the signature store degraded, and once space returns the store recovers and what
+// was routed meanwhile, and after, persists across a restart (docs/signature-cache.md, "Faults").
+// Before the fix the node aborted (SIGABRT in RocksDB's info LOG) as the disk filled.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "cluster/client.hpp"
+#include "core/centroid_file.hpp"
+#include "core/expert_counts.hpp"
+#include "tests/support/node_process.hpp"
+#include "tests/support/small_fs.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace eldr {
+namespace {
+
+using testing::node_process;
+using testing::node_toml;
+using testing::small_fs;
+using testing::temp_dir;
+
+const model_geometry toy{2, 8, 2};
+
+block_counts block_for(uint32_t w) {
+  std::vector<uint8_t> ids;
+  for (int t = 0; t < 4; ++t)
+    for (uint32_t l = 0; l < toy.layers; ++l) {
+      ids.push_back(static_cast<uint8_t>(2 * w));
+      ids.push_back(static_cast<uint8_t>(2 * w + 1));
+    }
+  return *block_counts::from_tokens(toy, ids, 0, 4);
+}
+
+route_request request_for(const std::string& id, uint64_t first, size_t n, bool send_counts) {
+  route_request r;
+  r.id = id;
+  r.model = "toy";
+  for (size_t i = 0; i < n; ++i)
+    r.block_hashes.push_back(first + i);
+  if (send_counts) {
+    counts_message c;
+    c.geometry = toy;
+    std::optional<uint64_t> parent;
+    for (uint64_t h : r.block_hashes) {
+      c.blocks.push_back({h, parent, block_for(static_cast<uint32_t>(h % 4))});
+      parent = h;
+    }
+    r.counts = std::move(c);
+  }
+  return r;
+}
+
+const char* toy_model_toml =
+    "[[models]]\nname = \"toy\"\nworkers = 4\nworker_timeout_ms = 600000\nmin_sample = 16\n"
+    "sample_size = 256\nwiden_single = false\n";
+
+class NodeStoreFaults : public ::testing::Test {
+ protected:
+  void start() {
+    node_ = std::make_unique<node_process>(dir_.sub("node.toml"),
+                                           node_toml(disk_->dir + "/data", toy_model_toml));
+    ASSERT_TRUE(node_->ok()) << "eldr-node did not become ready";
+    auto a = admin_client::connect(node_->admin());
+    auto r = route_client::connect(node_->route());
+    auto w = worker_client::connect(node_->worker());
+    ASSERT_TRUE(a.ok() && r.ok() && w.ok());
+    admin_ = std::move(*a);
+    route_ = std::move(*r);
+    worker_ = std::move(*w);
+    for (uint32_t k = 0; k < 4; ++k) {
+      auto reg = worker_->call(
+          worker_register{"", "toy", k, "tcp://10.0.0." + std::to_string(k) + ":9", 0});
+      ASSERT_TRUE(reg.ok()) << reg.error().to_string();
+    }
+  }
+
+  // Every route is answered with a route_reply: the store's state never stops routing.
+  route_reply must_route(const route_request& req) {
+    auto r = route_->route(req);
+    EXPECT_TRUE(r.ok()) << r.error().to_string();
+    if (!r.ok()) return {};
+    if (auto* e = std::get_if<error_reply>(&*r)) {
+      ADD_FAILURE() << "error reply " << to_string(e->code) << ": " << e->message;
+      return {};
+    }
+    return std::get<route_reply>(*r);
+  }
+
+  nlohmann::json store() {
+    auto s = admin_->call("status");
+    EXPECT_TRUE(s.ok()) << s.error().to_string();
+    if (!s.ok()) return {};
+    return (*s)["signature_cache"][0]["store"];
+  }
+
+  template <class F>
+  bool eventually(F&& done, std::chrono::seconds limit = std::chrono::seconds(60)) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (done()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling interval
+    }
+    return done();
+  }
+
+  temp_dir dir_{"eldr-node-store-faults"};
+  std::unique_ptr<small_fs> disk_;
+  std::unique_ptr<node_process> node_;
+  std::unique_ptr<admin_client> admin_;
+  std::unique_ptr<route_client> route_;
+  std::unique_ptr<worker_client> worker_;
+};
+
+TEST_F(NodeStoreFaults, FullDiskKeepsRoutingShowsDegradedAndRecovers) {
+  disk_ = std::make_unique<small_fs>(dir_.sub("fs"), "32m");
+  if (!disk_->mounted) GTEST_SKIP() << disk_->why;
+  start();
+  EXPECT_EQ(must_route(request_for("before", 1000, 8, true)).covered_blocks, 8u);
+  ASSERT_TRUE(eventually([&] { return store()["pending_changes"] == 0; }));
+
+  ASSERT_TRUE(small_fs::fill(disk_->dir + "/filler"));
+  uint64_t next = 100'000;
+  int sent = 0;
+  ASSERT_TRUE(eventually([&] {
+    for (int i = 0; i < 20; ++i, next += 64)
+      EXPECT_EQ(
+          must_route(request_for("full-" + std::to_string(sent++), next, 64, true)).covered_blocks,
+          64u);
+    return store()["degraded"] == true;
+  })) << store().dump();
+  const auto degraded = store();
+  EXPECT_NE(degraded["reason"].get<std::string>().find("No space left"), std::string::npos)
+      << degraded.dump();
+  EXPECT_GE(degraded["write_errors"].get<uint64_t>(), 1u);
+  // Routing from memory: a prompt whose counts arrived while the disk was full is covered.
+  EXPECT_EQ(must_route(request_for("from-memory", next - 64, 64, false)).covered_blocks, 64u);
+  EXPECT_EQ(must_route(request_for("while-full", 900'000, 8, true)).covered_blocks, 8u);
+
+  std::filesystem::remove(disk_->dir + "/filler");
+  ASSERT_TRUE(eventually([&] { return store()["degraded"] == false; })) << store().dump();
+  EXPECT_EQ(store()["recoveries"], 1);
+  EXPECT_EQ(must_route(request_for("after", 800'000, 8, true)).covered_blocks, 8u);
+  ASSERT_TRUE(eventually([&] { return store()["pending_changes"] == 0; })) << store().dump();
+
+  EXPECT_EQ(node_->stop(), 0);
+  start();
+  // Counts routed before, while degraded (held, then written at recovery) and after.
+  EXPECT_EQ(must_route(request_for("before-2", 1000, 8, false)).covered_blocks, 8u);
+  EXPECT_EQ(must_route(request_for("while-full-2", 900'000, 8, false)).covered_blocks, 8u);
+  EXPECT_EQ(must_route(request_for("from-memory-2", next - 64, 64, false)).covered_blocks, 64u);
+  EXPECT_EQ(must_route(request_for("after-2", 800'000, 8, false)).covered_blocks, 8u);
+  EXPECT_EQ(store()["degraded"], false);
+  node_->stop();
+}
+
+}  // namespace
+}  // namespace eldr
