@@ -2,7 +2,9 @@
 // the C++ client library (route, worker and admin protocols).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <set>
 #include <thread>
 #include <zmq.hpp>
@@ -347,7 +349,7 @@ TEST_F(NodeTest, HotSwapUnderLoadFailsNoDecisionAndNeverGoesBack) {
   EXPECT_GT(epoch2.load(), 100u);
 }
 
-TEST_F(NodeTest, RefitIsRejectedOnATooSmallSampleAndAcceptedOnLiveTraffic) {
+TEST_F(NodeTest, RefitIsRejectedOnATooSmallSampleOrWithoutGainAndAcceptedWhenItImproves) {
   start();
   register_workers();
   EXPECT_EQ(import(toy_centroids()), 1u);
@@ -362,14 +364,36 @@ TEST_F(NodeTest, RefitIsRejectedOnATooSmallSampleAndAcceptedOnLiveTraffic) {
     must_route(request_for(id, w, {3000u + i}, true));
     ASSERT_TRUE(worker_->call(finished_requests{"", "toy", w, {id}}).ok());
   }
+  // The fit finds the current set's grouping again: the same score is no improvement, and no new
+  // epoch is made for it (issue 12: it was accepted as epoch 2).
+  auto same = admin_->call("refit", {{"model", "toy"}});
+  ASSERT_TRUE(same.ok()) << same.error().to_string();
+  EXPECT_FALSE((*same)["accepted"].get<bool>()) << same->dump();
+  EXPECT_NE((*same)["reason"].get<std::string>().find("distinct-expert score not better"),
+            std::string::npos)
+      << same->dump();
+  EXPECT_EQ(must_route(request_for("still-1", 1, {3500u}, true)).epoch, 1u);
+
+  // A set that lumps domains 1 and 2 together on worker 1 (worker 2's centroid ties for domain 2
+  // and loses to the lower index): batches on worker 1 mix two domains. The refit undoes that.
+  centroid_file lumped = toy_centroids();
+  std::fill(lumped.centroids.begin(), lumped.centroids.end(), 0.0f);
+  const float spread = 1.0f / std::sqrt(8.0f);
+  const std::vector<std::vector<uint32_t>> homes = {{0}, {1, 2}, {2, 3}, {3}};
+  for (uint32_t w = 0; w < toy_k; ++w)
+    for (uint32_t d : homes[w])
+      for (uint32_t l = 0; l < toy.layers; ++l)
+        for (uint32_t e : {2 * d, 2 * d + 1})
+          lumped.centroids[w * 16 + l * 8 + e] = homes[w].size() == 1 ? 0.5f : spread;
+  EXPECT_EQ(import(lumped), 2u);
   auto refit = admin_->call("refit", {{"model", "toy"}});
   ASSERT_TRUE(refit.ok()) << refit.error().to_string();
   EXPECT_TRUE((*refit)["accepted"].get<bool>()) << refit->dump();
-  EXPECT_EQ((*refit)["epoch"], 2);
-  // Aligned to the workers: each domain still goes to its home worker under epoch 2.
+  EXPECT_EQ((*refit)["epoch"], 3);
+  // Aligned to the workers: each domain goes to its home worker under epoch 3.
   for (uint32_t w = 0; w < toy_k; ++w) {
     const auto r = must_route(request_for("post" + std::to_string(w), w, {4000u + w}, true));
-    EXPECT_EQ(r.epoch, 2u);
+    EXPECT_EQ(r.epoch, 3u);
     EXPECT_EQ(r.worker, w);
   }
 }
