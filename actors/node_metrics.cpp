@@ -101,6 +101,20 @@ void node_metrics::route_failed(route_error_code code) {
   c->inc();
 }
 
+void node_metrics::route_fallback(std::string_view model, std::string_view reason) {
+  must(impl_->registry.counter("eldr_route_fallbacks_total",
+                               "Decisions of the locality policy made by load only, by reason.",
+                               {{"model", std::string(model)}, {"reason", std::string(reason)}}))
+      ->inc();
+}
+
+void node_metrics::route_warning(std::string_view model, std::string_view code) {
+  must(impl_->registry.counter("eldr_route_warnings_total",
+                               "Warnings route replies carried, by code.",
+                               {{"model", std::string(model)}, {"warning", std::string(code)}}))
+      ->inc();
+}
+
 void node_metrics::refit_done(std::string_view model, bool accepted) {
   must(impl_->registry.counter(
            "eldr_refits_total", "Refits run, by outcome.",

@@ -27,6 +27,10 @@ class node_metrics {
                      double node_seconds, double decision_seconds, uint32_t covered,
                      uint32_t total);
   void route_failed(route_error_code code);
+  // A locality-policy decision made by load only, by reason (core/route_fallback.hpp), and a
+  // warning a route reply carried, by its code ("counts_geometry", ...).
+  void route_fallback(std::string_view model, std::string_view reason);
+  void route_warning(std::string_view model, std::string_view code);
   void refit_done(std::string_view model, bool accepted);
   void swapped(std::string_view model, uint64_t epoch);
   void worker_message(std::string_view type);

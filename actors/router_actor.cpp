@@ -3,19 +3,25 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <chrono>
+#include <cmath>
 #include <deque>
+#include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
 #include "actors/cluster_protocol.hpp"
 #include "cluster/counts_message.hpp"
 #include "core/bounded_lru.hpp"
+#include "core/file_io.hpp"
 #include "core/hash_ring.hpp"
 #include "core/leadership.hpp"
 #include "core/load_view.hpp"
 #include "core/random.hpp"
 #include "core/refit.hpp"
+#include "core/route_fallback.hpp"
 #include "core/routing.hpp"
 #include "core/shard_plan.hpp"
 
@@ -38,6 +44,7 @@ struct explained {
   uint32_t covered = 0, total = 0;
   float best_score = 0.0f, worker_score = 0.0f;
   bool widened = false;
+  std::string fallback;  // why the decision was by load only ("" when it was not)
   std::vector<uint32_t> candidates;
   std::vector<float> scores;   // s_k of every worker ("eldr"), else empty
   std::vector<uint32_t> load;  // in-flight per worker at the decision
@@ -49,6 +56,9 @@ struct model_state {
   load_view pool;
   std::string policy_name;  // as configured or set by `eldrctl policy`
   float tau = 0.1f;
+  // "config", or "admin" when `eldrctl policy` set policy_name/tau: an admin change is persisted
+  // (data_dir/router-policy.json) and wins over the config at the next start.
+  std::string policy_source = "config";
   std::unique_ptr<routing_policy> policy;  // what routes now
   bool eldr_active = false;                // policy is the locality band over `set`
   std::optional<centroid_file> file;
@@ -64,6 +74,12 @@ struct model_state {
   route_trace trace;
   uint64_t routed = 0, failed = 0, resigned = 0, unsigned_routes = 0, swaps = 0;
   uint64_t covered_blocks = 0, total_blocks = 0;
+  // Loud fallbacks (core/route_fallback.hpp): decisions by load only per reason, requests whose
+  // counts were of another geometry (the documented name, counts_geometry), and one log limiter
+  // per reason so that a misconfigured client cannot flood the log.
+  std::array<uint64_t, fallback_reason_count> fallbacks{};
+  uint64_t counts_geometry = 0;
+  std::array<log_limiter, fallback_reason_count> fallback_log;
 
   explicit model_state(load_view p) : pool(std::move(p)) {}
 };
@@ -113,6 +129,65 @@ struct router_state {
 };
 
 using router_actor_t = caf::stateful_actor<router_state>;
+
+// --- Policy persistence ---
+//
+// `eldrctl policy` changes survive a restart: every model whose policy an operator set is written
+// to one small JSON file in the data directory, {"models": {"<name>": {"policy": ..., "tau":
+// ...}}}, replaced atomically on each change. The config's policy is the default; a persisted admin
+// change wins at start-up until `eldrctl policy M --reset` returns the model to the config.
+
+std::string policy_file_path(const node_config& c) {
+  return (std::filesystem::path(c.data_dir) / "router-policy.json").string();
+}
+
+status persist_policies(const router_state& st) {
+  nlohmann::json models = nlohmann::json::object();
+  for (const auto& m : st.models)
+    if (m->policy_source == "admin")
+      models[m->cfg->name] = {{"policy", m->policy_name}, {"tau", m->tau}};
+  const std::string text =
+      nlohmann::json{{"format", "eldr-router-policy"}, {"version", 1}, {"models", models}}.dump(2) +
+      "\n";
+  std::error_code ec;
+  std::filesystem::create_directories(st.ctx->config.data_dir, ec);
+  return write_file_atomic(policy_file_path(st.ctx->config),
+                           std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+}
+
+// The persisted admin policies by model name; empty when there is no file. A file that does not
+// read is logged and ignored (the config's policies apply): a bad file must not stop routing.
+std::map<std::string, std::pair<std::string, float>> read_persisted_policies(const node_config& c) {
+  std::map<std::string, std::pair<std::string, float>> out;
+  const std::string path = policy_file_path(c);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return out;
+  auto bytes = read_file(path, 1u << 20);
+  if (!bytes.ok()) {
+    spdlog::error("{}: not read ({}); the config's policies apply", path, bytes.error().message());
+    return out;
+  }
+  auto j = nlohmann::json::parse(bytes->begin(), bytes->end(), nullptr, false);
+  if (!j.is_object() || !j.contains("models") || !j["models"].is_object()) {
+    spdlog::error("{}: not an eldr router policy file; the config's policies apply", path);
+    return out;
+  }
+  for (const auto& [name, v] : j["models"].items()) {
+    if (!v.is_object() || !v.contains("policy") || !v["policy"].is_string() || !v.contains("tau") ||
+        !v["tau"].is_number()) {
+      spdlog::error("{}: model {}: no policy and tau; the config's policy applies", path, name);
+      continue;
+    }
+    const double tau = v["tau"].get<double>();
+    if (!std::isfinite(tau) || tau < 0.0) {
+      spdlog::error("{}: model {}: tau {} is not finite and >= 0; the config's policy applies",
+                    path, name, tau);
+      continue;
+    }
+    out[name] = {v["policy"].get<std::string>(), static_cast<float>(tau)};
+  }
+  return out;
+}
 
 // Rebuilds the routing policy after a change of K, centroid set, policy name or tau. "eldr"
 // without a set of the pool's K routes by load (JSQ) until one is installed.
@@ -194,6 +269,29 @@ status check_installable(const model_state& m, const centroid_file& file) {
   return {};
 }
 
+// Does an imported `file` belong to model `m`? A set fitted for another model (its name) or
+// another geometry than the current set's, or of another K than the workers registered in an open
+// pool, would install and then route by load only or by scores that mean nothing: refused unless
+// the operator forces it (eldrctl centroids import --force). What can never work (K against a
+// fixed pool, registered workers outside the set) is check_installable's, and never forced.
+status check_import_fits(const model_state& m, const centroid_file& file) {
+  std::vector<std::string> problems;
+  if (file.model_name != m.cfg->name)
+    problems.push_back("the file was fitted for model \"" + file.model_name + "\", not \"" +
+                       m.cfg->name + "\" (eldr-fit --model " + m.cfg->name + ")");
+  if (m.spec && file.spec.geometry() != m.spec->geometry())
+    problems.push_back("its geometry " + file.spec.geometry().to_string() +
+                       " differs from the current set's " + m.spec->geometry().to_string());
+  if (m.cfg->workers == 0 && m.pool.k() > 1 && file.workers != m.pool.k())
+    problems.push_back("it has " + std::to_string(file.workers) + " centroids but the pool has " +
+                       std::to_string(m.pool.k()) + " decode workers");
+  if (problems.empty()) return {};
+  std::string text = "centroid set refused for model '" + m.cfg->name + "': ";
+  for (size_t i = 0; i < problems.size(); ++i)
+    text += (i ? "; " : "") + problems[i];
+  return status::invalid_argument(text + "; nothing was imported (force it with --force)");
+}
+
 void send_route_error(router_actor_t* self, const route_job& job, route_error_code code,
                       std::string message) {
   self->state.ctx->metrics->route_failed(code);
@@ -205,6 +303,21 @@ void decide(router_actor_t* self, model_state& m, const route_job_ptr& job,
 
 void shard_sign_and_route(router_actor_t* self, model_state& m, route_job_ptr job, int attempt);
 
+// The request carries counts of another geometry than the model's current centroid set: they can
+// make no signature, and must not reach a store (an empty one would adopt their geometry).
+bool counts_of_other_geometry(const model_state& m, const route_request& req) {
+  return req.counts && !req.counts->blocks.empty() && m.spec &&
+         req.counts->geometry != m.spec->geometry();
+}
+
+// The job as the signature cache should see it: without counts it would refuse anyway.
+route_job_ptr job_to_sign(const model_state& m, const route_job_ptr& job) {
+  if (!counts_of_other_geometry(m, job->request)) return job;
+  auto copy = std::make_shared<route_job>(*job);
+  copy->request.counts.reset();
+  return copy;
+}
+
 void sign_and_route(router_actor_t* self, model_state& m, route_job_ptr job, int attempt) {
   // A ring of this node alone (a one-node cluster, or the only cache node left) signs like a
   // standalone node: one local message, no partial sums.
@@ -215,7 +328,7 @@ void sign_and_route(router_actor_t* self, model_state& m, route_job_ptr job, int
     return decide(self, m, job, nullptr, attempt);  // no signature-cache node alive: load only
   }
   if (!self->state.sigcache) return decide(self, m, job, nullptr, attempt);
-  auto sj = std::make_shared<sign_job>(sign_job{m.index, m.spec, job});
+  auto sj = std::make_shared<sign_job>(sign_job{m.index, m.spec, job_to_sign(m, job)});
   const uint32_t index = m.index;
   self->request(self->state.sigcache, caf::infinite, sign_atom::value, sign_job_ptr(sj))
       .then(
@@ -246,6 +359,11 @@ void decide(router_actor_t* self, model_state& m, const route_job_ptr& job,
   if (signed_ && m.eldr_active && signed_->spec == m.spec && !signed_->sig.index.empty())
     sig = &signed_->sig;
   if (m.eldr_active && !sig) ++m.unsigned_routes;
+  // Counts the model could not use: of another geometry than the set's (checked here), or
+  // refused by the store, which alone knows its geometry when there is no set yet.
+  const bool carried_counts = req.counts && !req.counts->blocks.empty();
+  const bool other_geometry = counts_of_other_geometry(m, req);
+  const bool store_refused = carried_counts && !m.spec && signed_ && !signed_->problem.empty();
   route_input in;
   in.sig = sig;
   in.load = m.pool.load();
@@ -278,6 +396,39 @@ void decide(router_actor_t* self, model_state& m, const route_job_ptr& job,
   reply.epoch = m.eldr_active ? d->epoch : m.epoch;
   reply.total_blocks = static_cast<uint32_t>(req.block_hashes.size());
   reply.covered_blocks = signed_ ? std::min(signed_->covered, reply.total_blocks) : 0;
+  fallback_facts facts;
+  facts.locality_policy = m.policy_name == "eldr";
+  facts.set_active = m.eldr_active;
+  facts.cache_answered = signed_ != nullptr;
+  facts.covered = reply.covered_blocks;
+  facts.have_signature = sig != nullptr;
+  facts.counts_refused = other_geometry || store_refused;
+  const fallback_reason why = classify_fallback(facts);
+  reply.fallback = to_string(why);
+  if (other_geometry || store_refused) {
+    ++m.counts_geometry;
+    st.ctx->metrics->route_warning(m.cfg->name, "counts_geometry");
+    reply.warnings.push_back(
+        other_geometry
+            ? counts_geometry_warning(req.counts->geometry, m.spec->geometry(), sig == nullptr)
+            : counts_geometry_warning(signed_->problem, sig == nullptr));
+  } else if (why == fallback_reason::signature_unusable && signed_ && !signed_->problem.empty()) {
+    reply.warnings.push_back("signature_unusable: " + signed_->problem);
+  }
+  if (why != fallback_reason::none) {
+    ++m.fallbacks[static_cast<size_t>(why)];
+    st.ctx->metrics->route_fallback(m.cfg->name, reply.fallback);
+    uint64_t held = 0;
+    if (m.fallback_log[static_cast<size_t>(why)].allow(now, held))
+      spdlog::warn("model {}: request {} routed by load only ({}){}{}", m.cfg->name, req.id,
+                   reply.fallback, reply.warnings.empty() ? "" : ": " + reply.warnings.front(),
+                   held > 0 ? " [" + std::to_string(held) + " more since the last line]" : "");
+  } else if (!reply.warnings.empty()) {
+    uint64_t held = 0;
+    if (m.fallback_log[static_cast<size_t>(fallback_reason::counts_geometry)].allow(now, held))
+      spdlog::warn("model {}: request {}: {}{}", m.cfg->name, req.id, reply.warnings.front(),
+                   held > 0 ? " [" + std::to_string(held) + " more since the last line]" : "");
+  }
   const std::string policy_name(m.policy->name());
   const float tau = m.eldr_active ? m.tau : 0.0f;
   if (req.explain) {
@@ -318,6 +469,7 @@ void decide(router_actor_t* self, model_state& m, const route_job_ptr& job,
     e.best_score = d->best_score;
     e.worker_score = d->worker_score;
     e.widened = m.trace.widened;
+    e.fallback = reply.fallback;
     e.candidates = m.trace.candidates;
     e.scores = m.trace.score;
     e.load.assign(in.load.begin(), in.load.end());
@@ -501,7 +653,9 @@ void shard_sign_and_route(router_actor_t* self, model_state& m, route_job_ptr jo
   g->model = m.index;
   g->attempt = attempt;
   std::unordered_map<uint64_t, const counts_block*> carried;
-  if (req.counts)
+  // Counts of another geometry are neither summed nor stored (decide() says so in the reply).
+  const bool counts_usable = !counts_of_other_geometry(m, req);
+  if (req.counts && counts_usable)
     for (const auto& b : req.counts->blocks)
       carried.emplace(b.hash, &b);
   shard_part asked;
@@ -516,7 +670,7 @@ void shard_sign_and_route(router_actor_t* self, model_state& m, route_job_ptr jo
     if (auto s = add_masked_counts(*g->spec, it->second->counts, g->acc); !s.ok())
       g->problem = s.message();
   }
-  store_at_owners(self, g);
+  if (counts_usable) store_at_owners(self, g);
   g->pending = 1;
   ask_shards(self, g, asked, {});
 }
@@ -544,6 +698,15 @@ void rebuild_ring(router_state& st, const std::vector<member_info>& members) {
     st.shards.push_back(actors[n]);
   st.local_shard = st.sigcache ? ring->index_of(st.ctx->config.name) : std::nullopt;
   st.ring.emplace(std::move(*ring));
+}
+
+// Decisions by load only per reason (every reason listed, zeros included, so scripts can rely on
+// the keys).
+nlohmann::json fallbacks_json(const model_state& m) {
+  nlohmann::json out = nlohmann::json::object();
+  for (size_t r = 1; r < fallback_reason_count; ++r)
+    out[to_string(static_cast<fallback_reason>(r))] = m.fallbacks[r];
+  return out;
 }
 
 nlohmann::json model_json(router_state& st, model_state& m) {
@@ -575,6 +738,7 @@ nlohmann::json model_json(router_state& st, model_state& m) {
           // false: K follows the centroid set or the registrations (config workers = 0)
           {"k_fixed", m.cfg->workers != 0},
           {"policy", m.policy_name},
+          {"policy_source", m.policy_source},
           {"routing_with", std::string(m.policy->name())},
           {"tau", m.tau},
           {"epoch", m.epoch},
@@ -588,6 +752,8 @@ nlohmann::json model_json(router_state& st, model_state& m) {
           {"routed", m.routed},
           {"route_errors", m.failed},
           {"routed_without_signature", m.unsigned_routes},
+          {"counts_geometry", m.counts_geometry},
+          {"fallbacks", fallbacks_json(m)},
           {"resigned_after_swap", m.resigned},
           {"swaps", m.swaps},
           {"term", m.fence.highest_term()},
@@ -771,6 +937,29 @@ std::optional<T> arg(const nlohmann::json& args, const char* key) {
   }
 }
 
+nlohmann::json policy_json(const model_state& m) {
+  return {{"model", m.cfg->name},
+          {"policy", m.policy_name},
+          {"policy_source", m.policy_source},
+          {"routing_with", std::string(m.policy->name())},
+          {"tau", m.tau}};
+}
+
+// After a change: persist every admin policy, then answer. A write that fails (a full disk) does
+// not undo the change -- an operator switching policy in an emergency must get it -- but the
+// answer says it will not survive a restart (persisted false, and why), and the log says it once.
+void answer_policy(router_state& st, model_state& m, const admin_job& job) {
+  auto r = policy_json(m);
+  const status s = persist_policies(st);
+  r["persisted"] = s.ok();
+  if (!s.ok()) {
+    r["persist_error"] = s.message();
+    spdlog::error("model {}: policy change not persisted (lost on a restart): {}", m.cfg->name,
+                  s.message());
+  }
+  answer_admin(*st.ctx, job, r);
+}
+
 void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
   auto& st = self->state;
   const auto& cmd = job->request.command;
@@ -847,6 +1036,18 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
     auto file = parse_centroid_file(std::span<const uint8_t>(bin.data(), bin.size()), "import");
     if (!file.ok())
       return answer_admin_error(*st.ctx, *job, route_error_code::malformed, file.error().message());
+    bool force = false;
+    if (auto f = args.find("force"); f != args.end() && !f->is_null()) {
+      if (!f->is_boolean())
+        return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+                                  "argument 'force' must be a bool");
+      force = f->get<bool>();
+    }
+    if (auto fits = check_import_fits(*m, *file); !fits.ok()) {
+      if (!force)
+        return answer_admin_error(*st.ctx, *job, route_error_code::malformed, fits.message());
+      spdlog::warn("model {}: importing a set anyway (--force): {}", m->cfg->name, fits.message());
+    }
     if (!st.ctx->config.clustered())
       return store_and_install(self, *m, std::move(*file), "imported set",
                                answer_with_epoch(self, job), 0);
@@ -906,6 +1107,7 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
                     {"worker_score", it->worker_score},
                     {"threshold", it->best_score - it->tau},
                     {"widened", it->widened},
+                    {"fallback", it->fallback},
                     {"covered_blocks", it->covered},
                     {"total_blocks", it->total},
                     {"band", band},
@@ -918,6 +1120,33 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
                            std::to_string(m->recent.size()) + " recent decisions");
   } else if (cmd == "policy") {
     if (!need_model()) return;
+    if (auto r = args.find("reset"); r != args.end() && !r->is_null()) {
+      // Back to the config's policy and tau, and forget the persisted change.
+      if (!r->is_boolean())
+        return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+                                  "argument 'reset' must be a bool");
+      if (r->get<bool>()) {
+        if (args.contains("policy") || args.contains("tau"))
+          return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+                                    "argument 'reset' goes without 'policy' and 'tau'");
+        const auto old_name = m->policy_name;
+        const auto old_tau = m->tau;
+        const auto old_source = m->policy_source;
+        m->policy_name = m->cfg->policy;
+        m->tau = m->cfg->tau;
+        m->policy_source = "config";
+        if (auto s = rebuild_policy(st, *m); !s.ok()) {
+          m->policy_name = old_name;
+          m->tau = old_tau;
+          m->policy_source = old_source;
+          (void)rebuild_policy(st, *m);
+          return answer_admin_error(*st.ctx, *job, route_error_code::internal, s.message());
+        }
+        spdlog::info("model {}: policy {} tau {} from the config again", m->cfg->name,
+                     m->policy_name, m->tau);
+        return answer_policy(st, *m, *job);
+      }
+    }
     auto name = arg<std::string>(args, "policy");
     auto tau = arg<float>(args, "tau");
     if (name || tau) {
@@ -937,12 +1166,10 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
         return answer_admin_error(*st.ctx, *job, route_error_code::malformed, s.message());
       }
       spdlog::info("model {}: policy {} tau {}", m->cfg->name, m->policy_name, m->tau);
+      m->policy_source = "admin";
+      return answer_policy(st, *m, *job);
     }
-    answer_admin(*st.ctx, *job,
-                 {{"model", m->cfg->name},
-                  {"policy", m->policy_name},
-                  {"routing_with", std::string(m->policy->name())},
-                  {"tau", m->tau}});
+    answer_admin(*st.ctx, *job, policy_json(*m));
   } else {
     answer_admin_error(*st.ctx, *job, route_error_code::unknown_type,
                        "the router has no admin command '" + cmd + "'");
@@ -1162,6 +1389,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
                                                               ctx->config.cluster.decision_ttl_ms);
   st.decisions.emplace(std::move(*decisions));
   if (ctx->config.clustered()) rebuild_ring(st, {});  // this node's shard until peers join
+  const auto persisted = read_persisted_policies(ctx->config);
   for (uint32_t i = 0; i < ctx->config.models.size(); ++i) {
     const auto& cfg = ctx->config.models[i];
     load_view_options lo;
@@ -1176,6 +1404,24 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
     m->cfg = &ctx->config.models[i];
     m->policy_name = cfg.policy;
     m->tau = cfg.tau;
+    if (auto p = persisted.find(cfg.name); p != persisted.end()) {
+      m->policy_name = p->second.first;
+      m->tau = p->second.second;
+      m->policy_source = "admin";
+      if (auto s = rebuild_policy(st, *m); !s.ok() || m->policy_name == "domain") {
+        spdlog::error(
+            "model {}: persisted policy {} tau {} not usable ({}); the config's {} applies",
+            cfg.name, m->policy_name, m->tau, s.ok() ? "not servable" : s.message(), cfg.policy);
+        m->policy_name = cfg.policy;
+        m->tau = cfg.tau;
+        m->policy_source = "config";
+      } else {
+        spdlog::info(
+            "model {}: policy {} tau {} as set with eldrctl policy (persisted in {}); "
+            "the config says {} tau {}",
+            cfg.name, m->policy_name, m->tau, policy_file_path(ctx->config), cfg.policy, cfg.tau);
+      }
+    }
     if (init[i].current) {
       if (auto s = install(st, *m, *init[i].current, init[i].current->epoch); !s.ok())
         spdlog::error("model {}: stored centroid set not installed: {}", cfg.name, s.to_string());

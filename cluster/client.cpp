@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <deque>
 #include <exception>
+#include <map>
 #include <optional>
 #include <random>
 #include <span>
@@ -446,6 +447,29 @@ class route_client::impl {
     if (m.id.empty()) m.id = conn->next_id();
     return m;
   }
+
+  // Replies are surfaced, never filtered: the caller still gets the decision.
+  uint64_t warned = 0, fell_back = 0;
+  std::map<std::string, std::chrono::steady_clock::time_point> last_printed;  // by warning code
+
+  void surface(const result<route_outcome>& o) {
+    if (!o.ok()) return;
+    const auto* r = std::get_if<route_reply>(&*o);
+    if (r == nullptr) return;
+    if (!r->fallback.empty()) ++fell_back;
+    if (r->warnings.empty()) return;
+    ++warned;
+    if (opt.on_route_warning) return opt.on_route_warning(*r);
+    const auto now = std::chrono::steady_clock::now();
+    for (const std::string& w : r->warnings) {
+      const std::string code = w.substr(0, w.find(':'));
+      auto it = last_printed.find(code);
+      if (it != last_printed.end() && now - it->second < std::chrono::seconds(10)) continue;
+      if (last_printed.size() < 64 || it != last_printed.end()) last_printed[code] = now;
+      std::fprintf(stderr, "eldr route_client: warning from %s: %s\n",
+                   conn->last_endpoint().c_str(), w.c_str());
+    }
+  }
 };
 
 route_client::route_client(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
@@ -477,17 +501,25 @@ const std::string& route_client::last_endpoint() const {
 uint64_t route_client::failovers() const {
   return impl_->conn->failovers();
 }
+uint64_t route_client::warned_replies() const {
+  return impl_->warned;
+}
+uint64_t route_client::fallback_replies() const {
+  return impl_->fell_back;
+}
 
 result<route_outcome> route_client::route(const route_request& request) {
   impl& m = *impl_;
   try {
     const route_request req = m.with_id(request);
-    return call_and_wait<route_outcome>(
+    auto out = call_and_wait<route_outcome>(
         *m.conn, encode_route_request(req), req.id, [&](auto b) { return m.decode(b); },
         [&](const route_outcome& o) {
           if (const auto* r = std::get_if<route_reply>(&o)) return r->id == req.id;
           return answers(std::get<error_reply>(o), req.id);
         });
+    m.surface(out);
+    return out;
   } catch (const std::exception& e) {
     return status::io_error(e.what());
   }
@@ -504,8 +536,10 @@ status route_client::send(const route_request& request) {
 
 result<route_outcome> route_client::receive(int timeout_ms) {
   try {
-    return receive_next<route_outcome>(*impl_->conn, timeout_ms,
-                                       [&](auto b) { return impl_->decode(b); });
+    auto out = receive_next<route_outcome>(*impl_->conn, timeout_ms,
+                                           [&](auto b) { return impl_->decode(b); });
+    impl_->surface(out);
+    return out;
   } catch (const std::exception& e) {
     return status::io_error(e.what());
   }

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -65,6 +66,11 @@ struct client_options {
   admin_protocol_limits admin_limits;
   // Opaque shared zmq context (a zmq::context_t*); nullptr = the client makes its own.
   void* context = nullptr;
+  // Called (on the calling thread) for every route_reply that carries warnings (route_reply::
+  // warnings: the node routed, but something the caller should fix made the decision worse, e.g.
+  // counts of another geometry). Unset: each warning code is written to stderr at most once per
+  // 10 s ("eldr route_client: warning from ENDPOINT: TEXT"), so the problem is never silent.
+  std::function<void(const route_reply&)> on_route_warning;
 };
 
 // CURVE key helpers for tools and tests (curve_available, generate_curve_keypair,
@@ -110,6 +116,10 @@ class route_client {
   const std::string& last_endpoint() const;
   // Attempts resent to another endpoint after a timeout, over the client's lifetime.
   uint64_t failovers() const;
+  // Replies that carried warnings, and decisions the node made by load only although the model's
+  // policy is a locality one (route_reply::fallback non-empty), over the client's lifetime.
+  uint64_t warned_replies() const;
+  uint64_t fallback_replies() const;
 
   class impl;
 

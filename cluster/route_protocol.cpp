@@ -58,6 +58,24 @@ status decode_band(reader& r, const route_protocol_limits& limits,
   return {};
 }
 
+status decode_warnings(reader& r, const route_protocol_limits& limits,
+                       std::vector<std::string>& out) {
+  out.clear();
+  if (take_nil(r)) return {};
+  item a;
+  if (status s = next_of(r, kind::array, "route_reply.warnings", a); !s.ok()) return s;
+  if (a.length > limits.max_warnings)
+    return status::out_of_range("route_reply.warnings: " + std::to_string(a.length) +
+                                " warnings, limit " + std::to_string(limits.max_warnings));
+  out.resize(a.length);
+  for (uint32_t i = 0; i < a.length; ++i)
+    if (status s = read_string(r, "route_reply.warnings[" + std::to_string(i) + "]",
+                               limits.max_message_bytes, out[i]);
+        !s.ok())
+      return s;
+  return {};
+}
+
 status decode_explain(reader& r, const route_protocol_limits& limits, route_explain& out) {
   item m;
   if (status s = next_of(r, kind::map, "route_reply.explain", m); !s.ok()) return s;
@@ -151,7 +169,9 @@ std::vector<uint8_t> encode_route_request(const route_request& m) {
 std::vector<uint8_t> encode_route_reply(const route_reply& m) {
   std::vector<uint8_t> out;
   msgpack::writer w(out);
-  write_envelope(w, 6 + (m.explain ? 1 : 0), route_protocol_version, reply_type);
+  write_envelope(
+      w, 6 + (m.explain ? 1 : 0) + (m.fallback.empty() ? 0 : 1) + (m.warnings.empty() ? 0 : 1),
+      route_protocol_version, reply_type);
   w.write_str("id");
   w.write_str(m.id);
   w.write_str("worker");
@@ -178,6 +198,16 @@ std::vector<uint8_t> encode_route_reply(const route_reply& m) {
       w.write_uint(b.worker);
       w.write_float32(b.score);
     }
+  }
+  if (!m.fallback.empty()) {
+    w.write_str("fallback");
+    w.write_str(m.fallback);
+  }
+  if (!m.warnings.empty()) {
+    w.write_str("warnings");
+    w.write_array_header(static_cast<uint32_t>(m.warnings.size()));
+    for (const std::string& text : m.warnings)
+      w.write_str(text);
   }
   return out;
 }
@@ -305,6 +335,14 @@ result<route_reply> decode_route_reply(std::span<const uint8_t> payload,
           }
           m.explain.emplace();
           return decode_explain(r, limits, *m.explain);
+        } else if (key == "fallback") {
+          if (take_nil(r)) {
+            m.fallback.clear();
+            return {};
+          }
+          return read_string(r, "route_reply.fallback", limits.max_policy_bytes, m.fallback);
+        } else if (key == "warnings") {
+          return decode_warnings(r, limits, m.warnings);
         }
         known = false;
         return {};

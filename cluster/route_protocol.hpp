@@ -30,7 +30,8 @@ struct route_protocol_limits {
   uint32_t max_endpoint_bytes = 256;      // decode worker endpoint
   uint32_t max_band = 1024;               // band members in an explanation
   uint32_t max_policy_bytes = 64;         // policy name in an explanation
-  uint32_t max_message_bytes = 4096;      // error_reply message
+  uint32_t max_message_bytes = 4096;      // error_reply message; each route_reply warning
+  uint32_t max_warnings = 16;             // route_reply warnings
 };
 
 // A prefill worker (or its proxy) asks where to decode one request.
@@ -71,6 +72,13 @@ struct route_reply {
   uint32_t covered_blocks = 0;
   uint32_t total_blocks = 0;  // covered_blocks <= total_blocks
   std::optional<route_explain> explain;
+  // Why a locality policy decided by load only ("" when it did not, or the policy is not one):
+  // no_centroid_set, no_signature_cache, no_counts, counts_geometry, signature_unusable
+  // (docs/protocol.md). The decision stands; the reason says what it was worth.
+  std::string fallback;
+  // Problems the caller should fix, each "<code>: <what happened>" (e.g. "counts_geometry: counts
+  // are 48x64x6, the model is 48x128x8; routed by load"). Clients surface them (log, callback).
+  std::vector<std::string> warnings;
 
   friend bool operator==(const route_reply&, const route_reply&) = default;
 };

@@ -60,6 +60,22 @@ std::vector<float> signature_points(const signature_spec& spec, std::span<const 
   return points;
 }
 
+std::string rho_pairs_warning(const fit_result& r) {
+  const bool repeats =
+      static_cast<double>(r.rho_pairs_distinct) < 0.9 * static_cast<double>(r.rho_pairs_requested);
+  const bool few = r.rho_pairs_distinct < min_reliable_rho_pairs;
+  if (!repeats && !few) return "";
+  std::string w = "rho was measured on only " + std::to_string(r.rho_pairs_distinct) +
+                  " distinct pairs (" + std::to_string(r.rho_pairs_requested) + " drawn; " +
+                  std::to_string(r.rho_requests) + " requests with decode tokens allow " +
+                  std::to_string(r.rho_pairs_possible) + ")";
+  w += few ? ": too few for a reliable rank correlation (fewer than " +
+                 std::to_string(min_reliable_rho_pairs) + "); calibrate on more requests"
+           : ": the trace is too small for --pairs; rho and the layer selection rest on "
+             "repeated pairs";
+  return w;
+}
+
 result<fit_result> fit_centroids(const calibration_counts& cal, const fit_options& o) {
   if (o.workers == 0) return status::invalid_argument("fit: workers must be >= 1");
   const model_geometry& g = cal.geometry;
@@ -81,6 +97,11 @@ result<fit_result> fit_centroids(const calibration_counts& cal, const fit_option
       chosen_eval = std::move(ev).value();
     }
   }
+
+  out.rho_pairs_requested = o.pairs;
+  out.rho_pairs_distinct = chosen_eval->distinct_pairs();
+  out.rho_pairs_possible = chosen_eval->possible_pairs();
+  out.rho_requests = chosen_eval->usable_requests();
 
   // Greedy forward layer selection on the chosen transform.
   std::vector<uint32_t> mask;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/balanced_kmeans.hpp"
@@ -49,7 +50,22 @@ struct fit_result {
   kmeans_result kmeans;                // of options.variant
   std::optional<kmeans_result> other;  // the other variant, when asked for
   double layer_seconds = 0.0, kmeans_seconds = 0.0, other_seconds = 0.0;
+  // The pairs behind rho (the chosen transform's evaluator; every transform draws the same ones):
+  // requested (options.pairs), how many distinct unordered pairs that was, and how many the
+  // calibration requests with decode tokens (rho_requests) allow.
+  uint32_t rho_pairs_requested = 0;
+  std::size_t rho_pairs_distinct = 0;
+  uint64_t rho_pairs_possible = 0;
+  std::size_t rho_requests = 0;
 };
+
+// Below this many distinct pairs a rank correlation is noise, whatever --pairs says.
+inline constexpr std::size_t min_reliable_rho_pairs = 100;
+
+// "" when rho stands on enough distinct pairs; else a one-line warning naming the figures: the
+// trace repeats pairs (distinct < 90% of requested, e.g. 3 requests give 3 distinct pairs however
+// many are drawn) or too few pairs exist for a reliable rho (< min_reliable_rho_pairs).
+std::string rho_pairs_warning(const fit_result& r);
 
 // Runs the pipeline on calibration counts. Errors: fewer than 2 requests with decode tokens (rho),
 // workers == 0, fewer non-zero signatures than workers, and those of the steps it calls.

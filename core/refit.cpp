@@ -364,10 +364,16 @@ result<refit_report> validate_refit(const centroid_set& candidate, const centroi
     const argmax_view cur = assign_argmax(*current, points, options.threads);
     r.current_score = distinct_score(cur, points, width, current->k(), options);
     r.score_checked = true;
-    if (r.candidate_score > r.current_score * (1.0 + options.score_tolerance)) {
-      r.reason = "distinct-expert score worse: candidate " + fmt(r.candidate_score) +
-                 " experts per batch, current " + fmt(r.current_score) + " (tolerance " +
-                 fmt(options.score_tolerance) + ")";
+    // Strictly better, by more than the tolerance: a candidate that only matches the current set
+    // (a refit on unchanged traffic converges back to it) would be a new epoch that changes
+    // nothing but the history, and churn every router's set for no gain.
+    if (!(r.candidate_score * (1.0 + options.score_tolerance) < r.current_score)) {
+      r.reason = std::string(r.candidate_score > r.current_score ? "distinct-expert score worse"
+                                                                 : "distinct-expert score not "
+                                                                   "better") +
+                 ": candidate " + fmt(r.candidate_score) + " experts per batch, current " +
+                 fmt(r.current_score) + " (needs candidate x (1 + tolerance " +
+                 fmt(options.score_tolerance) + ") < current)";
       return r;
     }
   }

@@ -93,8 +93,9 @@ struct refit_validation_options {
   std::vector<double> worker_weights;
   // Decode batch size of the distinct-expert score. Must be >= 1.
   uint32_t batch_size = 16;
-  // The candidate is rejected when its score > current score * (1 + score_tolerance); 0 means
-  // "not worse" (equal is accepted). Must be >= 0 and finite.
+  // The candidate is accepted only when it improves on the current set by more than this
+  // fraction: candidate score * (1 + score_tolerance) < current score. 0 means "strictly
+  // better" (an equal score is rejected). Must be >= 0 and finite.
   double score_tolerance = 0.0;
   // Seed of the batch draws: same seed, same inputs => same score.
   uint64_t seed = 0;
@@ -108,7 +109,8 @@ struct refit_report {
   bool accepted = false;
   // Empty when accepted; else starts with the failed check -- "sample too small",
   // "non-finite centroid", "zero centroid", "degenerate clusters", "balance broken",
-  // "distinct-expert score worse" -- followed by ": " and the figures that failed it.
+  // "distinct-expert score worse", "distinct-expert score not better" -- followed by ": " and the
+  // figures that failed it.
   std::string reason;
 
   uint32_t k = 0;

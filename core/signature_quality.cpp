@@ -108,6 +108,17 @@ result<rho_evaluator> rho_evaluator::make(const calibration_counts& cal, signatu
     ev.pair_i_[p] = i;
     ev.pair_j_[p] = j;
   }
+  {
+    std::vector<uint64_t> keys(pairs);
+    for (uint32_t p = 0; p < pairs; ++p) {
+      const uint64_t lo = std::min(ev.pair_i_[p], ev.pair_j_[p]);
+      const uint64_t hi = std::max(ev.pair_i_[p], ev.pair_j_[p]);
+      keys[p] = (hi << 32) | lo;
+    }
+    std::sort(keys.begin(), keys.end());
+    ev.distinct_pairs_ =
+        static_cast<std::size_t>(std::unique(keys.begin(), keys.end()) - keys.begin());
+  }
 
   // Transformed prefill vectors (unnormalised: the global normalisation is applied through the
   // per-layer norms) and normalised decode profiles.

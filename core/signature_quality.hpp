@@ -45,6 +45,14 @@ class rho_evaluator {
 
   uint32_t layers() const { return layers_; }
   std::size_t usable_requests() const { return usable_; }
+  // Pairs are drawn with replacement, and (i, j) is the same pair as (j, i): a trace with few
+  // usable requests repeats the same few pairs, and rho over them says little. distinct_pairs()
+  // is how many different unordered pairs were drawn, possible_pairs() how many exist
+  // (usable * (usable - 1) / 2).
+  std::size_t distinct_pairs() const { return distinct_pairs_; }
+  uint64_t possible_pairs() const {
+    return static_cast<uint64_t>(usable_) * (usable_ == 0 ? 0 : usable_ - 1) / 2;
+  }
   // rho of the signature over the given layers (any order, no duplicates, non-empty).
   double rho(std::span<const uint32_t> layers) const;
   double rho_all_layers() const;
@@ -63,6 +71,7 @@ class rho_evaluator {
   double rho_from_x(std::vector<double>& x) const;
   uint32_t layers_ = 0;
   std::size_t usable_ = 0;
+  std::size_t distinct_pairs_ = 0;
   std::vector<uint32_t> pair_i_, pair_j_;  // indices into the usable requests
   std::vector<double> pair_dot_;           // layers x pairs: per-layer dot of the pair's vectors
   std::vector<double> norm2_;              // layers x usable: per-layer squared norms

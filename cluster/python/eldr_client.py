@@ -34,9 +34,14 @@ Classes
 -------
 RouteClient(endpoint, timeout_ms=2000)      a prefill worker (or its proxy) asking where to decode
     route(request_id, model, blocks, counts=None, label=None, explain=False) -> dict
-        the route_reply as a dict: id, worker, endpoint, epoch, covered_blocks, total_blocks and,
-        when asked, explain {policy, tau, band: [[worker, score], ...]}. Raises EldrError on an
-        error_reply, TimeoutError when no answer comes within timeout_ms.
+        the route_reply as a dict: id, worker, endpoint, epoch, covered_blocks, total_blocks,
+        fallback (why a locality policy decided by load only, "" when it did not), warnings (a
+        list of "code: text", e.g. "counts_geometry: counts are ..., the model is ...; routed by
+        load": the node routed, but something to fix made the decision worse; each code is also
+        logged on the "eldr_client" logger at most once per 10 s) and, when asked, explain
+        {policy, tau, band: [[worker, score], ...]}. Raises EldrError on an error_reply,
+        TimeoutError when no answer comes within timeout_ms. .warned_replies and
+        .fallback_replies count such replies.
     send(...) / receive(timeout_ms=None)     pipelining: many requests outstanding on one socket;
         receive() returns the next reply dict to arrive (route_reply or error_reply: look at
         reply["type"] and match reply["id"]), raises TimeoutError. Do not mix with route() on one
@@ -105,6 +110,7 @@ per thread (they may share one zmq.Context via context=).
 """
 import collections
 import itertools
+import logging
 import operator
 import os
 import sys
@@ -112,6 +118,8 @@ import time
 
 import msgpack
 import zmq
+
+_log = logging.getLogger("eldr_client")
 import zmq.utils.z85
 
 PROTOCOL_VERSION = 1
@@ -550,6 +558,35 @@ class RouteClient(_Client):
                  server_public_key=None, public_key=None, secret_key=None):
         super().__init__(endpoints, timeout_ms, ("route_reply", "error_reply"), context,
                          max_attempts, server_public_key, public_key, secret_key)
+        self.warned_replies = 0     # route replies that carried warnings
+        self.fallback_replies = 0   # decisions a locality policy made by load only
+        self._warned_at = {}        # warning code -> time.monotonic() of its last log line
+
+    def _surface(self, reply):
+        # The node's warnings are never silent: the reply always has both keys, and each warning
+        # code is logged at most once per 10 s (a misconfigured prefill sends many requests).
+        if reply.get("type") != "route_reply":
+            return reply
+        reply.setdefault("fallback", "")
+        reply.setdefault("warnings", [])
+        if reply["fallback"] is None:
+            reply["fallback"] = ""
+        if reply["warnings"] is None:
+            reply["warnings"] = []
+        if reply["fallback"]:
+            self.fallback_replies += 1
+        if reply["warnings"]:
+            self.warned_replies += 1
+            now = time.monotonic()
+            for w in reply["warnings"]:
+                code = str(w).split(":", 1)[0]
+                last = self._warned_at.get(code)
+                if last is not None and now - last < 10.0:
+                    continue
+                if last is not None or len(self._warned_at) < 64:
+                    self._warned_at[code] = now
+                _log.warning("eldr node %s: %s", self.last_endpoint, w)
+        return reply
 
     def route(self, request_id, model, blocks, counts=None, label=None, explain=False):
         """Where to decode this request: the route_reply dict. Raises EldrError, TimeoutError."""
@@ -557,7 +594,7 @@ class RouteClient(_Client):
                            route_request(request_id, model, blocks, counts, label, explain))
         if reply["type"] == "error_reply":
             raise error_from(reply)
-        return reply
+        return self._surface(reply)
 
     def send(self, request_id, model, blocks, counts=None, label=None, explain=False):
         """Pipelined: sends the request and returns at once; the answer comes from receive()."""
@@ -565,7 +602,7 @@ class RouteClient(_Client):
 
     def receive(self, timeout_ms=None):
         """The next reply to arrive, route_reply or error_reply (not raised; see reply["type"])."""
-        return self._receive(timeout_ms)
+        return self._surface(self._receive(timeout_ms))
 
 
 class WorkerClient(_Client):

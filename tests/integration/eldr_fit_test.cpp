@@ -89,6 +89,59 @@ TEST_F(EldrFit, ForcedTransformAndSyntheticInputAreDeterministic) {
   EXPECT_EQ(report["model"]["layers"], 36);
 }
 
+// Issue 12: 3 requests gave "rho 1.0000" from 3 distinct pairs without a word.
+TEST_F(EldrFit, ATraceTooSmallForItsPairsIsWarnedAboutAndTheDistinctPairsAreReported) {
+  const auto r =
+      run_command(fit_binary + " --synthetic qwen-task --requests 3 --workers 1 --seed 1 --out " +
+                  path("tiny.centroids") + " --report " + path("tiny.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: rho was measured on only 3 distinct pairs (30000 drawn; 3 "
+                          "requests with decode tokens allow 3)"),
+            std::string::npos)
+      << r.output;
+  std::ifstream in(path("tiny.json"));
+  const auto report = nlohmann::json::parse(in);
+  EXPECT_EQ(report["pairs"], 30000);
+  EXPECT_EQ(report["pairs_distinct"], 3);
+  EXPECT_EQ(report["pairs_possible"], 3);
+  ASSERT_TRUE(report.contains("warnings")) << report.dump(2);
+  EXPECT_NE(report["warnings"][0].get<std::string>().find("3 distinct pairs"), std::string::npos);
+
+  // A trace large enough for its pairs says nothing.
+  const auto ok = run_command(fit_binary +
+                              " --synthetic qwen-task --requests 400 --workers 2 --pairs 2000"
+                              " --model qwen3 --out " +
+                              path("ok.centroids") + " --report " + path("ok.json"));
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_EQ(ok.output.find("warning"), std::string::npos) << ok.output;
+  std::ifstream in2(path("ok.json"));
+  const auto report2 = nlohmann::json::parse(in2);
+  EXPECT_GE(report2["pairs_distinct"].get<uint64_t>(), 1800u);
+  EXPECT_FALSE(report2.contains("warnings"));
+}
+
+// The centroid file's model name is what eldrctl centroids import checks against the node's
+// model: --model sets it; without it the trace's description is used, and eldr-fit says so.
+TEST_F(EldrFit, ModelNamesTheCentroidFileAndItsAbsenceIsWarnedAbout) {
+  const std::string cmd = fit_binary + " --synthetic qwen-task --requests 60 --workers 2 --out ";
+  const auto named = run_command(cmd + path("named.centroids") + " --model qwen3-30b-a3b");
+  ASSERT_EQ(named.exit_code, 0) << named.output;
+  EXPECT_EQ(named.output.find("no --model"), std::string::npos) << named.output;
+  auto f = read_centroid_file(path("named.centroids"));
+  ASSERT_TRUE(f.ok()) << f.error().to_string();
+  EXPECT_EQ(f->model_name, "qwen3-30b-a3b");
+
+  const auto unnamed = run_command(cmd + path("unnamed.centroids"));
+  ASSERT_EQ(unnamed.exit_code, 0) << unnamed.output;
+  EXPECT_NE(unnamed.output.find("warning: no --model: the centroid file names the model "
+                                "\"synthetic, Qwen3-30B-A3B shape\", the trace's description"),
+            std::string::npos)
+      << unnamed.output;
+  auto g = read_centroid_file(path("unnamed.centroids"));
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->model_name, "synthetic, Qwen3-30B-A3B shape");
+}
+
 TEST_F(EldrFit, BadInputStopsWithOneClearMessage) {
   struct bad_case {
     std::string args;

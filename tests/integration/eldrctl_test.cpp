@@ -184,6 +184,8 @@ std::optional<admin_reply> canned(const admin_request& r) {
   if (r.command == "status") return ok_reply(status_result);
   if (r.command == "workers") return ok_reply(workers_result);
   if (r.command == "centroids.import") return ok_reply({{"epoch", 13}});
+  if (r.command == "centroids.show")  // sample_centroids()'s model, geometry and K
+    return ok_reply({{"model", "m"}, {"epoch", 12}, {"k", 2}, {"geometry", {2, 4, 2}}});
   if (r.command == "policy")
     return ok_reply(
         {{"policy", r.args.value("policy", "eldr")}, {"tau", r.args.value("tau", 0.1)}});
@@ -386,12 +388,98 @@ TEST_F(Eldrctl, ValidCentroidFileTravelsByteForByte) {
   const auto r = ctl(node, "centroids import m " + path);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(line_starting(r.output, "epoch").find("13"), std::string::npos) << r.output;
-  ASSERT_EQ(node.requests().size(), 1u);
-  const admin_request req = node.requests()[0];
+  // The current set is asked for first (model, geometry and K are compared before sending).
+  ASSERT_EQ(node.commands(), (std::vector<std::string>{"centroids.show", "centroids.import"}));
+  const admin_request req = node.requests()[1];
+  EXPECT_FALSE(req.args.contains("force")) << req.args.dump();
   EXPECT_EQ(req.command, "centroids.import");
   EXPECT_EQ(req.args.value("model", ""), "m");
   ASSERT_TRUE(req.args.contains("file") && req.args["file"].is_binary()) << req.args.dump();
   EXPECT_EQ(static_cast<const std::vector<uint8_t>&>(req.args["file"].get_binary()), *bytes);
+}
+
+// Issue 12: importing another model's set only printed a note. It is refused before anything is
+// sent (exit 2, as a locally refused file), unless --force, which the node gets as an argument.
+TEST_F(Eldrctl, ASetOfAnotherModelOrGeometryIsRefusedUnlessForced) {
+  fake_admin_node node(canned);
+  centroid_file other = sample_centroids();
+  other.model_name = "synthetic, Qwen3-30B-A3B shape";
+  const std::string path = dir.sub("other.centroids");
+  ASSERT_TRUE(write_centroid_file(other, path).ok());
+  auto r = ctl(node, "centroids import m " + path);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("fitted for model \"synthetic, Qwen3-30B-A3B shape\", not \"m\" "
+                          "(eldr-fit --model m)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("--force"), std::string::npos) << r.output;
+  EXPECT_EQ(node.commands(), std::vector<std::string>{"centroids.show"});
+
+  r = ctl(node, "centroids import m " + path + " --force");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning"), std::string::npos) << r.output;
+  ASSERT_EQ(node.requests().size(), 3u);
+  EXPECT_EQ(node.requests()[2].command, "centroids.import");
+  EXPECT_EQ(node.requests()[2].args.value("force", false), true) << node.requests()[2].args.dump();
+
+  // Right name, another geometry than the node's current set (canned: 2 layers, 4 experts, k 2).
+  centroid_file wide = sample_centroids();
+  wide.spec = *signature_spec::make({2, 8, 2}, signature_transform::count, {0, 1}, {});
+  wide.centroids.assign(2 * wide.spec.width(), 0.0f);
+  wide.centroids[0] = 1.0f;
+  wide.centroids[wide.spec.width() + 9] = 1.0f;
+  const std::string wide_path = dir.sub("wide.centroids");
+  ASSERT_TRUE(write_centroid_file(wide, wide_path).ok());
+  r = ctl(node, "centroids import m " + wide_path);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("geometry L=2 E=8 k=2 differs"), std::string::npos) << r.output;
+  EXPECT_EQ(node.commands().back(), "centroids.show");
+
+  // The node's own refusal (another client, or a check only the node can make) exits 1.
+  fake_admin_node refusing([](const admin_request& q) -> std::optional<admin_reply> {
+    if (q.command == "centroids.import")
+      return error_reply_of(route_error_code::malformed, "centroid set refused for model 'm'");
+    return canned(q);
+  });
+  const std::string good = dir.sub("good.centroids");
+  ASSERT_TRUE(write_centroid_file(sample_centroids(), good).ok());
+  r = ctl(refusing, "centroids import m " + good);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("centroid set refused"), std::string::npos) << r.output;
+}
+
+// Issue 12: a rejected refit answered accepted false and eldrctl exited 0.
+TEST_F(Eldrctl, ARejectedRefitExitsOneWithItsReason) {
+  std::atomic<bool> accept{false};
+  fake_admin_node node([&](const admin_request& r) -> std::optional<admin_reply> {
+    if (r.command == "refit")
+      return accept.load()
+                 ? ok_reply({{"accepted", true}, {"epoch", 6}})
+                 : ok_reply({{"accepted", false},
+                             {"epoch", 5},
+                             {"reason", "distinct-expert score not better: candidate 9"}});
+    return canned(r);
+  });
+  auto r = ctl(node, "refit m");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("refit: rejected: distinct-expert score not better"), std::string::npos)
+      << r.output;
+  r = ctl(node, "--json refit m");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  accept = true;
+  r = ctl(node, "refit m");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST_F(Eldrctl, PolicyResetSendsResetAndRefusesAPolicyBesideIt) {
+  fake_admin_node node(canned);
+  auto r = ctl(node, "policy m --reset");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(node.requests().size(), 1u);
+  EXPECT_EQ(node.requests()[0].args, json({{"model", "m"}, {"reset", true}}));
+  r = ctl(node, "policy m --reset --set jsq");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(node.requests().size(), 1u);
 }
 
 TEST_F(Eldrctl, ExportWritesTheNodesFile) {

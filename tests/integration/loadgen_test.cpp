@@ -34,7 +34,9 @@ const std::string loadgen_binary =
 
 // What the fake node saw; read after stop().
 struct node_record {
-  std::vector<std::string> policies;
+  std::vector<std::string> policies;  // policies set (not shown, not reset)
+  uint32_t policy_resets = 0;         // `policy reset`: back to the node's config
+  std::vector<uint64_t> swaps;        // centroids.swap epochs
   std::vector<eldr::worker_register> registers;
   std::vector<std::string> publishers;
   std::vector<eldr::centroid_file> imported;
@@ -54,8 +56,11 @@ class fake_node {
  public:
   // install_imports: an imported centroid set becomes the epoch every later reply carries (as
   // the real node's); otherwise replies keep epoch 3.
-  explicit fake_node(uint32_t k, bool install_imports = false)
-      : k_(k), install_imports_(install_imports), load_(k, 0) {
+  explicit fake_node(uint32_t k, bool install_imports = false, std::string refuse_policy = "")
+      : k_(k),
+        install_imports_(install_imports),
+        refuse_policy_(std::move(refuse_policy)),
+        load_(k, 0) {
     for (zmq::socket_t* s : {&admin_, &route_, &worker_}) {
       s->set(zmq::sockopt::linger, 0);
       s->bind("tcp://127.0.0.1:*");
@@ -125,8 +130,28 @@ class fake_node {
         r.error = f.error().message();
       }
     } else if (req->command == "policy") {
-      rec_.policies.push_back(req->args.at("policy").get<std::string>());
-      r.result = {{"policy", rec_.policies.back()}, {"tau", 0.1}};
+      // As the real node: set (persisted, source admin), reset (the config's again) or show.
+      if (req->args.contains("policy")) {
+        const std::string name = req->args.at("policy").get<std::string>();
+        if (name == refuse_policy_) {
+          r.ok = false;
+          r.code = eldr::route_error_code::malformed;
+          r.error = "refused by the test";
+        } else {
+          rec_.policies.push_back(name);
+          policy_ = name;
+          policy_source_ = "admin";
+        }
+      } else if (req->args.value("reset", false)) {
+        ++rec_.policy_resets;
+        policy_ = "jsq";
+        policy_source_ = "config";
+      }
+      if (r.ok) r.result = {{"policy", policy_}, {"tau", 0.1}, {"policy_source", policy_source_}};
+    } else if (req->command == "centroids.swap") {
+      rec_.swaps.push_back(req->args.at("epoch").get<uint64_t>());
+      epoch_ = rec_.swaps.back();
+      r.result = {{"epoch", epoch_}};
     } else {
       r.ok = false;
       r.code = eldr::route_error_code::unknown_type;
@@ -272,6 +297,8 @@ class fake_node {
 
   uint32_t k_;
   bool install_imports_ = false;
+  std::string refuse_policy_;
+  std::string policy_ = "jsq", policy_source_ = "config";
   uint64_t epoch_ = 3;
   std::vector<int64_t> load_;
   zmq::context_t ctx_{1};
@@ -335,6 +362,13 @@ TEST(Loadgen, PlaysEveryPolicyThroughTheNode) {
   const node_record& n = node.record();
   EXPECT_EQ(n.decode_errors, 0u);
   EXPECT_EQ(n.policies, (std::vector<std::string>{"eldr", "jsq"}));
+  // Issue 12: the node was left on the last policy run and the loadgen's epoch. Both are put
+  // back: the policy to the node's config (it was not an admin change), the epoch to 3.
+  EXPECT_EQ(n.policy_resets, 1u);
+  EXPECT_EQ(n.swaps, (std::vector<uint64_t>{3}));
+  ASSERT_TRUE(j.contains("node_changes")) << j.dump();
+  EXPECT_EQ(j["node_changes"]["changed"].size(), 2u) << j.dump();
+  EXPECT_EQ(j["node_changes"]["restored"].size(), 2u) << j.dump();
   ASSERT_EQ(n.imported.size(), 1u);
   EXPECT_EQ(n.imported[0].workers, 3u);
   EXPECT_EQ(n.imported[0].model_name, "fake-model");
@@ -486,6 +520,11 @@ TEST(Loadgen, RoutersSpreadRoutesRoundRobinWorkersStayAtTheNode) {
   // The policy and the publishers at both; workers, centroids and finished requests at --node.
   EXPECT_EQ(na.policies, (std::vector<std::string>{"jsq"}));
   EXPECT_EQ(nb.policies, (std::vector<std::string>{"jsq"}));
+  // Every router's policy is restored; the epoch only at --node, where the set was imported.
+  EXPECT_EQ(na.policy_resets, 1u);
+  EXPECT_EQ(nb.policy_resets, 1u);
+  EXPECT_EQ(na.swaps, (std::vector<uint64_t>{3}));
+  EXPECT_TRUE(nb.swaps.empty());
   EXPECT_EQ(na.publishers.size(), 2u);
   EXPECT_EQ(nb.publishers.size(), 2u);
   EXPECT_EQ(na.registers.size(), 2u);
@@ -497,6 +536,41 @@ TEST(Loadgen, RoutersSpreadRoutesRoundRobinWorkersStayAtTheNode) {
   EXPECT_EQ(na.finished, routed);
   EXPECT_TRUE(nb.finished.empty());
   EXPECT_EQ(na.decode_errors + nb.decode_errors, 0u);
+}
+
+// Restored also when the run fails half way (the second policy is refused), and --keep-centroids
+// leaves the imported set current while the policy is still put back.
+TEST(Loadgen, TheNodeIsRestoredAfterAFailureAndKeepCentroidsKeepsTheSet) {
+  const std::string args =
+      " --synthetic qwen-task --rate 20 --duration 1 --decode-workers 2 --quiet"
+      " --calibration-requests 120 --pairs 500 --prompt-max 200 --output-tokens 6 --time-scale 4"
+      " --prompt-pool 8 --report-ms 20";
+  {
+    fake_node node(2, false, "jsq");
+    const auto r = eldr::testing::run_command(loadgen_binary + " --node " + node.admin_endpoint() +
+                                              args + " --policies eldr,jsq");
+    node.stop();
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("refused by the test"), std::string::npos) << r.output;
+    EXPECT_EQ(node.record().policies, (std::vector<std::string>{"eldr"}));
+    EXPECT_EQ(node.record().policy_resets, 1u);
+    EXPECT_EQ(node.record().swaps, (std::vector<uint64_t>{3}));
+  }
+  {
+    fake_node node(2);
+    const auto r = eldr::testing::run_command(loadgen_binary + " --node " + node.admin_endpoint() +
+                                              args + " --policies eldr --keep-centroids --json");
+    node.stop();
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(node.record().policy_resets, 1u);
+    EXPECT_TRUE(node.record().swaps.empty());
+    const json j = last_json_line(r.output);
+    ASSERT_TRUE(j.is_object()) << r.output;
+    bool kept = false;
+    for (const json& line : j["node_changes"]["restored"])
+      kept = kept || line.get<std::string>().find("--keep-centroids") != std::string::npos;
+    EXPECT_TRUE(kept) << j.dump();
+  }
 }
 
 TEST(Loadgen, UnreachableNodeExitsWithThree) {

@@ -2,7 +2,9 @@
 // the C++ client library (route, worker and admin protocols).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <set>
 #include <thread>
 #include <zmq.hpp>
@@ -347,7 +349,7 @@ TEST_F(NodeTest, HotSwapUnderLoadFailsNoDecisionAndNeverGoesBack) {
   EXPECT_GT(epoch2.load(), 100u);
 }
 
-TEST_F(NodeTest, RefitIsRejectedOnATooSmallSampleAndAcceptedOnLiveTraffic) {
+TEST_F(NodeTest, RefitIsRejectedOnATooSmallSampleOrWithoutGainAndAcceptedWhenItImproves) {
   start();
   register_workers();
   EXPECT_EQ(import(toy_centroids()), 1u);
@@ -362,14 +364,36 @@ TEST_F(NodeTest, RefitIsRejectedOnATooSmallSampleAndAcceptedOnLiveTraffic) {
     must_route(request_for(id, w, {3000u + i}, true));
     ASSERT_TRUE(worker_->call(finished_requests{"", "toy", w, {id}}).ok());
   }
+  // The fit finds the current set's grouping again: the same score is no improvement, and no new
+  // epoch is made for it (issue 12: it was accepted as epoch 2).
+  auto same = admin_->call("refit", {{"model", "toy"}});
+  ASSERT_TRUE(same.ok()) << same.error().to_string();
+  EXPECT_FALSE((*same)["accepted"].get<bool>()) << same->dump();
+  EXPECT_NE((*same)["reason"].get<std::string>().find("distinct-expert score not better"),
+            std::string::npos)
+      << same->dump();
+  EXPECT_EQ(must_route(request_for("still-1", 1, {3500u}, true)).epoch, 1u);
+
+  // A set that lumps domains 1 and 2 together on worker 1 (worker 2's centroid ties for domain 2
+  // and loses to the lower index): batches on worker 1 mix two domains. The refit undoes that.
+  centroid_file lumped = toy_centroids();
+  std::fill(lumped.centroids.begin(), lumped.centroids.end(), 0.0f);
+  const float spread = 1.0f / std::sqrt(8.0f);
+  const std::vector<std::vector<uint32_t>> homes = {{0}, {1, 2}, {2, 3}, {3}};
+  for (uint32_t w = 0; w < toy_k; ++w)
+    for (uint32_t d : homes[w])
+      for (uint32_t l = 0; l < toy.layers; ++l)
+        for (uint32_t e : {2 * d, 2 * d + 1})
+          lumped.centroids[w * 16 + l * 8 + e] = homes[w].size() == 1 ? 0.5f : spread;
+  EXPECT_EQ(import(lumped), 2u);
   auto refit = admin_->call("refit", {{"model", "toy"}});
   ASSERT_TRUE(refit.ok()) << refit.error().to_string();
   EXPECT_TRUE((*refit)["accepted"].get<bool>()) << refit->dump();
-  EXPECT_EQ((*refit)["epoch"], 2);
-  // Aligned to the workers: each domain still goes to its home worker under epoch 2.
+  EXPECT_EQ((*refit)["epoch"], 3);
+  // Aligned to the workers: each domain goes to its home worker under epoch 3.
   for (uint32_t w = 0; w < toy_k; ++w) {
     const auto r = must_route(request_for("post" + std::to_string(w), w, {4000u + w}, true));
-    EXPECT_EQ(r.epoch, 2u);
+    EXPECT_EQ(r.epoch, 3u);
     EXPECT_EQ(r.worker, w);
   }
 }
@@ -390,6 +414,160 @@ TEST_F(NodeTest, RestartWithTheSameDataDirectoryIsWarm) {
   EXPECT_EQ(r.covered_blocks, 2u);
   EXPECT_EQ(r.worker, 1u);
   EXPECT_EQ(r.epoch, 1u);
+}
+
+nlohmann::json toy_status(admin_client& admin) {
+  auto s = admin.call("status");
+  EXPECT_TRUE(s.ok()) << s.error().to_string();
+  return s.ok() ? (*s)["models"][0] : nlohmann::json();
+}
+
+// Issue 12: counts of another geometry were dropped, the request routed by load with a reply that
+// looked normal, nothing logged, counts_geometry 0. Now: a warning in the reply (the C++ client
+// hands it to its callback), fallback named, counted under counts_geometry.
+TEST_F(NodeTest, CountsOfAnotherGeometryAreAnsweredWithAWarningAndCounted) {
+  start();
+  register_workers();
+  EXPECT_EQ(import(toy_centroids()), 1u);
+  client_options co;
+  std::vector<route_reply> warned;
+  co.on_route_warning = [&](const route_reply& r) { warned.push_back(r); };
+  auto client = route_client::connect(node_->route(), co);
+  ASSERT_TRUE(client.ok());
+  // A prefill worker of another model: 2 layers, 16 experts, top-2.
+  const model_geometry other{2, 16, 2};
+  route_request req;
+  req.id = "wrong-geometry";
+  req.model = "toy";
+  req.block_hashes = {7001, 7002};
+  counts_message c;
+  c.geometry = other;
+  std::vector<uint8_t> ids;
+  for (int t = 0; t < 4; ++t)
+    for (uint32_t l = 0; l < other.layers; ++l)
+      for (uint8_t e : {uint8_t{12}, uint8_t{13}})
+        ids.push_back(e);
+  c.blocks.push_back({7001, std::nullopt, *block_counts::from_tokens(other, ids, 0, 4)});
+  c.blocks.push_back({7002, 7001, *block_counts::from_tokens(other, ids, 0, 4)});
+  req.counts = std::move(c);
+  auto r = (*client)->route(req);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  ASSERT_TRUE(std::holds_alternative<route_reply>(*r)) << std::get<error_reply>(*r).message;
+  const auto& reply = std::get<route_reply>(*r);
+  EXPECT_EQ(reply.covered_blocks, 0u);
+  EXPECT_EQ(reply.fallback, "counts_geometry");
+  ASSERT_EQ(reply.warnings.size(), 1u);
+  EXPECT_EQ(reply.warnings[0],
+            "counts_geometry: counts are L=2 E=16 k=2, the model is L=2 E=8 k=2; routed by load");
+  ASSERT_EQ(warned.size(), 1u);
+  EXPECT_EQ(warned[0].id, "wrong-geometry");
+  EXPECT_EQ((*client)->warned_replies(), 1u);
+  EXPECT_EQ((*client)->fallback_replies(), 1u);
+  const auto m = toy_status(*admin_);
+  EXPECT_EQ(m["counts_geometry"], 1) << m.dump();
+  EXPECT_EQ(m["fallbacks"]["counts_geometry"], 1) << m.dump();
+  // The refused counts never reached the store: the blocks stay unknown.
+  const auto again = must_route(request_for("same-blocks", 0, {7001, 7002}, false));
+  EXPECT_EQ(again.covered_blocks, 0u);
+  EXPECT_EQ(again.fallback, "no_counts");
+  // Good counts decide by locality, with no fallback and no warning.
+  const auto good = must_route(request_for("good", 2, {7101}, true));
+  EXPECT_EQ(good.worker, 2u);
+  EXPECT_EQ(good.fallback, "");
+  EXPECT_TRUE(good.warnings.empty());
+  EXPECT_EQ(warned.size(), 1u);
+}
+
+// Every other way "eldr" ends up routing by load says so in the reply and in status.
+TEST_F(NodeTest, EveryLoadOnlyDecisionOfTheLocalityPolicyNamesItsReason) {
+  start();
+  register_workers();
+  // No centroid set yet: JSQ, named.
+  const auto before = must_route(request_for("no-set", 1, {8001}, true));
+  EXPECT_EQ(before.fallback, "no_centroid_set");
+  EXPECT_TRUE(before.warnings.empty());
+  EXPECT_EQ(import(toy_centroids()), 1u);
+  // No block known.
+  EXPECT_EQ(must_route(request_for("cold", 1, {8101}, false)).fallback, "no_counts");
+  EXPECT_EQ(must_route(request_for("warm", 1, {8201}, true)).fallback, "");
+  auto m = toy_status(*admin_);
+  EXPECT_EQ(m["fallbacks"]["no_centroid_set"], 1) << m.dump();
+  EXPECT_EQ(m["fallbacks"]["no_counts"], 1) << m.dump();
+  EXPECT_EQ(m["fallbacks"]["signature_unusable"], 0) << m.dump();
+  // A load policy chosen on purpose is no fallback.
+  ASSERT_TRUE(admin_->call("policy", {{"model", "toy"}, {"policy", "jsq"}}).ok());
+  EXPECT_EQ(must_route(request_for("jsq", 1, {8301}, false)).fallback, "");
+  auto ex = admin_->call("explain", {{"model", "toy"}, {"request", "cold"}});
+  ASSERT_TRUE(ex.ok()) << ex.error().to_string();
+  EXPECT_EQ((*ex)["fallback"], "no_counts");
+}
+
+// Issue 12: importing another model's set only printed a note in eldrctl. The node refuses a set
+// fitted for another model name or geometry unless the request says force.
+TEST_F(NodeTest, ImportOfAnotherModelsSetIsRefusedUnlessForced) {
+  start();
+  register_workers();
+  centroid_file other = toy_centroids();
+  other.model_name = "synthetic, Qwen3-30B-A3B shape";
+  auto refused = admin_->call(
+      "centroids.import", {{"model", "toy"}, {"file", nlohmann::json::binary(as_bytes(other))}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message().find(
+                "the file was fitted for model \"synthetic, Qwen3-30B-A3B shape\", not \"toy\""),
+            std::string::npos)
+      << refused.error().message();
+  EXPECT_EQ(toy_status(*admin_)["epoch"], 0);
+  auto forced = admin_->call(
+      "centroids.import",
+      {{"model", "toy"}, {"file", nlohmann::json::binary(as_bytes(other))}, {"force", true}});
+  ASSERT_TRUE(forced.ok()) << forced.error().to_string();
+  EXPECT_EQ((*forced)["epoch"], 1);
+  // Another geometry than the current set's (16 experts instead of 8).
+  centroid_file wide = toy_centroids();
+  wide.spec = *signature_spec::make({2, 16, 2}, signature_transform::count, {}, {});
+  wide.centroids.assign(toy_k * wide.spec.width(), 0.0f);
+  for (uint32_t w = 0; w < toy_k; ++w)
+    wide.centroids[w * wide.spec.width() + w] = 1.0f;
+  auto geometry = admin_->call(
+      "centroids.import", {{"model", "toy"}, {"file", nlohmann::json::binary(as_bytes(wide))}});
+  ASSERT_FALSE(geometry.ok());
+  EXPECT_NE(geometry.error().message().find("geometry L=2 E=16 k=2 differs from the current "
+                                            "set's L=2 E=8 k=2"),
+            std::string::npos)
+      << geometry.error().message();
+  EXPECT_EQ(toy_status(*admin_)["epoch"], 1);
+  auto bad_force = admin_->call(
+      "centroids.import",
+      {{"model", "toy"}, {"file", nlohmann::json::binary(as_bytes(wide))}, {"force", "yes"}});
+  ASSERT_FALSE(bad_force.ok());
+  EXPECT_NE(bad_force.error().message().find("'force' must be a bool"), std::string::npos);
+}
+
+// Issue 12: a policy set with eldrctl policy was lost on a restart while the epoch was kept.
+TEST_F(NodeTest, APolicySetByTheOperatorSurvivesARestartUntilReset) {
+  start();
+  auto m = toy_status(*admin_);
+  EXPECT_EQ(m["policy"], "eldr");
+  EXPECT_EQ(m["policy_source"], "config");
+  auto set = admin_->call("policy", {{"model", "toy"}, {"policy", "jsq"}, {"tau", 0.25}});
+  ASSERT_TRUE(set.ok()) << set.error().to_string();
+  EXPECT_EQ((*set)["policy_source"], "admin");
+  EXPECT_EQ((*set)["persisted"], true) << set->dump();
+  EXPECT_EQ(node_->stop(), 0);
+  start();
+  m = toy_status(*admin_);
+  EXPECT_EQ(m["policy"], "jsq") << m.dump();
+  EXPECT_FLOAT_EQ(m["tau"].get<float>(), 0.25f);
+  EXPECT_EQ(m["policy_source"], "admin");
+  auto reset = admin_->call("policy", {{"model", "toy"}, {"reset", true}});
+  ASSERT_TRUE(reset.ok()) << reset.error().to_string();
+  EXPECT_EQ((*reset)["policy"], "eldr");
+  EXPECT_EQ((*reset)["policy_source"], "config");
+  EXPECT_EQ(node_->stop(), 0);
+  start();
+  m = toy_status(*admin_);
+  EXPECT_EQ(m["policy"], "eldr");
+  EXPECT_EQ(m["policy_source"], "config");
 }
 
 TEST_F(NodeTest, BadInputIsAnsweredCountedAndHarmless) {

@@ -184,6 +184,12 @@ TEST_F(PythonClientCodec, PythonReadsWhatCppSends) {
   save(dir, "route_reply", encode_route_reply(rr));
   rr.explain.reset();
   save(dir, "route_reply_plain", encode_route_reply(rr));
+  route_reply warned = rr;
+  warned.fallback = "counts_geometry";
+  warned.warnings = {
+      "counts_geometry: counts are L=2 E=16 k=2, the model is L=2 E=8 k=2; "
+      "routed by load"};
+  save(dir, "route_reply_warned", encode_route_reply(warned));
   save(dir, "error_reply",
        encode_error_reply({std::string("req-1"), route_error_code::overloaded, "busy"}));
   save(dir, "error_reply_noid",
@@ -224,6 +230,7 @@ TEST_F(PythonClientCodec, PythonReadsWhatCppSends) {
   for (const auto& [name, kind] :
        std::vector<std::pair<std::string, std::string>>{{"route_reply", "ok"},
                                                         {"route_reply_plain", "ok"},
+                                                        {"route_reply_warned", "ok"},
                                                         {"error_reply", "error"},
                                                         {"error_reply_noid", "error"},
                                                         {"error_reply_future", "error"},
@@ -247,6 +254,13 @@ TEST_F(PythonClientCodec, PythonReadsWhatCppSends) {
   EXPECT_EQ(reply["explain"]["band"][1][0], 1);
   EXPECT_NEAR(reply["explain"]["band"][1][1].get<double>(), 0.75, 1e-6);
   EXPECT_FALSE(out["route_reply_plain"]["ok"].contains("explain"));
+  // Every route reply has fallback and warnings, empty when the node sent none.
+  EXPECT_EQ(out["route_reply_plain"]["ok"]["fallback"], "");
+  EXPECT_EQ(out["route_reply_plain"]["ok"]["warnings"], json::array());
+  EXPECT_EQ(out["route_reply_warned"]["ok"]["fallback"], "counts_geometry");
+  EXPECT_EQ(out["route_reply_warned"]["ok"]["warnings"],
+            json::array({"counts_geometry: counts are L=2 E=16 k=2, the model is L=2 E=8 k=2; "
+                         "routed by load"}));
 
   json busy = out["error_reply"]["error"];
   EXPECT_EQ(busy["code"], 6);

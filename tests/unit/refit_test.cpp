@@ -358,7 +358,7 @@ TEST(ValidateRefit, BalanceIsMeasuredAgainstEachWorkersWeightedShare) {
   EXPECT_FALSE(validate_refit(*set, nullptr, points, 2 * block_dims, o).ok());
 }
 
-TEST(ValidateRefit, RejectsAWorseDistinctExpertScoreAndAcceptsEqualOrBetter) {
+TEST(ValidateRefit, RejectsAWorseOrEqualDistinctExpertScoreAndAcceptsABetterOne) {
   const uint32_t width = plain_width + 8;
   const auto points = block_points(4, 64, 3, 4);
   auto by_block = block_set(width, {0, 1, 2, 3});
@@ -376,17 +376,34 @@ TEST(ValidateRefit, RejectsAWorseDistinctExpertScoreAndAcceptsEqualOrBetter) {
   EXPECT_TRUE(better->accepted) << better->reason;
   EXPECT_LT(better->candidate_score, better->current_score);
 
+  // The same score is no improvement: a new epoch would change nothing but the history.
   auto equal = validate_refit(*by_block, by_block.get(), points, width);
   ASSERT_TRUE(equal.ok());
-  EXPECT_TRUE(equal->accepted) << equal->reason;
+  EXPECT_FALSE(equal->accepted);
+  EXPECT_TRUE(equal->score_checked);
   EXPECT_DOUBLE_EQ(equal->candidate_score, equal->current_score);
+  EXPECT_EQ(equal->reason.rfind("distinct-expert score not better", 0), 0u) << equal->reason;
 
-  // A tolerance large enough lets the worse set through.
+  // The tolerance is the improvement required beyond equality: just below the better set's gain
+  // it passes, at the gain it does not.
+  const double gain = better->current_score / better->candidate_score - 1.0;
+  ASSERT_GT(gain, 0.0);
   refit_validation_options o;
-  o.score_tolerance = worse->candidate_score / worse->current_score;
+  o.score_tolerance = gain * 0.99;
+  auto enough = validate_refit(*by_block, by_style.get(), points, width, o);
+  ASSERT_TRUE(enough.ok());
+  EXPECT_TRUE(enough->accepted) << enough->reason;
+  o.score_tolerance = gain * 1.01;
+  auto too_little = validate_refit(*by_block, by_style.get(), points, width, o);
+  ASSERT_TRUE(too_little.ok());
+  EXPECT_FALSE(too_little->accepted);
+  EXPECT_EQ(too_little->reason.rfind("distinct-expert score not better", 0), 0u)
+      << too_little->reason;
+  // No tolerance lets a worse set through.
+  o.score_tolerance = 10.0;
   auto tolerated = validate_refit(*by_style, by_block.get(), points, width, o);
   ASSERT_TRUE(tolerated.ok());
-  EXPECT_TRUE(tolerated->accepted) << tolerated->reason;
+  EXPECT_FALSE(tolerated->accepted);
 }
 
 TEST(ValidateRefit, SkipsTheScoreAgainstASetOfAnotherWidth) {
@@ -431,15 +448,18 @@ TEST(RefitCandidate, FitsAlignsToWorkerIdentitiesAndBumpsTheEpoch) {
   auto out = refit_candidate(points, plain_width, current.get(), o);
   ASSERT_TRUE(out.ok()) << out.error().to_string();
   ASSERT_NE(out->candidate, nullptr);
-  EXPECT_TRUE(out->report.accepted) << out->report.reason;
   EXPECT_TRUE(out->aligned);
   EXPECT_TRUE(out->report.score_checked);
+  // The fit found the current grouping again: the same score, so no new epoch is worth it.
+  EXPECT_FALSE(out->report.accepted);
+  EXPECT_EQ(out->report.reason.rfind("distinct-expert score not better", 0), 0u)
+      << out->report.reason;
   EXPECT_EQ(out->candidate->epoch(), 8u);
   EXPECT_EQ(out->candidate->k(), 4u);
   for (uint32_t w = 0; w < 4; ++w)
     EXPECT_GT(cosine_rows(out->candidate->row(w), current->row(w)), 0.95) << "worker " << w;
   EXPECT_EQ(out->fit_cluster_sizes, (std::vector<uint32_t>{100, 100, 100, 100}));
-  EXPECT_LE(out->report.candidate_score, out->report.current_score);
+  EXPECT_DOUBLE_EQ(out->report.candidate_score, out->report.current_score);
 }
 
 TEST(RefitCandidate, FirstFitNeedsKAndStartsAtEpochOne) {
@@ -485,11 +505,14 @@ TEST(RefitCandidate, ValidatesBalanceAgainstTheFitsWorkerWeights) {
                 row.begin());
     points.insert(points.end(), row.begin(), row.end());
   }
-  auto current = block_set(2 * block_dims, {0, 1});
+  // A first fit (no current set: the blocks as a current set would score the same, and be no
+  // improvement), started at the blocks.
   refit_options o;
+  o.k = 2;
+  o.kmeans.initial_centroids = rows_of(*block_set(2 * block_dims, {0, 1}));
   o.validation.max_balance_ratio = 1.2;
   o.kmeans.worker_weights = {3.0, 1.0};
-  auto out = refit_candidate(points, 2 * block_dims, current.get(), o);
+  auto out = refit_candidate(points, 2 * block_dims, nullptr, o);
   ASSERT_TRUE(out.ok()) << out.error().to_string();
   EXPECT_TRUE(out->report.accepted) << out->report.reason;
   EXPECT_DOUBLE_EQ(out->report.balance_ratio, 1.0);

@@ -119,6 +119,35 @@ TEST(RouteProtocol, ReplyAndErrorRoundTrip) {
   EXPECT_EQ(*ab, anonymous);
 }
 
+// A decision by load only says why, and warnings travel as a list; both are absent from the
+// encoding when empty, so older clients see the reply they know.
+TEST(RouteProtocol, FallbackAndWarningsRoundTripAndAreLimited) {
+  route_reply r = sample_reply();
+  r.fallback = "counts_geometry";
+  r.warnings = {
+      "counts_geometry: counts are L=2 E=16 k=2, the model is L=2 E=8 k=2; routed by load",
+      "another: one"};
+  auto back = decode_route_reply(encode_route_reply(r), {});
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(*back, r);
+
+  const route_reply plain = sample_reply();
+  auto plain_back = decode_route_reply(encode_route_reply(plain), {});
+  ASSERT_TRUE(plain_back.ok());
+  EXPECT_TRUE(plain_back->fallback.empty());
+  EXPECT_TRUE(plain_back->warnings.empty());
+  route_reply with = plain;
+  with.fallback = "no_counts";
+  EXPECT_GT(encode_route_reply(with).size(), encode_route_reply(plain).size());
+
+  route_protocol_limits tight;
+  tight.max_warnings = 1;
+  auto over = decode_route_reply(encode_route_reply(r), tight);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.error().code(), status_code::out_of_range);
+  EXPECT_NE(over.error().message().find("route_reply.warnings"), std::string::npos);
+}
+
 TEST(RouteProtocol, ErrorCodesAreNamedAndMapped) {
   EXPECT_STREQ(to_string(route_error_code::no_eligible_worker), "no_eligible_worker");
   EXPECT_STREQ(to_string(static_cast<route_error_code>(200)), "unknown");

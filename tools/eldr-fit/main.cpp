@@ -2,7 +2,7 @@
 // signature quality rho of every transform, selects layers greedily, fits one balanced centroid
 // per decode worker, and writes a versioned centroid file plus an optional JSON report.
 //
-//   eldr-fit --trace FILE --workers K --out CENTROIDS [--report REPORT.json]
+//   eldr-fit --trace FILE --workers K --out CENTROIDS [--model NAME] [--report REPORT.json]
 //            [--transform auto|count|sqrt|count_idf|binary] [--seed S]
 //
 // Each request's prompt tokens are its prefill (they make the signature); its output tokens are
@@ -39,6 +39,7 @@ struct options {
   uint32_t workers = 0;
   std::string out;
   std::string report;
+  std::string model;  // the centroid file's model name; "" = the trace's (a description)
   std::string transform = "auto";
   std::string variant = "balanced";
   std::vector<double> weights;
@@ -86,6 +87,9 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::Range(1u, 1u << 16));
   app.add_option("--out", o.out, "centroid file to write")->required();
+  app.add_option("--model", o.model,
+                 "model name written into the centroid file: the node's [[models]] name, which "
+                 "eldrctl centroids import checks (default: the trace's model description)");
   app.add_option("--report", o.report, "JSON report to write");
   app.add_option("--transform", o.transform, "auto|count|sqrt|count_idf|binary (auto: best rho)")
       ->capture_default_str();
@@ -167,12 +171,15 @@ int main(int argc, char** argv) {
   if (!fitted.ok()) die(fitted.error().message());
   const eldr::fit_result& fr = *fitted;
   json report;
-  std::printf("signature quality rho (all layers, %u pairs):\n", o.pairs);
+  std::printf("signature quality rho (all layers, %u pairs, %zu distinct):\n", o.pairs,
+              fr.rho_pairs_distinct);
   for (std::size_t i = 0; i < std::size(eldr::all_transforms); ++i) {
     const std::string name(eldr::to_string(eldr::all_transforms[i]));
     report["rho"][name] = fr.rho[i];
     std::printf("  %-10s %.4f\n", name.c_str(), fr.rho[i]);
   }
+  if (const std::string w = eldr::rho_pairs_warning(fr); !w.empty())
+    std::fprintf(stderr, "eldr-fit: warning: %s\n", w.c_str());
   const eldr::signature_transform chosen = fr.transform;
   std::size_t chosen_index = 0;
   while (eldr::all_transforms[chosen_index] != chosen)
@@ -204,7 +211,18 @@ int main(int argc, char** argv) {
 
   // 6. The centroid file.
   eldr::centroid_file f;
-  f.model_name = tr.model_name;
+  // The node refuses a set fitted for another model name unless forced: the name must be the
+  // [[models]] name routes use, which a trace does not know (it records a description).
+  if (o.model.empty()) {
+    f.model_name = tr.model_name;
+    std::fprintf(stderr,
+                 "eldr-fit: warning: no --model: the centroid file names the model \"%s\", the "
+                 "trace's description; eldrctl centroids import refuses it for a model of another "
+                 "name (pass --model NAME, the node's [[models]] name)\n",
+                 f.model_name.c_str());
+  } else {
+    f.model_name = o.model;
+  }
   f.spec = spec;
   f.epoch = o.epoch;
   f.workers = o.workers;
@@ -220,13 +238,21 @@ int main(int argc, char** argv) {
     report["format"] = "eldr-fit-report";
     report["version"] = 1;
     report["source"] = source;
-    report["model"] = {
-        {"name", tr.model_name}, {"layers", g.layers}, {"experts", g.experts}, {"top_k", g.top_k}};
+    report["model"] = {{"name", f.model_name},
+                       {"trace_name", tr.model_name},
+                       {"layers", g.layers},
+                       {"experts", g.experts},
+                       {"top_k", g.top_k}};
     report["requests"] = n;
     report["zero_signature_requests"] = zero_rows;
     report["workers"] = o.workers;
     report["seed"] = o.seed;
     report["pairs"] = o.pairs;
+    report["pairs_distinct"] = fr.rho_pairs_distinct;
+    report["pairs_possible"] = fr.rho_pairs_possible;
+    report["rho_requests"] = fr.rho_requests;
+    if (const std::string w = eldr::rho_pairs_warning(fr); !w.empty())
+      report["warnings"] = json::array({w});
     report["transform"] = std::string(eldr::to_string(chosen));
     report["transform_chosen_by"] = forced ? "flag" : "best_rho";
     report["layer_curve"] = {{"order", curve.order}, {"rho", curve.rho}};

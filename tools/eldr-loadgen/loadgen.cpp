@@ -1314,7 +1314,116 @@ std::string format_table(const std::vector<policy_result>& results) {
   return t;
 }
 
+// What the loadgen changes on the node (policies, the current centroid epoch) and how to put it
+// back: recorded before the first change, restored once whatever way the run ended (done, error,
+// SIGINT), with its own admin clients so that nothing of the run needs to be alive.
+struct node_restore {
+  struct router {
+    std::string node;  // admin endpoint
+    std::unique_ptr<admin_client> admin;
+    json policy;  // its `policy` answer before the run: policy, tau, policy_source
+    bool changed = false;
+  };
+  std::vector<router> routers;
+  std::string model;
+  bool imported = false;
+  uint64_t epoch_before = 0;  // the node's epoch before the loadgen's first import (0: none)
+  uint64_t epoch_now = 0;     // the last epoch the loadgen made current
+
+  // Connects to `node` and records its policy for `model`.
+  status record(const std::string& node, const std::string& m) {
+    client_options co;
+    co.timeout_ms = 5000;
+    auto a = admin_client::connect(node, co);
+    if (!a.ok()) return a.error();
+    auto p = (*a)->call("policy", {{"model", m}});
+    if (!p.ok())
+      return status::io_error("policy of " + m + " at " + node + ": " + p.error().message());
+    routers.push_back(router{node, std::move(a).value(), std::move(p).value(), false});
+    return {};
+  }
+  router* find(const std::string& node) {
+    for (auto& r : routers)
+      if (r.node == node) return &r;
+    return nullptr;
+  }
+
+  void restore(const loadgen_options& o, loadgen_outcome& out) {
+    auto failed = [&](const std::string& what) {
+      say(o, "warning: " + what);
+      out.restored.push_back("NOT restored: " + what);
+      if (out.exit_code == 0) {
+        out.exit_code = 1;
+        out.error = what;
+      }
+    };
+    for (auto& r : routers) {
+      if (!r.changed) continue;
+      const json& was = r.policy;
+      json args = {{"model", model}};
+      const bool from_config = was.value("policy_source", std::string("admin")) == "config";
+      if (from_config) {
+        args["reset"] = true;
+      } else {
+        args["policy"] = was.value("policy", std::string("eldr"));
+        if (was.contains("tau") && was["tau"].is_number()) args["tau"] = was["tau"];
+      }
+      auto back = r.admin->call("policy", args);
+      const std::string what = "policy of " + model + " at " + r.node + " back to " +
+                               was.value("policy", std::string("?")) + " tau " +
+                               (was.contains("tau") ? was["tau"].dump() : std::string("?")) +
+                               (from_config ? " (the node's config)" : "");
+      if (!back.ok()) {
+        failed(what + ": " + back.error().message());
+        continue;
+      }
+      say(o, "restored the " + what);
+      out.restored.push_back(what);
+    }
+    if (imported && !routers.empty()) {
+      if (o.keep_centroids) {
+        const std::string what =
+            "kept the loadgen's centroid set current as epoch " + std::to_string(epoch_now) +
+            " (--keep-centroids; the node was on " + "epoch " + std::to_string(epoch_before) + ")";
+        say(o, what);
+        out.restored.push_back(what);
+      } else if (epoch_before == 0) {
+        const std::string what = "the node had no centroid set before; the loadgen's epoch " +
+                                 std::to_string(epoch_now) +
+                                 " stays current (no command removes a set)";
+        say(o, "warning: " + what);
+        out.restored.push_back(what);
+      } else if (epoch_now != epoch_before) {
+        auto back = routers.front().admin->call("centroids.swap",
+                                                {{"model", model}, {"epoch", epoch_before}});
+        const std::string what = "centroid epoch of " + model + " back to " +
+                                 std::to_string(epoch_before) + " (the loadgen's epoch " +
+                                 std::to_string(epoch_now) + " stays stored)";
+        if (!back.ok())
+          failed(what + ": " + back.error().message());
+        else {
+          say(o, "restored the " + what);
+          out.restored.push_back(what);
+        }
+      }
+    }
+    if (out.report.is_object() || out.report.is_null())
+      out.report["node_changes"] = {{"changed", out.changed}, {"restored", out.restored}};
+  }
+};
+
+loadgen_outcome play(const loadgen_options& o, const std::atomic<bool>& stop,
+                     node_restore& restore);
+
 loadgen_outcome run_loadgen(const loadgen_options& o, const std::atomic<bool>& stop) {
+  node_restore restore;
+  loadgen_outcome out = play(o, stop, restore);
+  restore.restore(o, out);
+  return out;
+}
+
+loadgen_outcome play(const loadgen_options& o, const std::atomic<bool>& stop,
+                     node_restore& restore) {
   loadgen_outcome out;
   auto fail = [&](int code, const std::string& m) {
     out.exit_code = code;
@@ -1344,6 +1453,13 @@ loadgen_outcome run_loadgen(const loadgen_options& o, const std::atomic<bool>& s
   auto admin = admin_client::connect(o.node, admin_opts);
   if (!admin.ok()) return fail(3, "cannot connect to " + o.node + ": " + admin.error().message());
   if (status rs = read_status(s, *st); !rs.ok()) return fail(2, rs.message());
+  // What the run will change, recorded before any change (step 3 imports, step 5 sets policies).
+  restore.model = s.model;
+  restore.epoch_before = s.import_epoch > 0 ? s.import_epoch - 1 : 0;
+  if (status rs = restore.record(o.node, s.model); !rs.ok()) return fail(3, rs.message());
+  for (const std::string& r : o.routers)
+    if (r != o.node)
+      if (status rs = restore.record(r, s.model); !rs.ok()) return fail(3, rs.message());
   say(o, "node " + o.node + ": model " + s.model + ", route " + s.route_endpoint + ", worker " +
              s.worker_endpoint);
   if (o.routers.empty()) s.route_endpoints.push_back(s.route_endpoint);
@@ -1379,13 +1495,22 @@ loadgen_outcome run_loadgen(const loadgen_options& o, const std::atomic<bool>& s
   if (!o.no_import) {
     auto bytes = centroid_bytes(s);
     if (!bytes.ok()) return fail(2, bytes.error().message());
-    json args = {{"model", s.model}, {"file", json::binary(std::move(bytes).value())}};
+    // Forced: the set is fitted on this run's workload, whose geometry or K may differ from the
+    // node's current set (an earlier run's); the node's epoch is swapped back at the end.
+    json args = {
+        {"model", s.model}, {"file", json::binary(std::move(bytes).value())}, {"force", true}};
     auto imported = (*admin)->call("centroids.import", std::move(args));
     if (!imported.ok()) return fail(1, "centroids.import: " + imported.error().message());
     say(o, "imported centroids: " + imported->dump());
     if (imported->is_object() && imported->contains("epoch") &&
         (*imported)["epoch"].is_number_unsigned())
       s.current_epoch = (*imported)["epoch"].get<uint64_t>();
+    restore.imported = true;
+    restore.epoch_now = s.current_epoch;
+    out.changed.push_back("imported a centroid set for " + s.model + " as epoch " +
+                          std::to_string(s.current_epoch) + " (the node was on epoch " +
+                          std::to_string(restore.epoch_before) + ")");
+    say(o, "changed: " + out.changed.back());
   }
 
   // 4. Emulated decode workers register; emulated prefill workers announce their publishers.
@@ -1447,15 +1572,27 @@ loadgen_outcome run_loadgen(const loadgen_options& o, const std::atomic<bool>& s
     const std::string& name = o.policies[pi];
     json args = {{"model", s.model}, {"policy", name}};
     if (o.tau) args["tau"] = *o.tau;
+    // Marked changed before the call: a command that timed out may still have been applied.
+    if (auto* r = restore.find(o.node)) r->changed = true;
     auto set = (*admin)->call("policy", args);
     if (!set.ok()) return fail(1, "policy " + name + ": " + set.error().message());
+    for (auto& r : restore.routers)
+      r.changed = true;
     for (auto& a : s.other_admins) {
       auto other = a->call("policy", args);
       if (!other.ok()) return fail(1, "policy " + name + " (router): " + other.error().message());
     }
+    if (pi == 0) {
+      const json& was = restore.routers.front().policy;
+      out.changed.push_back("set the policy of " + s.model + " for each run (was " +
+                            was.value("policy", std::string("?")) + " tau " +
+                            (was.contains("tau") ? was["tau"].dump() : std::string("?")) + ")");
+      say(o, "changed: " + out.changed.back());
+    }
     say(o, "playing " + std::to_string(s.w->requests.size()) + " requests at " +
                fmt(o.rate_rps, 1) + " req/s under " + name);
     auto r = run_policy(s, name, static_cast<uint32_t>(pi), stop);
+    restore.epoch_now = s.current_epoch;  // --swap-at imports another set
     if (!r.ok()) return fail(1, name + ": " + r.error().message());
     say(o, "  " + name + ": " + std::to_string(r->replied) + " replies, " +
                std::to_string(r->errors) + " errors, route p99 " + fmt(r->route_p99_us, 0) +

@@ -70,6 +70,9 @@ struct loadgen_options {
   double drain_s = 300.0;  // wall seconds to wait for decodes after the last route
   // Centroids.
   bool no_import = false;
+  // At the end (also after an error or SIGINT) the loadgen sets every router's policy back to what
+  // it was, and swaps the node back to the centroid epoch it had before the import, unless this.
+  bool keep_centroids = false;
   std::string centroids;  // a centroid file to import instead of fitting
   // Route path.
   bool route_only = false;
@@ -152,6 +155,9 @@ struct loadgen_outcome {
   std::string error;
   std::vector<policy_result> results;
   nlohmann::json report;  // top-level fields of the first policy, "policies", the setup
+  // What the loadgen changed on the node and what it put back ("changed", "restored" lists of
+  // sentences, also in report["node_changes"]); a failed restore is an error (exit 1).
+  std::vector<std::string> changed, restored;
 };
 
 // Runs the setup and every policy. `stop` (set by a signal handler) ends the current policy's run

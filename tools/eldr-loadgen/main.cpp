@@ -160,6 +160,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--no-import", o.no_import, "use the node's centroids as they are");
+  app.add_flag("--keep-centroids", o.keep_centroids,
+               "leave the imported centroid set current at the end (default: swap the node back "
+               "to the epoch it had; the policy is always restored)");
   app.add_option("--centroids", o.centroids, "centroid file to import instead of fitting one")
       ->check(CLI::ExistingFile);
   app.add_flag("--route-only", o.route_only,

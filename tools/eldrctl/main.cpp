@@ -7,11 +7,14 @@
 //     drain MODEL WORKER | undrain MODEL WORKER
 //     centroids show MODEL
 //     centroids export MODEL [--epoch E] -o FILE
-//     centroids import MODEL FILE            validated here first; an invalid file is refused
+//     centroids import MODEL FILE [--force]  validated here first; an invalid file is refused, so
+//                                            is one of another model or geometry unless --force
 //     centroids swap MODEL EPOCH | centroids rollback MODEL
-//     refit MODEL
+//     refit MODEL                            exit 1 when the node rejects the candidate
 //     explain MODEL REQUEST_ID
-//     policy MODEL [--set NAME] [--tau T]
+//     policy MODEL [--set NAME] [--tau T] | policy MODEL --reset
+//                                            a change is persisted (survives a restart) until
+//                                            --reset returns the model to its config
 //
 // Output: aligned tables for people, or the node's raw result as JSON with --json. Errors go to
 // stderr. Exit codes: 0 ok; 1 the node refused the command (its error code's name and message are
@@ -28,6 +31,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -71,7 +75,9 @@ struct outcome {
   json result;
 };
 
-outcome call_node(const global_options& g, const std::string& command, json args) {
+// The admin client for --node (with CURVE when asked); errors are printed and turned into the
+// exit code.
+eldr::result<std::unique_ptr<eldr::admin_client>> connect_admin(const global_options& g) {
   eldr::client_options o;
   o.timeout_ms = g.timeout_ms;
   if (!g.curve_server_key.empty()) {
@@ -79,18 +85,23 @@ outcome call_node(const global_options& g, const std::string& command, json args
     keys.server_public_key = g.curve_server_key;
     if (!g.curve_secret_key_file.empty()) {
       auto mine = eldr::read_curve_secret_key(g.curve_secret_key_file);
-      if (!mine.ok()) {
-        std::cerr << "eldrctl: --curve-secret-key-file: " << mine.error().message() << "\n";
-        return {exit_usage, {}};
-      }
+      if (!mine.ok())
+        return eldr::status::invalid_argument("--curve-secret-key-file: " + mine.error().message());
       keys.public_key = mine->public_key;
       keys.secret_key = mine->secret_key;
     }
     o.curve = std::move(keys);
   }
   auto client = eldr::admin_client::connect(g.node, o);
+  if (!client.ok())
+    return eldr::status::invalid_argument("--node " + g.node + ": " + client.error().message());
+  return client;
+}
+
+outcome call_node(const global_options& g, const std::string& command, json args) {
+  auto client = connect_admin(g);
   if (!client.ok()) {
-    std::cerr << "eldrctl: --node " << g.node << ": " << client.error().message() << "\n";
+    std::cerr << "eldrctl: " << client.error().message() << "\n";
     return {exit_usage, {}};
   }
   auto r = (*client)->call(command, std::move(args));
@@ -412,7 +423,30 @@ int run_export(const global_options& g, const std::string& model, const CLI::Opt
   return exit_ok;
 }
 
-int run_import(const global_options& g, const std::string& model, const std::string& path) {
+// What the file says against the model: another model's name (eldr-fit --model sets it), or a
+// geometry or K other than the node's current set. Empty when it fits (or the node has no set to
+// compare with: the node checks again either way).
+std::vector<std::string> import_mismatches(const eldr::centroid_file& f, const std::string& model,
+                                           const json& shown) {
+  std::vector<std::string> out;
+  if (f.model_name != model)
+    out.push_back("it was fitted for model \"" + f.model_name + "\", not \"" + model +
+                  "\" (eldr-fit --model " + model + ")");
+  if (!shown.is_object()) return out;
+  const auto& g = f.spec.geometry();
+  if (shown.contains("geometry") && shown["geometry"].is_array() && shown["geometry"].size() == 3 &&
+      shown["geometry"] != json::array({g.layers, g.experts, g.top_k}))
+    out.push_back("its geometry " + g.to_string() + " differs from the node's current set's (" +
+                  text(shown["geometry"]) + " as layers,experts,top_k)");
+  if (shown.contains("k") && shown["k"].is_number_unsigned() && shown["k"].get<uint32_t>() != 0 &&
+      shown["k"].get<uint32_t>() != f.workers)
+    out.push_back("it has " + std::to_string(f.workers) + " centroids, the node's current set " +
+                  text(shown["k"]));
+  return out;
+}
+
+int run_import(const global_options& g, const std::string& model, const std::string& path,
+               bool force) {
   // Read once, validate those very bytes, send those very bytes: what was checked is what the
   // node gets. parse_centroid_file runs validate_centroid_file after decoding.
   auto bytes = eldr::read_file(path, eldr::admin_protocol_limits{}.max_payload_bytes);
@@ -425,11 +459,20 @@ int run_import(const global_options& g, const std::string& model, const std::str
     std::cerr << "eldrctl: refusing " << path << ": " << f.error().message() << "\n";
     return exit_usage;
   }
-  if (f->model_name != model)  // names may legitimately differ (HF id vs pool name); the node
-                               // checks the geometry, which is what matters
-    std::cerr << "eldrctl: note: " << path << " was fitted for model \"" << f->model_name
-              << "\", importing into \"" << model << "\"\n";
+  // Compared with the node's current set before anything is sent; the node checks again (every
+  // client gets its refusal), so a failed show only skips this early check.
+  json shown;
+  if (auto c = connect_admin(g); c.ok())
+    if (auto r = (*c)->call("centroids.show", {{"model", model}}); r.ok()) shown = std::move(*r);
+  const auto mismatches = import_mismatches(*f, model, shown);
+  for (const auto& m : mismatches)
+    std::cerr << "eldrctl: " << (force ? "warning" : "refusing " + path) << ": " << m << "\n";
+  if (!mismatches.empty() && !force) {
+    std::cerr << "eldrctl: nothing was sent; import it anyway with --force\n";
+    return exit_usage;
+  }
   json args = {{"model", model}, {"file", json::binary(std::move(*bytes))}};
+  if (force) args["force"] = true;
   return run(g, "centroids.import", std::move(args), keyed({"model", "epoch"}));
 }
 
@@ -515,6 +558,9 @@ int main(int argc, char** argv) {
   auto* import_cmd = centroids->add_subcommand("import", "validate a centroid file, then load it");
   import_cmd->add_option("model", model, "model")->required();
   import_cmd->add_option("file", file, "centroid file (eldr-fit's output)")->required();
+  bool force = false;
+  import_cmd->add_flag("--force", force,
+                       "import a set fitted for another model name or geometry (refused without)");
   auto* swap_cmd = centroids->add_subcommand("swap", "make a stored epoch current");
   swap_cmd->add_option("model", model, "model")->required();
   swap_cmd->add_option("epoch", epoch, "epoch")->required();
@@ -531,6 +577,12 @@ int main(int argc, char** argv) {
   auto* policy_set = policy_cmd->add_option("--set", policy_name, "policy name (eldr, jsq, ...)");
   auto* policy_tau =
       policy_cmd->add_option("--tau", tau, "band half-width")->check(CLI::NonNegativeNumber);
+  bool policy_reset = false;
+  policy_cmd
+      ->add_flag("--reset", policy_reset,
+                 "back to the config's policy and tau (forget the change persisted by --set/--tau)")
+      ->excludes(policy_set)
+      ->excludes(policy_tau);
 
   auto* keygen_cmd = app.add_subcommand(
       "keygen", "make a CURVE key pair: PREFIX.key (secret, mode 0600) and PREFIX.pub");
@@ -558,21 +610,37 @@ int main(int argc, char** argv) {
     return run(g, "centroids.show", {{"model", model}},
                keyed({"model", "epoch", "k", "width", "transform", "layers", "history"}));
   if (*export_cmd) return run_export(g, model, export_epoch, epoch, out_path);
-  if (*import_cmd) return run_import(g, model, file);
+  if (*import_cmd) return run_import(g, model, file, force);
   if (*swap_cmd)
     return run(g, "centroids.swap", {{"model", model}, {"epoch", epoch}},
                keyed({"model", "epoch"}));
   if (*rollback_cmd)
     return run(g, "centroids.rollback", {{"model", model}}, keyed({"model", "epoch"}));
-  if (*refit_cmd)
-    return run(g, "refit", {{"model", model}}, keyed({"accepted", "epoch", "reason"}));
+  if (*refit_cmd) {
+    // A rejected candidate is the node refusing the command (README: exit 1), with its reason on
+    // stderr; the figures are printed either way.
+    outcome o = call_node(g, "refit", {{"model", model}});
+    if (o.exit != exit_ok) return o.exit;
+    if (g.json)
+      std::cout << o.result.dump(2) << "\n";
+    else
+      print_object(std::cout, o.result, {"accepted", "epoch", "reason"});
+    if (o.result.is_object() && o.result.contains("accepted") &&
+        o.result["accepted"].is_boolean() && !o.result["accepted"].get<bool>()) {
+      std::cerr << "eldrctl: refit: rejected: " << text(o.result.value("reason", json("-")))
+                << "\n";
+      return exit_node_error;
+    }
+    return exit_ok;
+  }
   if (*explain_cmd)
     return run(g, "explain", {{"model", model}, {"request", request}}, print_explain);
   if (*policy_cmd) {
     json args = {{"model", model}};
     if (policy_set->count() > 0) args["policy"] = policy_name;
     if (policy_tau->count() > 0) args["tau"] = tau;
-    return run(g, "policy", std::move(args), keyed({"model", "policy", "tau"}));
+    if (policy_reset) args["reset"] = true;
+    return run(g, "policy", std::move(args), keyed({"model", "policy", "tau", "policy_source"}));
   }
   return exit_usage;  // unreachable: require_subcommand
 }

@@ -12,6 +12,7 @@
 Needs Debian's python3-zmq and python3-msgpack (/usr/bin/python3).
 """
 import json
+import logging
 import os
 import queue
 import socket
@@ -477,9 +478,54 @@ def test_strings_checked_at_the_edge():
         c.close()
 
 
+def test_route_warnings_are_surfaced_and_logged():
+    # Issue 12: a reply routed by load because of counts of another geometry looked normal. The
+    # client gives every route reply "fallback" and "warnings" and logs each warning code at most
+    # once per 10 s.
+    text = "counts_geometry: counts are L=2 E=16 k=2, the model is L=2 E=8 k=2; routed by load"
+
+    def warned(msg, raw):
+        r = env("route_reply", id=msg["id"], worker=1, endpoint="tcp://h:1", epoch=2,
+                covered_blocks=0, total_blocks=len(msg["blocks"]))
+        if msg["model"] == "bad":
+            r["fallback"] = "counts_geometry"
+            r["warnings"] = [text]
+        return [r]
+
+    class Capture(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(record.getMessage())
+
+    cap = Capture()
+    logging.getLogger("eldr_client").addHandler(cap)
+    try:
+        with FakeNode(warned) as node:
+            c = ec.RouteClient(node.endpoint, timeout_ms=5000)
+            plain = c.route("r-0", "good", [1])
+            eq(plain["fallback"], "", "no fallback")
+            eq(plain["warnings"], [], "no warnings")
+            for i in range(3):
+                reply = c.route("r-%d" % (i + 1), "bad", [1, 2])
+                eq(reply["fallback"], "counts_geometry", "fallback")
+                eq(reply["warnings"], [text], "warnings")
+            c.send("r-9", "bad", [1])
+            eq(c.receive()["warnings"], [text], "pipelined warnings")
+            eq(c.warned_replies, 4, "warned replies")
+            eq(c.fallback_replies, 4, "fallback replies")
+            eq(len(cap.lines), 1, "one log line per code per 10 s: %r" % cap.lines)
+            check(text in cap.lines[0], "the warning is logged: %r" % cap.lines)
+            c.close()
+    finally:
+        logging.getLogger("eldr_client").removeHandler(cap)
+
+
 TESTS = [test_counts_message, test_route_encoding_and_reply, test_route_errors,
          test_route_pipelined, test_unreachable, test_worker_messages, test_admin,
-         test_strings_checked_at_the_edge]
+         test_strings_checked_at_the_edge, test_route_warnings_are_surfaced_and_logged]
 
 
 def run_tests():
