@@ -12,7 +12,7 @@ Reports, as a markdown table and one JSON object (--json-out FILE, or the last l
 
 usage: bench/soak.py [--build build-release] [--duration 600] [--rate 5000] [--sample 10]
                      [--warmup 60] [--workers 16] [--preset qwen-task] [--route-only]
-                     [--json-out FILE] [--keep]
+                     [--output-tokens 16] [--loadgen-arg=ARG ...] [--json-out FILE] [--keep]
 """
 import argparse
 import json
@@ -38,6 +38,21 @@ ap.add_argument("--workers", type=int, default=16)
 ap.add_argument("--preset", default="qwen-task")
 ap.add_argument("--route-only", action="store_true",
                 help="routes only (no decode emulation); default: the emulated workers run")
+ap.add_argument("--output-tokens", type=int, default=16,
+                help="decode tokens per request: at 5,000 req/s, 16 workers x 64 sequences keep "
+                     "up with 16 tokens (about 0.1 s of decode each), not with loadgen's 512")
+ap.add_argument("--prefill-workers", type=int, default=32,
+                help="emulated prefill workers (one KV-event publisher each); with loadgen's "
+                     "default 2 workers and 20 ms prefills, arrivals queue behind prefill at "
+                     "about 30 req/s")
+ap.add_argument("--prefill-ms", type=float, default=1.0,
+                help="fixed cost of one emulated prefill (loadgen --prefill-base-ms); the "
+                     "per-token cost is set to 0.005 ms")
+ap.add_argument("--prompt-pool", type=int, default=8192,
+                help="distinct prompts (eldr-loadgen --prompt-pool): bounds the loadgen's own "
+                     "preparation memory; 0 = every request its own prompt")
+ap.add_argument("--loadgen-arg", action="append", default=[],
+                help="extra eldr-loadgen argument (repeatable), e.g. --loadgen-arg=--no-counts")
 ap.add_argument("--json-out", default="")
 ap.add_argument("--keep", action="store_true", help="keep the data dir and logs")
 args = ap.parse_args()
@@ -148,7 +163,11 @@ try:
     th.start()
     cmd = [loadgen_bin, "--node", ep["admin"], "--synthetic", args.preset, "--rate",
            str(args.rate), "--duration", str(args.duration), "--decode-workers",
-           str(args.workers), "--policies", "eldr", "--json", "--quiet"]
+           str(args.workers), "--policies", "eldr", "--output-tokens", str(args.output_tokens),
+           "--prompt-pool", str(args.prompt_pool),
+           "--prefill-workers", str(args.prefill_workers), "--prefill-base-ms", str(args.prefill_ms),
+           "--prefill-per-token-ms", "0.005",
+           "--drain-s", "60", "--json", "--quiet"] + args.loadgen_arg
     if args.route_only:
         cmd.append("--route-only")
     print("soak: %s" % " ".join(cmd), file=sys.stderr, flush=True)
@@ -167,6 +186,11 @@ finally:
         node.kill()
 
 pol = lg.get("policies", {}).get("eldr", {})
+# eldr-loadgen fits and prepares before its first route: the run's clock starts at the first
+# window that saw routes (windows before it are left out).
+first = next((i for i, x in enumerate(samples) if x[3] > 0), len(samples))
+t0 = samples[first - 1][0] if first > 0 else 0.0
+samples = [(t - t0, rss, p99, n) for t, rss, p99, n in samples[first:]]
 per_second = pol.get("route_seconds", [])
 # Client p99 per sampling window: the worst second's p99 inside the window.
 windows = []

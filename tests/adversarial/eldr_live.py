@@ -371,12 +371,14 @@ def admin_msg(command, **args):
 class Admin:
     def __init__(self, ctx, endpoint):
         self.c = Client(ctx, endpoint)
+        self.calls = 0  # requests sent: each reply counts in the node's replies_sent
 
     def close(self):
         self.c.close()
 
     def call(self, command, timeout_ms=10000, **args):
         """The admin_reply (ok or not); Violation when none comes."""
+        self.calls += 1
         r = self.c.call(admin_msg(command, **args), timeout_ms)
         if r is None:
             raise Violation("admin %s: no reply within %d ms" % (command, timeout_ms))
