@@ -67,9 +67,6 @@ caf::behavior load_monitor(caf::stateful_actor<monitor_state>* self, node_contex
                     if (code != 0)
                       return ctx->edge->reply_error(job->from, p->id,
                                                     static_cast<route_error_code>(code), message);
-                    spdlog::info(
-                        "model {}: following KV-event publisher {}{}", p->model, p->endpoint,
-                        p->replay_endpoint.empty() ? "" : " (replay " + p->replay_endpoint + ")");
                     worker_ack ack;
                     ack.id = p->id;
                     ack.state = "subscribed";

@@ -109,6 +109,16 @@ void request_subscription(sigcache_actor_t* self, const publisher_registration& 
   self->state.ctx->edge->subscribe(std::move(req));
 }
 
+// Refused registrations and subscriptions are logged at most once per 10 s (a client may send
+// them in a loop); the counters carry the rest.
+void log_refusal(sigcache_state& st, const std::string& endpoint, const std::string& why) {
+  const int64_t now = st.ctx->now_ms();
+  if (st.refusal_logged_ms != INT64_MIN && now - st.refusal_logged_ms < 10'000) return;
+  st.refusal_logged_ms = now;
+  spdlog::warn("publisher {} not followed ({} refused, {} refused by ZeroMQ so far): {}", endpoint,
+               st.registrations_refused, st.subscribe_failed, why);
+}
+
 // Takes a publisher in; the answer now, or nullopt when it comes with the socket (then `rp`, if
 // any, waits for it).
 std::optional<follow_answer> follow(sigcache_actor_t* self, const publisher_registration& r,
@@ -120,11 +130,7 @@ std::optional<follow_answer> follow(sigcache_actor_t* self, const publisher_regi
     case admit_outcome::full:
     case admit_outcome::conflict:
       ++st.registrations_refused;
-      if (st.refusal_logged_ms == INT64_MIN || now - st.refusal_logged_ms >= 10'000) {
-        st.refusal_logged_ms = now;
-        spdlog::warn("publisher {} refused ({} refused so far): {}", r.endpoint,
-                     st.registrations_refused, a.message);
-      }
+      log_refusal(st, r.endpoint, a.message);
       return follow_answer{
           static_cast<uint8_t>(a.outcome == admit_outcome::full ? route_error_code::overloaded
                                                                 : route_error_code::malformed),
@@ -627,12 +633,17 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
         const publisher_entry* e = st.publishers.find(endpoint);
         if (code != 0) {
           ++st.subscribe_failed;
-          spdlog::warn("publisher {} not followed: {}", endpoint, message);
+          log_refusal(st, endpoint, message);
           if (e && !e->active) st.publishers.remove(endpoint);
           answer_waiters(st, endpoint, code, message);
           return;
         }
         if (!e) return;  // gone meanwhile
+        if (!e->active)  // once per socket: a client may register the same endpoint in a loop
+          spdlog::info(
+              "model {}: following {} publisher {}{}", st.ctx->config.models[e->reg.model].name,
+              e->reg.counts ? "counts" : "KV-event", endpoint,
+              e->reg.replay_endpoint.empty() ? "" : " (replay " + e->reg.replay_endpoint + ")");
         st.publishers.activate(endpoint, id);
         attach_ingest(st, *e);
         if (e->registered && !e->configured) persist_publishers(st, e->reg.model);

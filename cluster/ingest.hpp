@@ -1,6 +1,7 @@
 // ingest: applies vLLM KV-event messages and eldr counts messages to a signature_cache, with the
 // per-publisher ordering rules of ../shared/reference/vllm-kv-events.md. No sockets here: the
-// ZeroMQ loop (zmq_ingest.hpp) feeds it frames, tests feed it bytes, and a replay is a callback.
+// ZeroMQ loop (zmq_ingest.hpp) feeds it frames, tests feed it bytes, and a replay is a callback:
+// synchronous (replay_fn, the standalone tool) or asynchronous (replay_request_fn, the node).
 //
 // Per publisher (one vLLM PUB socket = one worker):
 // - the first message ever seen is applied whatever its sequence number;

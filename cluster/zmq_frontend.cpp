@@ -266,8 +266,11 @@ class zmq_frontend::impl {
 
   void add_subscription(sub_command& c) {
     auto& req = c.request;
-    for (const auto& s : subs)
-      if (s.id == c.id) {  // the same endpoint again: the socket exists
+    for (auto& s : subs)
+      if (s.id == c.id) {  // the same endpoint again: the socket exists; a new replay endpoint
+                           // serves the next replay
+        s.replay_endpoint = std::move(req.replay_endpoint);
+        if (req.on_replay) s.on_replay = std::move(req.on_replay);
         if (req.done) req.done(c.id);
         return;
       }
@@ -284,7 +287,8 @@ class zmq_frontend::impl {
       if (req.done) req.done(c.id);
     } catch (const zmq::error_t& e) {
       counters.subscribe_failed.fetch_add(1);
-      spdlog::warn("cannot subscribe to publisher {}: {}", req.endpoint, e.what());
+      // The one who asked logs it (rate-limited) and answers the client.
+      spdlog::debug("cannot subscribe to publisher {}: {}", req.endpoint, e.what());
       {
         std::lock_guard lock(mutex);
         auto it = subscription_ids.find(req.endpoint);

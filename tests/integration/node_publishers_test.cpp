@@ -110,10 +110,15 @@ TEST(NodePublishers, AGapIsFilledFromTheRegisteredReplayEndpoint) {
   testing::node_process node(dir.sub("node.toml"),
                              testing::node_toml(dir.sub("data"), models, cache_section("")));
   ASSERT_TRUE(node.ok());
+  // Registered first without its replay endpoint, then again with it: the second registration
+  // opens no socket and gives the next gap its replay.
+  ASSERT_EQ(register_publisher(node, pub.pub()), "subscribed");
   ASSERT_EQ(register_publisher(node, pub.pub(), pub.replay()), "subscribed");
   ASSERT_TRUE(pub.wait_subscriber());
   pub.send(0, {1, 2});
   ASSERT_TRUE(eventually([&] { return blocks(node) == 2; }));
+  EXPECT_EQ(testing::admin_status(node.admin())["counters"].value("publisher_subscriptions", -1),
+            1);
   pub.send(1, {3}, /*lose=*/true);  // kept in the replay buffer, never on the live socket
   pub.send(2, {4});
   // Without replay the gap resynchronises the worker: blocks 1..3 gone, 1 block left.
@@ -135,7 +140,7 @@ TEST(NodePublishers, AReplayEndpointThatNeverAnswersLeavesTheGapUnfilled) {
   ASSERT_TRUE(pub.ok());
   testing::node_process node(
       dir.sub("node.toml"),
-      testing::node_toml(dir.sub("data"), models, cache_section("replay_timeout_ms = 300\n")));
+      testing::node_toml(dir.sub("data"), models, cache_section("replay_timeout_ms = 1500\n")));
   ASSERT_TRUE(node.ok());
   ASSERT_EQ(register_publisher(node, pub.pub(), pub.replay()), "subscribed");
   ASSERT_TRUE(pub.wait_subscriber());
@@ -196,7 +201,7 @@ TEST(NodePublishers, ASilentPublisherIsForgottenWithItsBlocks) {
   py_publisher pub("new");
   ASSERT_TRUE(pub.ok());
   const std::string toml =
-      testing::node_toml(dir.sub("data"), models, cache_section("publisher_forget_ms = 400\n"));
+      testing::node_toml(dir.sub("data"), models, cache_section("publisher_forget_ms = 1500\n"));
   {
     testing::node_process node(dir.sub("node.toml"), toml);
     ASSERT_TRUE(node.ok());
