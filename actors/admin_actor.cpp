@@ -55,6 +55,10 @@ nlohmann::json frontend_json(const zmq_frontend& f) {
           {"overloaded", c.overloaded.load()},
           {"bad_frames", c.bad_frames.load()},
           {"publisher_messages", c.publisher_messages.load()},
+          {"publisher_subscriptions", c.subscriptions.load()},
+          {"publisher_subscribe_failed", c.subscribe_failed.load()},
+          {"publisher_replays", c.replays.load()},
+          {"publisher_replays_failed", c.replays_failed.load()},
           {"pending", c.pending.load()},
           {"curve_accepted", c.curve_accepted.load()},
           {"curve_refused", c.curve_refused.load()}};

@@ -46,15 +46,37 @@ caf::behavior load_monitor(caf::stateful_actor<monitor_state>* self, node_contex
           if (model == ctx->config.models.size())
             return ctx->edge->reply_error(job->from, p->id, route_error_code::unknown_model,
                                           "no model named '" + p->model + "'");
-          if (p->endpoint.rfind("tcp://", 0) != 0 && p->endpoint.rfind("ipc://", 0) != 0)
+          auto tcp_or_ipc = [](const std::string& e) {
+            return e.rfind("tcp://", 0) == 0 || e.rfind("ipc://", 0) == 0;
+          };
+          if (!tcp_or_ipc(p->endpoint))
             return ctx->edge->reply_error(job->from, p->id, route_error_code::malformed,
                                           "publisher endpoint must be tcp:// or ipc://");
-          spdlog::info("model {}: following KV-event publisher {}", p->model, p->endpoint);
-          self->send(sigcache, subscribe_atom::value, model, p->endpoint, false);
-          worker_ack ack;
-          ack.id = p->id;
-          ack.state = "subscribed";
-          ctx->edge->reply(job->from, encode_worker_ack(ack));
+          if (!p->replay_endpoint.empty() && !tcp_or_ipc(p->replay_endpoint))
+            return ctx->edge->reply_error(job->from, p->id, route_error_code::malformed,
+                                          "publisher replay_endpoint must be tcp:// or ipc://");
+          if (!sigcache)
+            return ctx->edge->reply_error(job->from, p->id, route_error_code::unknown_type,
+                                          "this node has no signature-cache role");
+          // Acknowledged once the cache's SUB socket exists (or answered with why not): the
+          // frontend thread reports it, so this waits without blocking anyone.
+          self->request(sigcache, std::chrono::seconds(30), subscribe_atom::value, model,
+                        p->endpoint, p->replay_endpoint, false)
+              .then(
+                  [=](uint8_t code, const std::string& message) {
+                    if (code != 0)
+                      return ctx->edge->reply_error(job->from, p->id,
+                                                    static_cast<route_error_code>(code), message);
+                    worker_ack ack;
+                    ack.id = p->id;
+                    ack.state = "subscribed";
+                    ctx->edge->reply(job->from, encode_worker_ack(ack));
+                  },
+                  [=](caf::error& e) {
+                    ctx->edge->reply_error(job->from, p->id, route_error_code::internal,
+                                           "the signature cache did not answer the registration: " +
+                                               self->system().render(e));
+                  });
           return;
         }
         // Every router of the cluster keeps its own load view: the local one applies the

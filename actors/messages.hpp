@@ -29,6 +29,11 @@ using admin_atom = caf::atom_constant<caf::atom("admin")>;
 // Publisher frames and subscriptions: frontend -> signature cache.
 using publisher_atom = caf::atom_constant<caf::atom("publisher")>;
 using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;
+// Publisher subscriptions, frontend thread -> signature cache: a SUB socket made or refused, a
+// replay's answers; and the cache's own tick that forgets silent publishers.
+using subscribed_atom = caf::atom_constant<caf::atom("subscribed")>;
+using replay_atom = caf::atom_constant<caf::atom("replay")>;
+using publishers_tick_atom = caf::atom_constant<caf::atom("pubtick")>;
 // Signature cache housekeeping and centroid history.
 using commit_atom = caf::atom_constant<caf::atom("commit")>;
 using store_set_atom = caf::atom_constant<caf::atom("storeset")>;
@@ -47,6 +52,7 @@ using route_job_ptr = std::shared_ptr<const route_job>;
 using worker_job_ptr = std::shared_ptr<const worker_job>;
 using admin_job_ptr = std::shared_ptr<const admin_job>;
 using publisher_frames_ptr = std::shared_ptr<const publisher_frames>;
+using replay_message_ptr = std::shared_ptr<const replay_message>;
 using spec_ptr = std::shared_ptr<const signature_spec>;
 using centroid_set_ptr = std::shared_ptr<const centroid_set>;
 
@@ -110,6 +116,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eldr::route_job_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eldr::worker_job_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eldr::admin_job_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eldr::publisher_frames_ptr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eldr::replay_message_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eldr::sign_job_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eldr::sign_result_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eldr::shard_job_ptr)

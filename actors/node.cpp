@@ -199,6 +199,10 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
   fo.route_limits.max_blocks = config.max_blocks;
   fo.max_pending = config.max_pending;
   fo.max_queued_reply_bytes = config.max_queued_reply_bytes;
+  // Each publisher holds a SUB socket and, during a replay, a DEALER: the cap leaves room for both
+  // and for the ROUTERs, so that a subscription within max_publishers never hits it.
+  fo.max_sockets = static_cast<int>(2 * config.max_publishers + 16);
+  fo.replay_timeout_ms = static_cast<int>(config.replay_timeout_ms);
   if (!config.security.curve_secret_key_file.empty()) {
     auto keys = read_curve_secret_key(config.security.curve_secret_key_file);
     if (!keys.ok())

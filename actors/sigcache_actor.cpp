@@ -3,15 +3,18 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "actors/cluster_protocol.hpp"
 #include "cluster/counts_message.hpp"
 #include "cluster/ingest.hpp"
+#include "cluster/publisher_registry.hpp"
 #include "core/hash_ring.hpp"
 #include "core/metrics.hpp"
 #include "core/shard_plan.hpp"
@@ -54,9 +57,202 @@ struct sigcache_state {
   std::vector<std::span<const uint8_t>> frames;  // scratch
   uint64_t unknown_subscription = 0;
   uint64_t commit_errors = 0;
+  // Publishers (publisher_registry.hpp): registrations waiting for their SUB socket, and each
+  // (model, counts, endpoint)'s ingest index, kept so that a publisher that comes back after
+  // being forgotten reuses its index.
+  publisher_registry publishers{1, 0};
+  std::map<std::string, std::vector<caf::response_promise>> waiting;
+  std::map<std::tuple<uint32_t, bool, std::string>, uint32_t> ingest_index;
+  uint64_t registrations_refused = 0, subscribe_failed = 0, publishers_forgotten = 0;
+  int64_t refusal_logged_ms = INT64_MIN;
 };
 
 using sigcache_actor_t = caf::stateful_actor<sigcache_state>;
+
+// --- Publishers: subscriptions, replay, persistence, forgetting ----------------------------
+
+// The model's registered publishers, in its database's metadata (durable at the next commit).
+constexpr const char* publishers_metadata_key = "publishers";
+
+// A registration's answer: 0 and "" = subscribed, else a route_error_code and why.
+using follow_answer = std::pair<uint8_t, std::string>;
+
+void persist_publishers(sigcache_state& st, uint32_t model) {
+  auto& mc = st.models[model];
+  mc.cache->stage_metadata(publishers_metadata_key, st.publishers.encode_model(model));
+  mc.dirty = true;
+}
+
+void answer_waiters(sigcache_state& st, const std::string& endpoint, uint8_t code,
+                    const std::string& message) {
+  auto it = st.waiting.find(endpoint);
+  if (it == st.waiting.end()) return;
+  for (auto& rp : it->second)
+    rp.deliver(code, message);
+  st.waiting.erase(it);
+}
+
+// Asks the frontend for the publisher's sockets. It reports back on its own thread, as messages
+// to this actor (subscribed_atom, replay_atom): the actor never waits for ZeroMQ.
+void request_subscription(sigcache_actor_t* self, const publisher_registration& r) {
+  auto me = caf::actor_cast<caf::actor>(self);
+  subscription_request req;
+  req.endpoint = r.endpoint;
+  req.replay_endpoint = r.replay_endpoint;
+  req.done = [me, endpoint = r.endpoint](result<uint32_t> id) {
+    if (id.ok())
+      return caf::anon_send(me, subscribed_atom::value, endpoint, *id, uint8_t{0}, std::string());
+    const auto code = id.error().code() == status_code::invalid_argument
+                          ? route_error_code::malformed
+                          : route_error_code::internal;
+    caf::anon_send(me, subscribed_atom::value, endpoint, uint32_t{0}, static_cast<uint8_t>(code),
+                   id.error().message());
+  };
+  req.on_replay = [me](replay_message m) {
+    caf::anon_send(me, replay_atom::value,
+                   replay_message_ptr(std::make_shared<const replay_message>(std::move(m))));
+  };
+  self->state.ctx->edge->subscribe(std::move(req));
+}
+
+// Refused registrations and subscriptions are logged at most once per 10 s (a client may send
+// them in a loop); the counters carry the rest.
+void log_refusal(sigcache_state& st, const std::string& endpoint, const std::string& why) {
+  const int64_t now = st.ctx->now_ms();
+  if (st.refusal_logged_ms != INT64_MIN && now - st.refusal_logged_ms < 10'000) return;
+  st.refusal_logged_ms = now;
+  spdlog::warn("publisher {} not followed ({} refused, {} refused by ZeroMQ so far): {}", endpoint,
+               st.registrations_refused, st.subscribe_failed, why);
+}
+
+// Takes a publisher in; the answer now, or nullopt when it comes with the socket (then `rp`, if
+// any, waits for it).
+std::optional<follow_answer> follow(sigcache_actor_t* self, const publisher_registration& r,
+                                    bool configured, const caf::response_promise* rp) {
+  auto& st = self->state;
+  const int64_t now = st.ctx->now_ms();
+  const auto a = st.publishers.admit(r, configured, now);
+  switch (a.outcome) {
+    case admit_outcome::full:
+    case admit_outcome::conflict:
+      ++st.registrations_refused;
+      log_refusal(st, r.endpoint, a.message);
+      return follow_answer{
+          static_cast<uint8_t>(a.outcome == admit_outcome::full ? route_error_code::overloaded
+                                                                : route_error_code::malformed),
+          a.message};
+    case admit_outcome::existing:
+      if (st.publishers.find(r.endpoint)->active) return follow_answer{0, ""};
+      break;  // answered with the first registration, when its socket exists
+    case admit_outcome::added:
+    case admit_outcome::updated:
+      request_subscription(self, st.publishers.find(r.endpoint)->reg);
+      break;
+  }
+  if (rp) st.waiting[r.endpoint].push_back(*rp);
+  return std::nullopt;
+}
+
+// The SUB socket exists: the publisher's frames and replays reach its ingest from now on.
+void attach_ingest(sigcache_state& st, const publisher_entry& e) {
+  const auto& r = e.reg;
+  auto& ev = *st.models[r.model].events;
+  const auto key = std::make_tuple(r.model, r.counts, r.endpoint);
+  auto it = st.ingest_index.find(key);
+  const uint32_t p = it != st.ingest_index.end() ? it->second
+                     : r.counts                  ? ev.add_counts_publisher(r.endpoint)
+                                                 : ev.add_kv_publisher(r.endpoint);
+  st.ingest_index[key] = p;
+  if (!r.counts) {
+    replay_request_fn request;
+    if (!r.replay_endpoint.empty())
+      request = [edge = st.ctx->edge, id = e.subscription](uint64_t token, uint64_t start) {
+        edge->request_replay(id, token, start);
+        return true;
+      };
+    ev.set_replay_requester(p, std::move(request));
+  }
+  st.subscriptions[e.subscription] = subscription{r.model, r.counts, p};
+}
+
+// How much the publisher has sent so far (applied or dropped): it grows with every message.
+uint64_t publisher_activity(const sigcache_state& st, const publisher_entry& e) {
+  auto it = st.subscriptions.find(e.subscription);
+  if (it == st.subscriptions.end()) return 0;
+  const auto& ev = *st.models[it->second.model].events;
+  const auto& all = it->second.counts ? ev.counts_metrics() : ev.kv_metrics();
+  const auto& m = all.at(it->second.publisher);
+  uint64_t n = m.messages;
+  for (uint64_t d : m.dropped)
+    n += d;
+  return n;
+}
+
+// A registered publisher that went silent: its subscription closes, its blocks go, its
+// registration is removed from the store.
+void forget_publisher(sigcache_state& st, const std::string& endpoint) {
+  const publisher_entry e = *st.publishers.find(endpoint);
+  auto& mc = st.models[e.reg.model];
+  if (auto it = st.subscriptions.find(e.subscription); it != st.subscriptions.end()) {
+    if (!e.reg.counts) {
+      mc.events->drop_replay(it->second.publisher);
+      mc.cache->clear_worker(mc.cache->worker_id(endpoint), true);
+    }
+    st.subscriptions.erase(it);
+  }
+  st.ctx->edge->unsubscribe(e.subscription);
+  st.publishers.remove(endpoint);
+  persist_publishers(st, e.reg.model);
+  ++st.publishers_forgotten;
+  spdlog::warn("model {}: publisher {} sent nothing for {} ms: forgotten, its blocks released",
+               st.ctx->config.models[e.reg.model].name, endpoint,
+               st.ctx->config.publisher_forget_ms);
+}
+
+std::string publishers_metrics_text(const sigcache_state& st) {
+  uint64_t replayed = 0, unfilled = 0;
+  for (const auto& mc : st.models)
+    for (const auto& m : mc.events->kv_metrics()) {
+      replayed += m.replayed;
+      unfilled += m.gaps_unfilled;
+    }
+  auto line = [](const char* name, const char* type, const char* help, uint64_t v) {
+    return std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
+           name + " " + std::to_string(v) + "\n";
+  };
+  std::string out;
+  out += line("eldr_publishers", "gauge",
+              "Publishers the signature cache follows (configured and registered).",
+              st.publishers.size());
+  out += line("eldr_publishers_max", "gauge", "signature_cache.max_publishers.",
+              st.publishers.max_publishers());
+  out += line("eldr_publisher_registrations_refused_total", "counter",
+              "Publisher registrations refused: at max_publishers or a conflicting endpoint.",
+              st.registrations_refused);
+  out += line("eldr_publisher_subscribe_failed_total", "counter",
+              "Publisher subscriptions ZeroMQ refused.", st.subscribe_failed);
+  out += line("eldr_publishers_forgotten_total", "counter",
+              "Registered publishers dropped after publisher_forget_ms of silence.",
+              st.publishers_forgotten);
+  out += line("eldr_ingest_replayed_total", "counter",
+              "KV-event batches applied from a publisher's replay.", replayed);
+  out += line("eldr_ingest_gaps_unfilled_total", "counter",
+              "Sequence gaps that resynchronised a worker (replay failed, short or absent).",
+              unfilled);
+  if (const auto* f = st.ctx->frontend) {
+    out += line("eldr_publisher_replays_total", "counter", "Replays asked of publishers.",
+                f->counters().replays.load());
+    out += line("eldr_publisher_replays_failed_total", "counter",
+                "Replays that ended without the publisher's end marker (timeout, bad reply).",
+                f->counters().replays_failed.load());
+  }
+  return out;
+}
+
+int64_t publishers_tick_ms(const node_config& c) {
+  if (c.publisher_forget_ms <= 0) return 1000;
+  return std::clamp<int64_t>(c.publisher_forget_ms / 4, 10, 1000);
+}
 
 sign_result_ptr sign(model_cache& mc, const sign_job& job) {
   auto out = std::make_shared<sign_result>();
@@ -417,6 +613,32 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
   });
   const auto interval = std::chrono::milliseconds(ctx->config.commit_interval_ms);
   self->delayed_send(self, interval, commit_atom::value);
+  // Publishers registered before the last stop come back first (the configured ones follow as
+  // messages from the node); those beyond a since lowered max_publishers are dropped, logged.
+  self->state.publishers =
+      publisher_registry(ctx->config.max_publishers, ctx->config.publisher_forget_ms);
+  for (uint32_t m = 0; m < self->state.models.size(); ++m) {
+    const auto stored = self->state.models[m].cache->metadata(publishers_metadata_key);
+    if (!stored) continue;
+    auto regs = publisher_registry::decode(*stored, m);
+    if (!regs.ok()) {
+      spdlog::error("model {}: registered publishers not restored: {}", ctx->config.models[m].name,
+                    regs.error().message());
+      continue;
+    }
+    for (const auto& r : *regs) {
+      if (auto refused = follow(self, r, false, nullptr)) {
+        spdlog::warn("model {}: registered publisher {} not restored: {}",
+                     ctx->config.models[m].name, r.endpoint, refused->second);
+        persist_publishers(self->state, m);
+      }
+    }
+    if (!regs->empty())
+      spdlog::info("model {}: following {} registered publisher(s) again",
+                   ctx->config.models[m].name, regs->size());
+  }
+  self->delayed_send(self, std::chrono::milliseconds(publishers_tick_ms(ctx->config)),
+                     publishers_tick_atom::value);
   auto find_model = [self](const std::string& name) -> model_cache* {
     const auto& models = self->state.ctx->config.models;
     for (size_t m = 0; m < models.size(); ++m)
@@ -486,15 +708,71 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
         if (!local_sender(self) || job->model >= self->state.models.size()) return;
         (void)store_local_counts(self->state.models[job->model], *job);
       },
-      [=](subscribe_atom, uint32_t model, std::string endpoint, bool counts) {
+      // A publisher of the config file (node.cpp): followed, never forgotten nor persisted.
+      [=](subscribe_atom, uint32_t model, const std::string& endpoint, bool counts) {
+        if (model >= self->state.models.size()) return;
+        if (auto refused =
+                follow(self, publisher_registration{model, endpoint, "", counts}, true, nullptr))
+          spdlog::error("model {}: publisher {} not followed: {}",
+                        self->state.ctx->config.models[model].name, endpoint, refused->second);
+      },
+      // A publisher registered over the worker protocol (the load monitor): answered (code,
+      // message; 0 = subscribed) once its SUB socket exists or was refused.
+      [=](subscribe_atom, uint32_t model, const std::string& endpoint,
+          const std::string& replay_endpoint, bool counts) -> caf::result<uint8_t, std::string> {
+        if (model >= self->state.models.size())
+          return caf::result<uint8_t, std::string>(
+              static_cast<uint8_t>(route_error_code::unknown_model), std::string("no such model"));
+        auto rp = self->make_response_promise();
+        if (auto now = follow(
+                self, publisher_registration{model, endpoint, replay_endpoint, counts}, false, &rp))
+          rp.deliver(now->first, now->second);
+        return rp;
+      },
+      [=](subscribed_atom, const std::string& endpoint, uint32_t id, uint8_t code,
+          const std::string& message) {
         auto& st = self->state;
-        if (model >= st.models.size()) return;
-        const uint32_t id = st.ctx->edge->subscribe(endpoint);
-        if (st.subscriptions.count(id)) return;  // already following this publisher
-        auto& ev = *st.models[model].events;
-        const uint32_t p =
-            counts ? ev.add_counts_publisher(endpoint) : ev.add_kv_publisher(endpoint);
-        st.subscriptions[id] = subscription{model, counts, p};
+        const publisher_entry* e = st.publishers.find(endpoint);
+        if (code != 0) {
+          ++st.subscribe_failed;
+          log_refusal(st, endpoint, message);
+          if (e && !e->active) st.publishers.remove(endpoint);
+          answer_waiters(st, endpoint, code, message);
+          return;
+        }
+        if (!e) return;  // gone meanwhile
+        if (!e->active)  // once per socket: a client may register the same endpoint in a loop
+          spdlog::info(
+              "model {}: following {} publisher {}{}", st.ctx->config.models[e->reg.model].name,
+              e->reg.counts ? "counts" : "KV-event", endpoint,
+              e->reg.replay_endpoint.empty() ? "" : " (replay " + e->reg.replay_endpoint + ")");
+        st.publishers.activate(endpoint, id);
+        attach_ingest(st, *e);
+        if (e->registered && !e->configured) persist_publishers(st, e->reg.model);
+        answer_waiters(st, endpoint, 0, "");
+      },
+      [=](replay_atom, replay_message_ptr m) {
+        auto& st = self->state;
+        auto it = st.subscriptions.find(m->subscription);
+        if (it == st.subscriptions.end() || it->second.counts) return;
+        auto& mc = st.models[it->second.model];
+        mc.dirty = true;
+        if (m->end)
+          mc.events->on_replay_end(it->second.publisher, m->token, m->ok);
+        else
+          mc.events->on_replay_batch(it->second.publisher, m->token, m->seq, m->payload);
+      },
+      [=](publishers_tick_atom) {
+        auto& st = self->state;
+        const int64_t now = st.ctx->now_ms();
+        for (const auto& [endpoint, e] : st.publishers.entries())
+          if (e.active && e.registered)
+            st.publishers.note_activity(endpoint, publisher_activity(st, e), now);
+        for (const auto& endpoint : st.publishers.silent(now))
+          forget_publisher(st, endpoint);
+        st.ctx->metrics->set_section("publishers", publishers_metrics_text(st));
+        self->delayed_send(self, std::chrono::milliseconds(publishers_tick_ms(st.ctx->config)),
+                           publishers_tick_atom::value);
       },
       [=](publisher_atom, publisher_frames_ptr f) {
         auto& st = self->state;

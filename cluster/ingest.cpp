@@ -25,12 +25,13 @@ ingest::ingest(signature_cache& cache, kv_decode_limits limits, clock_fn clock)
       prior_gaps_ = j.value("gaps", uint64_t{0});
       prior_gaps_unfilled_ = j.value("gaps_unfilled", uint64_t{0});
       prior_restarts_ = j.value("restarts", uint64_t{0});
+      prior_replayed_ = j.value("replayed", uint64_t{0});
     }
   }
 }
 
 uint32_t ingest::add_kv_publisher(const std::string& name, replay_fn replay) {
-  kv_pubs_.push_back({cache_.worker_id(name), std::move(replay)});
+  kv_pubs_.push_back({cache_.worker_id(name), std::move(replay), {}, std::nullopt});
   kv_.push_back({});
   kv_.back().name = name;
   kv_logged_.emplace_back().fill(INT64_MIN);
@@ -119,6 +120,7 @@ void ingest::on_kv_message(uint32_t p, std::span<const std::span<const uint8_t>>
          "sequence frame of " + std::to_string(frames[1].size()) + " bytes");
     return;
   }
+  if (kv_pubs_[p].pending) return hold(p, *seq, frames[2]);  // behind a replay in progress
   const uint32_t worker = kv_pubs_[p].worker;
   const std::optional<uint64_t> last = cache_.last_sequence(worker);
   if (last && *seq <= *last) {
@@ -129,6 +131,7 @@ void ingest::on_kv_message(uint32_t p, std::span<const std::span<const uint8_t>>
   } else if (last && *seq > *last + 1) {
     ++m.gaps;
     uint64_t next = *last + 1;
+    if (start_replay(p, next, *seq, frames[2])) return;
     if (kv_pubs_[p].replay) {
       const bool ok = kv_pubs_[p].replay(next, [&](uint64_t s, std::span<const uint8_t> payload) {
         // Apply only what closes the gap, in order; older or duplicate batches are ignored.
@@ -147,6 +150,94 @@ void ingest::on_kv_message(uint32_t p, std::span<const std::span<const uint8_t>>
     }
   }
   apply_kv(p, *seq, frames[2]);
+}
+
+void ingest::set_replay_requester(uint32_t p, replay_request_fn request) {
+  kv_pubs_.at(p).request_replay = std::move(request);
+}
+
+bool ingest::replay_pending(uint32_t p) const {
+  return kv_pubs_.at(p).pending.has_value();
+}
+
+void ingest::drop_replay(uint32_t p) {
+  kv_pubs_.at(p).pending.reset();
+}
+
+bool ingest::start_replay(uint32_t p, uint64_t from, uint64_t seq,
+                          std::span<const uint8_t> payload) {
+  kv_publisher& pub = kv_pubs_[p];
+  if (!pub.request_replay) return false;
+  pending_replay r;
+  r.token = next_token_++;
+  r.next = from;
+  r.until = seq;
+  pub.pending = std::move(r);
+  hold(p, seq, payload);
+  // The request may answer at once (a publisher without a replay socket): the state is set up
+  // before, so that its answer finds the replay it ends.
+  const uint64_t token = pub.pending->token;
+  if (pub.request_replay(token, from)) return true;
+  if (pub.pending && pub.pending->token == token) {
+    spdlog::warn("ingest {}: cannot ask for a replay from {}", kv_[p].name, from);
+    finish_replay(p);
+  }
+  return true;
+}
+
+void ingest::hold(uint32_t p, uint64_t seq, std::span<const uint8_t> payload) {
+  auto& r = *kv_pubs_[p].pending;
+  r.held.push_back({seq, {payload.begin(), payload.end()}});
+  r.held_bytes += payload.size();
+  if (r.held_bytes > max_held_bytes) {
+    spdlog::warn("ingest {}: {} bytes arrived during a replay, giving it up", kv_[p].name,
+                 r.held_bytes);
+    finish_replay(p);
+  }
+}
+
+void ingest::on_replay_batch(uint32_t p, uint64_t token, uint64_t seq,
+                             std::span<const uint8_t> payload) {
+  if (p >= kv_pubs_.size()) return;
+  auto& r = kv_pubs_[p].pending;
+  // Apply only what closes the gap, in order; older, duplicate or later batches are ignored
+  // (the later ones are live messages, held or still to come).
+  if (!r || r->token != token || seq != r->next || seq >= r->until) return;
+  apply_kv(p, seq, payload);
+  ++kv_[p].replayed;
+  if (++r->next == r->until) finish_replay(p);  // the rest of the replay is not needed
+}
+
+void ingest::on_replay_end(uint32_t p, uint64_t token, bool ok) {
+  if (p >= kv_pubs_.size()) return;
+  const auto& r = kv_pubs_[p].pending;
+  if (!r || r->token != token) return;  // a replay finished early, or superseded
+  if (!ok) spdlog::warn("ingest {}: replay from {} failed", kv_[p].name, r->next);
+  finish_replay(p);
+}
+
+void ingest::finish_replay(uint32_t p) {
+  kv_publisher& pub = kv_pubs_[p];
+  pending_replay r = std::move(*pub.pending);
+  pub.pending.reset();
+  publisher_metrics& m = kv_[p];
+  if (r.next < r.until) {
+    ++m.gaps_unfilled;
+    spdlog::warn("ingest {}: events {}..{} lost, resynchronising the worker", m.name, r.next,
+                 r.until - 1);
+    cache_.clear_worker(pub.worker, true);
+  }
+  // The held messages go through the live path in order: one of them may open another gap,
+  // which holds the rest behind its own replay.
+  const uint8_t topic = 0;
+  for (auto& h : r.held) {
+    uint8_t seq8[8];
+    for (int i = 0; i < 8; ++i)
+      seq8[i] = static_cast<uint8_t>(h.seq >> (56 - 8 * i));
+    const std::span<const uint8_t> frames[3] = {std::span<const uint8_t>(&topic, 0),
+                                                std::span<const uint8_t>(seq8, 8), h.payload};
+    on_kv_message(p, frames);
+  }
 }
 
 void ingest::on_counts_message(uint32_t p, std::span<const std::span<const uint8_t>> frames) {
@@ -185,7 +276,8 @@ void ingest::on_counts_message(uint32_t p, std::span<const std::span<const uint8
 
 std::string ingest::metrics_json() const {
   drop_counters dropped = prior_dropped_;
-  uint64_t gaps = prior_gaps_, unfilled = prior_gaps_unfilled_, restarts = prior_restarts_;
+  uint64_t gaps = prior_gaps_, unfilled = prior_gaps_unfilled_, restarts = prior_restarts_,
+           replayed = prior_replayed_;
   auto add = [&](const std::vector<publisher_metrics>& ms) {
     for (const publisher_metrics& m : ms) {
       for (size_t c = 0; c < drop_cause_count; ++c)
@@ -193,6 +285,7 @@ std::string ingest::metrics_json() const {
       gaps += m.gaps;
       unfilled += m.gaps_unfilled;
       restarts += m.restarts;
+      replayed += m.replayed;
     }
   };
   add(kv_);
@@ -204,6 +297,7 @@ std::string ingest::metrics_json() const {
   j["gaps"] = gaps;
   j["gaps_unfilled"] = unfilled;
   j["restarts"] = restarts;
+  j["replayed"] = replayed;
   return j.dump();
 }
 

@@ -1,6 +1,7 @@
 // ingest: applies vLLM KV-event messages and eldr counts messages to a signature_cache, with the
 // per-publisher ordering rules of ../shared/reference/vllm-kv-events.md. No sockets here: the
-// ZeroMQ loop (zmq_ingest.hpp) feeds it frames, tests feed it bytes, and a replay is a callback.
+// ZeroMQ loop (zmq_ingest.hpp) feeds it frames, tests feed it bytes, and a replay is a callback:
+// synchronous (replay_fn, the standalone tool) or asynchronous (replay_request_fn, the node).
 //
 // Per publisher (one vLLM PUB socket = one worker):
 // - the first message ever seen is applied whatever its sequence number;
@@ -44,6 +45,10 @@ struct publisher_metrics {
 // in order (seq, payload); returns false when the replay failed or is not configured.
 using replay_fn = std::function<bool(
     uint64_t start, const std::function<void(uint64_t, std::span<const uint8_t>)>& deliver)>;
+// Asks for a replay from `start` without waiting for it (the node: the frontend thread owns the
+// replay socket). Its batches come back through on_replay_batch and its end through
+// on_replay_end, tagged with `token`. Returns false when no request could be made.
+using replay_request_fn = std::function<bool(uint64_t token, uint64_t start)>;
 
 class ingest {
  public:
@@ -55,6 +60,23 @@ class ingest {
   uint32_t add_kv_publisher(const std::string& name, replay_fn replay = {});
   // Registers a counts publisher; returns its index among counts publishers.
   uint32_t add_counts_publisher(const std::string& name);
+
+  // Asynchronous replay, instead of a replay_fn (empty: none). With it, a gap asks for a replay
+  // and holds the publisher's live messages (in order, at most max_held_bytes of payload) until
+  // the replay ends: the batches that close the gap are applied as they come, then the held
+  // messages; a gap still open at the end (a failed or short replay, or too much held)
+  // resynchronises the worker and counts as unfilled, as without replay.
+  void set_replay_requester(uint32_t publisher, replay_request_fn request);
+  // One replayed batch (ignored unless it answers the replay in progress and is the next one
+  // missing) and the end of a replay (`ok`: the publisher's end marker came).
+  void on_replay_batch(uint32_t publisher, uint64_t token, uint64_t seq,
+                       std::span<const uint8_t> payload);
+  void on_replay_end(uint32_t publisher, uint64_t token, bool ok);
+  // Whether the publisher waits for a replay (its live messages are held).
+  bool replay_pending(uint32_t publisher) const;
+  // Forgets a replay in progress and the messages it held (the publisher is being dropped).
+  void drop_replay(uint32_t publisher);
+  static constexpr size_t max_held_bytes = size_t{64} << 20;
 
   // One live vLLM message (all its frames: topic, seq, payload).
   void on_kv_message(uint32_t publisher, std::span<const std::span<const uint8_t>> frames);
@@ -72,14 +94,34 @@ class ingest {
   std::string metrics_json() const;
 
  private:
+  struct held_message {
+    uint64_t seq = 0;
+    std::vector<uint8_t> payload;
+  };
+  // An asynchronous replay in progress: the gap [next, until) and the live messages held.
+  struct pending_replay {
+    uint64_t token = 0;
+    uint64_t next = 0, until = 0;
+    std::vector<held_message> held;
+    size_t held_bytes = 0;
+  };
   struct kv_publisher {
     uint32_t worker = 0;
     replay_fn replay;
+    replay_request_fn request_replay;
+    std::optional<pending_replay> pending;
   };
   // When each cause was last logged for one publisher, for rate limiting.
   using log_times = std::array<int64_t, drop_cause_count>;
 
   void apply_kv(uint32_t publisher, uint64_t seq, std::span<const uint8_t> payload);
+  // Starts an asynchronous replay of [from, seq) holding the message `seq`; false when the
+  // publisher has no requester or the request failed (then nothing is held).
+  bool start_replay(uint32_t publisher, uint64_t from, uint64_t seq,
+                    std::span<const uint8_t> payload);
+  void hold(uint32_t publisher, uint64_t seq, std::span<const uint8_t> payload);
+  // Ends the replay in progress: an open gap resynchronises, then the held messages are applied.
+  void finish_replay(uint32_t publisher);
   void drop(publisher_metrics& m, log_times& logged, drop_cause cause, const std::string& detail);
 
   signature_cache& cache_;
@@ -91,7 +133,8 @@ class ingest {
   std::vector<std::optional<uint64_t>> counts_last_seq_;
   // Totals from earlier runs: dropped per cause, gaps, restarts.
   drop_counters prior_dropped_{};
-  uint64_t prior_gaps_ = 0, prior_gaps_unfilled_ = 0, prior_restarts_ = 0;
+  uint64_t prior_gaps_ = 0, prior_gaps_unfilled_ = 0, prior_restarts_ = 0, prior_replayed_ = 0;
+  uint64_t next_token_ = 1;
   std::vector<log_times> kv_logged_, counts_logged_;
   std::vector<kv_decode_issue> issues_;
 };

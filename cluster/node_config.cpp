@@ -323,11 +323,15 @@ status read_document(const toml::table& root, node_config& c) {
     e(r.read("explain_history", c.explain_history));
   });
   read_section("signature_cache", [&](const table_reader& r) {
-    e(r.check_known({"memory_bytes", "max_blocks", "sync_wal", "commit_interval_ms"}));
+    e(r.check_known({"memory_bytes", "max_blocks", "sync_wal", "commit_interval_ms",
+                     "max_publishers", "publisher_forget_ms", "replay_timeout_ms"}));
     e(r.read("memory_bytes", c.cache_memory_bytes));
     e(r.read("max_blocks", c.cache_max_blocks));
     e(r.read("sync_wal", c.sync_wal));
     e(r.read("commit_interval_ms", c.commit_interval_ms));
+    e(r.read("max_publishers", c.max_publishers));
+    e(r.read("publisher_forget_ms", c.publisher_forget_ms));
+    e(r.read("replay_timeout_ms", c.replay_timeout_ms));
   });
 
   read_section("cluster", [&](const table_reader& r) {
@@ -481,6 +485,29 @@ status check_host_port(const std::string& key, const std::string& value, bool bi
   return {};
 }
 
+// [signature_cache] publishers: the bound, the forget interval, the replay timeout, and the
+// configured endpoints within the bound (each is one of the node's publishers).
+status validate_publishers(const node_config& c) {
+  if (c.max_publishers < 1 || c.max_publishers > 4096)
+    return status::invalid_argument("signature_cache.max_publishers: must be in 1..4096, got " +
+                                    std::to_string(c.max_publishers));
+  if (c.publisher_forget_ms < 0)
+    return status::invalid_argument(
+        "signature_cache.publisher_forget_ms: must be >= 0 (0 = never), got " +
+        std::to_string(c.publisher_forget_ms));
+  if (c.replay_timeout_ms < 1 || c.replay_timeout_ms > 60000)
+    return status::invalid_argument("signature_cache.replay_timeout_ms: must be in 1..60000, got " +
+                                    std::to_string(c.replay_timeout_ms));
+  size_t configured = 0;
+  for (const auto& m : c.models)
+    configured += m.kv_endpoints.size() + m.counts_endpoints.size();
+  if (configured > c.max_publishers)
+    return status::invalid_argument(
+        "signature_cache.max_publishers: " + std::to_string(c.max_publishers) + " is below the " +
+        std::to_string(configured) + " kv_endpoints and counts_endpoints of the models");
+  return {};
+}
+
 status validate_cluster(const node_config& c) {
   const cluster_config& k = c.cluster;
   first_error e;
@@ -609,6 +636,7 @@ status validate_node_config(const node_config& c) {
                                "; valid: " + joined(known_log_levels)));
 
   e(at_least("signature_cache.max_blocks", c.cache_max_blocks, uint64_t{1}));
+  e(validate_publishers(c));
   e(validate_cluster(c));
   if (c.security.curve_secret_key_file.empty() && !c.security.curve_authorized_keys_file.empty())
     e(

@@ -97,6 +97,11 @@ struct node_config {
   uint64_t cache_max_blocks = uint64_t{1} << 22;
   bool sync_wal = false;
   uint32_t commit_interval_ms = 10;  // group commit of ingested events
+  // Publishers followed per node (configured + registered), 1..4096; each costs a SUB socket.
+  uint32_t max_publishers = 256;
+  // A registered publisher silent this long is dropped with its blocks (0 = never).
+  int64_t publisher_forget_ms = 3'600'000;
+  uint32_t replay_timeout_ms = 2000;  // a replay silent this long ends as failed, 1..60000
   cluster_config cluster;
   security_config security;
   std::vector<model_config> models;  // at least one

@@ -18,6 +18,7 @@
 #include <zmq_addon.hpp>
 
 #include "cluster/curve_keys.hpp"
+#include "cluster/kv_events.hpp"
 
 namespace eldr {
 namespace {
@@ -101,10 +102,18 @@ class zmq_frontend::impl {
   std::thread thread;
   std::atomic<bool> stopping{false};
 
-  std::mutex mutex;  // guards outbox and new_subscriptions
+  std::mutex mutex;  // guards outbox and the subscription commands, ids and next id
   std::deque<queued_reply> outbox;
-  std::vector<std::pair<uint32_t, std::string>> new_subscriptions;
+  // Subscription changes asked from other threads, applied in order by the frontend thread.
+  struct sub_command {
+    enum class kind { add, remove, replay } what = kind::add;
+    uint32_t id = 0;
+    subscription_request request;   // add
+    uint64_t token = 0, start = 0;  // replay
+  };
+  std::vector<sub_command> sub_commands;
   std::map<std::string, uint32_t> subscription_ids;  // endpoint -> id, guarded by mutex
+  uint32_t next_subscription = 0;                    // ids are never reused
 
   // Owned by the frontend thread.
   // Pending slots taken and not yet released (reply_address::slot); an id is released once.
@@ -115,7 +124,19 @@ class zmq_frontend::impl {
   std::map<std::pair<size_t, std::string>, peer_backlog> backlog;
   uint64_t backlog_bytes = 0;
   uint64_t backlog_count = 0;
-  std::vector<std::pair<uint32_t, std::unique_ptr<zmq::socket_t>>> subs;
+
+  // One followed publisher; owned by the frontend thread.
+  struct sub_socket {
+    uint32_t id = 0;
+    std::string endpoint, replay_endpoint;
+    std::unique_ptr<zmq::socket_t> sub;
+    std::function<void(replay_message)> on_replay;
+    // The replay in progress, if any: its DEALER (null = none), token and deadline.
+    std::unique_ptr<zmq::socket_t> dealer;
+    uint64_t token = 0;
+    int64_t deadline_ns = 0;
+  };
+  std::vector<sub_socket> subs;
   std::vector<kv_decode_issue> issues;
 
   // Validates the CURVE options and, with an allowlist, binds the ZAP handler: it must exist
@@ -362,24 +383,180 @@ class zmq_frontend::impl {
     return std::chrono::milliseconds((first - now + 999'999) / 1'000'000);
   }
 
-  void add_subscriptions() {
-    std::vector<std::pair<uint32_t, std::string>> todo;
+  void push_sub_command(sub_command c) {
     {
       std::lock_guard lock(mutex);
-      todo.swap(new_subscriptions);
+      sub_commands.push_back(std::move(c));
     }
-    for (auto& [id, endpoint] : todo) {
+    wake();
+  }
+
+  // What a refused ZeroMQ call means for the one who asked for the subscription.
+  static status subscribe_error(const std::string& endpoint, const zmq::error_t& e) {
+    if (e.num() == EMFILE)
+      return status::out_of_range("cannot follow publisher " + endpoint +
+                                  ": ZeroMQ's socket limit is reached (" + e.what() + ")");
+    return status::invalid_argument("ZeroMQ refuses publisher endpoint " + endpoint + ": " +
+                                    e.what());
+  }
+
+  std::unique_ptr<zmq::socket_t> make_sub(const std::string& endpoint) {
+    auto s = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::sub);
+    s->set(zmq::sockopt::rcvhwm, 100000);
+    s->set(zmq::sockopt::maxmsgsize, opt.max_publisher_message_bytes);
+    s->set(zmq::sockopt::linger, 0);
+    s->set(zmq::sockopt::subscribe, "");
+    s->connect(endpoint);
+    return s;
+  }
+
+  void add_subscription(sub_command& c) {
+    auto& req = c.request;
+    for (auto& s : subs)
+      if (s.id == c.id) {  // the same endpoint again: the socket exists; a new replay endpoint
+                           // serves the next replay
+        s.replay_endpoint = std::move(req.replay_endpoint);
+        if (req.on_replay) s.on_replay = std::move(req.on_replay);
+        if (req.done) req.done(c.id);
+        return;
+      }
+    try {
+      sub_socket s;
+      s.id = c.id;
+      s.sub = make_sub(req.endpoint);
+      s.endpoint = std::move(req.endpoint);
+      s.replay_endpoint = std::move(req.replay_endpoint);
+      s.on_replay = std::move(req.on_replay);
+      subs.push_back(std::move(s));
+      counters.subscriptions.store(static_cast<uint32_t>(subs.size()));
+      spdlog::info("subscribed to publisher {} (subscription {})", subs.back().endpoint, c.id);
+      if (req.done) req.done(c.id);
+    } catch (const zmq::error_t& e) {
+      counters.subscribe_failed.fetch_add(1);
+      // The one who asked logs it (rate-limited) and answers the client.
+      spdlog::debug("cannot subscribe to publisher {}: {}", req.endpoint, e.what());
+      {
+        std::lock_guard lock(mutex);
+        auto it = subscription_ids.find(req.endpoint);
+        if (it != subscription_ids.end() && it->second == c.id) subscription_ids.erase(it);
+      }
+      if (req.done) req.done(subscribe_error(req.endpoint, e));
+    }
+  }
+
+  // Ends the replay in progress on `s` (ok: the publisher's end marker came) and closes its
+  // DEALER, so that a late answer can never be taken for the answer to a later request.
+  void end_replay(sub_socket& s, bool ok) {
+    s.dealer.reset();
+    if (!ok) counters.replays_failed.fetch_add(1);
+    if (s.on_replay) s.on_replay(replay_message{s.id, s.token, true, ok, 0, {}});
+  }
+
+  void start_replay(sub_socket& s, uint64_t token, uint64_t start) {
+    counters.replays.fetch_add(1);
+    if (s.dealer) end_replay(s, false);  // superseded by this request
+    s.token = token;
+    if (s.replay_endpoint.empty()) return end_replay(s, false);
+    uint8_t seq8[8];
+    for (int i = 0; i < 8; ++i)
+      seq8[i] = static_cast<uint8_t>(start >> (56 - 8 * i));
+    try {
+      auto d = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
+      d->set(zmq::sockopt::maxmsgsize, opt.max_publisher_message_bytes);
+      d->set(zmq::sockopt::linger, 0);
+      d->connect(s.replay_endpoint);
+      // A connecting DEALER queues the request until the peer is there; never block on it.
+      bool sent = d->send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait)
+                      .has_value();
+      sent = sent && d->send(zmq::buffer(seq8, 8), zmq::send_flags::dontwait).has_value();
+      s.dealer = std::move(d);
+      s.deadline_ns = steady_ns() + int64_t{opt.replay_timeout_ms} * 1'000'000;
+      if (!sent) end_replay(s, false);
+    } catch (const zmq::error_t& e) {
+      spdlog::warn("replay from {}: {}", s.replay_endpoint, e.what());
+      end_replay(s, false);
+    }
+  }
+
+  // Reads what the replay DEALER of `s` has (both reply shapes: [empty, seq, payload] and
+  // [empty, topic, seq, payload]), up to a budget.
+  void read_replay(sub_socket& s, std::vector<zmq::message_t>& parts) {
+    for (int n = 0; n < 256 && s.dealer; ++n) {
+      parts.clear();
+      std::optional<size_t> got;
       try {
-        auto s = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::sub);
-        s->set(zmq::sockopt::rcvhwm, 100000);
-        s->set(zmq::sockopt::maxmsgsize, opt.max_publisher_message_bytes);
-        s->set(zmq::sockopt::linger, 0);
-        s->set(zmq::sockopt::subscribe, "");
-        s->connect(endpoint);
-        subs.emplace_back(id, std::move(s));
-        spdlog::info("subscribed to publisher {} (subscription {})", endpoint, id);
-      } catch (const zmq::error_t& e) {
-        spdlog::warn("cannot subscribe to publisher {}: {}", endpoint, e.what());
+        got = zmq::recv_multipart(*s.dealer, std::back_inserter(parts), zmq::recv_flags::dontwait);
+      } catch (const zmq::error_t&) {
+        return end_replay(s, false);
+      }
+      if (!got) return;
+      std::optional<uint64_t> seq;
+      if ((parts.size() == 3 || parts.size() == 4) && parts[0].size() == 0)
+        seq = decode_sequence(bytes(parts[parts.size() - 2]));
+      if (!seq) {
+        spdlog::warn("replay from {}: a reply of {} frames that is not a replayed batch",
+                     s.replay_endpoint, parts.size());
+        return end_replay(s, false);
+      }
+      if (*seq == ~uint64_t{0}) return end_replay(s, true);
+      s.deadline_ns = steady_ns() + int64_t{opt.replay_timeout_ms} * 1'000'000;
+      const auto b = bytes(parts.back());
+      if (s.on_replay)
+        s.on_replay(replay_message{s.id, s.token, false, false, *seq, {b.begin(), b.end()}});
+    }
+  }
+
+  // Ends every replay whose publisher has been silent past its deadline; returns the
+  // milliseconds until the next deadline (-1: none), the poll's timeout.
+  long expire_replays() {
+    const int64_t now = steady_ns();
+    int64_t next = INT64_MAX;
+    for (auto& s : subs) {
+      if (!s.dealer) continue;
+      if (now >= s.deadline_ns) {
+        spdlog::warn("replay from {}: no answer within {} ms", s.replay_endpoint,
+                     opt.replay_timeout_ms);
+        end_replay(s, false);
+        continue;
+      }
+      next = std::min(next, s.deadline_ns);
+    }
+    if (next == INT64_MAX) return -1;
+    return static_cast<long>((next - now) / 1'000'000 + 1);
+  }
+
+  void apply_sub_commands() {
+    std::vector<sub_command> todo;
+    {
+      std::lock_guard lock(mutex);
+      todo.swap(sub_commands);
+    }
+    for (auto& c : todo) {
+      switch (c.what) {
+        case sub_command::kind::add:
+          add_subscription(c);
+          break;
+        case sub_command::kind::remove:
+          for (size_t i = 0; i < subs.size(); ++i)
+            if (subs[i].id == c.id) {
+              if (subs[i].dealer) end_replay(subs[i], false);
+              spdlog::info("unsubscribed from publisher {} (subscription {})", subs[i].endpoint,
+                           c.id);
+              subs.erase(subs.begin() + static_cast<std::ptrdiff_t>(i));
+              break;
+            }
+          counters.subscriptions.store(static_cast<uint32_t>(subs.size()));
+          break;
+        case sub_command::kind::replay: {
+          bool found = false;
+          for (auto& s : subs)
+            if (s.id == c.id) {
+              found = true;
+              start_replay(s, c.token, c.start);
+            }
+          if (!found) counters.replays_failed.fetch_add(1);
+          break;
+        }
       }
     }
   }
@@ -529,8 +706,10 @@ class zmq_frontend::impl {
     std::vector<zmq::pollitem_t> items;
     std::vector<zmq::message_t> parts;
     std::vector<frontend_channel> item_channel;
+    std::vector<size_t> dealer_sub;  // the sub of each replay DEALER polled
     while (!stopping.load()) {
-      add_subscriptions();
+      apply_sub_commands();
+      const long timeout_ms = expire_replays();
       items.clear();
       item_channel.clear();
       for (size_t c = 0; c < frontend_channel_count; ++c) {
@@ -541,11 +720,22 @@ class zmq_frontend::impl {
       const size_t zap_item = items.size();
       if (zap) items.push_back({zap->handle(), 0, ZMQ_POLLIN, 0});
       const size_t first_sub = items.size();
-      for (auto& [id, s] : subs)
-        items.push_back({s->handle(), 0, ZMQ_POLLIN, 0});
+      for (auto& s : subs)
+        items.push_back({s.sub->handle(), 0, ZMQ_POLLIN, 0});
+      const size_t first_dealer = items.size();
+      dealer_sub.clear();
+      for (size_t i = 0; i < subs.size(); ++i)
+        if (subs[i].dealer) {
+          items.push_back({subs[i].dealer->handle(), 0, ZMQ_POLLIN, 0});
+          dealer_sub.push_back(i);
+        }
       items.push_back({nullptr, wake_fd, ZMQ_POLLIN, 0});
       try {
-        zmq::poll(items, poll_timeout(steady_ns()));
+        // The earlier of the next backlog retry and the next replay deadline (-1: none).
+        auto wait = poll_timeout(steady_ns());
+        if (timeout_ms >= 0 && (wait.count() < 0 || wait.count() > timeout_ms))
+          wait = std::chrono::milliseconds(timeout_ms);
+        zmq::poll(items, wait);
       } catch (const zmq::error_t& e) {
         if (e.num() == EINTR) continue;
         spdlog::error("frontend poll failed: {}", e.what());
@@ -571,20 +761,20 @@ class zmq_frontend::impl {
           handle_router(item_channel[i], parts);
         }
       }
-      for (size_t i = first_sub; i + 1 < items.size(); ++i) {
+      for (size_t i = first_sub; i < first_dealer; ++i) {
         if (!(items[i].revents & ZMQ_POLLIN)) continue;
-        auto& [id, s] = subs[i - first_sub];
+        auto& s = subs[i - first_sub];
         for (int n = 0; n < 256; ++n) {
           parts.clear();
           std::optional<size_t> got;
           try {
-            got = zmq::recv_multipart(*s, std::back_inserter(parts), zmq::recv_flags::dontwait);
+            got = zmq::recv_multipart(*s.sub, std::back_inserter(parts), zmq::recv_flags::dontwait);
           } catch (const zmq::error_t&) {
             break;
           }
           if (!got) break;
           counters.publisher_messages.fetch_add(1);
-          publisher_frames f{id, {}};
+          publisher_frames f{s.id, {}};
           f.frames.reserve(parts.size());
           for (auto& p : parts) {
             const auto b = bytes(p);
@@ -593,6 +783,8 @@ class zmq_frontend::impl {
           callbacks.on_publisher(std::move(f));
         }
       }
+      for (size_t i = first_dealer; i + 1 < items.size(); ++i)
+        if (items[i].revents & ZMQ_POLLIN) read_replay(subs[dealer_sub[i - first_dealer]], parts);
       // Replies queued by callbacks run on this thread (e.g. errors) go out in the same round.
       bool pending_out = false;
       {
@@ -610,6 +802,11 @@ zmq_frontend::~zmq_frontend() = default;
 result<std::unique_ptr<zmq_frontend>> zmq_frontend::start(frontend_options options,
                                                           frontend_callbacks callbacks) {
   auto p = std::make_unique<impl>(std::move(options), std::move(callbacks));
+  // Before the first socket: ZeroMQ reads the cap when it creates the context's socket table.
+  if (p->opt.max_sockets > 0 &&
+      zmq_ctx_set(p->ctx.handle(), ZMQ_MAX_SOCKETS, p->opt.max_sockets) != 0)
+    return status::invalid_argument("cannot set ZeroMQ's socket limit to " +
+                                    std::to_string(p->opt.max_sockets));
   if (auto s = p->configure_curve(); !s.ok()) return s;
   if (auto s = p->bind_all(); !s.ok()) return s;
   auto* raw = p.get();
@@ -630,18 +827,41 @@ void reply_sink::reply_error(const reply_address& to, std::optional<std::string>
   reply(to, encode_error_reply(error_reply{std::move(id), code, std::move(message)}));
 }
 
-uint32_t zmq_frontend::subscribe(const std::string& endpoint) {
-  uint32_t id = 0;
+void zmq_frontend::subscribe(subscription_request request) {
+  impl::sub_command c;
   {
     std::lock_guard lock(impl_->mutex);
-    auto [it, inserted] = impl_->subscription_ids.try_emplace(
-        endpoint, static_cast<uint32_t>(impl_->subscription_ids.size()));
-    id = it->second;
-    if (!inserted) return id;
-    impl_->new_subscriptions.emplace_back(id, endpoint);
+    auto [it, inserted] =
+        impl_->subscription_ids.try_emplace(request.endpoint, impl_->next_subscription);
+    if (inserted) ++impl_->next_subscription;
+    c.id = it->second;
   }
-  impl_->wake();
-  return id;
+  c.request = std::move(request);
+  impl_->push_sub_command(std::move(c));
+}
+
+void zmq_frontend::unsubscribe(uint32_t subscription) {
+  {
+    std::lock_guard lock(impl_->mutex);
+    for (auto it = impl_->subscription_ids.begin(); it != impl_->subscription_ids.end(); ++it)
+      if (it->second == subscription) {
+        impl_->subscription_ids.erase(it);
+        break;
+      }
+  }
+  impl::sub_command c;
+  c.what = impl::sub_command::kind::remove;
+  c.id = subscription;
+  impl_->push_sub_command(std::move(c));
+}
+
+void zmq_frontend::request_replay(uint32_t subscription, uint64_t token, uint64_t start) {
+  impl::sub_command c;
+  c.what = impl::sub_command::kind::replay;
+  c.id = subscription;
+  c.token = token;
+  c.start = start;
+  impl_->push_sub_command(std::move(c));
 }
 
 const frontend_counters& zmq_frontend::counters() const {

@@ -1,6 +1,6 @@
 // zmq_frontend: the node's ZeroMQ edge, on one thread -- three ROUTER sockets (route, worker and
 // admin endpoints, docs/protocol.md) and the SUB sockets of the KV-event and counts publishers the
-// signature cache follows.
+// signature cache follows, with a DEALER to a publisher's replay socket while a replay runs.
 //
 // The frontend decodes every request on its own thread, answers the ones that cannot be served
 // (malformed, too large, unknown type, over the pending limit) itself with an error_reply, and
@@ -70,6 +70,31 @@ struct publisher_frames {
   std::vector<std::vector<uint8_t>> frames;
 };
 
+// One answer of a publisher's replay socket to request_replay (vllm-kv-events.md): a buffered
+// batch, or the end of the replay (the publisher's end marker, a timeout, a reply that does not
+// decode, or no replay endpoint at all).
+struct replay_message {
+  uint32_t subscription = 0;
+  uint64_t token = 0;  // the request's
+  bool end = false;
+  bool ok = false;  // end: the publisher's end marker arrived (else the replay failed)
+  uint64_t seq = 0;
+  std::vector<uint8_t> payload;
+};
+
+// A publisher to follow: a SUB socket to `endpoint` (all topics) and, when replay_endpoint is
+// set, a DEALER to it for the duration of each replay.
+struct subscription_request {
+  std::string endpoint;
+  std::string replay_endpoint;  // "" = none
+  // Called exactly once, on the frontend thread, when the SUB socket exists (the subscription
+  // id its frames carry) or could not be made (ZeroMQ's reason: invalid_argument for an
+  // endpoint it refuses, out_of_range at its socket cap). May be empty.
+  std::function<void(result<uint32_t>)> done;
+  // Every replay_message of this subscription, on the frontend thread. May be empty.
+  std::function<void(replay_message)> on_replay;
+};
+
 // ZeroMQ CURVE on the route, worker and admin sockets. Off by default.
 struct frontend_curve_options {
   // The node's long-term secret key, Z85 (40 characters; curve_keys.hpp reads it from a file).
@@ -95,6 +120,11 @@ struct frontend_options {
   // peers; a reply that would exceed it is dropped (counted). 0 = no backlog.
   uint64_t max_queued_reply_bytes = uint64_t{64} << 20;
   int64_t max_publisher_message_bytes = int64_t{64} << 20;
+  // ZeroMQ's socket cap for the frontend's context (ZMQ_MAX_SOCKETS): the ROUTERs, the SUBs and
+  // the replay DEALERs together. 0 = ZeroMQ's default (1023).
+  int max_sockets = 0;
+  // A replay that has not answered for this long ends as failed (the gap then resynchronises).
+  int replay_timeout_ms = 2000;
   frontend_curve_options curve;
 };
 
@@ -128,6 +158,12 @@ struct frontend_counters {
   // is not counted.
   std::atomic<uint64_t> curve_accepted{0};
   std::atomic<uint64_t> curve_refused{0};
+  // Publisher subscriptions: SUB sockets now, subscriptions ZeroMQ refused, replays asked,
+  // replays that ended without the publisher's end marker (timeout or bad reply).
+  std::atomic<uint32_t> subscriptions{0};
+  std::atomic<uint64_t> subscribe_failed{0};
+  std::atomic<uint64_t> replays{0};
+  std::atomic<uint64_t> replays_failed{0};
 };
 
 // Where actors send their answers and publisher subscriptions: the ZeroMQ frontend in a node, a
@@ -137,9 +173,14 @@ class reply_sink {
   virtual ~reply_sink() = default;
   // Queues an answer for a peer.
   virtual void reply(const reply_address& to, std::vector<uint8_t> payload) = 0;
-  // Starts following a publisher; returns the subscription id its frames will carry (the same id
-  // for the same endpoint).
-  virtual uint32_t subscribe(const std::string& endpoint) = 0;
+  // Starts following a publisher (see subscription_request; the same endpoint twice gets the
+  // same id and no second socket).
+  virtual void subscribe(subscription_request request) = 0;
+  // Stops following it: its sockets close; frames already delivered may still arrive.
+  virtual void unsubscribe(uint32_t subscription) = 0;
+  // Asks the publisher's replay socket for every batch from `start`; the answers arrive through
+  // its on_replay, tagged with `token`, and always end with an `end` message.
+  virtual void request_replay(uint32_t subscription, uint64_t token, uint64_t start) = 0;
   // Encodes and queues an error_reply.
   void reply_error(const reply_address& to, std::optional<std::string> id, route_error_code code,
                    std::string message);
@@ -162,10 +203,12 @@ class zmq_frontend final : public reply_sink {
   // Queues an answer; thread-safe. The first answer for to.slot releases that pending slot.
   void reply(const reply_address& to, std::vector<uint8_t> payload) override;
 
-  // Connects a SUB socket (all topics) to a publisher; thread-safe, takes effect on the frontend
-  // thread. Returns the subscription id that frames carry. Subscribing twice to one endpoint
-  // returns the first id.
-  uint32_t subscribe(const std::string& endpoint) override;
+  // Subscriptions (reply_sink): thread-safe, they take effect on the frontend thread, which owns
+  // every socket; nothing here waits for a publisher. A replay's DEALER exists from its request
+  // to its end; a reply later than replay_timeout_ms after the previous one ends it as failed.
+  void subscribe(subscription_request request) override;
+  void unsubscribe(uint32_t subscription) override;
+  void request_replay(uint32_t subscription, uint64_t token, uint64_t start) override;
 
   const frontend_counters& counters() const;
 

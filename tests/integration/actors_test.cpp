@@ -28,7 +28,11 @@ class recording_sink final : public reply_sink {
     std::lock_guard lock(mutex_);
     sent_.emplace_back(to, std::move(payload));
   }
-  uint32_t subscribe(const std::string&) override { return next_id_++; }
+  void subscribe(subscription_request r) override {
+    if (r.done) r.done(next_id_++);
+  }
+  void unsubscribe(uint32_t) override {}
+  void request_replay(uint32_t, uint64_t, uint64_t) override {}
 
   std::vector<std::pair<reply_address, std::vector<uint8_t>>> take() {
     std::lock_guard lock(mutex_);

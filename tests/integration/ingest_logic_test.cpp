@@ -89,6 +89,76 @@ struct IngestLogic : ::testing::Test {
   bool has(uint64_t h) { return cache->block(h).ok(); }
 };
 
+// The node's asynchronous replay: the request returns at once, the answers come later as
+// messages; live messages that arrive meanwhile wait behind the replay, in order.
+TEST_F(IngestLogic, AsynchronousReplayFillsTheGapAndAppliesHeldMessagesAfter) {
+  ingest in(*cache, {}, [this] { return now; });
+  const uint32_t p = in.add_kv_publisher("async");
+  std::vector<std::pair<uint64_t, uint64_t>> asked;  // (token, start)
+  in.set_replay_requester(p, [&](uint64_t token, uint64_t start) {
+    asked.emplace_back(token, start);
+    return true;
+  });
+  send(in, p, 0, batch({{"BlockStored", {1}}}));
+  published[1] = batch({{"BlockStored", {2}}});  // lost on the live socket, kept for replay
+  published[2] = batch({{"BlockRemoved", {1}}});
+  send(in, p, 3, batch({{"BlockStored", {4}}}));
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0].second, 1u);
+  EXPECT_TRUE(in.replay_pending(p));
+  send(in, p, 4, batch({{"BlockStored", {5}}}));  // live, held behind the replay
+  EXPECT_FALSE(has(4));
+  EXPECT_FALSE(has(5));
+  const uint64_t token = asked[0].first;
+  in.on_replay_batch(p, token + 1, 1, published[1]);  // another request's answer: ignored
+  EXPECT_FALSE(has(2));
+  in.on_replay_batch(p, token, 1, published[1]);
+  in.on_replay_batch(p, token, 2, published[2]);  // closes the gap: the held messages follow
+  EXPECT_FALSE(in.replay_pending(p));
+  in.on_replay_batch(p, token, 3, published[3]);  // the rest of the replay: already applied
+  in.on_replay_end(p, token, true);
+  EXPECT_FALSE(has(1));
+  EXPECT_TRUE(has(2));
+  EXPECT_TRUE(has(4));
+  EXPECT_TRUE(has(5));
+  EXPECT_EQ(*cache->last_sequence(0), 4u);
+  EXPECT_EQ(in.kv_metrics()[p].replayed, 2u);
+  EXPECT_EQ(in.kv_metrics()[p].gaps_unfilled, 0u);
+  ASSERT_TRUE(in.commit().ok());
+  EXPECT_EQ(nlohmann::json::parse(in.metrics_json())["replayed"], 2u);
+}
+
+TEST_F(IngestLogic, AsynchronousReplayThatFailsResynchronisesThenAppliesHeld) {
+  ingest in(*cache, {}, [this] { return now; });
+  const uint32_t p = in.add_kv_publisher("async");
+  uint64_t token = 0;
+  in.set_replay_requester(p, [&](uint64_t t, uint64_t) {
+    token = t;
+    return true;
+  });
+  send(in, p, 0, batch({{"BlockStored", {1}}}));
+  send(in, p, 3, batch({{"BlockStored", {4}}}));
+  send(in, p, 4, batch({{"BlockStored", {5}}}));
+  in.on_replay_end(p, token, false);  // a timeout, say
+  EXPECT_FALSE(in.replay_pending(p));
+  EXPECT_FALSE(has(1));  // resynchronised
+  EXPECT_TRUE(has(4));
+  EXPECT_TRUE(has(5));
+  EXPECT_EQ(in.kv_metrics()[p].gaps_unfilled, 1u);
+  EXPECT_EQ(in.kv_metrics()[p].replayed, 0u);
+
+  // A requester that cannot ask resynchronises at once.
+  const uint32_t q = in.add_kv_publisher("refusing");
+  in.set_replay_requester(q, [](uint64_t, uint64_t) { return false; });
+  send(in, q, 0, batch({{"BlockStored", {20}}}));
+  send(in, q, 2, batch({{"BlockStored", {21}}}));
+  EXPECT_FALSE(in.replay_pending(q));
+  EXPECT_FALSE(has(20));
+  EXPECT_TRUE(has(21));
+  EXPECT_EQ(in.kv_metrics()[q].gaps_unfilled, 1u);
+  ASSERT_TRUE(in.commit().ok());
+}
+
 TEST_F(IngestLogic, AppliesInOrderAndDropsTheWorkerOnRestart) {
   ingest in(*cache, {}, [this] { return now; });
   const uint32_t a = in.add_kv_publisher("a"), b = in.add_kv_publisher("b");

@@ -6,7 +6,8 @@ It speaks vLLM's wire format as vllm/distributed/kv_events.py does (see
 batch [ts, events, dp_rank], events in the tagged-array form (every declared field written) or
 the tagged-map form (defaults omitted), hashes as uint64, int64 or 32-byte bin; and a replay
 ROUTER that answers [empty, seq8] with one message per buffered batch and an end marker, in the
-old [empty, seq, payload] or the new [empty, topic, seq, payload] shape.
+old [empty, seq, payload] or the new [empty, topic, seq, payload] shape -- or, with the shape
+"mute", reads the requests (they are counted) and never answers.
 
 The live socket is an XPUB (identical frames to a PUB for subscribers) so that the script can
 wait for the subscription instead of sleeping. Driven by JSON lines on stdin, one reply line each
@@ -90,6 +91,8 @@ class publisher:
             with self.lock:
                 batches = [(s, p) for s, p in self.buffer if s >= start]
                 self.replays += 1
+            if self.replay_shape == "mute":
+                continue
             for s, p in batches:
                 if self.replay_shape == "new":
                     router.send_multipart([client, b"", self.topic, s.to_bytes(8, "big"), p])
