@@ -600,6 +600,7 @@ nlohmann::json model_json(router_state& st, model_state& m) {
           {"finished_unknown", c.finished_unknown},
           {"reports", c.reports},
           {"reports_stale", c.reports_stale},
+          {"reports_seq_reset", c.seq_resets},
           {"tracked_requests", m.pool.tracked()}};
 }
 

@@ -187,16 +187,20 @@ status load_view::on_report(uint32_t worker, uint32_t in_flight, uint64_t seq, i
   if (worker >= k()) return bad_worker(worker, k());
   slot& s = slots_[worker];
   if (!s.registered) return unregistered(worker);
+  // Liveness first, whatever seq says: a worker that reports is alive.
+  s.last_report_ms = now_ms;
+  dirty_ = true;
   if (s.has_seq && seq <= s.seq) {
-    ++counters_.reports_stale;
-    return {};
+    if (s.seq - seq <= options_.seq_reorder_window) {
+      ++counters_.reports_stale;
+      return {};
+    }
+    ++counters_.seq_resets;
   }
   s.has_seq = true;
   s.seq = seq;
-  s.last_report_ms = now_ms;
   load_[worker] = in_flight;
   ++counters_.reports;
-  dirty_ = true;
   return {};
 }
 
