@@ -2,8 +2,14 @@
 // policy change changes nothing (issue 12 defect 7), a centroid file whose K is not the model's
 // workers stops start-up and --check-config (a silent fallback to JSQ before), --check-config
 // checks the files start-up reads (defect 13), and /readyz says when the node can route.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -175,6 +181,191 @@ TEST_F(NodeValidationTest, ValidPolicyChangeApplies) {
   ASSERT_TRUE(r.ok()) << r.error().to_string();
   EXPECT_EQ((*r)["policy"], "jsq");
   EXPECT_EQ((*r)["tau"], 0);
+}
+
+// One HTTP GET on loopback: (status code, body); code 0 when the exchange failed.
+std::pair<int, std::string> http_get(uint16_t port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return {0, ""};
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string in;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+      char buf[4096];
+      for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
+        in.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  if (in.rfind("HTTP/1.1 ", 0) != 0 || in.size() < 12) return {0, in};
+  const size_t body = in.find("\r\n\r\n");
+  return {std::stoi(in.substr(9, 3)), body == std::string::npos ? "" : in.substr(body + 4)};
+}
+
+uint16_t port_of(const std::string& url) {  // http://127.0.0.1:PORT/metrics
+  const size_t colon = url.rfind(':');
+  return static_cast<uint16_t>(std::stoi(url.substr(colon + 1)));
+}
+
+// Polls /readyz until it answers `code` (the router publishes right after it acks, so a probe
+// may see the state of a moment before); the last answer either way.
+std::pair<int, std::string> readyz_until(uint16_t port, int code) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto r = http_get(port, "/readyz");
+  while (r.first != code && std::chrono::steady_clock::now() < deadline)
+    r = http_get(port, "/readyz");
+  return r;
+}
+
+TEST_F(NodeValidationTest, ReadyzIs503UntilAWorkerAndTheCentroidsTheEldrPolicyNeeds) {
+  start();
+  const uint16_t port = port_of(node_->metrics());
+  auto r = http_get(port, "/readyz");
+  ASSERT_EQ(r.first, 503) << r.second;
+  auto body = nlohmann::json::parse(r.second);
+  EXPECT_FALSE(body["ready"].get<bool>());
+  EXPECT_EQ(body["reasons"][0]["model"], "toy");
+  EXPECT_EQ(body["reasons"][0]["part"], "workers");
+  EXPECT_EQ(http_get(port, "/healthz"), (std::pair<int, std::string>{200, "ok"}));
+
+  register_workers();
+  // Workers now, but policy eldr has no centroid set yet.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  do {
+    r = http_get(port, "/readyz");
+    body = nlohmann::json::parse(r.second, nullptr, false);
+  } while (body.is_object() && body["reasons"].size() != 1 &&
+           std::chrono::steady_clock::now() < deadline);
+  ASSERT_EQ(r.first, 503) << r.second;
+  ASSERT_EQ(body["reasons"].size(), 1u) << r.second;
+  EXPECT_EQ(body["reasons"][0]["part"], "centroids");
+
+  auto imp = admin_->call(
+      "centroids.import",
+      {{"model", "toy"}, {"file", nlohmann::json::binary(encode_centroid_file(toy_centroids()))}});
+  ASSERT_TRUE(imp.ok()) << imp.error().to_string();
+  r = readyz_until(port, 200);
+  ASSERT_EQ(r.first, 200) << r.second;
+  EXPECT_EQ(nlohmann::json::parse(r.second),
+            (nlohmann::json{{"ready", true},
+                            {"reasons", nlohmann::json::array()},
+                            {"degraded", nlohmann::json::array()}}));
+
+  // Draining every worker makes it unready again.
+  for (uint32_t w = 0; w < toy_k; ++w)
+    ASSERT_TRUE(admin_->call("drain", {{"model", "toy"}, {"worker", w}}).ok());
+  EXPECT_EQ(readyz_until(port, 503).first, 503);
+}
+
+TEST_F(NodeValidationTest, ReadyzWithAPolicyThatNeedsNoSetWaitsForOneWorkerOnly) {
+  start("[[models]]\nname = \"toy\"\nworkers = 4\npolicy = \"jsq\"\nworker_timeout_ms = 600000\n");
+  const uint16_t port = port_of(node_->metrics());
+  ASSERT_EQ(http_get(port, "/readyz").first, 503);
+  auto r = worker_->call(worker_register{"", "toy", 2, "tcp://10.0.0.2:9", 0});
+  ASSERT_TRUE(r.ok());
+  const auto ready = readyz_until(port, 200);
+  EXPECT_EQ(ready.first, 200) << ready.second;
+}
+
+// --check-config and start-up, through the eldr-node binary.
+class NodeConfigCheckTest : public ::testing::Test {
+ protected:
+  // eldr-node --config (written from `toml`) [--check-config], bounded by `timeout`: a node that
+  // starts although it should not is killed after 30 s and the test fails on its exit code.
+  testing::process_result run_node(const std::string& toml, bool check_only) {
+    std::ofstream(dir_.sub("node.toml")) << toml;
+    return run_command("timeout 30 " + testing::node_binary() + " --config " +
+                       dir_.sub("node.toml") + (check_only ? " --check-config" : ""));
+  }
+  std::string toml(const std::string& models, const std::string& extra = "") {
+    return node_toml(dir_.sub("data"), models, extra);
+  }
+  temp_dir dir_{"eldr-node-config-check"};
+};
+
+// Issue 12 defect 13: --check-config said valid for each of these, and the node then failed to
+// start (or, for the secret directory, said "no key in the file").
+TEST_F(NodeConfigCheckTest, CheckConfigFailsWhereStartUpWould) {
+  const std::string model = "[[models]]\nname = \"m\"\n";
+  auto r = run_node(toml(model), true);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  const std::string cluster =
+      "[cluster]\nlisten = \"127.0.0.1:0\"\nsecret_file = \"" + dir_.sub("secret") + "\"\n";
+  r = run_node(toml(model, cluster), true);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("cluster.secret_file: \"" + dir_.sub("secret") + "\": no such file"),
+            std::string::npos)
+      << r.output;
+
+  std::filesystem::create_directory(dir_.sub("curve"));
+  r = run_node(toml(model, "[security]\ncurve_secret_key_file = \"" + dir_.sub("curve") + "\"\n"),
+               true);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is a directory, not a file"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("no key in the file"), std::string::npos) << r.output;
+
+  r = run_node(toml(model + "centroids = \"" + dir_.sub("none.centroids") + "\"\n"), true);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("models[0].centroids"), std::string::npos) << r.output;
+
+  std::ofstream(dir_.sub("data")) << "a file";
+  r = run_node(toml(model), true);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("node.data_dir"), std::string::npos) << r.output;
+  r = run_node(toml(model), false);  // and start-up says the same
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("node.data_dir"), std::string::npos) << r.output;
+
+  r = run_node(toml(model, "[signature_cache]\ncommit_interval_ms = 0\n"), true);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("signature_cache.commit_interval_ms: must be >= 5, got 0"),
+            std::string::npos)
+      << r.output;
+}
+
+// The silent fallback: workers = 4 with a centroid file of K = 8 started, logged the file as
+// loaded as epoch 1, and routed by load only with every score 0.
+TEST_F(NodeConfigCheckTest, CentroidFileOfAnotherKIsRefusedAtCheckAndStartUp) {
+  ASSERT_TRUE(write_centroid_file(toy_centroids(8), dir_.sub("k8.centroids")).ok());
+  const std::string models =
+      "[[models]]\nname = \"toy\"\nworkers = 4\ncentroids = \"" + dir_.sub("k8.centroids") + "\"\n";
+  for (bool check_only : {true, false}) {
+    auto r = run_node(toml(models), check_only);
+    EXPECT_EQ(r.exit_code, 2) << r.output;  // a config error, at check or start-up
+    EXPECT_NE(r.output.find("models[0].workers = 4"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("models[0].centroids"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("K = 8"), std::string::npos) << r.output;
+  }
+}
+
+// The same mismatch found in the store on a warm restart: the config's workers changed.
+TEST_F(NodeConfigCheckTest, StoredSetOfAnotherKIsRefusedAtStartUp) {
+  {
+    node_process node(dir_.sub("first.toml"),
+                      toml("[[models]]\nname = \"toy\"\nworkers = 4\nwiden_single = false\n"));
+    ASSERT_TRUE(node.ok());
+    auto admin = admin_client::connect(node.admin());
+    ASSERT_TRUE(admin.ok());
+    auto imp =
+        (*admin)->call("centroids.import",
+                       {{"model", "toy"},
+                        {"file", nlohmann::json::binary(encode_centroid_file(toy_centroids(4)))}});
+    ASSERT_TRUE(imp.ok()) << imp.error().to_string();
+    EXPECT_EQ(node.stop(), 0);
+  }
+  auto r = run_node(toml("[[models]]\nname = \"toy\"\nworkers = 8\n"), false);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("models[0].workers = 8 but the current centroid set of model toy"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("has K = 4"), std::string::npos) << r.output;
 }
 
 }  // namespace
