@@ -172,6 +172,15 @@ status rebuild_policy(router_state& st, model_state& m) {
   return {};
 }
 
+// Tells the readiness board (/readyz) whether the model can be routed: called where the pool,
+// the set or the policy changes.
+void publish_readiness(const router_state& st, const model_state& m) {
+  if (!st.ctx->readiness) return;
+  const auto r = m.pool.routable(st.ctx->now_ms());
+  st.ctx->readiness->set_routing(m.cfg->name, r.workers, r.live_until_ms, m.policy_name == "eldr",
+                                 m.eldr_active);
+}
+
 // The K a model's pool has once `file` is installed: the set's when the config leaves K open.
 uint32_t k_after_install(const model_state& m, const centroid_file& file) {
   return m.cfg->workers == 0 ? file.workers : m.pool.k();
@@ -225,6 +234,7 @@ status install(router_state& st, model_state& m, const centroid_file& file, uint
   st.ctx->metrics->swapped(m.cfg->name, epoch);
   m.policy = std::move(built->policy);
   m.eldr_active = built->eldr_active;
+  publish_readiness(st, m);
   return {};
 }
 
@@ -873,6 +883,7 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
     auto w = need_worker();
     if (!w) return;
     auto s = cmd == "drain" ? m->pool.drain(*w) : m->pool.undrain(*w);
+    publish_readiness(st, *m);
     if (!s.ok()) return answer_admin_error(*st.ctx, *job, route_error_code::malformed, s.message());
     spdlog::info("model {}: worker {} {}ed by admin", m->cfg->name, *w, cmd);
     auto snap = m->pool.snapshot(*w, st.ctx->now_ms());
@@ -1002,6 +1013,7 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
       m->tau = static_cast<float>(tau);
       m->policy = std::move(built->policy);
       m->eldr_active = built->eldr_active;
+      publish_readiness(st, *m);
       spdlog::info("model {}: policy {} tau {}", m->cfg->name, m->policy_name, m->tau);
     }
     answer_admin(*st.ctx, *job,
@@ -1039,6 +1051,12 @@ void handle_worker(router_actor_t* self, const worker_job& job, bool answer) {
         if (!m)
           return fail(route_error_code::unknown_model, msg.id,
                       "no model named '" + msg.model + "'");
+        // Whatever the message changed, /readyz sees it once the handler returns.
+        struct publish_on_return {
+          const router_state& st;
+          const model_state& m;
+          ~publish_on_return() { publish_readiness(st, m); }
+        } publish{st, *m};
         if constexpr (std::is_same_v<T, worker_register>) {
           if (msg.worker >= m->pool.k()) {
             const bool open_k = m->cfg->workers == 0 && !m->set;
@@ -1195,6 +1213,7 @@ void merge_pools(router_actor_t* self, const std::vector<pool_snapshot>& pools) 
       if (w.draining) (void)m->pool.drain(w.worker);
     }
     if (m->policy->workers() != m->pool.k()) (void)rebuild_policy(st, *m);
+    publish_readiness(st, *m);
   }
 }
 
@@ -1247,6 +1266,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         spdlog::error("model {}: stored centroid set not installed: {}", cfg.name, s.to_string());
     }
     if (!m->policy) (void)rebuild_policy(st, *m);
+    publish_readiness(st, *m);
     st.models.push_back(std::move(m));
   }
   return {

@@ -270,6 +270,19 @@ uint32_t load_view::eligible_count(int64_t now_ms) {
   return eligible_count_;
 }
 
+load_view::routable_summary load_view::routable(int64_t now_ms) const {
+  routable_summary out;
+  for (const slot& s : slots_) {
+    if (!s.registered || s.draining || !live(s, now_ms)) continue;
+    ++out.workers;
+    out.live_until_ms =
+        options_.report_timeout_ms == 0
+            ? never
+            : std::max(out.live_until_ms, s.last_report_ms + options_.report_timeout_ms);
+  }
+  return out;
+}
+
 result<worker_snapshot> load_view::snapshot(uint32_t worker, int64_t now_ms) const {
   if (worker >= k()) return bad_worker(worker, k());
   const slot& s = slots_[worker];

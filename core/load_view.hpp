@@ -178,6 +178,16 @@ class load_view {
   // Number of nonzero entries of eligible(now_ms).
   uint32_t eligible_count(int64_t now_ms);
 
+  // For readiness (a node is ready when some worker may receive a request): the workers that are
+  // registered, live at now_ms and not draining (capacity is ignored: a full worker frees up by
+  // itself), and until when at least one of them stays live without another report
+  // (INT64_MAX when reports never time out; 0 when there is none). O(K).
+  struct routable_summary {
+    uint32_t workers = 0;
+    int64_t live_until_ms = 0;
+  };
+  routable_summary routable(int64_t now_ms) const;
+
   // The state of one slot at now_ms. Precondition: worker < k() (asserted).
   worker_state state(uint32_t worker, int64_t now_ms) const;
   // Errors (invalid_argument): worker >= k().

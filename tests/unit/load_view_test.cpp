@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <new>
 #include <string>
 #include <vector>
@@ -238,6 +239,27 @@ TEST(LoadView, FarBackwardsSeqIsANewSequenceNearBackwardsIsReordered) {
   ASSERT_TRUE(v.on_report(0, 4, 0, 5).ok());
   EXPECT_EQ(loads(v)[0], 4u);
   EXPECT_EQ(v.counters().seq_resets, 2u);
+}
+
+TEST(LoadView, RoutableSummaryCountsLiveUndrainedWorkersAndTheirLastDeadline) {
+  load_view_options o;
+  o.report_timeout_ms = 100;
+  auto v = make_or_die(3, o);
+  EXPECT_EQ(v.routable(0).workers, 0u);
+  ASSERT_TRUE(v.register_worker(0, "tcp://a:1", 0, 0).ok());
+  ASSERT_TRUE(v.register_worker(1, "tcp://b:1", 1, 50).ok());
+  ASSERT_TRUE(v.on_route("r", 1, 50).ok());  // full, still routable for readiness
+  auto r = v.routable(60);
+  EXPECT_EQ(r.workers, 2u);
+  EXPECT_EQ(r.live_until_ms, 150);
+  ASSERT_TRUE(v.drain(1).ok());
+  r = v.routable(60);
+  EXPECT_EQ(r.workers, 1u);
+  EXPECT_EQ(r.live_until_ms, 100);
+  EXPECT_EQ(v.routable(101).workers, 0u);
+  auto never = make_or_die(1);
+  ASSERT_TRUE(never.register_worker(0, "tcp://a:1", 0, 0).ok());
+  EXPECT_EQ(never.routable(5).live_until_ms, std::numeric_limits<int64_t>::max());
 }
 
 TEST(LoadView, SilentWorkerTimesOutAndComesBackOnItsNextReport) {
