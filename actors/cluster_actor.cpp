@@ -187,6 +187,15 @@ uint32_t known_members(const cluster_state& st) {
 
 void tell_watchers(cluster_actor_t* self) {
   auto members = live_members(self->state);
+  // /readyz: membership is formed once this node sees a majority of the members it knows (the
+  // condition refit leadership needs, core/leadership.hpp).
+  if (const auto& board = self->state.ctx->readiness) {
+    const uint32_t known = known_members(self->state);
+    const auto seen = static_cast<uint32_t>(members.size() + 1);
+    board->set_cluster(2 * seen > known, "sees " + std::to_string(seen) + " of " +
+                                             std::to_string(known) +
+                                             " known members; a majority is needed");
+  }
   for (const auto& w : self->state.watchers)
     self->send(w, members_atom::value, members, known_members(self->state));
 }

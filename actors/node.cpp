@@ -15,6 +15,7 @@
 #include "actors/cluster_actor.hpp"
 #include "actors/load_monitor_actor.hpp"
 #include "actors/node_metrics.hpp"
+#include "actors/readiness.hpp"
 #include "actors/refit_actor.hpp"
 #include "actors/router_actor.hpp"
 #include "actors/sigcache_actor.hpp"
@@ -80,6 +81,30 @@ result<std::optional<centroid_file>> initial_set(signature_cache* cache, const m
   if (auto s = cache->put_centroid_set(epoch, encode_centroid_file(*file)); !s.ok()) return s;
   spdlog::info("model {}: loaded {} as epoch {}", m.name, m.centroids, epoch);
   return std::optional<centroid_file>(std::move(*file));
+}
+
+// A warm restart's current set must fit the configured pool: one of another K would be installed
+// as current and never used (the pool keeps its K, so the model would route by load only, every
+// score 0). Refused, naming the key, rather than silently degraded.
+status check_stored_k(const model_config& m, size_t index,
+                      const std::optional<centroid_file>& set) {
+  if (!set) return {};
+  const std::string p = "models[" + std::to_string(index) + "]";
+  if (m.workers != 0 && set->workers != m.workers)
+    return status::failed_precondition(p + ".workers = " + std::to_string(m.workers) +
+                                       " but the current centroid set of model " + m.name +
+                                       " in node.data_dir (epoch " + std::to_string(set->epoch) +
+                                       ") has K = " + std::to_string(set->workers) + ": set " + p +
+                                       ".workers = " + std::to_string(set->workers) +
+                                       " (or 0 to take K from the set), or start with another "
+                                       "data_dir and import a set for " +
+                                       std::to_string(m.workers) + " workers");
+  if (set->workers > m.max_workers)
+    return status::failed_precondition(
+        "the current centroid set of model " + m.name + " in node.data_dir (epoch " +
+        std::to_string(set->epoch) + ") has K = " + std::to_string(set->workers) + ", more than " +
+        p + ".max_workers = " + std::to_string(m.max_workers));
+  return {};
 }
 
 caf::actor_system_config& configure(caf::actor_system_config& cfg, const node_config& c) {
@@ -164,6 +189,7 @@ node::~node() = default;
 
 result<std::unique_ptr<node>> node::start(node_config config, node_options options) {
   if (auto s = validate_node_config(config); !s.ok()) return s;
+  if (auto s = check_node_files(config); !s.ok()) return s;
   if (!options.now_ms) options.now_ms = steady_ms;
   const bool has_router = config.has_role("router"), has_cache = config.has_role("signature-cache"),
              has_monitor = config.has_role("load-monitor"), has_refit = config.has_role("refit");
@@ -187,6 +213,7 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
   for (size_t m = 0; m < config.models.size(); ++m) {
     auto set = initial_set(has_cache ? caches[m].get() : nullptr, config.models[m]);
     if (!set.ok()) return set.error();
+    if (auto s = check_stored_k(config.models[m], m, *set); !s.ok()) return s;
     init[m].current = std::move(*set);
   }
 
@@ -250,10 +277,21 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
   p->frontend = std::move(*frontend);
   handles->frontend.store(p->frontend.get(), std::memory_order_release);
 
+  // /readyz reads the board the actors write (readiness.hpp); the store part is writable until
+  // its owner says otherwise through set_store.
+  std::vector<std::string> model_names;
+  for (const auto& m : config.models)
+    model_names.push_back(m.name);
+  auto board =
+      std::make_shared<readiness_board>(std::move(model_names), has_router, config.clustered());
   if (!config.metrics_address.empty()) {
     auto metrics = p->metrics;
-    auto http =
-        metrics_http_server::start(config.metrics_address, [metrics] { return metrics->render(); });
+    auto http = metrics_http_server::start(
+        config.metrics_address, [metrics] { return metrics->render(); },
+        [board, now = options.now_ms] {
+          const auto v = board->evaluate(now());
+          return metrics_http_server::readiness{v.ready, v.body};
+        });
     if (!http.ok())
       return status(http.error().code(), "endpoints.metrics: " + http.error().message());
     p->http = std::move(*http);
@@ -270,6 +308,7 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
   ctx->started_ms = options.now_ms();
   ctx->metrics_url = p->metrics_url;
   if (config.clustered()) ctx->trust = std::make_shared<cluster_trust>();
+  ctx->readiness = board;
   node_context_ptr cctx = ctx;
 
   auto& sys = p->system;

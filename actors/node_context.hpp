@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/node_metrics.hpp"
+#include "actors/readiness.hpp"
 #include "cluster/node_config.hpp"
 #include "cluster/zmq_frontend.hpp"
 
@@ -31,6 +32,9 @@ struct node_context {
   std::string metrics_url;  // "http://host:port/metrics", "" when off
   // Nodes that proved the cluster secret (cluster_protocol.hpp); null when standalone.
   std::shared_ptr<cluster_trust> trust;
+  // What GET /readyz answers (readiness.hpp): written by the actors, read by the HTTP thread.
+  // Null in code that builds a context without one (tests).
+  std::shared_ptr<readiness_board> readiness;
 };
 using node_context_ptr = std::shared_ptr<const node_context>;
 

@@ -9,6 +9,7 @@
 #include <deque>
 #include <filesystem>
 #include <map>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -189,38 +190,106 @@ std::map<std::string, std::pair<std::string, float>> read_persisted_policies(con
   return out;
 }
 
-// Rebuilds the routing policy after a change of K, centroid set, policy name or tau. "eldr"
-// without a set of the pool's K routes by load (JSQ) until one is installed.
-status rebuild_policy(router_state& st, model_state& m) {
+// A routing policy built for a model and the flag saying it is the locality band.
+struct built_policy {
+  std::unique_ptr<routing_policy> policy;
+  bool eldr_active = false;
+};
+
+// The admin surface's and the config's rule for tau, checked before anything changes: the
+// policy routing now may not read tau (JSQ while "eldr" has no set), so a NaN accepted here would
+// only fail at the next install, after the set was stored (issue 12 defect 7).
+status check_tau(double tau) {
+  // Checked as a double: a value beyond float's range would become inf when narrowed.
+  if (std::isfinite(tau) && tau >= 0.0 && tau <= std::numeric_limits<float>::max()) return {};
+  const std::string text = std::isnan(tau)   ? "nan"
+                           : std::isinf(tau) ? (tau > 0 ? "inf" : "-inf")
+                                             : nlohmann::json(tau).dump();
+  return status::invalid_argument("tau must be finite and >= 0, got " + text);
+}
+
+// Builds (without installing) the policy `name` with `tau` over `set` for a pool of k workers.
+// "eldr" without a set of the pool's K routes by load (JSQ) until one is installed. Changes
+// nothing, so callers validate a change completely before making it.
+result<built_policy> build_policy(const model_state& m, const std::string& name, float tau,
+                                  const centroid_set_ptr& set, uint32_t k) {
   const auto& cfg = *m.cfg;
-  m.eldr_active = m.policy_name == "eldr" && m.set && m.set->k() == m.pool.k();
-  if (m.eldr_active) {
-    auto p = locality_band_policy::make(m.set, m.tau, cfg.widen_single);
+  if (auto s = check_tau(tau); !s.ok()) return s;
+  if (name == "domain")
+    return status::invalid_argument("policy 'domain' needs calibration labels; not servable");
+  built_policy out;
+  out.eldr_active = name == "eldr" && set && set->k() == k;
+  if (out.eldr_active) {
+    auto p = locality_band_policy::make(set, tau, cfg.widen_single);
     if (!p.ok()) return p.error();
-    m.policy = std::move(*p);
-    return {};
+    out.policy = std::move(*p);
+    return out;
   }
   policy_config pc;
-  pc.workers = m.pool.k();
+  pc.workers = k;
   pc.seed = cfg.seed;
-  pc.tau = m.tau;
-  auto p = make_policy(m.policy_name == "eldr" ? "jsq" : m.policy_name, pc);
+  pc.tau = tau;
+  auto p = make_policy(name == "eldr" ? "jsq" : name, pc);
   if (!p.ok()) return p.error();
-  m.policy = std::move(*p);
+  out.policy = std::move(*p);
+  return out;
+}
+
+// Rebuilds the routing policy after a change of K, centroid set, policy name or tau. On error
+// the model keeps routing with its current policy.
+status rebuild_policy(router_state& st, model_state& m) {
+  auto built = build_policy(m, m.policy_name, m.tau, m.set, m.pool.k());
+  if (!built.ok()) return built.error();
+  m.policy = std::move(built->policy);
+  m.eldr_active = built->eldr_active;
   (void)st;
   return {};
 }
 
-// Makes `file` (stored as `epoch`) the model's current set.
-status install(router_state& st, model_state& m, const centroid_file& file, uint64_t epoch) {
-  auto set = centroid_set::make(file.workers, file.spec.width(), file.centroids, epoch);
+// Tells the readiness board (/readyz) whether the model can be routed: called where the pool,
+// the set or the policy changes.
+void publish_readiness(const router_state& st, const model_state& m) {
+  if (!st.ctx->readiness) return;
+  const auto r = m.pool.routable(st.ctx->now_ms());
+  st.ctx->readiness->set_routing(m.cfg->name, r.workers, r.live_until_ms, m.policy_name == "eldr",
+                                 m.eldr_active);
+}
+
+// The K a model's pool has once `file` is installed: the set's when the config leaves K open.
+uint32_t k_after_install(const model_state& m, const centroid_file& file) {
+  return m.cfg->workers == 0 ? file.workers : m.pool.k();
+}
+
+// Can the model's policy route with `file` installed? Checked before the set is stored, so that
+// a refused import leaves no epoch behind.
+status check_policy_accepts(const model_state& m, const centroid_file& file) {
+  auto set = centroid_set::make(file.workers, file.spec.width(), file.centroids, 0);
   if (!set.ok()) return set.error();
-  if (m.cfg->workers == 0 && set->k() != m.pool.k()) {
+  auto ptr = std::make_shared<const centroid_set>(std::move(*set));
+  auto built = build_policy(m, m.policy_name, m.tau, ptr, k_after_install(m, file));
+  if (!built.ok()) return built.error();
+  return {};
+}
+
+// Makes `file` (stored as `epoch`) the model's current set. Everything that can fail is done
+// before the model changes: on error the model is as it was.
+status install(router_state& st, model_state& m, const centroid_file& file, uint64_t epoch) {
+  auto made = centroid_set::make(file.workers, file.spec.width(), file.centroids, epoch);
+  if (!made.ok()) return made.error();
+  auto set = std::make_shared<const centroid_set>(std::move(*made));
+  const uint32_t k = k_after_install(m, file);
+  if (set->k() != k)
+    return status::invalid_argument("the set has " + std::to_string(set->k()) +
+                                    " centroids but model '" + m.cfg->name + "' has " +
+                                    std::to_string(k) + " decode workers");
+  auto built = build_policy(m, m.policy_name, m.tau, set, k);
+  if (!built.ok()) return built.error();
+  if (k != m.pool.k()) {
     // K follows the set when the config leaves it open; registrations beyond it were refused
     // by the import check.
-    if (auto s = m.pool.resize(set->k()); !s.ok()) return s;
+    if (auto s = m.pool.resize(k); !s.ok()) return s;
   }
-  m.set = std::make_shared<const centroid_set>(std::move(*set));
+  m.set = std::move(set);
   // Keep the spec object when only the centroids changed (a refit, most imports): requests being
   // signed under it stay valid and are not signed twice.
   const bool same_spec = m.spec && m.spec->geometry() == file.spec.geometry() &&
@@ -237,7 +306,10 @@ status install(router_state& st, model_state& m, const centroid_file& file, uint
   }
   ++m.swaps;
   st.ctx->metrics->swapped(m.cfg->name, epoch);
-  return rebuild_policy(st, m);
+  m.policy = std::move(built->policy);
+  m.eldr_active = built->eldr_active;
+  publish_readiness(st, m);
+  return {};
 }
 
 // Tells the other routers that `m` now routes with `epoch` (they install it when it is newer
@@ -766,6 +838,7 @@ nlohmann::json model_json(router_state& st, model_state& m) {
           {"finished_unknown", c.finished_unknown},
           {"reports", c.reports},
           {"reports_stale", c.reports_stale},
+          {"reports_seq_reset", c.seq_resets},
           {"tracked_requests", m.pool.tracked()}};
 }
 
@@ -796,6 +869,7 @@ void store_and_install(router_actor_t* self, model_state& m, centroid_file file,
                        install_done done, uint64_t term) {
   m.fence.observe_term(term);
   if (auto s = check_installable(m, file); !s.ok()) return done(s);
+  if (auto s = check_policy_accepts(m, file); !s.ok()) return done(s);
   const auto at_least = next_epoch(m.epoch, term);
   if (!at_least)
     return done(status::failed_precondition(
@@ -912,6 +986,10 @@ void swap_to(router_actor_t* self, model_state& m, uint64_t epoch, admin_job_ptr
               answer_admin_error(*self->state.ctx, *job, route_error_code::malformed, c.message());
               return;
             }
+            if (auto c = check_policy_accepts(mm, s->file); !c.ok()) {
+              answer_admin_error(*self->state.ctx, *job, route_error_code::malformed, c.message());
+              return;
+            }
             if (auto c = install(self->state, mm, s->file, s->epoch); !c.ok()) {
               answer_admin_error(*self->state.ctx, *job, route_error_code::internal, c.to_string());
               return;
@@ -999,6 +1077,7 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
     auto w = need_worker();
     if (!w) return;
     auto s = cmd == "drain" ? m->pool.drain(*w) : m->pool.undrain(*w);
+    publish_readiness(st, *m);
     if (!s.ok()) return answer_admin_error(*st.ctx, *job, route_error_code::malformed, s.message());
     spdlog::info("model {}: worker {} {}ed by admin", m->cfg->name, *w, cmd);
     auto snap = m->pool.snapshot(*w, st.ctx->now_ms());
@@ -1142,29 +1221,37 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
           (void)rebuild_policy(st, *m);
           return answer_admin_error(*st.ctx, *job, route_error_code::internal, s.message());
         }
+        publish_readiness(st, *m);
         spdlog::info("model {}: policy {} tau {} from the config again", m->cfg->name,
                      m->policy_name, m->tau);
         return answer_policy(st, *m, *job);
       }
     }
-    auto name = arg<std::string>(args, "policy");
-    auto tau = arg<float>(args, "tau");
-    if (name || tau) {
-      const auto old_name = m->policy_name;
-      const auto old_tau = m->tau;
-      if (name) m->policy_name = *name;
-      if (tau) m->tau = *tau;
-      if (m->policy_name == "domain") {
-        m->policy_name = old_name;
+    // Every argument is checked, and the new policy built, before the model changes: a refused
+    // change leaves the policy and tau as they were (issue 12 defect 7).
+    const bool has_name = args.contains("policy") && !args["policy"].is_null();
+    const bool has_tau = args.contains("tau") && !args["tau"].is_null();
+    if (has_name && !args["policy"].is_string())
+      return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+                                "argument 'policy': expected a string");
+    if (has_tau && !args["tau"].is_number())
+      return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+                                "argument 'tau': expected a number");
+    if (has_name || has_tau) {
+      const std::string name = has_name ? args["policy"].get<std::string>() : m->policy_name;
+      const double tau = has_tau ? args["tau"].get<double>() : static_cast<double>(m->tau);
+      if (auto s = check_tau(tau); !s.ok())
         return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
-                                  "policy 'domain' needs calibration labels; not servable");
-      }
-      if (auto s = rebuild_policy(st, *m); !s.ok()) {
-        m->policy_name = old_name;
-        m->tau = old_tau;
-        (void)rebuild_policy(st, *m);
-        return answer_admin_error(*st.ctx, *job, route_error_code::malformed, s.message());
-      }
+                                  "argument 'tau': " + s.message());
+      auto built = build_policy(*m, name, static_cast<float>(tau), m->set, m->pool.k());
+      if (!built.ok())
+        return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+                                  built.error().message());
+      m->policy_name = name;
+      m->tau = static_cast<float>(tau);
+      m->policy = std::move(built->policy);
+      m->eldr_active = built->eldr_active;
+      publish_readiness(st, *m);
       spdlog::info("model {}: policy {} tau {}", m->cfg->name, m->policy_name, m->tau);
       m->policy_source = "admin";
       return answer_policy(st, *m, *job);
@@ -1200,6 +1287,12 @@ void handle_worker(router_actor_t* self, const worker_job& job, bool answer) {
         if (!m)
           return fail(route_error_code::unknown_model, msg.id,
                       "no model named '" + msg.model + "'");
+        // Whatever the message changed, /readyz sees it once the handler returns.
+        struct publish_on_return {
+          const router_state& st;
+          const model_state& m;
+          ~publish_on_return() { publish_readiness(st, m); }
+        } publish{st, *m};
         if constexpr (std::is_same_v<T, worker_register>) {
           if (msg.worker >= m->pool.k()) {
             const bool open_k = m->cfg->workers == 0 && !m->set;
@@ -1356,6 +1449,7 @@ void merge_pools(router_actor_t* self, const std::vector<pool_snapshot>& pools) 
       if (w.draining) (void)m->pool.drain(w.worker);
     }
     if (m->policy->workers() != m->pool.k()) (void)rebuild_policy(st, *m);
+    publish_readiness(st, *m);
   }
 }
 
@@ -1427,6 +1521,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         spdlog::error("model {}: stored centroid set not installed: {}", cfg.name, s.to_string());
     }
     if (!m->policy) (void)rebuild_policy(st, *m);
+    publish_readiness(st, *m);
     st.models.push_back(std::move(m));
   }
   return {

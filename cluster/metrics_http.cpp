@@ -94,6 +94,8 @@ const char* reason_phrase(int code) {
       return "Request Header Fields Too Large";
     case 500:
       return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
     default:
       return "Error";
   }
@@ -147,15 +149,26 @@ std::optional<request_line> parse_request_line(std::string_view line) {
 }
 
 // The response to a complete request head (request line + headers; headers are not needed).
-std::string respond(std::string_view head, const metrics_http_server::render_fn& render) {
+std::string respond(std::string_view head, const metrics_http_server::render_fn& render,
+                    const metrics_http_server::ready_fn& ready) {
   const auto req = parse_request_line(head.substr(0, head.find('\n')));
   if (!req) return error_response(400);
   const bool head_only = req->method == "HEAD";
   const bool is_metrics = req->path == "/metrics";
   const bool is_health = req->path == "/healthz";
-  if (!is_metrics && !is_health) return error_response(404, head_only);
+  const bool is_ready = req->path == "/readyz" && ready;
+  if (!is_metrics && !is_health && !is_ready) return error_response(404, head_only);
   if (req->method != "GET" && !head_only) return error_response(405, false, "Allow: GET, HEAD\r\n");
   if (is_health) return make_response(200, "text/plain; charset=utf-8", "ok", head_only);
+  if (is_ready) {
+    metrics_http_server::readiness r;
+    try {
+      r = ready();
+    } catch (...) {
+      return error_response(500, head_only);
+    }
+    return make_response(r.ready ? 200 : 503, "application/json", r.json, head_only);
+  }
   std::string body;
   try {
     body = render();
@@ -202,6 +215,7 @@ struct metrics_http_server::impl {
   unique_fd wake;  // eventfd: the destructor writes it to end poll() at once
   uint16_t bound_port = 0;
   render_fn render;
+  ready_fn ready_check;
   std::atomic<bool> stopping{false};
   std::vector<connection> conns;
   // Out of file descriptors: the listener stays readable but accept() keeps failing, so it is
@@ -248,7 +262,7 @@ bool metrics_http_server::impl::on_readable(connection& c, clock_type::time_poin
     c.in.append(buf, static_cast<size_t>(n));
     const size_t end = head_end(c.in);
     if (end != std::string::npos && end <= max_request_bytes) {
-      start_response(c, respond(std::string_view(c.in).substr(0, end), render), now);
+      start_response(c, respond(std::string_view(c.in).substr(0, end), render, ready_check), now);
       return on_writable(c, now);
     }
     // Garbage is refused as soon as its first line is complete, not after 8 KiB or the timeout.
@@ -378,7 +392,8 @@ uint16_t metrics_http_server::port() const {
 }
 
 result<std::unique_ptr<metrics_http_server>> metrics_http_server::start(const std::string& address,
-                                                                        render_fn render) {
+                                                                        render_fn render,
+                                                                        ready_fn ready) {
   if (!render) return status::invalid_argument("metrics server: no render function");
   auto hp = parse_host_port(address);
   if (!hp.ok()) return status::invalid_argument("metrics server address " + hp.error().message());
@@ -432,6 +447,7 @@ result<std::unique_ptr<metrics_http_server>> metrics_http_server::start(const st
   if (p->wake.get() < 0)
     return status::io_error("metrics server " + address + ": eventfd: " + os_error(errno));
   p->render = std::move(render);
+  p->ready_check = std::move(ready);
   impl* raw = p.get();
   p->thread = std::thread([raw] { raw->run(); });
   return std::unique_ptr<metrics_http_server>(new metrics_http_server(std::move(p)));

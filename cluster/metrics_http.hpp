@@ -1,5 +1,7 @@
-// metrics_http: a minimal HTTP/1.1 server for Prometheus scrapes -- GET /metrics (text exposition
-// format 0.0.4) and GET /healthz ("ok") -- so that eldr-node needs no HTTP library.
+// metrics_http: a minimal HTTP/1.1 server for Prometheus scrapes and probes -- GET /metrics (text
+// exposition format 0.0.4), GET /healthz ("ok": liveness, the process answers; nothing else is
+// consulted, so it stays cheap) and GET /readyz (readiness: 200 or 503 with a JSON body, from the
+// ready function) -- so that eldr-node needs no HTTP library.
 //
 // One background thread multiplexes the listening socket and every connection with poll(). It is
 // built to survive hostile or broken clients without growing memory or stalling other clients:
@@ -9,11 +11,13 @@
 //   - at most 64 connections are kept; a new one evicts the oldest.
 // Every response carries "Connection: close" (one request per connection: Prometheus reconnects
 // cheaply, and it keeps the state machine small). Answers: 200 for GET/HEAD of /metrics and
-// /healthz (a query string is ignored), 404 for another path, 405 for another method, 400 for
-// anything that is not an HTTP/1.x request line.
+// /healthz (a query string is ignored), 200 or 503 for /readyz (404 when the server has no ready
+// function), 404 for another path, 405 for another method, 400 for anything that is not an
+// HTTP/1.x request line.
 //
 // Thread safety: start() and the destructor from one thread; render() is called on the server's
-// thread, one call at a time, so it must be safe to run concurrently with the rest of the program.
+// thread, one call at a time, so it must be safe to run concurrently with the rest of the program;
+// so is ready().
 #pragma once
 
 #include <cstdint>
@@ -43,13 +47,21 @@ class metrics_http_server {
  public:
   // The whole /metrics body, in Prometheus text format. An exception escaping it is answered 500.
   using render_fn = std::function<std::string()>;
+  // /readyz: whether the node is ready, and the JSON body to send (200 when ready, else 503). An
+  // exception escaping it is answered 500.
+  struct readiness {
+    bool ready = false;
+    std::string json;
+  };
+  using ready_fn = std::function<readiness()>;
 
   // Binds `address` ("127.0.0.1:9700"; port 0 picks a free port, see port()), listens and starts
   // the server thread. Errors: invalid_argument (malformed address, empty render), io_error (the
   // name does not resolve, or socket/bind/listen fail -- e.g. the port is taken), naming the
   // address and the OS's reason.
+  // `ready` may be empty: /readyz is then 404.
   static result<std::unique_ptr<metrics_http_server>> start(const std::string& address,
-                                                            render_fn render);
+                                                            render_fn render, ready_fn ready = {});
 
   // Stops the thread (wakes its poll(); no waiting on timeouts), closes every socket.
   ~metrics_http_server();

@@ -110,6 +110,10 @@ struct node_config {
   bool has_role(std::string_view role) const;
 };
 
+// Lower bounds of the interval keys (docs/configuration.md says why).
+constexpr uint32_t min_commit_interval_ms = 5;  // signature_cache.commit_interval_ms
+constexpr int64_t min_worker_timeout_ms = 100;  // models[].worker_timeout_ms, unless 0 (never)
+
 // The embedded default: one model "default" (K from registrations), all roles, loopback.
 node_config default_node_config();
 
@@ -129,5 +133,14 @@ result<node_config> load_node_config(const std::string& path, bool validate = tr
 // ..."). Called by the parsers; exposed for configs built in code (tests) or changed after
 // parsing (command-line overrides).
 status validate_node_config(const node_config& c);
+
+// Checks what start-up reads besides the config itself, so that --check-config (systemd's
+// ExecStartPre, a CI step) fails where the node would: node.data_dir is a directory or can be
+// created; cluster.secret_file (when clustered), the cluster TLS files and the CURVE key files
+// exist, are regular files and parse; each model's centroid file exists and parses, and its K
+// matches the model's workers (when set) and max_workers. A path that is a directory is said to
+// be one. Messages name the key ("models[0].centroids: ..."). Reads files; changes nothing.
+// `c` must have passed validate_node_config.
+status check_node_files(const node_config& c);
 
 }  // namespace eldr

@@ -187,16 +187,20 @@ status load_view::on_report(uint32_t worker, uint32_t in_flight, uint64_t seq, i
   if (worker >= k()) return bad_worker(worker, k());
   slot& s = slots_[worker];
   if (!s.registered) return unregistered(worker);
+  // Liveness first, whatever seq says: a worker that reports is alive.
+  s.last_report_ms = now_ms;
+  dirty_ = true;
   if (s.has_seq && seq <= s.seq) {
-    ++counters_.reports_stale;
-    return {};
+    if (s.seq - seq <= options_.seq_reorder_window) {
+      ++counters_.reports_stale;
+      return {};
+    }
+    ++counters_.seq_resets;
   }
   s.has_seq = true;
   s.seq = seq;
-  s.last_report_ms = now_ms;
   load_[worker] = in_flight;
   ++counters_.reports;
-  dirty_ = true;
   return {};
 }
 
@@ -264,6 +268,19 @@ std::span<const uint8_t> load_view::eligible(int64_t now_ms) {
 uint32_t load_view::eligible_count(int64_t now_ms) {
   eligible(now_ms);
   return eligible_count_;
+}
+
+load_view::routable_summary load_view::routable(int64_t now_ms) const {
+  routable_summary out;
+  for (const slot& s : slots_) {
+    if (!s.registered || s.draining || !live(s, now_ms)) continue;
+    ++out.workers;
+    out.live_until_ms =
+        options_.report_timeout_ms == 0
+            ? never
+            : std::max(out.live_until_ms, s.last_report_ms + options_.report_timeout_ms);
+  }
+  return out;
 }
 
 result<worker_snapshot> load_view::snapshot(uint32_t worker, int64_t now_ms) const {

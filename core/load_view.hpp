@@ -6,7 +6,9 @@
 // event arrives (once per request id). The count drifts whenever an event is lost (a worker
 // crashes, a finished message is dropped), so each worker's own periodic load report overrides it:
 // the report is authoritative. A worker that stops reporting for longer than the configured
-// timeout is "dead" and leaves the candidate set until its next report.
+// timeout is "dead" and leaves the candidate set until its next report. Liveness and load are
+// kept apart: every well-formed report is a heartbeat, whatever its seq; seq only decides whether
+// the report's in_flight replaces the load (docs/protocol.md section 4, load_report).
 //
 // Every method that depends on time takes `now_ms` (any monotonic millisecond clock the owner
 // chooses); nothing here reads a clock, so tests drive time by hand.
@@ -53,6 +55,12 @@ struct load_view_options {
   int64_t tracked_ttl_ms = 10 * 60 * 1000;
   // Longest request id accepted (the worker protocol's max_id_bytes). Must be >= 1.
   uint32_t max_id_bytes = 256;
+  // A report whose seq is at most this far behind the last applied one is a reordered or
+  // repeated report: its load is ignored (counted in reports_stale). One further behind starts a
+  // new sequence (a worker restarted without registering again, or a sender that reset or
+  // wrapped its counter): it is applied and counted in seq_resets. Without this a single
+  // report with seq = 2^64-1 would make every later load report stale for good.
+  uint64_t seq_reorder_window = 64;
 };
 
 // Totals since construction, for the status command and the metrics exporter.
@@ -63,7 +71,9 @@ struct load_view_counters {
   uint64_t finished_unknown = 0;  // finished for an id not tracked (duplicate, expired, evicted,
                                   // other worker, or a worker re-registered since): no-op
   uint64_t reports = 0;           // load reports applied
-  uint64_t reports_stale = 0;     // load reports ignored: seq not newer than the last applied
+  uint64_t reports_stale = 0;     // load reports whose load was ignored: seq not newer than the
+                                  // last applied, within seq_reorder_window (still a heartbeat)
+  uint64_t seq_resets = 0;        // load reports applied as the start of a new seq sequence
   uint64_t tracked_evicted = 0;   // tracked ids forgotten because max_tracked was reached
   uint64_t tracked_expired = 0;   // tracked ids forgotten because older than tracked_ttl_ms
 };
@@ -140,11 +150,13 @@ class load_view {
   bool on_finished(std::string_view request_id, int64_t now_ms);
   bool on_finished(uint32_t worker, std::string_view request_id, int64_t now_ms);
 
-  // A worker's own count of its in-flight requests. Applied only when seq is newer than the last
-  // applied report's since registration (the first report applies whatever its seq); otherwise
-  // counted in reports_stale and ignored (returns ok: a reordered report is not an error). When
-  // applied: load := in_flight (authoritative; routes the worker has not yet seen are briefly
-  // undercounted, which the next report corrects) and the worker is live as of now_ms.
+  // A worker's own count of its in-flight requests. Every report makes the worker live as of
+  // now_ms (a heartbeat, whatever its seq). Its load is applied when seq is newer than the last
+  // applied report's since registration (the first report applies whatever its seq), or more than
+  // seq_reorder_window behind it (a new sequence, counted in seq_resets); a report at most
+  // that far behind is counted in reports_stale and its load ignored (returns ok: a reordered
+  // report is not an error). When applied: load := in_flight (authoritative; routes the worker has
+  // not yet seen are briefly undercounted, which the next report corrects).
   // Errors: worker >= k() (invalid_argument); unregistered slot (failed_precondition: a worker
   // registers before it reports).
   status on_report(uint32_t worker, uint32_t in_flight, uint64_t seq, int64_t now_ms);
@@ -165,6 +177,16 @@ class load_view {
   std::span<const uint8_t> eligible(int64_t now_ms);
   // Number of nonzero entries of eligible(now_ms).
   uint32_t eligible_count(int64_t now_ms);
+
+  // For readiness (a node is ready when some worker may receive a request): the workers that are
+  // registered, live at now_ms and not draining (capacity is ignored: a full worker frees up by
+  // itself), and until when at least one of them stays live without another report
+  // (INT64_MAX when reports never time out; 0 when there is none). O(K).
+  struct routable_summary {
+    uint32_t workers = 0;
+    int64_t live_until_ms = 0;
+  };
+  routable_summary routable(int64_t now_ms) const;
 
   // The state of one slot at now_ms. Precondition: worker < k() (asserted).
   worker_state state(uint32_t worker, int64_t now_ms) const;

@@ -173,6 +173,40 @@ TEST(MetricsHttp, HealthAndHead) {
   EXPECT_EQ(head.body, "");
 }
 
+TEST(MetricsHttp, ReadyzAnswers503UntilReadyThen200WithTheJsonBody) {
+  std::atomic<bool> ready{false};
+  auto s = metrics_http_server::start(
+      "127.0.0.1:0", [] { return metrics_text; },
+      [&] {
+        return metrics_http_server::readiness{
+            ready.load(), ready ? R"({"ready":true})" : R"({"ready":false,"reasons":["x"]})"};
+      });
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  const uint16_t port = (*s)->port();
+  http_response r = get(port, "/readyz");
+  EXPECT_EQ(r.code, 503);
+  EXPECT_EQ(r.body, R"({"ready":false,"reasons":["x"]})");
+  EXPECT_TRUE(has_header(r, "Content-Type: application/json")) << r.head;
+  EXPECT_EQ(get(port, "/healthz").code, 200);  // liveness does not depend on readiness
+  ready = true;
+  r = get(port, "/readyz?verbose=1");
+  EXPECT_EQ(r.code, 200);
+  EXPECT_EQ(r.body, R"({"ready":true})");
+  EXPECT_EQ(request(port, "HEAD /readyz HTTP/1.1\r\n\r\n").body, "");
+}
+
+TEST(MetricsHttp, ReadyzIsNotFoundWithoutAReadyFunctionAndA500WhenItThrows) {
+  auto plain = start_server();
+  ASSERT_NE(plain, nullptr);
+  EXPECT_EQ(get(plain->port(), "/readyz").code, 404);
+  auto s = metrics_http_server::start(
+      "127.0.0.1:0", [] { return metrics_text; },
+      []() -> metrics_http_server::readiness { throw std::runtime_error("board broken"); });
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(get((*s)->port(), "/readyz").code, 500);
+  EXPECT_EQ(get((*s)->port(), "/healthz").code, 200);
+}
+
 TEST(MetricsHttp, ErrorsForOtherPathsMethodsAndGarbage) {
   auto server = start_server();
   ASSERT_NE(server, nullptr);

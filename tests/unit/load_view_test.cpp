@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <new>
 #include <string>
 #include <vector>
@@ -171,12 +173,93 @@ TEST(LoadView, ReportOverridesTheCountAndStaleReportsAreIgnored) {
   ASSERT_TRUE(s.ok());
   EXPECT_TRUE(s->has_reported_seq);
   EXPECT_EQ(s->reported_seq, 8u);
-  EXPECT_EQ(s->last_report_age_ms, 7);  // the stale ones did not refresh liveness either
+  EXPECT_EQ(s->last_report_age_ms, 7);
 
   // Finishes after a report that already excluded them never wrap below zero.
   ASSERT_TRUE(v.on_report(0, 0, 9, 120).ok());
   EXPECT_TRUE(v.on_finished("r0", 121));
   EXPECT_EQ(loads(v)[0], 0u);
+}
+
+TEST(LoadView, StaleReportIsStillAHeartbeat) {
+  load_view_options o;
+  o.report_timeout_ms = 100;
+  load_view v = registered_pool(1, o);
+  ASSERT_TRUE(v.on_report(0, 3, 10, 50).ok());
+  ASSERT_TRUE(v.on_report(0, 9, 10, 140).ok());  // repeated seq: load ignored, worker alive
+  EXPECT_EQ(loads(v)[0], 3u);
+  EXPECT_EQ(v.counters().reports_stale, 1u);
+  EXPECT_EQ(v.state(0, 200), worker_state::active);  // 60 ms after the stale report
+  EXPECT_EQ(mask(v, 200), (std::vector<uint8_t>{1}));
+  EXPECT_EQ(v.state(0, 241), worker_state::dead);
+  // A dead worker revives on a stale report too.
+  ASSERT_TRUE(v.on_report(0, 9, 9, 300).ok());
+  EXPECT_EQ(mask(v, 300), (std::vector<uint8_t>{1}));
+}
+
+// Issue 12 defect 10: one report with seq = 2^64-1 made every later report stale, so the worker
+// went dead while it reported.
+TEST(LoadView, MaximalSeqDoesNotKillAWorker) {
+  load_view_options o;
+  o.report_timeout_ms = 100;
+  load_view v = registered_pool(1, o);
+  ASSERT_TRUE(v.on_report(0, 1, 1, 0).ok());
+  ASSERT_TRUE(v.on_report(0, 7, UINT64_MAX, 10).ok());
+  EXPECT_EQ(loads(v)[0], 7u);
+  int64_t now = 10;
+  for (uint64_t seq = 2; seq < 12; ++seq) {
+    now += 80;  // every report inside the timeout of the previous one
+    ASSERT_TRUE(v.on_report(0, static_cast<uint32_t>(seq), seq, now).ok());
+    EXPECT_EQ(v.state(0, now + 50), worker_state::active) << "seq " << seq;
+  }
+  // The first report after the huge one started a new sequence; the ones after it applied.
+  EXPECT_EQ(v.counters().seq_resets, 1u);
+  EXPECT_EQ(v.counters().reports_stale, 0u);
+  EXPECT_EQ(loads(v)[0], 11u);
+  auto s = v.snapshot(0, now);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->reported_seq, 11u);
+}
+
+TEST(LoadView, FarBackwardsSeqIsANewSequenceNearBackwardsIsReordered) {
+  load_view_options o;
+  o.seq_reorder_window = 4;
+  load_view v = registered_pool(1, o);
+  ASSERT_TRUE(v.on_report(0, 5, 100, 0).ok());
+  ASSERT_TRUE(v.on_report(0, 6, 96, 1).ok());  // 4 behind: reordered
+  EXPECT_EQ(loads(v)[0], 5u);
+  EXPECT_EQ(v.counters().reports_stale, 1u);
+  ASSERT_TRUE(v.on_report(0, 2, 95, 2).ok());  // 5 behind: the worker restarted its counter
+  EXPECT_EQ(loads(v)[0], 2u);
+  EXPECT_EQ(v.counters().seq_resets, 1u);
+  ASSERT_TRUE(v.on_report(0, 3, 96, 3).ok());  // and counts on from there
+  EXPECT_EQ(loads(v)[0], 3u);
+  // Wrapping from the largest seq to 0 is a new sequence too.
+  ASSERT_TRUE(v.on_report(0, 1, UINT64_MAX, 4).ok());
+  ASSERT_TRUE(v.on_report(0, 4, 0, 5).ok());
+  EXPECT_EQ(loads(v)[0], 4u);
+  EXPECT_EQ(v.counters().seq_resets, 2u);
+}
+
+TEST(LoadView, RoutableSummaryCountsLiveUndrainedWorkersAndTheirLastDeadline) {
+  load_view_options o;
+  o.report_timeout_ms = 100;
+  auto v = make_or_die(3, o);
+  EXPECT_EQ(v.routable(0).workers, 0u);
+  ASSERT_TRUE(v.register_worker(0, "tcp://a:1", 0, 0).ok());
+  ASSERT_TRUE(v.register_worker(1, "tcp://b:1", 1, 50).ok());
+  ASSERT_TRUE(v.on_route("r", 1, 50).ok());  // full, still routable for readiness
+  auto r = v.routable(60);
+  EXPECT_EQ(r.workers, 2u);
+  EXPECT_EQ(r.live_until_ms, 150);
+  ASSERT_TRUE(v.drain(1).ok());
+  r = v.routable(60);
+  EXPECT_EQ(r.workers, 1u);
+  EXPECT_EQ(r.live_until_ms, 100);
+  EXPECT_EQ(v.routable(101).workers, 0u);
+  auto never = make_or_die(1);
+  ASSERT_TRUE(never.register_worker(0, "tcp://a:1", 0, 0).ok());
+  EXPECT_EQ(never.routable(5).live_until_ms, std::numeric_limits<int64_t>::max());
 }
 
 TEST(LoadView, SilentWorkerTimesOutAndComesBackOnItsNextReport) {

@@ -6,10 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <vector>
+
+#include "core/centroid_file.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace eldr {
 namespace {
@@ -58,7 +62,7 @@ explain_history = 0
 memory_bytes = 9007199254740993
 max_blocks = 5
 sync_wal = true
-commit_interval_ms = 0
+commit_interval_ms = 5
 
 [cluster]
 listen = "0.0.0.0:7700"
@@ -143,7 +147,7 @@ name = "second"
   EXPECT_EQ(c.cache_memory_bytes, 9007199254740993ull);  // not representable as a double
   EXPECT_EQ(c.cache_max_blocks, 5u);
   EXPECT_TRUE(c.sync_wal);
-  EXPECT_EQ(c.commit_interval_ms, 0u);
+  EXPECT_EQ(c.commit_interval_ms, 5u);
 
   ASSERT_EQ(c.models.size(), 2u);
   const model_config& m = c.models[0];
@@ -491,6 +495,122 @@ TEST(NodeConfig, ClusterKeysAreValidatedByName) {
   EXPECT_EQ(error_of("[security]\ncurve_authorized_keys_file = \"k\"\n" + one_model()),
             "eldr.toml: security.curve_authorized_keys_file: needs "
             "security.curve_secret_key_file (CURVE is off without it)");
+}
+
+// Issue 12 defect 13: commit_interval_ms = 0 was accepted and an idle node burnt 43% of a core.
+TEST(NodeConfig, IntervalKeysHaveAMinimumNamedInTheError) {
+  EXPECT_EQ(error_of("[signature_cache]\ncommit_interval_ms = 0\n" + one_model()),
+            "eldr.toml: signature_cache.commit_interval_ms: must be >= 5, got 0");
+  EXPECT_EQ(error_of("[signature_cache]\ncommit_interval_ms = 4\n" + one_model()),
+            "eldr.toml: signature_cache.commit_interval_ms: must be >= 5, got 4");
+  EXPECT_TRUE(
+      parse_node_config("[signature_cache]\ncommit_interval_ms = 5\n" + one_model(), origin).ok());
+  EXPECT_EQ(error_of(one_model("worker_timeout_ms = 99\n")),
+            "eldr.toml: models[0].worker_timeout_ms: must be 0 (never) or >= 100, got 99");
+  EXPECT_TRUE(parse_node_config(one_model("worker_timeout_ms = 0\n"), origin).ok());
+  EXPECT_TRUE(parse_node_config(one_model("worker_timeout_ms = 100\n"), origin).ok());
+  EXPECT_EQ(error_of("[cluster]\nlisten = \"127.0.0.1:0\"\nsecret_file = \"s\"\n"
+                     "load_sync_ms = 0\n" +
+                     one_model()),
+            "eldr.toml: cluster.load_sync_ms: must be >= 1, got 0");
+}
+
+// check_node_files: what --check-config and start-up find wrong in the files a config names.
+class NodeFilesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(dir_.path().empty());
+    c_ = default_node_config();
+    c_.data_dir = dir_.sub("data");
+  }
+  void write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_.sub(name)) << text;
+  }
+  void write_centroids(const std::string& name, uint32_t k) {
+    centroid_file f;
+    f.model_name = "m";
+    f.spec = *signature_spec::make(model_geometry{2, 8, 2}, signature_transform::count, {}, {});
+    f.workers = k;
+    f.centroids.assign(k * f.spec.width(), 0.25f);
+    f.epoch = 1;
+    ASSERT_TRUE(write_centroid_file(f, dir_.sub(name)).ok());
+  }
+  std::string error() {
+    auto s = check_node_files(c_);
+    EXPECT_FALSE(s.ok());
+    return s.message();
+  }
+  void clustered() {
+    c_.cluster.listen = "127.0.0.1:0";
+    c_.cluster.secret_file = dir_.sub("secret");
+  }
+
+  testing::temp_dir dir_{"eldr-node-files"};
+  node_config c_;
+};
+
+TEST_F(NodeFilesTest, ValidFilesPass) {
+  EXPECT_TRUE(check_node_files(c_).ok());  // data_dir does not exist yet: start-up creates it
+  std::filesystem::create_directory(c_.data_dir);
+  EXPECT_TRUE(check_node_files(c_).ok());
+  clustered();
+  write("secret", "0123456789abcdef\n");
+  write_centroids("m.centroids", 4);
+  c_.models[0].centroids = dir_.sub("m.centroids");
+  c_.models[0].workers = 4;
+  EXPECT_TRUE(check_node_files(c_).ok()) << check_node_files(c_).message();
+  c_.models[0].workers = 0;  // K from the file
+  EXPECT_TRUE(check_node_files(c_).ok());
+}
+
+TEST_F(NodeFilesTest, DataDirThatIsAFileOrCannotBeCreatedIsRefused) {
+  write("data", "x");
+  EXPECT_EQ(error(), "node.data_dir: \"" + c_.data_dir + "\" exists and is not a directory");
+  c_.data_dir = dir_.sub("data/below");
+  EXPECT_EQ(error(), "node.data_dir: \"" + c_.data_dir + "\" cannot be created: \"" +
+                         dir_.sub("data") + "\" is not a directory");
+}
+
+TEST_F(NodeFilesTest, MissingShortOrDirectorySecretIsRefused) {
+  clustered();
+  EXPECT_EQ(error(), "cluster.secret_file: \"" + dir_.sub("secret") + "\": no such file");
+  write("secret", "short\n");
+  EXPECT_EQ(error(), "cluster.secret_file: \"" + dir_.sub("secret") +
+                         "\" holds 5 bytes; the secret must be at least 16 bytes");
+  std::filesystem::remove(dir_.sub("secret"));
+  std::filesystem::create_directory(dir_.sub("secret"));
+  EXPECT_EQ(error(),
+            "cluster.secret_file: \"" + dir_.sub("secret") + "\" is a directory, not a file");
+}
+
+TEST_F(NodeFilesTest, CurveKeyPathThatIsADirectoryIsSaidToBeOne) {
+  std::filesystem::create_directory(dir_.sub("keys"));
+  c_.security.curve_secret_key_file = dir_.sub("keys");
+  EXPECT_EQ(error(), "security.curve_secret_key_file: \"" + dir_.sub("keys") +
+                         "\" is a directory, not a file");
+  c_.security.curve_secret_key_file = dir_.sub("none");
+  EXPECT_EQ(error(), "security.curve_secret_key_file: \"" + dir_.sub("none") + "\": no such file");
+}
+
+TEST_F(NodeFilesTest, MissingOrUnparsableCentroidFileIsRefused) {
+  c_.models[0].centroids = dir_.sub("m.centroids");
+  EXPECT_EQ(error(), "models[0].centroids: \"" + dir_.sub("m.centroids") + "\": no such file");
+  write("m.centroids", "not a centroid file");
+  EXPECT_EQ(error().rfind("models[0].centroids: ", 0), 0u);
+}
+
+// The silent fallback: workers = 4 with a file of K = 8 started and routed by load only.
+TEST_F(NodeFilesTest, CentroidFileOfAnotherKThanWorkersIsRefusedNamingBothKeys) {
+  write_centroids("m.centroids", 8);
+  c_.models[0].centroids = dir_.sub("m.centroids");
+  c_.models[0].workers = 4;
+  const std::string e = error();
+  EXPECT_NE(e.find("models[0].workers = 4"), std::string::npos) << e;
+  EXPECT_NE(e.find("models[0].centroids"), std::string::npos) << e;
+  EXPECT_NE(e.find("K = 8"), std::string::npos) << e;
+  c_.models[0].workers = 0;
+  c_.models[0].max_workers = 6;
+  EXPECT_NE(error().find("more than models[0].max_workers = 6"), std::string::npos);
 }
 
 }  // namespace

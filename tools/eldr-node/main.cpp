@@ -5,7 +5,8 @@
 //                                  RocksDB under ./eldr-data
 //   eldr-node --config eldr.toml   a configured node
 //   eldr-node --config eldr.toml --check-config
-//                                  validates the file (and overrides) and exits: 0 valid, 2 not
+//                                  validates the file (and overrides) and the files and
+//                                  directory it names, and exits: 0 valid, 2 not
 //
 // Prints one line "eldr-node ready {json}" with the bound endpoints once it serves (and writes
 // the same JSON to --ready-file), then runs until SIGINT or SIGTERM.
@@ -38,8 +39,10 @@ int main(int argc, char** argv) {
   app.add_option("--cluster-advertise", advertise, "overrides cluster.advertise (host:port)");
   app.add_option("--seeds", seeds, "overrides cluster.seeds (host:port ...)");
   app.add_option("--ready-file", ready_file, "write the bound endpoints as JSON here when ready");
-  app.add_flag("--check-config", check_only,
-               "validate the configuration (with the overrides) and exit: 0 valid, 2 not");
+  app.add_flag(
+      "--check-config", check_only,
+      "validate the configuration (with the overrides) and the files it names, and exit: 0 "
+      "valid, 2 not");
   CLI11_PARSE(app, argc, argv);
 
   auto config = config_path.empty() ? eldr::result<eldr::node_config>(eldr::default_node_config())
@@ -59,6 +62,13 @@ int main(int argc, char** argv) {
   if (app.count("--seeds")) config->cluster.seeds = seeds;
   // Validated once the overrides are in (a pod's address arrives as --cluster-advertise).
   if (auto s = eldr::validate_node_config(*config); !s.ok()) {
+    std::fprintf(stderr, "eldr-node: %s%s%s\n", config_path.c_str(),
+                 config_path.empty() ? "" : ": ", s.message().c_str());
+    return 2;
+  }
+  // What start-up would read (files, the data directory) is checked by --check-config too: the
+  // systemd unit runs it as ExecStartPre.
+  if (auto s = eldr::check_node_files(*config); !s.ok()) {
     std::fprintf(stderr, "eldr-node: %s%s%s\n", config_path.c_str(),
                  config_path.empty() ? "" : ": ", s.message().c_str());
     return 2;

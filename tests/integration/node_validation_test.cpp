@@ -1,0 +1,372 @@
+// eldr-node refusing what it cannot serve, end to end through real node processes: an invalid
+// policy change changes nothing (issue 12 defect 7), a centroid file whose K is not the model's
+// workers stops start-up and --check-config (a silent fallback to JSQ before), --check-config
+// checks the files start-up reads (defect 13), and /readyz says when the node can route.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "cluster/client.hpp"
+#include "core/centroid_file.hpp"
+#include "core/expert_counts.hpp"
+#include "tests/support/node_process.hpp"
+#include "tests/support/process.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace eldr {
+namespace {
+
+using testing::node_process;
+using testing::node_toml;
+using testing::run_command;
+using testing::temp_dir;
+
+// The toy model of node_test.cpp: 2 layers, 8 experts, top-2; worker w's centroid puts its mass
+// on experts 2w and 2w+1, so a request whose tokens pick those experts belongs to worker w.
+const model_geometry toy{2, 8, 2};
+constexpr uint32_t toy_k = 4;
+
+centroid_file toy_centroids(uint32_t k = toy_k) {
+  centroid_file f;
+  f.model_name = "toy";
+  f.spec = *signature_spec::make(toy, signature_transform::count, {}, {});
+  f.workers = k;
+  f.centroids.assign(k * f.spec.width(), 0.0f);
+  for (uint32_t w = 0; w < k; ++w)
+    for (uint32_t l = 0; l < toy.layers; ++l)
+      for (uint32_t e : {2 * (w % toy_k), 2 * (w % toy_k) + 1})
+        f.centroids[w * 16 + l * 8 + e] = 0.5f;
+  f.epoch = 1;
+  f.provenance.source = "node_validation_test";
+  f.provenance.kmeans_variant = "balanced";
+  return f;
+}
+
+block_counts block_for(uint32_t w) {
+  std::vector<uint8_t> ids;
+  for (int t = 0; t < 4; ++t)
+    for (uint32_t l = 0; l < toy.layers; ++l) {
+      ids.push_back(static_cast<uint8_t>(2 * w));
+      ids.push_back(static_cast<uint8_t>(2 * w + 1));
+    }
+  return *block_counts::from_tokens(toy, ids, 0, 4);
+}
+
+route_request request_for(const std::string& id, uint32_t w, uint64_t block) {
+  route_request r;
+  r.id = id;
+  r.model = "toy";
+  r.block_hashes = {block};
+  counts_message c;
+  c.geometry = toy;
+  c.blocks.push_back({block, std::nullopt, block_for(w)});
+  r.counts = std::move(c);
+  return r;
+}
+
+const char* toy_model_toml =
+    "[[models]]\nname = \"toy\"\nworkers = 4\nworker_timeout_ms = 600000\nwiden_single = false\n";
+
+class NodeValidationTest : public ::testing::Test {
+ protected:
+  void start(const std::string& models = toy_model_toml) {
+    node_ =
+        std::make_unique<node_process>(dir_.sub("node.toml"), node_toml(dir_.sub("data"), models));
+    ASSERT_TRUE(node_->ok()) << "eldr-node did not become ready";
+    auto a = admin_client::connect(node_->admin());
+    auto r = route_client::connect(node_->route());
+    auto w = worker_client::connect(node_->worker());
+    ASSERT_TRUE(a.ok() && r.ok() && w.ok());
+    admin_ = std::move(*a);
+    route_ = std::move(*r);
+    worker_ = std::move(*w);
+  }
+
+  void register_workers() {
+    for (uint32_t w = 0; w < toy_k; ++w) {
+      auto r = worker_->call(
+          worker_register{"", "toy", w, "tcp://10.0.0." + std::to_string(w) + ":9", 0});
+      ASSERT_TRUE(r.ok()) << r.error().to_string();
+      ASSERT_TRUE(std::holds_alternative<worker_ack>(*r));
+    }
+  }
+
+  nlohmann::json model_status() {
+    auto s = admin_->call("status");
+    EXPECT_TRUE(s.ok()) << s.error().to_string();
+    return s.ok() ? (*s)["models"][0] : nlohmann::json();
+  }
+
+  uint64_t shown_epoch() {
+    auto show = admin_->call("centroids.show", {{"model", "toy"}});
+    EXPECT_TRUE(show.ok()) << show.error().to_string();
+    return show.ok() ? show->value("epoch", uint64_t{99}) : 99;
+  }
+
+  // The epoch a route is decided with, and its worker.
+  std::pair<uint64_t, uint32_t> route_epoch(const std::string& id, uint32_t w) {
+    auto r = route_->route(request_for(id, w, 7000 + w));
+    EXPECT_TRUE(r.ok()) << r.error().to_string();
+    if (!r.ok() || !std::holds_alternative<route_reply>(*r)) {
+      ADD_FAILURE() << "no route reply";
+      return {99, 99};
+    }
+    const auto& rr = std::get<route_reply>(*r);
+    return {rr.epoch, rr.worker};
+  }
+
+  temp_dir dir_{"eldr-node-validation-test"};
+  std::unique_ptr<node_process> node_;
+  std::unique_ptr<admin_client> admin_;
+  std::unique_ptr<route_client> route_;
+  std::unique_ptr<worker_client> worker_;
+};
+
+// Issue 12 defect 7: `policy tau=NaN` was accepted; the next import was answered "malformed: tau
+// must be finite" although it had been stored and made current (show said epoch 1, routes used
+// epoch 0, a restart switched). Now every bad policy argument is refused with nothing changed,
+// and status, show, routes and a restart agree.
+TEST_F(NodeValidationTest, RefusedPolicyChangeChangesNothing) {
+  start();
+  register_workers();
+  const nlohmann::json bad_taus[] = {std::numeric_limits<double>::quiet_NaN(),
+                                     std::numeric_limits<double>::infinity(), -0.5, 1e300, "0.2"};
+  for (const auto& tau : bad_taus) {
+    auto r = admin_->call("policy", {{"model", "toy"}, {"tau", tau}});
+    ASSERT_FALSE(r.ok()) << "tau " << tau.dump() << " was accepted";
+    EXPECT_NE(r.error().message().find("tau"), std::string::npos) << r.error().message();
+  }
+  auto r = admin_->call("policy", {{"model", "toy"}, {"policy", "bogus"}, {"tau", 0.3}});
+  ASSERT_FALSE(r.ok());
+  r = admin_->call("policy", {{"model", "toy"}, {"policy", "domain"}, {"tau", 0.3}});
+  ASSERT_FALSE(r.ok());
+
+  auto m = model_status();
+  EXPECT_EQ(m["policy"], "eldr");
+  EXPECT_FLOAT_EQ(m["tau"].get<float>(), 0.1f);  // the config's, none of the refused ones
+  EXPECT_EQ(m["epoch"], 0);
+  EXPECT_EQ(shown_epoch(), 0u);
+  EXPECT_EQ(route_epoch("before", 1).first, 0u);
+
+  // The import after the refused calls succeeds, and every view agrees on its epoch.
+  auto imp = admin_->call(
+      "centroids.import",
+      {{"model", "toy"}, {"file", nlohmann::json::binary(encode_centroid_file(toy_centroids()))}});
+  ASSERT_TRUE(imp.ok()) << imp.error().to_string();
+  EXPECT_EQ(imp->value("epoch", uint64_t{0}), 1u);
+  EXPECT_EQ(shown_epoch(), 1u);
+  EXPECT_EQ(model_status()["epoch"], 1);
+  EXPECT_EQ(route_epoch("after", 2), (std::pair<uint64_t, uint32_t>{1, 2}));
+
+  EXPECT_EQ(node_->stop(), 0);
+  start();
+  register_workers();
+  EXPECT_EQ(shown_epoch(), 1u);
+  EXPECT_EQ(model_status()["epoch"], 1);
+  EXPECT_EQ(route_epoch("restarted", 3), (std::pair<uint64_t, uint32_t>{1, 3}));
+}
+
+TEST_F(NodeValidationTest, ValidPolicyChangeApplies) {
+  start();
+  auto r = admin_->call("policy", {{"model", "toy"}, {"policy", "jsq"}, {"tau", 0}});
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ((*r)["policy"], "jsq");
+  EXPECT_EQ((*r)["tau"], 0);
+}
+
+// One HTTP GET on loopback: (status code, body); code 0 when the exchange failed.
+std::pair<int, std::string> http_get(uint16_t port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return {0, ""};
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string in;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+      char buf[4096];
+      for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
+        in.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  if (in.rfind("HTTP/1.1 ", 0) != 0 || in.size() < 12) return {0, in};
+  const size_t body = in.find("\r\n\r\n");
+  return {std::stoi(in.substr(9, 3)), body == std::string::npos ? "" : in.substr(body + 4)};
+}
+
+uint16_t port_of(const std::string& url) {  // http://127.0.0.1:PORT/metrics
+  const size_t colon = url.rfind(':');
+  return static_cast<uint16_t>(std::stoi(url.substr(colon + 1)));
+}
+
+// Polls /readyz until it answers `code` (the router publishes right after it acks, so a probe
+// may see the state of a moment before); the last answer either way.
+std::pair<int, std::string> readyz_until(uint16_t port, int code) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto r = http_get(port, "/readyz");
+  while (r.first != code && std::chrono::steady_clock::now() < deadline)
+    r = http_get(port, "/readyz");
+  return r;
+}
+
+TEST_F(NodeValidationTest, ReadyzIs503UntilAWorkerAndTheCentroidsTheEldrPolicyNeeds) {
+  start();
+  const uint16_t port = port_of(node_->metrics());
+  auto r = http_get(port, "/readyz");
+  ASSERT_EQ(r.first, 503) << r.second;
+  auto body = nlohmann::json::parse(r.second);
+  EXPECT_FALSE(body["ready"].get<bool>());
+  EXPECT_EQ(body["reasons"][0]["model"], "toy");
+  EXPECT_EQ(body["reasons"][0]["part"], "workers");
+  EXPECT_EQ(http_get(port, "/healthz"), (std::pair<int, std::string>{200, "ok"}));
+
+  register_workers();
+  // Workers now, but policy eldr has no centroid set yet.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  do {
+    r = http_get(port, "/readyz");
+    body = nlohmann::json::parse(r.second, nullptr, false);
+  } while (body.is_object() && body["reasons"].size() != 1 &&
+           std::chrono::steady_clock::now() < deadline);
+  ASSERT_EQ(r.first, 503) << r.second;
+  ASSERT_EQ(body["reasons"].size(), 1u) << r.second;
+  EXPECT_EQ(body["reasons"][0]["part"], "centroids");
+
+  auto imp = admin_->call(
+      "centroids.import",
+      {{"model", "toy"}, {"file", nlohmann::json::binary(encode_centroid_file(toy_centroids()))}});
+  ASSERT_TRUE(imp.ok()) << imp.error().to_string();
+  r = readyz_until(port, 200);
+  ASSERT_EQ(r.first, 200) << r.second;
+  EXPECT_EQ(nlohmann::json::parse(r.second),
+            (nlohmann::json{{"ready", true},
+                            {"reasons", nlohmann::json::array()},
+                            {"degraded", nlohmann::json::array()}}));
+
+  // Draining every worker makes it unready again.
+  for (uint32_t w = 0; w < toy_k; ++w)
+    ASSERT_TRUE(admin_->call("drain", {{"model", "toy"}, {"worker", w}}).ok());
+  EXPECT_EQ(readyz_until(port, 503).first, 503);
+}
+
+TEST_F(NodeValidationTest, ReadyzWithAPolicyThatNeedsNoSetWaitsForOneWorkerOnly) {
+  start("[[models]]\nname = \"toy\"\nworkers = 4\npolicy = \"jsq\"\nworker_timeout_ms = 600000\n");
+  const uint16_t port = port_of(node_->metrics());
+  ASSERT_EQ(http_get(port, "/readyz").first, 503);
+  auto r = worker_->call(worker_register{"", "toy", 2, "tcp://10.0.0.2:9", 0});
+  ASSERT_TRUE(r.ok());
+  const auto ready = readyz_until(port, 200);
+  EXPECT_EQ(ready.first, 200) << ready.second;
+}
+
+// --check-config and start-up, through the eldr-node binary.
+class NodeConfigCheckTest : public ::testing::Test {
+ protected:
+  // eldr-node --config (written from `toml`) [--check-config], bounded by `timeout`: a node that
+  // starts although it should not is killed after 30 s and the test fails on its exit code.
+  testing::process_result run_node(const std::string& toml, bool check_only) {
+    std::ofstream(dir_.sub("node.toml")) << toml;
+    return run_command("timeout 30 " + testing::node_binary() + " --config " +
+                       dir_.sub("node.toml") + (check_only ? " --check-config" : ""));
+  }
+  std::string toml(const std::string& models, const std::string& extra = "") {
+    return node_toml(dir_.sub("data"), models, extra);
+  }
+  temp_dir dir_{"eldr-node-config-check"};
+};
+
+// Issue 12 defect 13: --check-config said valid for each of these, and the node then failed to
+// start (or, for the secret directory, said "no key in the file").
+TEST_F(NodeConfigCheckTest, CheckConfigFailsWhereStartUpWould) {
+  const std::string model = "[[models]]\nname = \"m\"\n";
+  auto r = run_node(toml(model), true);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  const std::string cluster =
+      "[cluster]\nlisten = \"127.0.0.1:0\"\nsecret_file = \"" + dir_.sub("secret") + "\"\n";
+  r = run_node(toml(model, cluster), true);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("cluster.secret_file: \"" + dir_.sub("secret") + "\": no such file"),
+            std::string::npos)
+      << r.output;
+
+  std::filesystem::create_directory(dir_.sub("curve"));
+  r = run_node(toml(model, "[security]\ncurve_secret_key_file = \"" + dir_.sub("curve") + "\"\n"),
+               true);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is a directory, not a file"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("no key in the file"), std::string::npos) << r.output;
+
+  r = run_node(toml(model + "centroids = \"" + dir_.sub("none.centroids") + "\"\n"), true);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("models[0].centroids"), std::string::npos) << r.output;
+
+  std::ofstream(dir_.sub("data")) << "a file";
+  r = run_node(toml(model), true);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("node.data_dir"), std::string::npos) << r.output;
+  r = run_node(toml(model), false);  // and start-up says the same
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("node.data_dir"), std::string::npos) << r.output;
+
+  r = run_node(toml(model, "[signature_cache]\ncommit_interval_ms = 0\n"), true);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("signature_cache.commit_interval_ms: must be >= 5, got 0"),
+            std::string::npos)
+      << r.output;
+}
+
+// The silent fallback: workers = 4 with a centroid file of K = 8 started, logged the file as
+// loaded as epoch 1, and routed by load only with every score 0.
+TEST_F(NodeConfigCheckTest, CentroidFileOfAnotherKIsRefusedAtCheckAndStartUp) {
+  ASSERT_TRUE(write_centroid_file(toy_centroids(8), dir_.sub("k8.centroids")).ok());
+  const std::string models =
+      "[[models]]\nname = \"toy\"\nworkers = 4\ncentroids = \"" + dir_.sub("k8.centroids") + "\"\n";
+  for (bool check_only : {true, false}) {
+    auto r = run_node(toml(models), check_only);
+    EXPECT_EQ(r.exit_code, 2) << r.output;  // a config error, at check or start-up
+    EXPECT_NE(r.output.find("models[0].workers = 4"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("models[0].centroids"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("K = 8"), std::string::npos) << r.output;
+  }
+}
+
+// The same mismatch found in the store on a warm restart: the config's workers changed.
+TEST_F(NodeConfigCheckTest, StoredSetOfAnotherKIsRefusedAtStartUp) {
+  {
+    node_process node(dir_.sub("first.toml"),
+                      toml("[[models]]\nname = \"toy\"\nworkers = 4\nwiden_single = false\n"));
+    ASSERT_TRUE(node.ok());
+    auto admin = admin_client::connect(node.admin());
+    ASSERT_TRUE(admin.ok());
+    auto imp =
+        (*admin)->call("centroids.import",
+                       {{"model", "toy"},
+                        {"file", nlohmann::json::binary(encode_centroid_file(toy_centroids(4)))}});
+    ASSERT_TRUE(imp.ok()) << imp.error().to_string();
+    EXPECT_EQ(node.stop(), 0);
+  }
+  auto r = run_node(toml("[[models]]\nname = \"toy\"\nworkers = 8\n"), false);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("models[0].workers = 8 but the current centroid set of model toy"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("has K = 4"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace eldr
