@@ -320,7 +320,10 @@ status read_document(const toml::table& root, node_config& c) {
     e(r.read("explain_history", c.explain_history));
   });
   read_section("signature_cache", [&](const table_reader& r) {
-    e(r.check_known({"memory_bytes", "max_blocks", "sync_wal", "commit_interval_ms"}));
+    e(r.check_known({"memory_bytes", "max_blocks", "sync_wal", "commit_interval_ms",
+                     "publisher_share", "uncounted_block_grace_ms"}));
+    e(r.read("publisher_share", c.cache_publisher_share));
+    e(r.read("uncounted_block_grace_ms", c.cache_uncounted_block_grace_ms));
     e(r.read("memory_bytes", c.cache_memory_bytes));
     e(r.read("max_blocks", c.cache_max_blocks));
     e(r.read("sync_wal", c.sync_wal));
@@ -603,6 +606,9 @@ status validate_node_config(const node_config& c) {
                                "; valid: " + joined(known_log_levels)));
 
   e(at_least("signature_cache.max_blocks", c.cache_max_blocks, uint64_t{1}));
+  if (!(c.cache_publisher_share > 0.0 && c.cache_publisher_share <= 1.0))
+    e(status::invalid_argument("signature_cache.publisher_share: must be in (0, 1], got " +
+                               std::to_string(c.cache_publisher_share)));
   e(validate_cluster(c));
   if (c.security.curve_secret_key_file.empty() && !c.security.curve_authorized_keys_file.empty())
     e(
