@@ -22,9 +22,9 @@ namespace {
 // requests queued meanwhile are answered between two slices.
 using ingest_more_atom = caf::atom_constant<caf::atom("ingmore")>;
 
-// Hashes applied per turn: about 1-2 ms of work (BENCHMARKS.md), so a route request waits at
-// most one slice behind a publisher's largest batch.
-constexpr size_t ingest_hashes_per_turn = 4096;
+// Hashes applied per turn: a few milliseconds of work (BENCHMARKS.md), so a route request waits
+// at most one decode and one slice behind a publisher's largest batch.
+constexpr size_t ingest_hashes_per_turn = 2048;
 // Grace deadlines examined per commit tick: a backlog of expired blocks is spread over ticks.
 constexpr size_t expire_per_commit = 4096;
 

@@ -377,6 +377,9 @@ std::optional<uint64_t> decode_sequence(std::span<const uint8_t> frame) {
 
 result<kv_batch> decode_kv_batch(std::span<const uint8_t> payload, const kv_decode_limits& limits,
                                  std::vector<kv_decode_issue>& issues) {
+  if (payload.size() > limits.max_payload_bytes)
+    return status::out_of_range("payload of " + std::to_string(payload.size()) + " bytes, limit " +
+                                std::to_string(limits.max_payload_bytes));
   reader r(payload.data(), payload.size());
   item top;
   if (status s = r.peek(top); !s.ok()) return s;
