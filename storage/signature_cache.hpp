@@ -157,7 +157,8 @@ class signature_cache {
   // rank and group whatever its medium (older vLLM versions omit it in BlockRemoved). A `who`
   // without group (-1: SGLang, vLLM's offloading connectors and several vLLM versions send no
   // group_idx in BlockRemoved) that matches no copy stored without group releases the worker's
-  // copy of group 0 (the default group), else of its lowest group: a removal always releases a
+  // copy of group 0 (0 and nil are the default group, either way), else of its lowest group:
+  // a removal always releases a
   // copy when the worker holds one (of that dp rank and medium), so that no block stays held
   // for ever because the two events disagree on a field only one of them carries.
   void remove_blocks(const holder_key& who, std::span<const block_hash> hashes);
