@@ -22,6 +22,16 @@
 namespace eldr {
 namespace {
 
+// The actor to itself: the next slice of a model's ingest backlog (cluster/ingest.hpp). Route
+// requests queued meanwhile are answered between two slices.
+using ingest_more_atom = caf::atom_constant<caf::atom("ingmore")>;
+
+// Hashes applied per turn: a few milliseconds of work (BENCHMARKS.md), so a route request waits
+// at most one decode and one slice behind a publisher's largest batch.
+constexpr size_t ingest_hashes_per_turn = 2048;
+// Grace deadlines examined per commit tick: a backlog of expired blocks is spread over ticks.
+constexpr size_t expire_per_commit = 4096;
+
 struct model_cache {
   std::unique_ptr<signature_cache> cache;
   std::unique_ptr<ingest> events;
@@ -30,6 +40,7 @@ struct model_cache {
   std::vector<uint32_t> reply;    // cluster: a shard's sum over the requested layers
   uint64_t counts_refused = 0;
   bool dirty = false;          // staged changes since the last commit
+  bool resume_posted = false;  // an ingest_more_atom for this model is in the mailbox
   int64_t last_expire_ms = 0;  // grace periods are checked once a second, not every tick
   uint64_t signed_requests = 0;
   uint64_t handed_off = 0, taken_over = 0, handoff_refused = 0;  // cluster: blocks moved
@@ -581,7 +592,10 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
   self->state.ctx = ctx;
   for (auto& c : *caches) {
     model_cache mc;
-    mc.events = std::make_unique<ingest>(*c);
+    ingest_limits work;
+    work.hashes_per_turn = ingest_hashes_per_turn;
+    work.expire_per_commit = expire_per_commit;
+    mc.events = std::make_unique<ingest>(*c, kv_decode_limits{}, clock_fn{}, work);
     mc.cache = std::move(c);
     // What the WAL's recovery dropped at open is said once, at start-up.
     const auto h = mc.cache->health();
@@ -784,13 +798,29 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
         st.frames.clear();
         for (const auto& fr : f->frames)
           st.frames.emplace_back(fr.data(), fr.size());
-        auto& mc = st.models[it->second.model];
+        const uint32_t model = it->second.model;
+        auto& mc = st.models[model];
         mc.dirty = true;
         auto& ev = *mc.events;
         if (it->second.counts)
           ev.on_counts_message(it->second.publisher, st.frames);
         else
           ev.on_kv_message(it->second.publisher, st.frames);
+        // The rest of a large batch goes behind whatever is queued now (route requests).
+        if (ev.pending() && !mc.resume_posted) {
+          mc.resume_posted = true;
+          self->send(self, ingest_more_atom::value, model);
+        }
+      },
+      [=](ingest_more_atom, uint32_t model) {
+        auto& mc = self->state.models.at(model);
+        mc.resume_posted = false;
+        mc.dirty = true;
+        mc.events->resume();
+        if (mc.events->pending()) {
+          mc.resume_posted = true;
+          self->send(self, ingest_more_atom::value, model);
+        }
       },
       [=](commit_atom) {
         auto& st = self->state;
@@ -798,7 +828,7 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
         for (size_t m = 0; m < st.models.size(); ++m) {
           auto& mc = st.models[m];
           // Idle stores write nothing; grace periods still expire once a second.
-          if (!mc.dirty && now - mc.last_expire_ms < 1000) continue;
+          if (!mc.dirty && !mc.events->expiry_pending() && now - mc.last_expire_ms < 1000) continue;
           mc.dirty = false;
           mc.last_expire_ms = now;
           const auto t0 = std::chrono::steady_clock::now();
@@ -949,6 +979,10 @@ result<std::vector<std::unique_ptr<signature_cache>>> open_model_caches(const no
     signature_cache_options o;
     o.memory_cache_bytes = config.cache_memory_bytes;
     o.max_blocks = config.cache_max_blocks;
+    o.max_blocks_per_publisher =
+        std::max<size_t>(1, static_cast<size_t>(static_cast<double>(config.cache_max_blocks) *
+                                                config.cache_publisher_share));
+    o.uncounted_block_grace_ms = config.cache_uncounted_block_grace_ms;
     o.sync_wal = config.sync_wal;
     o.background_writes = true;  // a RocksDB write never delays a route request's signature
     auto c = signature_cache::open(dir.string(), o);

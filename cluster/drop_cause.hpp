@@ -18,9 +18,10 @@ enum class drop_cause : uint8_t {
   bad_counts,           // a counts block that does not validate (ids >= E, sums, layer sizes)
   counts_geometry,      // counts of another model geometry than the cache's
   unsupported_version,  // a counts message of a version this build does not read
-  capacity,             // refused by a storage bound (max blocks, max holders)
+  capacity,             // refused by a storage bound (max blocks, max holders, ingest backlog)
+  publisher_quota,      // blocks refused because their publisher holds its share of max_blocks
 };
-inline constexpr size_t drop_cause_count = 10;
+inline constexpr size_t drop_cause_count = 11;
 
 const char* to_string(drop_cause c);
 

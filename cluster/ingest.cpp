@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 namespace eldr {
@@ -14,8 +15,11 @@ const char* const metrics_key = "ingest_metrics";
 
 }  // namespace
 
-ingest::ingest(signature_cache& cache, kv_decode_limits limits, clock_fn clock)
-    : cache_(cache), limits_(limits), clock_(clock ? std::move(clock) : system_clock_ms()) {
+ingest::ingest(signature_cache& cache, kv_decode_limits limits, clock_fn clock, ingest_limits work)
+    : cache_(cache),
+      limits_(limits),
+      clock_(clock ? std::move(clock) : system_clock_ms()),
+      work_(work) {
   if (auto prior = cache_.metadata(metrics_key)) {
     const auto j = nlohmann::json::parse(*prior, nullptr, false);
     if (j.is_object()) {
@@ -57,57 +61,162 @@ void ingest::drop(publisher_metrics& m, log_times& logged, drop_cause cause,
                detail);
 }
 
-void ingest::apply_kv(uint32_t p, uint64_t seq, std::span<const uint8_t> payload) {
+void ingest::stage_batch(uint32_t p, uint64_t seq, std::span<const uint8_t> payload) {
   publisher_metrics& m = kv_[p];
   log_times& logged = kv_logged_[p];
-  const uint32_t worker = kv_pubs_[p].worker;
   issues_.clear();
   auto batch = decode_kv_batch(payload, limits_, issues_);
   for (const kv_decode_issue& i : issues_)
     drop(m, logged, i.cause, "seq " + std::to_string(seq) + ", " + i.detail);
-  // The sequence advances even when the payload is dropped: it was received, and replaying it
-  // would give the same bytes.
-  cache_.note_sequence(worker, seq);
+  batch_work b;
+  b.publisher = p;
+  b.seq = seq;
+  // A dropped payload still advances the sequence (when its turn comes): it was received, and
+  // replaying it would give the same bytes.
   if (!batch.ok()) {
     drop(m, logged, kv_batch_error_cause(batch.error()),
          "seq " + std::to_string(seq) + ": " + batch.error().message());
+    staged_.emplace_back(std::move(b));
     return;
   }
   ++m.messages;
+  b.decoded = true;
+  b.dp_rank = batch->data_parallel_rank && *batch->data_parallel_rank >= INT32_MIN &&
+                      *batch->data_parallel_rank <= INT32_MAX
+                  ? static_cast<int32_t>(*batch->data_parallel_rank)
+                  : -1;
+  b.batch = std::move(*batch);
+  staged_.emplace_back(std::move(b));
+}
+
+size_t ingest::apply_some(batch_work& b, size_t budget) {
+  publisher_metrics& m = kv_[b.publisher];
+  const uint32_t worker = kv_pubs_[b.publisher].worker;
   const auto before = cache_.stats();
-  const int32_t dp = batch->data_parallel_rank && *batch->data_parallel_rank >= INT32_MIN &&
-                             *batch->data_parallel_rank <= INT32_MAX
-                         ? static_cast<int32_t>(*batch->data_parallel_rank)
-                         : -1;
-  for (const kv_event& e : batch->events) {
-    holder_key who{worker, dp, -1, e.medium.value_or("")};
+  size_t used = 0;
+  auto& events = b.batch.events;
+  while (b.event < events.size() && used < budget) {
+    const kv_event& e = events[b.event];
+    holder_key who{worker, b.dp_rank, -1, e.medium.value_or("")};
     if (e.group_idx && *e.group_idx >= 0 && *e.group_idx <= INT32_MAX)
       who.group = static_cast<int32_t>(*e.group_idx);
-    switch (e.type) {
-      case kv_event_type::block_stored:
-        cache_.store_blocks(who, e.parent_block_hash, e.block_hashes);
-        m.block_events += e.block_hashes.size();
-        break;
-      case kv_event_type::block_removed:
-        cache_.remove_blocks(who, e.block_hashes);
-        m.block_events += e.block_hashes.size();
-        break;
-      case kv_event_type::all_blocks_cleared:
-        cache_.clear_worker(worker, false);
-        break;
+    if (e.type == kv_event_type::all_blocks_cleared) {
+      used += std::max<size_t>(1, cache_.stats().blocks);  // one pass over the table
+      cache_.clear_worker(worker, false);
+      ++b.event;
+      continue;
+    }
+    const std::span<const block_hash> all(e.block_hashes);
+    const size_t n = std::min(all.size() - b.offset, budget - used);
+    const auto part = all.subspan(b.offset, n);
+    if (e.type == kv_event_type::block_stored) {
+      // A slice after the first continues the chain: its parent is the block before it.
+      const std::optional<block_hash> parent =
+          b.offset == 0 ? e.parent_block_hash : std::optional<block_hash>(all[b.offset - 1]);
+      cache_.store_blocks(who, parent, part);
+    } else {
+      cache_.remove_blocks(who, part);
+    }
+    m.block_events += n;
+    hashes_applied_ += n;
+    used += std::max<size_t>(n, 1);
+    b.offset += n;
+    if (b.offset == all.size()) {
+      ++b.event;
+      b.offset = 0;
     }
   }
   const auto after = cache_.stats();
-  const uint64_t refused = (after.refused_capacity - before.refused_capacity) +
-                           (after.refused_holders - before.refused_holders);
-  if (refused > 0) {
-    m.dropped[static_cast<size_t>(drop_cause::capacity)] += refused - 1;
-    drop(m, logged, drop_cause::capacity,
-         std::to_string(refused) + " blocks or holders refused at the cache's bounds");
+  b.refused_capacity += (after.refused_capacity - before.refused_capacity) +
+                        (after.refused_holders - before.refused_holders);
+  b.refused_quota += after.refused_quota - before.refused_quota;
+  return used;
+}
+
+void ingest::finish(batch_work& b) {
+  publisher_metrics& m = kv_[b.publisher];
+  log_times& logged = kv_logged_[b.publisher];
+  cache_.note_sequence(kv_pubs_[b.publisher].worker, b.seq);
+  // One log line per batch and cause; the counters count every refused block.
+  auto report = [&](drop_cause cause, uint64_t n, const std::string& what) {
+    if (n == 0) return;
+    m.dropped[static_cast<size_t>(cause)] += n - 1;
+    drop(m, logged, cause, "seq " + std::to_string(b.seq) + ": " + std::to_string(n) + what);
+  };
+  report(drop_cause::capacity, b.refused_capacity,
+         " blocks or holders refused at the cache's bounds");
+  report(drop_cause::publisher_quota, b.refused_quota,
+         " blocks refused: the publisher holds its share of the cache (" +
+             std::to_string(cache_.usage(kv_pubs_[b.publisher].worker).blocks) + " blocks)");
+}
+
+void ingest::run_turn() {
+  size_t budget = work_.hashes_per_turn > 0 ? work_.hashes_per_turn : SIZE_MAX;
+  bool accepted = false;  // at most one waiting message is decoded per turn
+  while (!backlog_.empty() && budget > 0) {
+    work_item& w = backlog_.front();
+    if (auto* msg = std::get_if<waiting_message>(&w)) {
+      if (accepted && work_.hashes_per_turn > 0) return;
+      accepted = true;
+      waiting_message taken = std::move(*msg);
+      backlog_.pop_front();
+      for (const auto& f : taken.frames)
+        backlog_bytes_ -= f.size();
+      std::vector<std::span<const uint8_t>> frames(taken.frames.begin(), taken.frames.end());
+      accept_kv(taken.publisher, frames);
+      backlog_.insert(backlog_.begin(), std::make_move_iterator(staged_.begin()),
+                      std::make_move_iterator(staged_.end()));
+      staged_.clear();
+      continue;
+    }
+    if (auto* c = std::get_if<clear_work>(&w)) {
+      const size_t cost = std::max<size_t>(1, cache_.stats().blocks);
+      cache_.clear_worker(kv_pubs_[c->publisher].worker, true);
+      backlog_.pop_front();
+      budget = budget > cost ? budget - cost : 0;
+      continue;
+    }
+    auto& b = std::get<batch_work>(w);
+    const size_t used = apply_some(b, budget);
+    budget = budget > used ? budget - used : 0;
+    if (b.event == b.batch.events.size()) {
+      finish(b);
+      backlog_.pop_front();
+    }
   }
 }
 
+void ingest::resume() {
+  run_turn();
+}
+
 void ingest::on_kv_message(uint32_t p, std::span<const std::span<const uint8_t>> frames) {
+  if (!backlog_.empty()) {
+    // Behind a backlog: waits its turn, so that the sequence rules see the state before it.
+    size_t bytes = 0;
+    for (const auto& f : frames)
+      bytes += f.size();
+    if (backlog_bytes_ + bytes > work_.max_backlog_bytes) {
+      drop(kv_[p], kv_logged_[p], drop_cause::capacity,
+           "the ingest backlog holds " + std::to_string(backlog_bytes_) +
+               " bytes: message dropped (its sequence will be a gap)");
+    } else {
+      waiting_message msg{p, {}};
+      for (const auto& f : frames)
+        msg.frames.emplace_back(f.begin(), f.end());
+      backlog_bytes_ += bytes;
+      backlog_.emplace_back(std::move(msg));
+    }
+  } else {
+    accept_kv(p, frames);
+    for (work_item& w : staged_)
+      backlog_.push_back(std::move(w));
+    staged_.clear();
+  }
+  run_turn();
+}
+
+void ingest::accept_kv(uint32_t p, std::span<const std::span<const uint8_t>> frames) {
   publisher_metrics& m = kv_[p];
   log_times& logged = kv_logged_[p];
   if (frames.size() != 3) {
@@ -127,7 +236,7 @@ void ingest::on_kv_message(uint32_t p, std::span<const std::span<const uint8_t>>
     ++m.restarts;
     spdlog::info("ingest {}: sequence went from {} to {}: engine restart, dropping its blocks",
                  m.name, *last, *seq);
-    cache_.clear_worker(worker, true);
+    staged_.emplace_back(clear_work{p});
   } else if (last && *seq > *last + 1) {
     ++m.gaps;
     uint64_t next = *last + 1;
@@ -136,7 +245,7 @@ void ingest::on_kv_message(uint32_t p, std::span<const std::span<const uint8_t>>
       const bool ok = kv_pubs_[p].replay(next, [&](uint64_t s, std::span<const uint8_t> payload) {
         // Apply only what closes the gap, in order; older or duplicate batches are ignored.
         if (s != next || s >= *seq) return;
-        apply_kv(p, s, payload);
+        stage_batch(p, s, payload);
         ++m.replayed;
         ++next;
       });
@@ -146,10 +255,10 @@ void ingest::on_kv_message(uint32_t p, std::span<const std::span<const uint8_t>>
       ++m.gaps_unfilled;
       spdlog::warn("ingest {}: events {}..{} lost, resynchronising the worker", m.name, next,
                    *seq - 1);
-      cache_.clear_worker(worker, true);
+      staged_.emplace_back(clear_work{p});
     }
   }
-  apply_kv(p, *seq, frames[2]);
+  stage_batch(p, *seq, frames[2]);
 }
 
 void ingest::set_replay_requester(uint32_t p, replay_request_fn request) {
@@ -302,7 +411,7 @@ std::string ingest::metrics_json() const {
 }
 
 status ingest::commit() {
-  cache_.expire();
+  cache_.expire(work_.expire_per_commit > 0 ? work_.expire_per_commit : SIZE_MAX);
   cache_.stage_metadata(metrics_key, metrics_json());
   return cache_.commit();
 }

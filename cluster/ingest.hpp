@@ -12,15 +12,27 @@
 //   blocks dropped, as after a restart) and counts a gap.
 // The last applied sequence is staged with the events, so a commit makes both durable together.
 //
+// Work splitting (ingest_limits::hashes_per_turn): a large batch is applied in slices of a
+// bounded number of hashes, so that the thread that also answers route requests (the node's
+// signature-cache actor) never spends long on one message. on_kv_message applies at most one
+// slice and keeps the rest in a backlog; resume() applies the next slice, and pending() says
+// whether any remains. While a backlog exists, later messages wait in it (in arrival order, the
+// sequence rules applied when they reach the front), so events still apply in order. A
+// batch's sequence is noted once its last slice is applied: a commit between two slices makes
+// part of a batch durable with the previous sequence, so after a crash the batch is applied
+// again (replay: its stores count twice) or the worker is resynchronised (no replay).
+//
 // Thread safety: none; one thread owns the ingest, the cache and the sockets.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <optional>
 #include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "cluster/counts_message.hpp"
@@ -50,10 +62,21 @@ using replay_fn = std::function<bool(
 // on_replay_end, tagged with `token`. Returns false when no request could be made.
 using replay_request_fn = std::function<bool(uint64_t token, uint64_t start)>;
 
+// How much work one call may do. The defaults do everything at once (a program whose thread
+// serves nothing else, e.g. `eldr-sigcache ingest`); the node bounds both.
+struct ingest_limits {
+  size_t hashes_per_turn = 0;  // hashes applied per on_kv_message/resume; 0 = all at once
+  // Bytes of messages waiting behind a backlog; beyond it a message is dropped (capacity), which
+  // the next one sees as a sequence gap (replay or resynchronisation).
+  size_t max_backlog_bytes = size_t{64} << 20;
+  size_t expire_per_commit = 0;  // grace deadlines examined per commit(); 0 = all that are due
+};
+
 class ingest {
  public:
   // `cache` must outlive the ingest. `clock` drives log rate limiting.
-  ingest(signature_cache& cache, kv_decode_limits limits = {}, clock_fn clock = {});
+  ingest(signature_cache& cache, kv_decode_limits limits = {}, clock_fn clock = {},
+         ingest_limits work = {});
 
   // Registers a vLLM publisher; returns its index (== its worker id in the cache's registry is
   // kept separately). `replay` may be empty.
@@ -79,7 +102,16 @@ class ingest {
   static constexpr size_t max_held_bytes = size_t{64} << 20;
 
   // One live vLLM message (all its frames: topic, seq, payload).
+  // One live vLLM message (all its frames: topic, seq, payload). Applies at most one slice.
   void on_kv_message(uint32_t publisher, std::span<const std::span<const uint8_t>> frames);
+  // Applies the next slice of the backlog, if any.
+  void resume();
+  // Whether a backlog remains (resume() has work), and whether grace deadlines are due that the
+  // last commit() left for the next (expire_per_commit).
+  bool pending() const { return !backlog_.empty(); }
+  bool expiry_pending() const { return cache_.expire_pending(); }
+  // Hashes applied since construction (stores and removals; for progress in tests and metrics).
+  uint64_t hashes_applied() const { return hashes_applied_; }
   // One counts message (frames: topic, payload).
   void on_counts_message(uint32_t publisher, std::span<const std::span<const uint8_t>> frames);
 
@@ -122,11 +154,45 @@ class ingest {
   void hold(uint32_t publisher, uint64_t seq, std::span<const uint8_t> payload);
   // Ends the replay in progress: an open gap resynchronises, then the held messages are applied.
   void finish_replay(uint32_t publisher);
+  // A decoded batch, applied from (event, offset) on.
+  struct batch_work {
+    uint32_t publisher = 0;
+    uint64_t seq = 0;
+    bool decoded = false;  // false: dropped at decode, only its sequence is noted
+    int32_t dp_rank = -1;
+    kv_batch batch;
+    size_t event = 0, offset = 0;
+    uint64_t refused_capacity = 0, refused_quota = 0;  // so far, reported when it completes
+  };
+  // A restart or an unfilled gap: the worker's blocks are dropped.
+  struct clear_work {
+    uint32_t publisher = 0;
+  };
+  // A message that arrived behind a backlog, accepted when it reaches the front.
+  struct waiting_message {
+    uint32_t publisher = 0;
+    std::vector<std::vector<uint8_t>> frames;
+  };
+  using work_item = std::variant<batch_work, clear_work, waiting_message>;
+
+  // The sequence rules for one message: appends the work it implies to staged_.
+  void accept_kv(uint32_t publisher, std::span<const std::span<const uint8_t>> frames);
+  void stage_batch(uint32_t publisher, uint64_t seq, std::span<const uint8_t> payload);
+  // Applies up to hashes_per_turn hashes of the backlog.
+  void run_turn();
+  // Applies `budget` hashes of b at most; returns those used. Done when b.event == events.
+  size_t apply_some(batch_work& b, size_t budget);
+  void finish(batch_work& b);
   void drop(publisher_metrics& m, log_times& logged, drop_cause cause, const std::string& detail);
 
   signature_cache& cache_;
   kv_decode_limits limits_;
   clock_fn clock_;
+  ingest_limits work_;
+  std::deque<work_item> backlog_;
+  std::vector<work_item> staged_;
+  size_t backlog_bytes_ = 0;
+  uint64_t hashes_applied_ = 0;
   std::vector<kv_publisher> kv_pubs_;
   std::vector<publisher_metrics> kv_;
   std::vector<publisher_metrics> counts_;

@@ -141,6 +141,9 @@ class event_decoder {
   event_decoder(std::span<const uint8_t> payload, const kv_decode_limits& limits)
       : payload_(payload), limits_(limits) {}
 
+  // Whether an event went past max_batch_hashes: the batch as a whole is oversized.
+  bool batch_over() const { return batch_over_; }
+
   // Decodes one event; `known` is false (and ok returned) for an unknown tag.
   status decode(reader& r, kv_event& ev, bool& known, std::string& tag) {
     item head;
@@ -215,6 +218,13 @@ class event_decoder {
         if (*n > limits_.max_hashes)
           return status::out_of_range("block_hashes has " + std::to_string(*n) +
                                       " entries, limit " + std::to_string(limits_.max_hashes));
+        // Checked before the hashes are read: an oversized batch costs no allocation.
+        if (*n > batch_hashes_left_) {
+          batch_over_ = true;
+          return status::out_of_range("batch holds more than " +
+                                      std::to_string(limits_.max_batch_hashes) + " block hashes");
+        }
+        batch_hashes_left_ -= *n;
         ev.block_hashes.resize(*n);
         for (uint64_t& h : ev.block_hashes)
           if (status s = read_hash(r, h, "a block hash"); !s.ok()) return s;
@@ -275,6 +285,8 @@ class event_decoder {
 
   std::span<const uint8_t> payload_;
   const kv_decode_limits& limits_;
+  uint64_t batch_hashes_left_ = limits_.max_batch_hashes;  // over all events decoded so far
+  bool batch_over_ = false;
 };
 
 drop_cause event_cause(const status& s) {
@@ -297,6 +309,7 @@ status decode_events(reader& r, std::span<const uint8_t> payload, const kv_decod
     bool known = true;
     std::string tag;
     status s = dec.decode(r, ev, known, tag);
+    if (dec.batch_over()) return s;  // the whole batch is oversized, not this event alone
     if (!s.ok()) {
       r.seek(begin);
       if (status skipped = r.skip(); !skipped.ok()) return skipped;  // broken MessagePack
@@ -337,6 +350,8 @@ const char* to_string(drop_cause c) {
       return "unsupported_version";
     case drop_cause::capacity:
       return "capacity";
+    case drop_cause::publisher_quota:
+      return "publisher_quota";
   }
   return "unknown";
 }
@@ -362,6 +377,9 @@ std::optional<uint64_t> decode_sequence(std::span<const uint8_t> frame) {
 
 result<kv_batch> decode_kv_batch(std::span<const uint8_t> payload, const kv_decode_limits& limits,
                                  std::vector<kv_decode_issue>& issues) {
+  if (payload.size() > limits.max_payload_bytes)
+    return status::out_of_range("payload of " + std::to_string(payload.size()) + " bytes, limit " +
+                                std::to_string(limits.max_payload_bytes));
   reader r(payload.data(), payload.size());
   item top;
   if (status s = r.peek(top); !s.ok()) return s;

@@ -49,10 +49,19 @@ struct kv_batch {
   std::vector<kv_event> events;
 };
 
+// A batch is what one engine step changed: its blocks are bounded by the tokens of the step
+// (vLLM's max_num_batched_tokens / block_size, 8192 / 16 = 512 by default) plus the evictions
+// that made room. The bounds leave room for the largest legitimate steps and keep the work and
+// memory of one message small: decoding costs about 2 ms per MiB of payload, so a payload is
+// bounded in bytes too, and the node applies the hashes in slices (cluster/ingest.hpp;
+// measured in BENCHMARKS.md). A batch beyond a bound is dropped whole (oversized), an event
+// beyond max_hashes alone.
 struct kv_decode_limits {
-  uint32_t max_events = 1 << 16;  // per batch; more make the batch oversized
-  uint32_t max_hashes = 1 << 16;  // per event (128k tokens / 16 = 8192 in practice)
-  bool keep_details = false;      // decode token ids, LoRA, spec and extra keys too
+  uint32_t max_events = 1 << 16;               // per batch; more make the batch oversized
+  uint32_t max_hashes = 1 << 14;               // per event (a 256k-token prompt in blocks of 16)
+  uint32_t max_batch_hashes = 1 << 15;         // over all events of a batch; more: batch oversized
+  size_t max_payload_bytes = size_t{4} << 20;  // a larger payload is dropped before decoding
+  bool keep_details = false;                   // decode token ids, LoRA, spec and extra keys too
 };
 
 // One problem met while decoding; `detail` says where, for the log.

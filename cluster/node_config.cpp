@@ -324,7 +324,11 @@ status read_document(const toml::table& root, node_config& c) {
   });
   read_section("signature_cache", [&](const table_reader& r) {
     e(r.check_known({"memory_bytes", "max_blocks", "sync_wal", "commit_interval_ms",
-                     "max_publishers", "publisher_forget_ms", "replay_timeout_ms"}));
+                     "max_publishers", "publisher_forget_ms", "replay_timeout_ms",
+                     "publisher_share", "uncounted_block_grace_ms"}));
+    e(r.read("publisher_share", c.cache_publisher_share));
+    e(r.read("uncounted_block_grace_ms", c.cache_uncounted_block_grace_ms));
+>>>>>>> h4-quotas
     e(r.read("memory_bytes", c.cache_memory_bytes));
     e(r.read("max_blocks", c.cache_max_blocks));
     e(r.read("sync_wal", c.sync_wal));
@@ -646,6 +650,9 @@ status validate_node_config(const node_config& c) {
   // The commit timer runs whether or not events arrived: at 0 it spins (43% of a core on an idle
   // node, issue 12 defect 13).
   e(at_least("signature_cache.commit_interval_ms", c.commit_interval_ms, min_commit_interval_ms));
+  if (!(c.cache_publisher_share > 0.0 && c.cache_publisher_share <= 1.0))
+    e(status::invalid_argument("signature_cache.publisher_share: must be in (0, 1], got " +
+                               std::to_string(c.cache_publisher_share)));
   e(validate_cluster(c));
   if (c.security.curve_secret_key_file.empty() && !c.security.curve_authorized_keys_file.empty())
     e(

@@ -95,6 +95,10 @@ struct node_config {
   // [signature_cache]
   uint64_t cache_memory_bytes = uint64_t{256} << 20;
   uint64_t cache_max_blocks = uint64_t{1} << 22;
+  // Share of max_blocks one publisher may hold (docs/signature-cache.md, "Eviction and bounds").
+  double cache_publisher_share = 0.25;
+  // A held block that gets no counts within this time is dropped; 0 = kept for ever.
+  uint64_t cache_uncounted_block_grace_ms = 60'000;
   bool sync_wal = false;
   uint32_t commit_interval_ms = 10;  // group commit of ingested events
   // Publishers followed per node (configured + registered), 1..4096; each costs a SUB socket.

@@ -638,8 +638,39 @@ class signature_cache::impl {
     lru.emplace(h, lru_entry{std::move(bytes), lru_order.begin()});
   }
 
+  // Blocks held per worker id (a block counts once per worker, whatever its copies) and the
+  // holdings refused at max_blocks_per_publisher, for the per-publisher quota.
+  std::vector<uint64_t> held_by_worker, refused_quota_by_worker;
+
+  uint64_t& held(uint32_t worker) {
+    if (worker >= held_by_worker.size()) {
+      held_by_worker.resize(size_t{worker} + 1);
+      refused_quota_by_worker.resize(size_t{worker} + 1);
+    }
+    return held_by_worker[worker];
+  }
+
+  static bool holds(const record::meta& m, uint32_t worker) {
+    return std::any_of(m.holders.begin(), m.holders.end(),
+                       [&](const holder& x) { return x.key.worker == worker; });
+  }
+
+  // Counts (delta +1) or uncounts (-1) the block once for every distinct worker among holders.
+  void account_holders(const record::meta& m, int delta) {
+    for (size_t i = 0; i < m.holders.size(); ++i) {
+      const uint32_t w = m.holders[i].key.worker;
+      bool first = true;
+      for (size_t j = 0; j < i && first; ++j)
+        first = m.holders[j].key.worker != w;
+      if (!first) continue;
+      uint64_t& n = held(w);
+      n = delta > 0 ? n + 1 : (n > 0 ? n - 1 : 0);
+    }
+  }
+
   void erase_block(std::unordered_map<block_hash, record::meta, hash_mix>::iterator it) {
     const block_hash h = it->first;
+    account_holders(it->second, -1);  // an uncounted block that expires still has holders
     holder_entries -= it->second.holders.size();
     if (it->second.has_counts) --with_counts;
     write_meta(h, it->second);  // records what RocksDB holds, for the deletes at commit
@@ -736,6 +767,7 @@ class signature_cache::impl {
       if (!m.ok())
         return status::corrupt("block " + std::to_string(*h) + ": " + m.error().message());
       holder_entries += m->holders.size();
+      account_holders(*m, +1);
       with_counts += m->has_counts ? 1 : 0;
       m->meta_on_disk = true;
       m->counts_on_disk = m->has_counts;
@@ -933,8 +965,18 @@ void signature_cache::store_blocks(const holder_key& who, std::optional<block_ha
   impl& m = *impl_;
   const int64_t now = m.now();
   std::optional<block_hash> prev = parent;
+  const size_t quota = m.opt.max_blocks_per_publisher;
   for (const block_hash h : hashes) {
     auto it = m.blocks.find(h);
+    // A holding new to this worker counts against its quota, checked before the block is
+    // created so that a refused holding leaves nothing behind.
+    const bool new_holding = it == m.blocks.end() || !impl::holds(it->second, who.worker);
+    if (new_holding && quota > 0 && m.held(who.worker) >= quota) {
+      ++m.stats.refused_quota;
+      ++m.refused_quota_by_worker[who.worker];
+      prev = h;
+      continue;
+    }
     if (it == m.blocks.end()) {
       if (m.blocks.size() >= m.opt.max_blocks) {
         ++m.stats.refused_capacity;
@@ -962,6 +1004,7 @@ void signature_cache::store_blocks(const holder_key& who, std::optional<block_ha
       if (rec.holders.back().key.medium.size() > record::max_medium_bytes)
         rec.holders.back().key.medium.resize(record::max_medium_bytes);
       ++m.holder_entries;
+      if (new_holding) ++m.held(who.worker);
     }
     m.write_meta(h, rec);
     prev = h;
@@ -979,13 +1022,22 @@ void signature_cache::remove_blocks(const holder_key& who, std::span<const block
     }
     auto& hs = it->second.holders;
     auto hold = std::find_if(hs.begin(), hs.end(), [&](const holder& x) { return x.key == who; });
-    if (hold == hs.end() && who.medium.empty()) {
-      // Older vLLM versions send BlockRemoved without a medium: take the worker's copy.
-      hold = std::find_if(hs.begin(), hs.end(), [&](const holder& x) {
-        return x.key.worker == who.worker && x.key.dp_rank == who.dp_rank &&
-               x.key.group == who.group;
-      });
-    }
+    // Fallbacks for a removal that omits a field its BlockStored carried (see the header): any
+    // medium with the same group; then the default group, where 0 and nil are one group; then,
+    // without a group, the worker's copy of the lowest group.
+    auto same_copy = [&](const holder& x) {
+      return x.key.worker == who.worker && x.key.dp_rank == who.dp_rank &&
+             (who.medium.empty() || x.key.medium == who.medium);
+    };
+    auto find_group = [&](int32_t group) {
+      return std::find_if(hs.begin(), hs.end(),
+                          [&](const holder& x) { return same_copy(x) && x.key.group == group; });
+    };
+    if (hold == hs.end() && who.medium.empty()) hold = find_group(who.group);
+    if (hold == hs.end() && who.group <= 0) hold = find_group(who.group < 0 ? 0 : -1);
+    if (hold == hs.end() && who.group < 0)
+      for (auto x = hs.begin(); x != hs.end(); ++x)
+        if (same_copy(*x) && (hold == hs.end() || x->key.group < hold->key.group)) hold = x;
     if (hold == hs.end()) {
       ++m.stats.removed_unknown;
       continue;
@@ -993,6 +1045,7 @@ void signature_cache::remove_blocks(const holder_key& who, std::span<const block
     if (--hold->refs == 0) {
       hs.erase(hold);
       --m.holder_entries;
+      if (!impl::holds(it->second, who.worker) && m.held(who.worker) > 0) --m.held(who.worker);
     }
     if (hs.empty())
       m.erase_block(it);
@@ -1012,6 +1065,7 @@ void signature_cache::clear_worker(uint32_t worker, bool forget_sequence) {
       continue;
     }
     m.holder_entries -= before - hs.size();
+    if (m.held(worker) > 0) --m.held(worker);
     if (hs.empty()) {
       auto next = std::next(it);
       m.erase_block(it);
@@ -1194,12 +1248,14 @@ status signature_cache::flush() {
   return impl_->bg ? impl_->wait_written() : status();
 }
 
-size_t signature_cache::expire() {
+size_t signature_cache::expire(size_t max_entries) {
   impl& m = *impl_;
   const int64_t now = m.now();
   size_t gone = 0;
+  size_t examined = 0;
   auto drain = [&](auto& queue, int64_t grace, auto still_waiting, uint64_t& counter) {
-    while (!queue.empty() && queue.front().first <= now) {
+    while (!queue.empty() && queue.front().first <= now && examined < max_entries) {
+      ++examined;
       const block_hash h = queue.front().second;
       queue.pop_front();
       auto it = m.blocks.find(h);
@@ -1469,6 +1525,17 @@ const model_geometry& signature_cache::geometry() const {
 }
 const std::vector<uint32_t>& signature_cache::layer_mask() const {
   return impl_->mask;
+}
+
+bool signature_cache::expire_pending() const {
+  const int64_t now = impl_->now();
+  auto due = [&](const auto& q) { return !q.empty() && q.front().first <= now; };
+  return due(impl_->orphan_queue) || due(impl_->uncounted_queue);
+}
+
+publisher_usage signature_cache::usage(uint32_t worker) const {
+  if (worker >= impl_->held_by_worker.size()) return {};
+  return {impl_->held_by_worker[worker], impl_->refused_quota_by_worker[worker]};
 }
 
 signature_cache_stats signature_cache::stats() const {

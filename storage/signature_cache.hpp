@@ -81,7 +81,13 @@ struct signature_cache_options {
   std::vector<uint32_t> layer_mask;
   bool reset_counts_on_mask_change = false;
 
-  size_t max_blocks = size_t{1} << 22;            // beyond it new blocks are refused (counted)
+  size_t max_blocks = size_t{1} << 22;  // beyond it new blocks are refused (counted)
+  // Blocks one worker (publisher) may hold, so that one publisher cannot fill max_blocks for
+  // every other: beyond it the worker's new holdings are refused and counted for that worker
+  // (refused_quota, publisher_usage). A block counts once per worker that holds a copy of it,
+  // whatever its medium, group or dp rank. 0 = no per-worker bound. Holders are persisted, so
+  // the usage is rebuilt at open and the bound holds across restarts.
+  size_t max_blocks_per_publisher = 0;
   size_t max_holders_per_block = 64;              // beyond it new holders are refused (counted)
   size_t memory_cache_bytes = size_t{256} << 20;  // LRU of encoded counts in front of RocksDB
   // Remembered prefix sums (dense, |mask| * E * 4 bytes each), taken at every
@@ -112,6 +118,7 @@ struct signature_cache_stats {
   uint64_t blocks_with_counts = 0;
   uint64_t refused_capacity = 0;         // new blocks refused at max_blocks
   uint64_t refused_holders = 0;          // holders refused at max_holders_per_block
+  uint64_t refused_quota = 0;            // holdings refused at max_blocks_per_publisher
   uint64_t refused_counts_geometry = 0;  // put_counts of another shape
   uint64_t removed_unknown = 0;          // BlockRemoved for a block or holder we do not have
   uint64_t expired_orphan_counts = 0;
@@ -139,6 +146,12 @@ struct store_health {
   uint64_t recovery_events = 0;
   std::vector<std::string> recovery_notes;
   uint64_t log_write_errors = 0;  // lines of RocksDB's info LOG that could not be written
+};
+
+// One worker's share of the cache.
+struct publisher_usage {
+  uint64_t blocks = 0;         // blocks the worker holds a copy of now
+  uint64_t refused_quota = 0;  // its holdings refused at max_blocks_per_publisher since open
 };
 
 // What sum_prefix found.
@@ -176,7 +189,13 @@ class signature_cache {
                     std::span<const block_hash> hashes);
   // BlockRemoved: drops one reference of `who` per block; a block whose last holder goes is
   // deleted with its counts. A `who` without medium matches the worker's holder of the same dp
-  // rank and group whatever its medium (older vLLM versions omit it in BlockRemoved).
+  // rank and group whatever its medium (older vLLM versions omit it in BlockRemoved). A `who`
+  // without group (-1: SGLang, vLLM's offloading connectors and several vLLM versions send no
+  // group_idx in BlockRemoved) that matches no copy stored without group releases the worker's
+  // copy of group 0 (0 and nil are the default group, either way), else of its lowest group:
+  // a removal always releases a
+  // copy when the worker holds one (of that dp rank and medium), so that no block stays held
+  // for ever because the two events disagree on a field only one of them carries.
   void remove_blocks(const holder_key& who, std::span<const block_hash> hashes);
   // AllBlocksCleared, or the worker restarted: every holder of `worker` goes (and the worker's
   // sequence is forgotten when forget_sequence). Costs one pass over the blocks in memory.
@@ -219,7 +238,11 @@ class signature_cache {
   // if any. Without background_writes, the same as commit().
   status flush();
   // Deletes blocks whose grace period has ended at clock(); returns how many. Staged: commit after.
-  size_t expire();
+  // Examines at most `max_entries` queued deadlines per call, so that a backlog (a million
+  // blocks whose grace ended together) is spread over several calls instead of stalling the
+  // caller; expire_pending() says whether due entries remain.
+  size_t expire(size_t max_entries = SIZE_MAX);
+  bool expire_pending() const;
 
   // Adds the masked counts of every block of `hashes` that has counts to masked_sum
   // (|mask| * E entries, layer-major over layer_mask()). Misses in memory are fetched with one
@@ -258,6 +281,8 @@ class signature_cache {
   const std::vector<uint32_t>& layer_mask() const;
   signature_cache_stats stats() const;
   store_health health() const;
+  // A worker's usage; zero for an unknown id.
+  publisher_usage usage(uint32_t worker) const;
   // Drops the in-memory LRU of counts (benchmarks measure cold lookups with it).
   void drop_memory_cache();
 
