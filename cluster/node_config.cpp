@@ -328,7 +328,6 @@ status read_document(const toml::table& root, node_config& c) {
                      "publisher_share", "uncounted_block_grace_ms"}));
     e(r.read("publisher_share", c.cache_publisher_share));
     e(r.read("uncounted_block_grace_ms", c.cache_uncounted_block_grace_ms));
->>>>>>> h4-quotas
     e(r.read("memory_bytes", c.cache_memory_bytes));
     e(r.read("max_blocks", c.cache_max_blocks));
     e(r.read("sync_wal", c.sync_wal));
