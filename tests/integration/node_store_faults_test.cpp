@@ -3,7 +3,11 @@
 // status shows the signature store degraded, and once space returns the store recovers and what
 // was routed meanwhile, and after, persists across a restart (docs/signature-cache.md, "Faults").
 // Before the fix the node aborted (SIGABRT in RocksDB's info LOG) as the disk filled.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -53,6 +57,30 @@ route_request request_for(const std::string& id, uint64_t first, size_t n, bool 
     r.counts = std::move(c);
   }
   return r;
+}
+
+// GET /metrics from the node's metrics URL (http://127.0.0.1:PORT/metrics); "" on failure.
+std::string get_metrics(const std::string& url) {
+  const auto colon = url.rfind(':');
+  if (colon == std::string::npos) return "";
+  const int port = std::atoi(url.c_str() + colon + 1);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+    const std::string req = "GET /metrics HTTP/1.0\r\n\r\n";
+    if (::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      char buf[4096];
+      for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;)
+        out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  return out;
 }
 
 const char* toy_model_toml =
@@ -137,6 +165,11 @@ TEST_F(NodeStoreFaults, FullDiskKeepsRoutingShowsDegradedAndRecovers) {
   EXPECT_NE(degraded["reason"].get<std::string>().find("No space left"), std::string::npos)
       << degraded.dump();
   EXPECT_GE(degraded["write_errors"].get<uint64_t>(), 1u);
+  // The metrics say it too (published at each commit tick).
+  EXPECT_TRUE(eventually([&] {
+    return get_metrics(node_->metrics()).find("eldr_store_degraded{model=\"toy\"} 1") !=
+           std::string::npos;
+  }));
   // Routing from memory: a prompt whose counts arrived while the disk was full is covered.
   EXPECT_EQ(must_route(request_for("from-memory", next - 64, 64, false)).covered_blocks, 64u);
   EXPECT_EQ(must_route(request_for("while-full", 900'000, 8, true)).covered_blocks, 8u);
@@ -144,6 +177,10 @@ TEST_F(NodeStoreFaults, FullDiskKeepsRoutingShowsDegradedAndRecovers) {
   std::filesystem::remove(disk_->dir + "/filler");
   ASSERT_TRUE(eventually([&] { return store()["degraded"] == false; })) << store().dump();
   EXPECT_EQ(store()["recoveries"], 1);
+  EXPECT_TRUE(eventually([&] {
+    return get_metrics(node_->metrics()).find("eldr_store_degraded{model=\"toy\"} 0") !=
+           std::string::npos;
+  }));
   EXPECT_EQ(must_route(request_for("after", 800'000, 8, true)).covered_blocks, 8u);
   ASSERT_TRUE(eventually([&] { return store()["pending_changes"] == 0; })) << store().dump();
 
