@@ -57,6 +57,44 @@ def check_config(args):
     return r.returncode, (r.stdout + r.stderr).strip()
 
 
+# --check-config also checks the files a config names (data_dir, the cluster secret, centroid
+# files), as start-up does. Those are the pod's or host's mounts; for the host check they are
+# moved under a scratch directory: a secret of 32 bytes, a fresh data directory, and no centroid
+# file (the shipped paths name files an operator provides; a missing one must fail, see
+# test_missing_files_named_by_the_config_fail_check_config).
+PATH_KEYS = re.compile(r'^(\s*)(secret_file|data_dir|centroids)(\s*=\s*)"([^"]*)"', re.M)
+
+
+def on_this_host(text, scratch):
+    """The TOML `text` with its mounted paths moved under `scratch` (created)."""
+    scratch = Path(scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
+
+    def moved(m):
+        indent, key, eq, value = m.groups()
+        if not value:
+            return m.group(0)
+        if key == "secret_file":
+            secret = scratch / "cluster-secret"
+            secret.write_text("0123456789abcdef0123456789abcdef\n")
+            value = str(secret)
+        elif key == "data_dir":
+            value = str(scratch / "data")
+        else:
+            value = ""
+        return f'{indent}{key}{eq}"{value}"'
+
+    return PATH_KEYS.sub(moved, text)
+
+
+def host_args(args, scratch):
+    """Command-line `args` with --data-dir moved under `scratch`."""
+    args = list(args)
+    if "--data-dir" in args:
+        args[args.index("--data-dir") + 1] = str(Path(scratch) / "data")
+    return args
+
+
 def host_port(text):
     """("host", port) of tcp://host:port or host:port."""
     text = text.removeprefix("tcp://")
@@ -229,7 +267,7 @@ class KubernetesTest(unittest.TestCase):
             for c in w["spec"]["template"]["spec"]["containers"]:
                 path, text = self.config_of(w, c)
                 f = Path(self.tmp, f"{name}-{Path(path).name}")
-                f.write_text(text)
+                f.write_text(on_this_host(text, Path(self.tmp, f"{name}-host")))
                 args = self.pod_args(w, c, str(f))
                 rc, out = check_config(args)
                 hint = ""
@@ -301,7 +339,10 @@ class KubernetesTest(unittest.TestCase):
                     if probe not in c:
                         continue
                     get = c[probe]["httpGet"]
-                    self.assertEqual(get["path"], "/healthz", f"{name}: {probe}")
+                    # Readiness is /readyz (503 until the node can serve); liveness and start-up
+                    # stay on the cheap /healthz, so a node waiting for workers is not restarted.
+                    want = "/readyz" if probe == "readinessProbe" else "/healthz"
+                    self.assertEqual(get["path"], want, f"{name}: {probe}")
                     port = named.get(get["port"], get["port"])
                     self.assertEqual(port, metrics, f"{name}: {probe} is not on the metrics port")
                 # Services selecting this pod: each port reaches a containerPort of the TOML.
@@ -391,21 +432,41 @@ class SystemdTest(unittest.TestCase):
         self.assertIn("eldr-node.service", names)
 
     def test_every_flag_exists_and_the_command_line_is_valid(self):
-        example = SRC / "deploy" / "eldr-node.example.toml"
-        for unit in self.units:
-            found = False
-            for key, argv in self.exec_lines(unit):
-                found = True
-                argv = [a.replace("%i", "router") for a in argv]
-                for flag in flags_in(argv):
-                    self.assertIn(flag, help_flags(), f"{unit.name} {key}: no {flag}")
-                self.assertIn("--config", argv)
-                args = argv[1:]
-                args[args.index("--config") + 1] = str(example)
-                args = [a for a in args if a != "--check-config"]
-                rc, out = check_config(args)
-                self.assertEqual(rc, 0, f"{unit.name} {key}: {out}")
-            self.assertTrue(found, f"{unit.name}: no Exec line runs eldr-node")
+        with tempfile.TemporaryDirectory() as tmp:
+            example = Path(tmp, "eldr-node.example.toml")
+            example.write_text(on_this_host(
+                (SRC / "deploy" / "eldr-node.example.toml").read_text(), tmp))
+            for unit in self.units:
+                found = False
+                for key, argv in self.exec_lines(unit):
+                    found = True
+                    argv = [a.replace("%i", "router") for a in argv]
+                    for flag in flags_in(argv):
+                        self.assertIn(flag, help_flags(), f"{unit.name} {key}: no {flag}")
+                    self.assertIn("--config", argv)
+                    args = host_args(argv[1:], tmp)
+                    args[args.index("--config") + 1] = str(example)
+                    args = [a for a in args if a != "--check-config"]
+                    rc, out = check_config(args)
+                    self.assertEqual(rc, 0, f"{unit.name} {key}: {out}")
+                self.assertTrue(found, f"{unit.name}: no Exec line runs eldr-node")
+
+    def test_missing_files_named_by_the_config_fail_check_config(self):
+        # ExecStartPre relies on --check-config failing where start-up would (issue 12 defect
+        # 13): the shipped example names a centroid file; on a host without it, the check fails
+        # naming the key.
+        with tempfile.TemporaryDirectory() as tmp:
+            text = (SRC / "deploy" / "eldr-node.example.toml").read_text()
+            self.assertRegex(text, r'(?m)^centroids = "/')
+            moved = PATH_KEYS.sub(lambda m: m.group(0) if m.group(2) == "centroids"
+                                  else m.group(1) + m.group(2) + m.group(3) + '""', text)
+            moved = moved.replace('centroids = "/var/lib/eldr/', f'centroids = "{tmp}/none/', 1)
+            example = Path(tmp, "example.toml")
+            example.write_text(moved)
+            rc, out = check_config(["--config", str(example), "--data-dir", str(Path(tmp, "d"))])
+            self.assertEqual(rc, 2, out)
+            self.assertIn("models[0].centroids", out)
+            self.assertIn("no such file", out)
 
     def test_restart_limits_and_hardening(self):
         for unit in self.units:
@@ -495,7 +556,8 @@ class DockerTest(unittest.TestCase):
         cmd = self.exec_form("CMD")
         for flag in flags_in(cmd):
             self.assertIn(flag, help_flags(), f"Dockerfile CMD: no {flag}")
-        rc, out = check_config(cmd)
+        with tempfile.TemporaryDirectory() as tmp:
+            rc, out = check_config(host_args(cmd, tmp))
         self.assertEqual(rc, 0, f"Dockerfile CMD: {out}")
         for flag in flags_in(self.exec_form("ENTRYPOINT")):
             self.assertIn(flag, help_flags(), f"Dockerfile ENTRYPOINT: no {flag}")
@@ -537,7 +599,7 @@ class DockerTest(unittest.TestCase):
             script = Path(tmp, "entrypoint.sh")
             script.write_text(text.replace("/etc/fstab", str(fstab))
                               .replace("/usr/bin/eldr-node", NODE))
-            r = run(["sh", str(script), *self.exec_form("CMD"), "--check-config"])
+            r = run(["sh", str(script), *host_args(self.exec_form("CMD"), tmp), "--check-config"])
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertIn("is valid", r.stdout)
             first = fstab.read_text()
