@@ -368,5 +368,51 @@ TEST_F(NodeConfigCheckTest, StoredSetOfAnotherKIsRefusedAtStartUp) {
   EXPECT_NE(r.output.find("has K = 4"), std::string::npos) << r.output;
 }
 
+// /readyz in a cluster: not ready while the node sees no majority of the members it knows (its
+// seeds count), ready once it has joined. Signature-cache nodes, so that workers and centroid
+// sets do not enter the verdict.
+TEST_F(NodeConfigCheckTest, ReadyzWaitsForClusterMembership) {
+  std::ofstream(dir_.sub("secret")) << "a-cluster-secret-of-enough-bytes\n";
+  auto node_toml_for = [&](const std::string& name, const std::string& seed) {
+    return "[node]\nname = \"" + name + "\"\ndata_dir = \"" + dir_.sub(name + "-data") +
+           "\"\nroles = [\"signature-cache\"]\n[endpoints]\nroute = \"tcp://127.0.0.1:0\"\n"
+           "worker = \"tcp://127.0.0.1:0\"\nadmin = \"tcp://127.0.0.1:0\"\n"
+           "metrics = \"127.0.0.1:0\"\n[runtime]\nlog_level = \"warn\"\n[cluster]\n"
+           "listen = \"127.0.0.1:0\"\nheartbeat_ms = 100\nconnection_timeout_ms = 600\n"
+           "reconnect_ms = 100\nsecret_file = \"" +
+           dir_.sub("secret") + "\"\nseeds = [" + (seed.empty() ? "" : "\"" + seed + "\"") +
+           "]\n[[models]]\nname = \"m\"\n";
+  };
+  node_process first(dir_.sub("n1.toml"), node_toml_for("n1", ""));
+  ASSERT_TRUE(first.ok());
+  // Alone with no seed: a cluster of one is formed.
+  auto r = readyz_until(port_of(first.metrics()), 200);
+  EXPECT_EQ(r.first, 200) << r.second;
+
+  // A seed that never answers (a port nothing listens on): one of two known members seen.
+  node_process lost(dir_.sub("n2.toml"), node_toml_for("n2", "127.0.0.1:1"));
+  ASSERT_TRUE(lost.ok());
+  // The first verdict may predate the cluster actor's first count ("not formed yet").
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  nlohmann::json body;
+  do {
+    r = http_get(port_of(lost.metrics()), "/readyz");
+    body = nlohmann::json::parse(r.second, nullptr, false);
+  } while (r.second.find("sees 1 of 2") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline);
+  ASSERT_EQ(r.first, 503) << r.second;
+  ASSERT_TRUE(body.is_object()) << r.second;
+  ASSERT_EQ(body["reasons"].size(), 1u) << r.second;
+  EXPECT_EQ(body["reasons"][0]["part"], "cluster");
+  EXPECT_NE(body["reasons"][0]["reason"].get<std::string>().find("sees 1 of 2"), std::string::npos)
+      << r.second;
+
+  // Joining through a live seed: ready once the join is done.
+  node_process joined(dir_.sub("n3.toml"), node_toml_for("n3", first.cluster()));
+  ASSERT_TRUE(joined.ok());
+  r = readyz_until(port_of(joined.metrics()), 200);
+  EXPECT_EQ(r.first, 200) << r.second;
+}
+
 }  // namespace
 }  // namespace eldr
