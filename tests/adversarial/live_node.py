@@ -63,7 +63,7 @@ from eldr_live import (F32, K, MODEL, U64, Admin, Client, Node, Publisher, Raw, 
 
 LIGHT = ["route_frames", "route_payload", "route_flood", "worker_payload", "admin_args",
          "admin_payload", "kv_frames", "kv_events", "kv_gap", "kv_remove_nogroup",
-         "metrics_http", "slow_reader", "config_check"]
+         "metrics_http", "slow_reader", "config_check", "worker_seq_max"]
 HEAVY = ["kv_huge_batch", "publisher_flood", "restart", "slow_readers_held"]
 WORKER_TIMEOUT_MS = 2000
 
@@ -666,6 +666,23 @@ class Harness:
                         raise Violation("%s was accepted: %r (sent: %s)" % (refuse, r, desc))
         finally:
             c.close()
+
+    def step_worker_seq_max(self, rng):
+        """One load report with seq 2^64-1 (or 2^63), then the worker's ordinary reports: a
+        worker that keeps reporting must stay active (a restarted worker starts low again)."""
+        w = rng.randrange(K)
+        seq = rng.choice([U64, 2**63])
+        self.note("load_report worker %d seq %d, then ordinary heartbeats" % (w, seq))
+        self.worker_call(worker_msg("load_report", worker=w, in_flight=0, seq=seq))
+        deadline = time.monotonic() + 1.5 * WORKER_TIMEOUT_MS / 1000.0
+        while time.monotonic() < deadline:
+            self.worker_call(worker_msg("load_report", worker=w, in_flight=0,
+                                        seq=time.time_ns() // 1000))
+            time.sleep(0.25)  # a worker's report interval
+        state = {r["worker"]: r.get("state") for r in self.admin.ok("workers", model=MODEL)}
+        if state.get(w) != "active":
+            raise Violation("worker %d reported every 250 ms after a report with seq %d but is "
+                            "%r" % (w, seq, state.get(w)))
 
     def admin_snapshot(self):
         show = self.admin.ok("centroids.show", model=MODEL)
