@@ -848,8 +848,16 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
                             st.ctx->config.models[m].name, s.to_string());
           }
         }
-        for (size_t m = 0; m < st.models.size(); ++m)
+        for (size_t m = 0; m < st.models.size(); ++m) {
           log_store_health(st.models[m], st.ctx->config.models[m].name, now);
+          // /readyz: a degraded store keeps the node ready (it routes on from memory) but is
+          // listed with its reason, so probes and operators see it.
+          if (st.ctx->readiness) {
+            const auto h = st.models[m].cache->health();
+            st.ctx->readiness->set_store(st.ctx->config.models[m].name, !h.degraded, h.degraded,
+                                         h.degraded ? h.reason : std::string());
+          }
+        }
         st.ctx->metrics->set_section("ingest", ingest_metrics_text(st));
         st.ctx->metrics->set_section("store", store_metrics_text(st));
         self->delayed_send(self, std::chrono::milliseconds(st.ctx->config.commit_interval_ms),
