@@ -8,8 +8,8 @@
 #include <cmath>
 #include <deque>
 #include <filesystem>
-#include <map>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 

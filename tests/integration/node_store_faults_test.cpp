@@ -59,8 +59,8 @@ route_request request_for(const std::string& id, uint64_t first, size_t n, bool 
   return r;
 }
 
-// GET /metrics from the node's metrics URL (http://127.0.0.1:PORT/metrics); "" on failure.
-std::string get_metrics(const std::string& url) {
+// GET `path` from the node's metrics port (url: http://127.0.0.1:PORT/metrics); "" on failure.
+std::string get_metrics(const std::string& url, const std::string& path = "/metrics") {
   const auto colon = url.rfind(':');
   if (colon == std::string::npos) return "";
   const int port = std::atoi(url.c_str() + colon + 1);
@@ -72,7 +72,7 @@ std::string get_metrics(const std::string& url) {
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string out;
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
-    const std::string req = "GET /metrics HTTP/1.0\r\n\r\n";
+    const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
     if (::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
       char buf[4096];
       for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;)
@@ -170,6 +170,13 @@ TEST_F(NodeStoreFaults, FullDiskKeepsRoutingShowsDegradedAndRecovers) {
     return get_metrics(node_->metrics()).find("eldr_store_degraded{model=\"toy\"} 1") !=
            std::string::npos;
   }));
+  // /readyz stays 200 (the node routes on, explicitly degraded) and lists the store with why.
+  EXPECT_TRUE(eventually([&] {
+    const auto r = get_metrics(node_->metrics(), "/readyz");
+    return r.find("200") != std::string::npos &&
+           r.find("\"degraded\":[{\"model\":\"toy\",\"part\":\"store\"") != std::string::npos &&
+           r.find("No space left") != std::string::npos;
+  })) << get_metrics(node_->metrics(), "/readyz");
   // Routing from memory: a prompt whose counts arrived while the disk was full is covered.
   EXPECT_EQ(must_route(request_for("from-memory", next - 64, 64, false)).covered_blocks, 64u);
   EXPECT_EQ(must_route(request_for("while-full", 900'000, 8, true)).covered_blocks, 8u);
@@ -177,6 +184,9 @@ TEST_F(NodeStoreFaults, FullDiskKeepsRoutingShowsDegradedAndRecovers) {
   std::filesystem::remove(disk_->dir + "/filler");
   ASSERT_TRUE(eventually([&] { return store()["degraded"] == false; })) << store().dump();
   EXPECT_EQ(store()["recoveries"], 1);
+  EXPECT_TRUE(eventually([&] {
+    return get_metrics(node_->metrics(), "/readyz").find("\"degraded\":[]") != std::string::npos;
+  })) << get_metrics(node_->metrics(), "/readyz");
   EXPECT_TRUE(eventually([&] {
     return get_metrics(node_->metrics()).find("eldr_store_degraded{model=\"toy\"} 0") !=
            std::string::npos;
