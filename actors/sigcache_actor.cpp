@@ -775,6 +775,11 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
           mc.events->on_replay_end(it->second.publisher, m->token, m->ok);
         else
           mc.events->on_replay_batch(it->second.publisher, m->token, m->seq, m->payload);
+        // Replayed batches and the messages the replay held are applied in slices too.
+        if (mc.events->pending() && !mc.resume_posted) {
+          mc.resume_posted = true;
+          self->send(self, ingest_more_atom::value, it->second.model);
+        }
       },
       [=](publishers_tick_atom) {
         auto& st = self->state;

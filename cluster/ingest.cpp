@@ -191,7 +191,10 @@ void ingest::resume() {
 }
 
 void ingest::on_kv_message(uint32_t p, std::span<const std::span<const uint8_t>> frames) {
-  if (!backlog_.empty()) {
+  // A publisher waiting for a replay holds its live messages in arrival order: at once, unless
+  // earlier ones of it still wait in the backlog (then behind them).
+  const bool held_now = kv_pubs_.size() > p && kv_pubs_[p].pending && !has_waiting(p);
+  if (!backlog_.empty() && !held_now) {
     // Behind a backlog: waits its turn, so that the sequence rules see the state before it.
     size_t bytes = 0;
     for (const auto& f : frames)
@@ -312,9 +315,35 @@ void ingest::on_replay_batch(uint32_t p, uint64_t token, uint64_t seq,
   // Apply only what closes the gap, in order; older, duplicate or later batches are ignored
   // (the later ones are live messages, held or still to come).
   if (!r || r->token != token || seq != r->next || seq >= r->until) return;
-  apply_kv(p, seq, payload);
+  stage_batch(p, seq, payload);
+  queue_for(p, std::move(staged_));
+  staged_.clear();
   ++kv_[p].replayed;
   if (++r->next == r->until) finish_replay(p);  // the rest of the replay is not needed
+  run_turn();
+}
+
+// Work of publisher p that must come before its live messages still waiting in the backlog
+// (they arrived after the message that opened the gap) and after everything of p queued
+// earlier: it goes in front of p's first waiting message, in the order given.
+void ingest::queue_for(uint32_t p, std::vector<work_item> items) {
+  auto at = std::find_if(backlog_.begin(), backlog_.end(), [p](const work_item& w) {
+    const auto* m = std::get_if<waiting_message>(&w);
+    return m && m->publisher == p;
+  });
+  for (auto& w : items) {
+    if (const auto* m = std::get_if<waiting_message>(&w))
+      for (const auto& f : m->frames)
+        backlog_bytes_ += f.size();
+    at = std::next(backlog_.insert(at, std::move(w)));
+  }
+}
+
+bool ingest::has_waiting(uint32_t p) const {
+  return std::any_of(backlog_.begin(), backlog_.end(), [p](const work_item& w) {
+    const auto* m = std::get_if<waiting_message>(&w);
+    return m && m->publisher == p;
+  });
 }
 
 void ingest::on_replay_end(uint32_t p, uint64_t token, bool ok) {
@@ -323,6 +352,7 @@ void ingest::on_replay_end(uint32_t p, uint64_t token, bool ok) {
   if (!r || r->token != token) return;  // a replay finished early, or superseded
   if (!ok) spdlog::warn("ingest {}: replay from {} failed", kv_[p].name, r->next);
   finish_replay(p);
+  run_turn();
 }
 
 void ingest::finish_replay(uint32_t p) {
@@ -330,23 +360,27 @@ void ingest::finish_replay(uint32_t p) {
   pending_replay r = std::move(*pub.pending);
   pub.pending.reset();
   publisher_metrics& m = kv_[p];
+  std::vector<work_item> after;
   if (r.next < r.until) {
     ++m.gaps_unfilled;
     spdlog::warn("ingest {}: events {}..{} lost, resynchronising the worker", m.name, r.next,
                  r.until - 1);
-    cache_.clear_worker(pub.worker, true);
+    after.emplace_back(clear_work{p});
   }
-  // The held messages go through the live path in order: one of them may open another gap,
-  // which holds the rest behind its own replay.
-  const uint8_t topic = 0;
+  // The held messages go through the live path in order, behind the replayed batches (already
+  // queued) and the resynchronisation: one of them may open another gap, which holds the rest
+  // behind its own replay.
   for (auto& h : r.held) {
-    uint8_t seq8[8];
+    waiting_message w{p, {}};
+    std::vector<uint8_t> seq8(8);
     for (int i = 0; i < 8; ++i)
-      seq8[i] = static_cast<uint8_t>(h.seq >> (56 - 8 * i));
-    const std::span<const uint8_t> frames[3] = {std::span<const uint8_t>(&topic, 0),
-                                                std::span<const uint8_t>(seq8, 8), h.payload};
-    on_kv_message(p, frames);
+      seq8[static_cast<size_t>(i)] = static_cast<uint8_t>(h.seq >> (56 - 8 * i));
+    w.frames.emplace_back();  // topic: empty
+    w.frames.push_back(std::move(seq8));
+    w.frames.push_back(std::move(h.payload));
+    after.emplace_back(std::move(w));
   }
+  queue_for(p, std::move(after));
 }
 
 void ingest::on_counts_message(uint32_t p, std::span<const std::span<const uint8_t>> frames) {

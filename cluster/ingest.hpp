@@ -101,7 +101,6 @@ class ingest {
   void drop_replay(uint32_t publisher);
   static constexpr size_t max_held_bytes = size_t{64} << 20;
 
-  // One live vLLM message (all its frames: topic, seq, payload).
   // One live vLLM message (all its frames: topic, seq, payload). Applies at most one slice.
   void on_kv_message(uint32_t publisher, std::span<const std::span<const uint8_t>> frames);
   // Applies the next slice of the backlog, if any.
@@ -146,7 +145,6 @@ class ingest {
   // When each cause was last logged for one publisher, for rate limiting.
   using log_times = std::array<int64_t, drop_cause_count>;
 
-  void apply_kv(uint32_t publisher, uint64_t seq, std::span<const uint8_t> payload);
   // Starts an asynchronous replay of [from, seq) holding the message `seq`; false when the
   // publisher has no requester or the request failed (then nothing is held).
   bool start_replay(uint32_t publisher, uint64_t from, uint64_t seq,
@@ -183,6 +181,9 @@ class ingest {
   // Applies `budget` hashes of b at most; returns those used. Done when b.event == events.
   size_t apply_some(batch_work& b, size_t budget);
   void finish(batch_work& b);
+  // Queues p's items in front of p's first message waiting in the backlog (replays, see .cpp).
+  void queue_for(uint32_t publisher, std::vector<work_item> items);
+  bool has_waiting(uint32_t publisher) const;
   void drop(publisher_metrics& m, log_times& logged, drop_cause cause, const std::string& detail);
 
   signature_cache& cache_;

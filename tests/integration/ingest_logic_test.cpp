@@ -128,6 +128,62 @@ TEST_F(IngestLogic, AsynchronousReplayFillsTheGapAndAppliesHeldMessagesAfter) {
   EXPECT_EQ(nlohmann::json::parse(in.metrics_json())["replayed"], 2u);
 }
 
+// The node applies large batches in slices (ingest_limits::hashes_per_turn), so a replay's
+// answers can arrive while the publisher's later live messages still wait in the backlog behind
+// another publisher's batch. The replayed batches and the message that opened the gap must still
+// come before those later messages: otherwise a later one would look like a new gap.
+TEST_F(IngestLogic, AsynchronousReplayKeepsThePublishersOrderWhileBatchesApplyInSlices) {
+  ingest_limits work;
+  work.hashes_per_turn = 1;
+  ingest in(
+      *cache, {}, [this] { return now; }, work);
+  const uint32_t q = in.add_kv_publisher("big");
+  const uint32_t p = in.add_kv_publisher("async");
+  std::vector<std::pair<uint64_t, uint64_t>> asked;  // (token, start)
+  in.set_replay_requester(p, [&](uint64_t token, uint64_t start) {
+    asked.emplace_back(token, start);
+    return true;
+  });
+  auto hashes = [](uint64_t from) {
+    std::vector<uint64_t> h;
+    for (uint64_t i = 0; i < 10; ++i)
+      h.push_back(from + i);
+    return h;
+  };
+  std::map<uint64_t, bytes> p_batches = {{0, batch({{"BlockStored", {1}}})},
+                                         {1, batch({{"BlockStored", {2}}})},
+                                         {2, batch({{"BlockRemoved", {1}}})},
+                                         {3, batch({{"BlockStored", {4}}})},
+                                         {4, batch({{"BlockStored", {5}}})}};
+  send(in, q, 0, batch({{"BlockStored", hashes(100)}}));
+  send(in, p, 0, p_batches[0]);
+  send(in, p, 3, p_batches[3]);  // 1 and 2 lost on the live socket
+  send(in, q, 1, batch({{"BlockStored", hashes(200)}}));
+  send(in, p, 4, p_batches[4]);
+  for (int turns = 0; asked.empty() && in.pending() && turns < 100; ++turns)
+    in.resume();
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0].second, 1u);
+  ASSERT_TRUE(in.pending());  // q's second batch and p's message 4 still wait
+  in.on_replay_batch(p, asked[0].first, 1, p_batches[1]);
+  in.on_replay_batch(p, asked[0].first, 2, p_batches[2]);
+  in.on_replay_end(p, asked[0].first, true);
+  for (int turns = 0; in.pending() && turns < 100; ++turns)
+    in.resume();
+  EXPECT_FALSE(in.pending());
+  EXPECT_FALSE(has(1));
+  EXPECT_TRUE(has(2));
+  EXPECT_TRUE(has(4));
+  EXPECT_TRUE(has(5));
+  EXPECT_TRUE(has(109));
+  EXPECT_TRUE(has(209));
+  EXPECT_EQ(*cache->last_sequence(cache->worker_id("async")), 4u);
+  EXPECT_EQ(in.kv_metrics()[p].replayed, 2u);
+  EXPECT_EQ(in.kv_metrics()[p].gaps, 1u);
+  EXPECT_EQ(in.kv_metrics()[p].gaps_unfilled, 0u);
+  EXPECT_EQ(in.kv_metrics()[p].restarts, 0u);
+}
+
 TEST_F(IngestLogic, AsynchronousReplayThatFailsResynchronisesThenAppliesHeld) {
   ingest in(*cache, {}, [this] { return now; });
   const uint32_t p = in.add_kv_publisher("async");

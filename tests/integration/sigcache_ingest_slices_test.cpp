@@ -29,11 +29,22 @@ class recording_sink final : public reply_sink {
     if (to.channel == frontend_channel::route) ++route_replies_;
     (void)payload;
   }
-  uint32_t subscribe(const std::string& endpoint) override {
+  void subscribe(subscription_request r) override {
+    uint32_t id = 0;
+    {
+      std::lock_guard lock(mutex_);
+      auto [it, fresh] = ids_.try_emplace(r.endpoint, static_cast<uint32_t>(ids_.size()));
+      (void)fresh;
+      id = it->second;
+    }
+    if (r.done) r.done(id);
+  }
+  void unsubscribe(uint32_t) override {}
+  void request_replay(uint32_t, uint64_t, uint64_t) override {}
+  // The id subscribe() gave the endpoint.
+  uint32_t id_of(const std::string& endpoint) {
     std::lock_guard lock(mutex_);
-    auto [it, fresh] = ids_.try_emplace(endpoint, static_cast<uint32_t>(ids_.size()));
-    (void)fresh;
-    return it->second;
+    return ids_.at(endpoint);
   }
   size_t route_replies() {
     std::lock_guard lock(mutex_);
@@ -128,7 +139,7 @@ class SigcacheIngestSlices : public ::testing::Test {
   uint32_t subscribe(const std::string& endpoint) {
     caf::anon_send(sigcache_, subscribe_atom::value, uint32_t{0}, endpoint, false);
     sched_.run();
-    return sink_.subscribe(endpoint);
+    return sink_.id_of(endpoint);
   }
   void publish(uint32_t subscription, uint64_t seq, std::vector<uint8_t> payload) {
     auto f = std::make_shared<publisher_frames>();
