@@ -750,7 +750,13 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
         if (code != 0) {
           ++st.subscribe_failed;
           log_refusal(st, endpoint, message);
-          if (e && !e->active) st.publishers.remove(endpoint);
+          if (e && !e->active) {
+            // A restored registration ZeroMQ now refuses is not tried again at the next start.
+            const bool persisted = e->registered && !e->configured;
+            const uint32_t model = e->reg.model;
+            st.publishers.remove(endpoint);
+            if (persisted) persist_publishers(st, model);
+          }
           answer_waiters(st, endpoint, code, message);
           return;
         }

@@ -87,7 +87,8 @@ struct replay_message {
 struct subscription_request {
   std::string endpoint;
   std::string replay_endpoint;  // "" = none
-  // Called exactly once, on the frontend thread, when the SUB socket exists (the subscription
+  // Called once (unless the frontend stops first), on the frontend thread, when the SUB socket
+  // exists (the subscription
   // id its frames carry) or could not be made (ZeroMQ's reason: invalid_argument for an
   // endpoint it refuses, out_of_range at its socket cap). May be empty.
   std::function<void(result<uint32_t>)> done;
