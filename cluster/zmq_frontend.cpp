@@ -62,6 +62,7 @@ constexpr int64_t backlog_retry_min_ns = 1'000'000;    // 1 ms
 constexpr int64_t backlog_retry_max_ns = 100'000'000;  // 100 ms
 struct peer_backlog {
   std::deque<queued_reply> replies;
+  uint64_t bytes = 0;  // backlog_cost summed over replies
   int64_t retry_at_ns = 0;
   int64_t interval_ns = backlog_retry_min_ns;
 };
@@ -296,14 +297,35 @@ class zmq_frontend::impl {
       counters.queued_reply_bytes_peak.store(backlog_bytes);
   }
 
-  // Appends to a peer's backlog unless that would take the backlog past its cap.
+  // Drops the oldest reply waiting for a peer (counted over the cap).
+  void evict_oldest(peer_backlog& b) {
+    const uint64_t cost = backlog_cost(b.replies.front());
+    b.replies.pop_front();
+    b.bytes -= cost;
+    backlog_bytes -= cost;
+    --backlog_count;
+    counters.replies_over_cap.fetch_add(1);
+    drop(1);
+  }
+
+  // Appends to a peer's backlog within the cap. At the cap, the peer that holds the most gives
+  // way (its oldest replies are dropped while it holds more than this peer would): peers that
+  // never read then cannot take the whole cap from one that is only briefly behind.
   void hold(peer_backlog& b, queued_reply r) {
     const uint64_t cost = backlog_cost(r);
+    while (backlog_bytes + cost > opt.max_queued_reply_bytes) {
+      peer_backlog* largest = nullptr;
+      for (auto& [key, other] : backlog)
+        if (!other.replies.empty() && (!largest || other.bytes > largest->bytes)) largest = &other;
+      if (!largest || largest == &b || largest->bytes <= b.bytes + cost) break;
+      evict_oldest(*largest);
+    }
     if (backlog_bytes + cost > opt.max_queued_reply_bytes) {
       counters.replies_over_cap.fetch_add(1);
       return drop(1);
     }
     backlog_bytes += cost;
+    b.bytes += cost;
     ++backlog_count;
     b.replies.push_back(std::move(r));
   }
@@ -349,6 +371,7 @@ class zmq_frontend::impl {
         }
         counters.replies_sent.fetch_add(1);
         backlog_bytes -= backlog_cost(b.replies.front());
+        b.bytes -= backlog_cost(b.replies.front());
         --backlog_count;
         b.replies.pop_front();
         progressed = true;
@@ -356,8 +379,8 @@ class zmq_frontend::impl {
       if (gone) {
         // The peer left: nothing queued for it can be delivered.
         drop(b.replies.size());
-        for (const auto& r : b.replies)
-          backlog_bytes -= backlog_cost(r);
+        backlog_bytes -= b.bytes;
+        b.bytes = 0;
         backlog_count -= b.replies.size();
         b.replies.clear();
       }

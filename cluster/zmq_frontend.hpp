@@ -114,8 +114,10 @@ struct frontend_options {
   admin_protocol_limits admin_limits;
   uint32_t max_pending = 10000;  // route requests handed over and not yet answered
   // Per peer: replies ZeroMQ itself queues (its SNDHWM). Beyond it, replies wait in the
-  // frontend's backlog, which is what max_queued_reply_bytes caps.
-  int send_hwm = 1000;
+  // frontend's backlog, which is what max_queued_reply_bytes caps. Kept small because ZeroMQ's
+  // queues are outside that cap: with 1,000, six peers that never read held ~55 MiB there
+  // (fuzz.live_node, slow_readers_held); a reader that catches up loses nothing either way.
+  int send_hwm = 100;
   int recv_hwm = 100000;  // per peer: requests ZeroMQ queues before it stops reading the peer
   // Reply bytes waiting in the frontend's backlog for peers whose ZeroMQ queue is full, across all
   // peers; a reply that would exceed it is dropped (counted). 0 = no backlog.

@@ -204,7 +204,7 @@ class Harness:
         self.config = os.path.join(workdir, "node.toml")
         with open(self.config, "w") as f:
             f.write(node_toml(self.data_dir, self.centroids, WORKER_TIMEOUT_MS,
-                              extra="[limits]\nmax_tracked_requests = 10000\n"
+                              extra="[limits]\nmax_tracked_requests = 10000\nmax_queued_reply_bytes = 16777216\n"
                                     "[signature_cache]\ncommit_interval_ms = 10\n"
                                     "[cluster]\nmax_decisions = 10000\n"))
         # (Small request-id tables: RSS growth then measures what the steps target, such as
@@ -997,7 +997,7 @@ class Harness:
     def step_slow_reader(self, rng):
         """A DEALER sends n routes and reads nothing until the node is idle: every reply is
         either sent (and can then be read) or counted as dropped."""
-        n = rng.choice([150000, 200000])  # over the node's per-peer send_hwm (100,000)
+        n = rng.choice([150000, 200000])  # far over the per-peer send_hwm: the rest waits in the capped backlog
         self.note("slow reader: %d routes (explain) unread" % n)
         self.hb_pause.set()
         try:
@@ -1038,7 +1038,7 @@ class Harness:
 
     def step_slow_readers_held(self, rng):
         """Peers that never read, kept open: the queued replies must stay capped in total."""
-        peers, n = 6, 100000  # each peer up to the per-peer send_hwm
+        peers, n = 6, 100000  # each peer far over the per-peer send_hwm
         self.note("slow readers held: %d peers x %d routes (explain) never read" % (peers, n))
         rss0, tag = self.node.rss_kb(), rng.getrandbits(48)
         for p in range(peers):

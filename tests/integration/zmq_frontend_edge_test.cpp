@@ -211,6 +211,54 @@ TEST(ZmqFrontendEdge, RepliesToAPeerThatNeverReadsAreCappedDroppedAndCounted) {
   EXPECT_LE(c.replies_dropped.load(), dropped + waiting);
 }
 
+// The cap is shared, but not first come, first served: a peer that never reads and fills it
+// gives way to a peer that is only behind for a while, whose replies all arrive.
+TEST(ZmqFrontendEdge, PeersThatNeverReadCannotTakeTheCapFromOneThatIsBehind) {
+  route_frontend node;
+  frontend_options o;
+  o.send_hwm = 8;
+  o.max_queued_reply_bytes = 4 << 20;  // 256 replies of 16 KiB
+  node.start(o);
+  zmq::context_t ctx;
+  auto small_dealer = [&] {
+    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.set(zmq::sockopt::rcvhwm, 1);
+    s.set(zmq::sockopt::rcvbuf, 4096);
+    s.connect(node.endpoint());
+    return s;
+  };
+  zmq::socket_t silent = small_dealer();
+  const uint64_t flood = 3000;  // 48 MiB: the cap fills with replies for the silent peer
+  for (uint64_t i = 0; i < flood; ++i) {
+    const auto p = route_payload("big-silent-" + std::to_string(i));
+    silent.send(zmq::buffer(p), zmq::send_flags::none);
+  }
+  const auto& c = node.counters();
+  ASSERT_TRUE(eventually(
+      [&] {
+        return node.routed.load() == flood &&
+               c.replies_sent.load() + c.replies_dropped.load() + c.queued_replies.load() == flood;
+      },
+      30s));
+  ASSERT_GT(c.replies_over_cap.load(), 0u) << "the cap never filled";
+  // A second peer sends 100 (1.6 MiB of replies, under half the cap) before it reads any.
+  zmq::socket_t late = small_dealer();
+  const int n = 100;
+  for (int i = 0; i < n; ++i) {
+    const auto p = route_payload("big-late-" + std::to_string(i));
+    late.send(zmq::buffer(p), zmq::send_flags::none);
+  }
+  ASSERT_TRUE(eventually([&] { return node.routed.load() == flood + n; }, 30s));
+  for (int i = 0; i < n; ++i) {
+    auto parts = receive(late);
+    ASSERT_EQ(parts.size(), 1u) << "reply " << i << " of the late peer never came";
+    const std::string id = "big-late-" + std::to_string(i) + "Z";
+    ASSERT_EQ(parts[0].to_string().substr(0, id.size()), id) << "out of order";
+  }
+  EXPECT_LE(c.queued_reply_bytes_peak.load(), o.max_queued_reply_bytes);
+}
+
 TEST(ZmqFrontendEdge, ASlowReaderGetsEveryReplyInOrderFromTheBacklog) {
   route_frontend node;
   node.big_reply_bytes = 4 << 10;
