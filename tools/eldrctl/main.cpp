@@ -181,10 +181,12 @@ void print_table(std::ostream& out, const json& rows, std::vector<column> cols, 
     else
       kv.emplace_back("value", row);
     std::map<std::string, json> m;
-    for (auto& [k, v] : kv) {
+    for (auto& entry : kv) {
+      // Not a structured binding: clang 14 cannot capture one in a lambda (C++20 P1091).
+      const std::string& k = entry.first;
       if (std::none_of(cols.begin(), cols.end(), [&](const column& c) { return c.key == k; }))
         cols.push_back({k, upper(k)});
-      m[k] = std::move(v);
+      m[k] = std::move(entry.second);
     }
     flat.push_back(std::move(m));
   }
