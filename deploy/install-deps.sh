@@ -12,8 +12,12 @@ packages=(
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   # OpenSSL's headers (actors/tls_error_queue.cpp) and its CLI (the TLS tests' certificates)
   libssl-dev openssl
+  # HTTP client for scraping vLLM's /metrics (the load monitor)
+  libcpp-httplib-dev
   # Python peers used by integration tests and the Python client (Debian's /usr/bin/python3)
   python3 python3-zmq python3-msgpack python3-numpy python3-scipy python3-yaml
+  # eldr-proxy, eldr-record and the fake vLLM engines of the tests (asyncio HTTP)
+  python3-aiohttp
   # plots
   gnuplot-nox
 )
