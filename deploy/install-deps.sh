@@ -18,6 +18,8 @@ packages=(
   python3 python3-zmq python3-msgpack python3-numpy python3-scipy python3-yaml
   # eldr-proxy, eldr-record and the fake vLLM engines of the tests (asyncio HTTP)
   python3-aiohttp
+  # eldr-proxy: vLLM's sha256_cbor prefix-caching block hash (the same CBOR library vLLM uses)
+  python3-cbor2
   # plots
   gnuplot-nox
 )

@@ -1,0 +1,356 @@
+#!/usr/bin/python3
+"""eldr_client_aio: the asyncio twin of eldr_client.py, for programs that serve many requests at
+once from one event loop (eldr-proxy, eldr-record).
+
+Same wire protocol (docs/protocol.md sections 3 to 5), same codec (the functions of eldr_client
+are imported, not copied), same failover and id semantics as the synchronous clients:
+
+  - endpoints: one endpoint (str) or a list, the same protocol on several nodes; one DEALER per
+    endpoint, all connected at once, with LINGER 0 and IMMEDIATE (nothing is queued for an
+    endpoint whose connection, and CURVE handshake, is not complete).
+  - A call goes to the current endpoint. When no answer comes within timeout_ms it is resent,
+    with the same id, to the next endpoint (round robin, max_attempts attempts in all, default
+    one per endpoint); answers from every endpoint tried before are still accepted. The first
+    answer carrying the id wins, and its endpoint becomes the current one. After the last
+    attempt the call raises TimeoutError; a late answer to it is dropped (.late_replies).
+  - Pipelining is the normal case here: any number of calls may be outstanding on one client
+    (so on one socket per endpoint); one reader task per socket matches each reply to its call
+    by "id". Two calls outstanding with the same id at once are refused (ValueError): their
+    replies could not be told apart.
+
+Requirements: Python 3.11 with Debian's python3-zmq (zmq.asyncio) and python3-msgpack; run with
+/usr/bin/python3. Put cluster/python on PYTHONPATH (this module imports eldr_client).
+
+Classes (each also takes max_attempts=None, server_public_key=None, public_key=None,
+secret_key=None, context=None (a zmq.asyncio.Context); has .failovers, .last_endpoint, .endpoint,
+.late_replies, .bad_replies; must be used from one event loop; close with `await c.close()` or
+`async with`):
+
+AsyncRouteClient(endpoints, timeout_ms=2000)
+    await route(request_id, model, blocks, counts=None, label=None, explain=False) -> dict
+        the route_reply, with `fallback` and `warnings` always present (counted in
+        .fallback_replies / .warned_replies and logged per code at most once per 10 s, as by
+        eldr_client.RouteClient). Raises EldrError on an error_reply, TimeoutError.
+
+AsyncWorkerClient(endpoints, timeout_ms=2000)
+    await register(model, worker, endpoint, capacity=0, metrics_url=None)
+        metrics_url: the worker's Prometheus /metrics URL (http:// or https://), for a node that
+        scrapes vLLM's load; sent as the field "metrics_url", left out when None.
+    await report_load(model, worker, in_flight, running=0, waiting=0, kv_usage=0.0, seq=None)
+    await finished(model, worker, request_ids)
+    await drain(model, worker, drain=True)
+    await register_publisher(model, endpoint, replay_endpoint="")
+        each returns the worker_ack dict; raises EldrError/TimeoutError.
+
+AsyncAdminClient(endpoints, timeout_ms=5000)
+    await call(command, **args) -> result; raises EldrError when the node answers ok = false.
+
+Example:
+
+    router = AsyncRouteClient(["tcp://eldr-1:5700", "tcp://eldr-2:5700"], timeout_ms=200)
+    replies = await asyncio.gather(*(router.route(rid, "m", hashes[rid]) for rid in ids))
+    await router.close()
+"""
+import asyncio
+import itertools
+import logging
+import os
+import time
+
+import zmq
+import zmq.asyncio
+
+from eldr_client import (PROTOCOL_VERSION, EldrError, ProtocolError, RouteReplySurfacing,
+                         _curve_keys, checked_endpoint, decode, encode, error_from,
+                         route_request)
+
+__all__ = ["AsyncRouteClient", "AsyncWorkerClient", "AsyncAdminClient", "EldrError",
+           "ProtocolError", "PROTOCOL_VERSION"]
+
+_log = logging.getLogger("eldr_client")
+
+
+class _AsyncClient:
+    """DEALERs to one or more node endpoints, a reader task per socket, and calls matched to
+    replies by id, with timeouts and failover (module docstring)."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, endpoints, timeout_ms, reply_types, context=None, max_attempts=None,
+                 server_public_key=None, public_key=None, secret_key=None):
+        if isinstance(endpoints, (str, bytes)):
+            endpoints = [endpoints]
+        endpoints = [e.decode() if isinstance(e, bytes) else str(e) for e in endpoints]
+        if not endpoints:
+            raise ValueError("endpoints: at least one is needed")
+        if int(timeout_ms) < 1:
+            raise ValueError("timeout_ms: must be >= 1, got %r" % (timeout_ms,))
+        if max_attempts is not None and int(max_attempts) < 1:
+            raise ValueError("max_attempts: must be >= 1, got %r" % (max_attempts,))
+        keys = _curve_keys(server_public_key, public_key, secret_key)
+        self.endpoints = endpoints
+        self.timeout_ms = int(timeout_ms)
+        self.max_attempts = len(endpoints) if max_attempts is None else int(max_attempts)
+        self.failovers = 0       # attempts resent to another endpoint after a timeout
+        self.late_replies = 0    # answers that came after their call had given up
+        self.bad_replies = 0     # replies that did not decode (logged, dropped)
+        self.last_endpoint = None
+        self._current = 0
+        self._reply_types = reply_types
+        self._own_context = context is None
+        self._ctx = context if context is not None else zmq.asyncio.Context()
+        self._socks = []
+        self._readers = []
+        # id -> (future of (endpoint index, reply), endpoint index of the latest attempt)
+        self._pending = {}
+        self._closed = False
+        self._bad_logged_at = None
+        try:
+            for e in endpoints:
+                s = self._ctx.socket(zmq.DEALER)
+                self._socks.append(s)
+                s.setsockopt(zmq.LINGER, 0)  # closing never waits for a dead node
+                s.setsockopt(zmq.IMMEDIATE, 1)
+                if keys is not None:
+                    s.setsockopt(zmq.CURVE_SERVERKEY, keys[0])
+                    s.setsockopt(zmq.CURVE_PUBLICKEY, keys[1])
+                    s.setsockopt(zmq.CURVE_SECRETKEY, keys[2])
+                s.connect(e)
+        except Exception:
+            self._close_sockets()
+            raise
+        self._prefix = "aio-%d-%x-" % (os.getpid(), id(self))
+
+    @property
+    def endpoint(self):
+        """The current endpoint (where the next call starts)."""
+        return self.endpoints[self._current]
+
+    @property
+    def in_flight(self):
+        """Calls waiting for their answer."""
+        return len(self._pending)
+
+    def next_id(self):
+        return self._prefix + str(next(_AsyncClient._ids))
+
+    def _start_readers(self):
+        # Started on the first call, inside the running loop (the constructor may run outside).
+        if not self._readers and not self._closed:
+            self._readers = [asyncio.ensure_future(self._read_loop(i))
+                             for i in range(len(self._socks))]
+
+    async def _read_loop(self, i):
+        sock = self._socks[i]
+        while True:
+            frames = await sock.recv_multipart()
+            try:
+                # The last frame is the message (a node adding an empty delimiter is understood).
+                reply = decode(frames[-1], self._reply_types)
+            except ProtocolError as e:
+                self.bad_replies += 1
+                self._log_bad("%s: %s" % (self.endpoints[i], e))
+                continue
+            rid = reply.get("id")
+            entry = self._pending.get(rid) if rid else None
+            if entry is None and not rid:
+                # A reply without id answers a request the node could not read; it can only be
+                # matched when exactly one call waits on this endpoint.
+                waiting = [e for e in self._pending.values() if e[1] == i]
+                entry = waiting[0] if len(waiting) == 1 else None
+                if entry is None:
+                    self.bad_replies += 1
+                    self._log_bad("%s: a reply without id (%s) matches no single call"
+                                  % (self.endpoints[i], reply.get("message", "")))
+                    continue
+            if entry is None or entry[0].done():
+                self.late_replies += 1
+                continue
+            entry[0].set_result((i, reply))
+
+    def _log_bad(self, what):
+        now = time.monotonic()
+        if self._bad_logged_at is None or now - self._bad_logged_at >= 10.0:
+            self._bad_logged_at = now
+            _log.warning("eldr node reply dropped (%d so far): %s", self.bad_replies, what)
+
+    async def _send_on(self, i, payload, timeout_s):
+        # With IMMEDIATE, a DEALER whose connection is not up blocks in send; bound that.
+        await asyncio.wait_for(self._socks[i].send(payload), timeout_s)
+
+    async def _call(self, request_id, payload):
+        """Sends `payload` (which carries `request_id`) and waits for its reply, failing over on
+        a timeout; returns the reply dict."""
+        if self._closed:
+            raise RuntimeError("client is closed")
+        if request_id in self._pending:
+            raise ValueError("request id %r is already in flight on this client" % request_id)
+        self._start_readers()
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        n = len(self._socks)
+        start = self._current
+        timeout_s = self.timeout_ms / 1000.0
+        self._pending[request_id] = (fut, start)
+        try:
+            for attempt in range(self.max_attempts):
+                i = (start + attempt) % n
+                if attempt:
+                    self.failovers += 1
+                self._pending[request_id] = (fut, i)
+                deadline = loop.time() + timeout_s
+                try:
+                    await self._send_on(i, payload, timeout_s)
+                except asyncio.TimeoutError:
+                    pass  # not connected: still wait out the attempt for earlier endpoints
+                left = deadline - loop.time()
+                if left > 0:
+                    done, _ = await asyncio.wait((fut,), timeout=left)
+                if fut.done():
+                    j, reply = fut.result()
+                    self._current = j
+                    self.last_endpoint = self.endpoints[j]
+                    return reply
+            self._current = (start + self.max_attempts) % n
+            raise TimeoutError("%s: no reply within %d ms (%d attempt%s)"
+                               % (", ".join(self.endpoints), self.timeout_ms, self.max_attempts,
+                                  "" if self.max_attempts == 1 else "s"))
+        finally:
+            del self._pending[request_id]
+            if not fut.done():
+                fut.cancel()
+
+    def _close_sockets(self):
+        for s in self._socks:
+            s.close(0)
+        self._socks = []
+        if self._own_context:
+            self._ctx.term()
+            self._own_context = False
+
+    async def close(self):
+        """Stops the readers and closes the sockets; calls in flight get CancelledError."""
+        if self._closed:
+            return
+        self._closed = True
+        for r in self._readers:
+            r.cancel()
+        if self._readers:
+            await asyncio.gather(*self._readers, return_exceptions=True)
+        self._readers = []
+        for fut, _ in list(self._pending.values()):
+            if not fut.done():
+                fut.cancel()
+        self._close_sockets()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+
+class AsyncRouteClient(RouteReplySurfacing, _AsyncClient):
+    """A prefill worker's (or a proxy's) connection to the node's route endpoint."""
+
+    def __init__(self, endpoints, timeout_ms=2000, context=None, max_attempts=None,
+                 server_public_key=None, public_key=None, secret_key=None):
+        super().__init__(endpoints, timeout_ms, ("route_reply", "error_reply"), context,
+                         max_attempts, server_public_key, public_key, secret_key)
+        self._init_surfacing()
+
+    async def route(self, request_id, model, blocks, counts=None, label=None, explain=False):
+        """Where to decode this request: the route_reply dict. Raises EldrError, TimeoutError."""
+        payload = route_request(request_id, model, blocks, counts, label, explain)
+        reply = await self._call(str(request_id), payload)
+        if reply["type"] == "error_reply":
+            raise error_from(reply)
+        return self._surface(reply)
+
+
+def _metrics_url(value):
+    """value as sent in worker_register.metrics_url: an http(s) URL the node can scrape, with
+    the rules of an endpoint (printable ASCII without whitespace or quotes, 1..256 bytes)."""
+    value = checked_endpoint("worker_register.metrics_url", value, False)
+    if not value.startswith(("http://", "https://")) or value.endswith("://"):
+        raise ValueError("worker_register.metrics_url: %r is not an http:// or https:// URL"
+                         % value)
+    return value
+
+
+class AsyncWorkerClient(_AsyncClient):
+    """A decode worker's (or its proxy's, or a publisher's) connection to the worker endpoint."""
+
+    def __init__(self, endpoints, timeout_ms=2000, context=None, max_attempts=None,
+                 server_public_key=None, public_key=None, secret_key=None):
+        super().__init__(endpoints, timeout_ms, ("worker_ack", "error_reply"), context,
+                         max_attempts, server_public_key, public_key, secret_key)
+        self._seq = 0
+
+    async def _worker_call(self, msg_type, fields):
+        rid = self.next_id()
+        reply = await self._call(rid, encode(msg_type, dict({"id": rid}, **fields)))
+        if reply["type"] == "error_reply":
+            raise error_from(reply)
+        return reply
+
+    async def register(self, model, worker, endpoint, capacity=0, metrics_url=None):
+        """Announces decode worker `worker` (its index in the model's pool), the endpoint route
+        replies name, and (optionally) the metrics URL the node scrapes for its load."""
+        fields = {"model": str(model), "worker": int(worker),
+                  "endpoint": checked_endpoint("worker_register.endpoint", endpoint, False),
+                  "capacity": int(capacity)}
+        if metrics_url is not None:
+            fields["metrics_url"] = _metrics_url(metrics_url)
+        return await self._worker_call("worker_register", fields)
+
+    async def report_load(self, model, worker, in_flight, running=0, waiting=0, kv_usage=0.0,
+                          seq=None):
+        """The worker's own load; seq defaults to the wall clock in microseconds (increasing
+        across restarts), as in eldr_client.WorkerClient.report_load."""
+        if not 0.0 <= float(kv_usage) <= 1.0:  # the node refuses it (malformed) otherwise
+            raise ValueError("kv_usage %r is outside 0..1" % (kv_usage,))
+        if seq is None:
+            self._seq = max(self._seq + 1, time.time_ns() // 1000)
+            seq = self._seq
+        return await self._worker_call("load_report", {
+            "model": str(model), "worker": int(worker), "in_flight": int(in_flight),
+            "running": int(running), "waiting": int(waiting), "kv_usage": float(kv_usage),
+            "seq": int(seq)})
+
+    async def finished(self, model, worker, request_ids):
+        """Requests the worker completed or aborted (at most 4,096 per message)."""
+        return await self._worker_call("finished", {
+            "model": str(model), "worker": int(worker),
+            "requests": [str(r) for r in request_ids]})
+
+    async def drain(self, model, worker, drain=True):
+        """Stop (drain=True) or resume (False) receiving requests; those in flight finish."""
+        return await self._worker_call("worker_drain", {
+            "model": str(model), "worker": int(worker), "drain": bool(drain)})
+
+    async def register_publisher(self, model, endpoint, replay_endpoint=""):
+        """A vLLM KV-event publisher (PUB endpoint, optional replay ROUTER) for the cache."""
+        return await self._worker_call("publisher_register", {
+            "model": str(model),
+            "endpoint": checked_endpoint("publisher_register.endpoint", endpoint, True),
+            "replay_endpoint": checked_endpoint("publisher_register.replay_endpoint",
+                                                replay_endpoint, True) if replay_endpoint else ""})
+
+
+class AsyncAdminClient(_AsyncClient):
+    """An operator's connection to the node's admin endpoint (docs/protocol.md section 5)."""
+
+    def __init__(self, endpoints, timeout_ms=5000, context=None, max_attempts=None,
+                 server_public_key=None, public_key=None, secret_key=None):
+        super().__init__(endpoints, timeout_ms, ("admin_reply", "error_reply"), context,
+                         max_attempts, server_public_key, public_key, secret_key)
+
+    async def call(self, command, /, **args):
+        """Runs one command; its result. Raises EldrError when the node refuses it."""
+        rid = self.next_id()
+        reply = await self._call(rid, encode("admin_request",
+                                             {"id": rid, "command": str(command), "args": args}))
+        if reply["type"] == "error_reply" or not reply.get("ok", False):
+            raise error_from(reply)
+        return reply.get("result")
