@@ -267,7 +267,10 @@ class KvEventPublisher:
         import zmq
         import zmq.asyncio
         self.zmq = zmq
-        self.ctx = zmq.asyncio.Context()
+        # A plain socket for PUB: a NOBLOCK send completes (or fails with Again) on the spot, so
+        # the event loop never waits on it; the replay ROUTER is served by an asyncio task.
+        self.ctx = zmq.Context()
+        self.actx = zmq.asyncio.Context()
         self.pub = self.ctx.socket(zmq.PUB)
         self.pub.setsockopt(zmq.SNDHWM, 100000)
         self.pub.setsockopt(zmq.LINGER, 0)
@@ -281,7 +284,7 @@ class KvEventPublisher:
         self.dropped = 0
         self.replay = None
         if replay_endpoint:
-            self.replay = self.ctx.socket(zmq.ROUTER)
+            self.replay = self.actx.socket(zmq.ROUTER)
             self.replay.setsockopt(zmq.LINGER, 0)
             self.replay.bind(replay_endpoint)
 
@@ -314,6 +317,7 @@ class KvEventPublisher:
         self.pub.close(0)
         if self.replay is not None:
             self.replay.close(0)
+        self.actx.term()
         self.ctx.term()
 
 
