@@ -22,6 +22,7 @@ import zmq
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.dont_write_bytecode = True  # keep the source tree clean
 sys.path.insert(0, HERE)
 import fake_vllm as fv  # noqa: E402
 
