@@ -259,8 +259,8 @@ def _runs(np, rows):
     np.not_equal(flat[1:], flat[:-1], out=starts[1:])
     starts[::width] = True
     pos = np.flatnonzero(starts)
-    counts = np.diff(np.append(pos, flat.size))
-    return flat[pos], counts, starts.reshape(n_rows, width).sum(axis=1)
+    counts = np.diff(pos, append=flat.size)
+    return np.take(flat, pos), counts, np.count_nonzero(starts.reshape(n_rows, width), axis=1)
 
 
 def _topk_blocks(layers, experts, top_k, topk):

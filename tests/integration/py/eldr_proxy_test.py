@@ -1,0 +1,393 @@
+#!/usr/bin/python3
+"""eldr-proxy end to end, with real processes: this build's eldr-node, eldr-proxy, 2 fake
+prefill and 4 fake decode vLLM instances (tests/fakes/fake_vllm.py) serving the REAL ESFT
+DeepSeek-V2-Lite trace (26 MoE layers after 1 dense layer, 64 experts, top-6).
+
+Between the proxy and the node's route endpoint sits a tap (a ZeroMQ ROUTER/DEALER relay run by
+this test) that keeps a copy of every route_request, so the test sees exactly what eldr received.
+
+Checked:
+  - every decode request landed on the decode instance eldr decided (the node's own `explain`
+    against the fake decode instances' records of the request ids they served);
+  - the counts eldr received equal the prefill counts of the trace request behind each prompt,
+    counted here from the trace file with plain loops; the full blocks' hashes equal vLLM's
+    sha256_cbor hashes of the prompt (computed by the fake's independent CBOR code);
+  - finished events balance: the node's in-flight count of every worker returns to 0;
+  - a client that disconnects mid-stream: the decode instance's request is aborted and the node
+    hears `finished`;
+  - a dead prefill instance: one clean 502, then it is skipped;
+  - eldr killed mid-run: the proxy keeps serving and counts the fallback;
+  - bad flags: exit 2 naming the flag.
+
+usage: eldr_proxy_test.py --build-dir BUILD     exit 0 = pass, 77 = skipped (no eldr-node built,
+or no shared trace data). Debian's python3-aiohttp, -zmq, -msgpack, -numpy, -cbor2.
+"""
+import argparse
+import asyncio
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+import aiohttp
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "cluster", "python"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "adversarial"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "fakes"))
+import eldr_client_aio as aio  # noqa: E402
+import eldr_live as live  # noqa: E402
+import fake_vllm  # noqa: E402  (its tokenizer and CBOR code, independent of the proxy's)
+from proxy_harness import (BLOCK, FAKE, K, MODEL, PROXY, PYTHON, SEED,  # noqa: E402
+                           ReadyProcess, RouteTap, centroid_file, node_toml, read_trace)
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def prompt_words(trace_id, n):
+    return ["req:%s" % trace_id] + ["w%d" % j for j in range(n - 1)]
+
+
+def expected_counts(ids, n_tokens, P):
+    """Per block, per layer {expert: count} of prompt tokens 0..n-1, where the fake gives prompt
+    token t the trace's prompt token t mod P (plain Python counting)."""
+    rows = [ids[t % P] for t in range(n_tokens)]
+    out = []
+    for start in range(0, n_tokens, BLOCK):
+        blk = rows[start:start + BLOCK]
+        out.append((len(blk), [collections.Counter(int(e) for r in blk for e in r[l])
+                               for l in range(ids.shape[1])]))
+    return out
+
+
+def received_counts(msg):
+    out = []
+    for h, parent, tokens, sizes, ids, counts in msg["blocks"]:
+        per_layer, pos = [], 0
+        for n in sizes:
+            per_layer.append(dict(zip(ids[pos:pos + n], counts[pos:pos + n])))
+            pos += n
+        out.append((h, tokens, per_layer))
+    return out
+
+
+async def metric(session, url, name, labels=None):
+    async with session.get(url + "/metrics") as r:
+        text = await r.text()
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name) or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        if head.split("{")[0] != name:
+            continue
+        if labels and not all('%s="%s"' % kv in head for kv in labels.items()):
+            continue
+        total += float(value)
+    return total
+
+
+async def wait_until(cond, what, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = await cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        await asyncio.sleep(0.02)  # polling a condition, bounded by the deadline
+
+
+async def fake_records(session, url):
+    async with session.get(url + "/fake/stats") as r:
+        return await r.json()
+
+
+class Cluster:
+    def __init__(self, tmp, build_dir, trace_path):
+        self.tmp, self.trace_path = tmp, trace_path
+        self.node_binary = live.find_binary(build_dir, "eldr-node")
+        self.procs = []
+
+    def fake(self, name, role, extra=()):
+        p = ReadyProcess([PYTHON, FAKE, "--model", MODEL, "--trace", self.trace_path,
+                          "--role", role, "--enable-return-routed-experts", "--dense-layers", "1",
+                          "--python-hash-seed", SEED, "--block-size", str(BLOCK),
+                          "--time-scale", "0.05"] + list(extra),
+                         "fake-vllm", os.path.join(self.tmp, name + ".log"))
+        self.procs.append(p)
+        return p
+
+    def close(self):
+        for p in self.procs:
+            p.stop()
+
+
+async def run_requests(session, proxy_url, trace_ids, trace):
+    """Mixed requests through the proxy: completions and chat, streamed and not."""
+    results = []
+
+    async def one(i, tid):
+        label, P, ids = trace[tid]
+        n = 5 + (i * 7) % 60  # 5..64 tokens: full blocks and partial tails
+        words = prompt_words(tid, n)
+        chat, stream = i % 2 == 1, i % 3 == 0
+        if chat:
+            path = "/v1/chat/completions"
+            body = {"model": MODEL, "messages": [{"role": "user", "content": " ".join(words)}],
+                    "max_tokens": 8, "stream": stream}
+        else:
+            path = "/v1/completions"
+            body = {"model": MODEL, "prompt": " ".join(words), "max_tokens": 8, "stream": stream}
+        async with session.post(proxy_url + path, json=body) as r:
+            raw = await r.read()
+            check(r.status == 200, "request %d: HTTP %d %s" % (i, r.status, raw[:300]))
+            rid = r.headers["X-Request-Id"]
+            decided = r.headers["X-Eldr-Decided-By"]
+            decode = int(r.headers["X-Eldr-Decode"])
+        if stream:
+            events = [e for e in raw.decode().split("\n\n") if e]
+            check(events[-1] == "data: [DONE]", "stream end: %r" % events[-1:])
+            text = "".join((json.loads(e[6:])["choices"][0].get("text") or
+                            json.loads(e[6:])["choices"][0].get("delta", {}).get("content") or "")
+                           for e in events[:-1])
+        else:
+            c = json.loads(raw)["choices"][0]
+            text = c["message"]["content"] if chat else c["text"]
+        check(text.split() == ["o%d" % j for j in range(8)], "request %d text %r" % (i, text))
+        results.append({"rid": rid, "tid": tid, "words": words, "n": n, "decided": decided,
+                        "decode": decode, "P": P})
+    await asyncio.gather(*(one(i, tid) for i, tid in enumerate(trace_ids)))
+    return results
+
+
+async def scenario(args, tmp):
+    trace_path = os.path.join(args.shared_data, "esft-deepseek-v2-lite.eldrtrace")
+    geometry, trace = read_trace(trace_path)
+    labels = sorted({lab for lab, _, _ in trace.values()})
+    check(len(labels) == K, "ESFT labels: %r" % labels)
+    cpath = os.path.join(tmp, "esft.centroids")
+    with open(cpath, "wb") as f:
+        f.write(centroid_file(geometry, trace, labels))
+    with open(os.path.join(tmp, "node.toml"), "w") as f:
+        f.write(node_toml(os.path.join(tmp, "data"), cpath))
+    c = Cluster(tmp, args.build_dir, trace_path)
+    node = live.Node(c.node_binary, os.path.join(tmp, "node.toml"),
+                     os.path.join(tmp, "node.log")).start()
+    tap = RouteTap(node.endpoint("route"))
+    proxy = None
+    try:
+        prefills = [c.fake("prefill%d" % i, "prefill").start() for i in range(2)]
+        decodes = [c.fake("decode%d" % i, "decode").start() for i in range(K)]
+        pre_urls = [p.ready["url"] for p in prefills]
+        dec_urls = [d.ready["url"] for d in decodes]
+        proxy = ReadyProcess(
+            [PYTHON, PROXY, "--listen", "127.0.0.1:0", "--eldr", tap.endpoint,
+             "--eldr-worker", node.endpoint("worker"), "--model", MODEL,
+             "--layers", str(geometry[0]), "--experts", str(geometry[1]),
+             "--top-k", str(geometry[2]), "--first-moe-layer", "1", "--hash-seed", SEED,
+             "--eldr-timeout-ms", "300", "--eldr-retry-ms", "500", "--retry-down-ms", "200"] +
+            sum((["--prefill", u] for u in pre_urls), []) +
+            sum((["--decode", u] for u in dec_urls), []),
+            "eldr-proxy", os.path.join(tmp, "proxy.log"))
+        c.procs.append(proxy)
+        proxy.start()
+        purl = proxy.ready["listen"]
+        check(proxy.ready["block_hash"] == "vllm", "hash source: %r" % proxy.ready)
+        admin = aio.AsyncAdminClient(node.endpoint("admin"), timeout_ms=10000)
+        session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
+        try:
+            async def registered():
+                rows = await admin.call("workers", model=MODEL)
+                return len(rows) == K and rows
+            rows = await wait_until(registered, "the proxy to register 4 decode instances")
+            for r in rows:
+                check(r["endpoint"] == dec_urls[r["worker"]], "registration: %r" % r)
+            await test_requests(session, admin, tap, purl, trace, dec_urls, decodes)
+            print("PASS requests land where eldr decided, with the trace's counts", flush=True)
+            await test_disconnect(session, admin, purl, trace, decodes)
+            print("PASS a client disconnecting mid-stream aborts the decode", flush=True)
+            await test_dead_prefill(session, purl, trace, prefills)
+            print("PASS a dead prefill instance: one 502, then skipped", flush=True)
+            await test_eldr_killed(session, node, purl, trace)
+            print("PASS eldr killed: the proxy keeps serving and counts it", flush=True)
+        finally:
+            await session.close()
+            await admin.close()
+    except Exception:
+        for p in ([proxy] if proxy else []):
+            print("--- proxy log:\n" + p.tail(), flush=True)
+        raise
+    finally:
+        c.close()
+        tap.close()
+        node.stop()
+
+
+async def test_requests(session, admin, tap, purl, trace, dec_urls, decodes):
+    tids = list(trace.keys())
+    picked = [tids[(i * 37) % len(tids)] for i in range(40)]
+    results = await run_requests(session, purl, picked, trace)
+    # Where each request landed, from the decode instances' own records.
+    served = {}
+    for i, d in enumerate(decodes):
+        for rec in (await fake_records(session, d.ready["url"]))["records"]:
+            check(rec["role"] == "decode" and rec["kv_error"] is None, "decode record %r" % rec)
+            served[rec["request_id"]] = i
+    for r in results:
+        check(r["decided"] == "eldr", "request %s decided by %s" % (r["rid"], r["decided"]))
+        decision = await admin.call("explain", model=MODEL, request=r["rid"])
+        check(served.get(r["rid"]) == decision["worker"] == r["decode"],
+              "request %s: eldr chose %r, served by %r, header %r"
+              % (r["rid"], decision["worker"], served.get(r["rid"]), r["decode"]))
+        check(decision["fallback"] in ("", None) and decision["policy"] == "eldr",
+              "decision %r" % decision)
+        n_blocks = -(-r["n"] // BLOCK)
+        check(decision["covered_blocks"] == decision["total_blocks"] == n_blocks,
+              "coverage %r" % decision)
+        # What eldr received: the trace's counts, vLLM's hashes.
+        msg = tap.requests[r["rid"]]
+        check(msg["model"] == MODEL and msg["counts"]["model"] == [26, 64, 6], "%r" % msg["model"])
+        _, P, ids = trace[r["tid"]]
+        want = expected_counts(ids, r["n"], P)
+        got = received_counts(msg["counts"])
+        check(len(got) == len(want) == n_blocks, "blocks %d/%d" % (len(got), len(want)))
+        for b, ((h, tokens, per_layer), (w_tokens, w_layers)) in enumerate(zip(got, want)):
+            check(tokens == w_tokens, "block %d tokens" % b)
+            check(per_layer == [dict(x) for x in w_layers], "request %s block %d counts differ"
+                  % (r["rid"], b))
+        token_ids = fake_vllm.tokenize(" ".join(r["words"]))
+        vllm = [fake_vllm.external_hash(d) for d in
+                fake_vllm.block_hashes(token_ids, BLOCK, fake_vllm.none_hash(SEED))]
+        check(msg["blocks"][:len(vllm)] == vllm, "request %s: block hashes are not vLLM's"
+              % r["rid"])
+        check([b[0] for b in msg["counts"]["blocks"]] == msg["blocks"], "counts/blocks hashes")
+    # Every finished reached eldr: in-flight back to 0 everywhere.
+    async def drained():
+        rows = await admin.call("workers", model=MODEL)
+        return all(r["load"] == 0 for r in rows)
+    await wait_until(drained, "the node's in-flight counts to return to 0")
+    check(await metric(session, purl, "eldr_proxy_requests_total",
+                       {"outcome": "ok"}) == len(results), "ok count")
+    check(await metric(session, purl, "eldr_proxy_eldr_errors_total") == 0, "eldr errors")
+    check(await metric(session, purl, "eldr_proxy_finished_reported_total") == len(results),
+          "finished reported")
+    check(await metric(session, purl, "eldr_proxy_block_hashes_total",
+                       {"source": "vllm"}) == len(results), "hash source")
+
+
+async def test_disconnect(session, admin, purl, trace, decodes):
+    tid = next(iter(trace.keys()))
+    body = {"model": MODEL, "prompt": " ".join(prompt_words(tid, 20)), "max_tokens": 20000,
+            "stream": True}
+    before = [(await fake_records(session, d.ready["url"]))["counters"].get("aborted", 0)
+              for d in decodes]
+    r = await session.post(purl + "/v1/completions", json=body)
+    check(r.status == 200, "HTTP %d" % r.status)
+    rid, which = r.headers["X-Request-Id"], int(r.headers["X-Eldr-Decode"])
+    first = await r.content.readuntil(b"\n\n")
+    check(first.startswith(b"data: "), "first event %r" % first)
+    r.close()  # the client goes away mid-stream
+
+    async def aborted():
+        st = await fake_records(session, decodes[which].ready["url"])
+        return st["counters"].get("aborted", 0) == before[which] + 1 and st["running"] == 0
+    await wait_until(aborted, "the decode instance to abort the request")
+
+    async def finished():
+        rows = await admin.call("workers", model=MODEL)
+        return all(row["load"] == 0 for row in rows)
+    await wait_until(finished, "eldr to hear finished for %s" % rid)
+    check(await metric(session, purl, "eldr_proxy_requests_total",
+                       {"outcome": "disconnected"}) == 1, "disconnect counted")
+
+
+async def test_dead_prefill(session, purl, trace, prefills):
+    tid = next(iter(trace.keys()))
+    prefills[0].kill()
+    statuses = []
+    for i in range(4):
+        body = {"model": MODEL, "prompt": " ".join(prompt_words(tid, 10 + i)), "max_tokens": 2}
+        async with session.post(purl + "/v1/completions", json=body) as r:
+            statuses.append(r.status)
+            if r.status == 502:
+                err = (await r.json())["error"]
+                check("prefill instance 0" in err["message"] and err["code"] == 502,
+                      "502 body %r" % err)
+    check(statuses.count(502) <= 1 and statuses[-2:] == [200, 200],
+          "statuses with a dead prefill: %r" % statuses)
+    check(await metric(session, purl, "eldr_proxy_upstream_healthy",
+                       {"role": "prefill", "index": "0"}) == 0, "prefill 0 marked down")
+    if statuses.count(502) == 0:  # round robin had moved past it: one more finds it dead
+        body = {"model": MODEL, "prompt": " ".join(prompt_words(tid, 9)), "max_tokens": 2}
+        async with session.post(purl + "/v1/completions", json=body) as r:
+            check(r.status == 200, "HTTP %d" % r.status)
+    check(await metric(session, purl, "eldr_proxy_prefill_failures_total",
+                       {"prefill": "0"}) >= 1, "prefill failure counted")
+
+
+async def test_eldr_killed(session, node, purl, trace):
+    tids = list(trace.keys())
+    node.kill()
+    for i in range(8):
+        body = {"model": MODEL, "prompt": " ".join(prompt_words(tids[i], 12)), "max_tokens": 2,
+                "stream": i % 2 == 0}
+        async with session.post(purl + "/v1/completions", json=body) as r:
+            raw = await r.read()
+            check(r.status == 200, "HTTP %d with eldr dead: %s" % (r.status, raw[:200]))
+            check(r.headers["X-Eldr-Decided-By"].startswith("proxy:"), "decided by %s"
+                  % r.headers["X-Eldr-Decided-By"])
+    check(await metric(session, purl, "eldr_proxy_eldr_errors_total", {"reason": "timeout"}) >= 1,
+          "route timeouts counted")
+    check(await metric(session, purl, "eldr_proxy_fallback_picks_total") == 8,
+          "own picks counted")
+
+
+def test_bad_flags_exit_2():
+    r = subprocess.run([PYTHON, PROXY, "--listen", "127.0.0.1:0", "--eldr", "tcp://x:1",
+                        "--eldr-worker", "tcp://x:2", "--model", "m", "--prefill", "http://x:1",
+                        "--decode", "http://x:2", "--layers", "4", "--experts", "8",
+                        "--top-k", "9"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2, "exit %d" % r.returncode)
+    check(r.stderr.startswith("eldr-proxy: --top-k:"), "stderr %r" % r.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build-dir", required=True)
+    ap.add_argument("--shared-data", default=os.environ.get("ELDR_SHARED_DATA") or
+                    os.path.join(ROOT, "..", "shared", "data"))
+    args = ap.parse_args()
+    try:
+        live.find_binary(args.build_dir, "eldr-node")
+    except FileNotFoundError as e:
+        print("SKIP: %s" % e)
+        return 77
+    if not os.path.isfile(os.path.join(args.shared_data, "esft-deepseek-v2-lite.eldrtrace")):
+        print("SKIP: no ESFT trace in %s (set ELDR_SHARED_DATA)" % args.shared_data)
+        return 77
+    try:
+        test_bad_flags_exit_2()
+        print("PASS bad flags exit 2 naming the flag", flush=True)
+        with tempfile.TemporaryDirectory(prefix="eldr-proxy-test-") as tmp:
+            asyncio.run(scenario(args, tmp))
+    except Exception:  # noqa: BLE001
+        traceback.print_exc()
+        print("FAILED")
+        return 1
+    print("all tests passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
