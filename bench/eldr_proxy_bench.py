@@ -5,15 +5,15 @@ eldr-node, one eldr-proxy, fake vLLM prefill and decode instances (tests/fakes/f
 REAL ESFT trace, and an aiohttp load generator in this process.
 
 overhead     open-loop Poisson arrivals at --rate for --duration s, streaming --tokens tokens,
-             prompts of --prompt-tokens tokens, twice:
+             prompts of --prompt-tokens tokens, alternating between two paths:
                direct  the client itself runs vLLM's P/D flow (toy_proxy_server.py's): prefill
                        on a prefill instance with kv_transfer_params, then the decode request,
                        streamed, to a decode instance (round robin), no proxy, no eldr;
                proxy   the same request to eldr-proxy (prefill, conversion, route, decode relay).
              Latency = request sent to last byte of the stream; overhead = proxy - direct at
              p50 and p99 (the proxy's extra HTTP hop, JSON work, conversion, route call).
-throughput   closed loop: --concurrency clients send non-streaming requests (--tokens 1 by
-             default... see --throughput-tokens) back to back for --duration s through the proxy
+throughput   closed loop: --concurrency clients send non-streaming requests of
+             --throughput-tokens tokens back to back for --duration s through the proxy
              with eldr deciding; requests/s, and the proxy's CPU seconds per request (from
              /proc), i.e. what one proxy process could serve with a core to itself.
 
@@ -61,6 +61,20 @@ def pct(v, q):
 
 def prompt(tids, i, n):
     return " ".join(["req:%s" % tids[i % len(tids)]] + ["w%d_%d" % (i, j) for j in range(n - 1)])
+
+
+async def stage_means(session, url):
+    """Mean time of each stage the proxy measures (eldr_proxy_stage_seconds), since start."""
+    async with session.get(url + "/metrics") as r:
+        text = await r.text()
+    sums, counts = {}, {}
+    for line in text.splitlines():
+        for suffix, into in (("_sum", sums), ("_count", counts)):
+            head = "eldr_proxy_stage_seconds" + suffix + '{stage="'
+            if line.startswith(head):
+                stage = line[len(head):].split('"', 1)[0]
+                into[stage] = float(line.rsplit(" ", 1)[1])
+    return {s: round(1e3 * sums[s] / counts[s], 3) for s in sums if counts.get(s)}
 
 
 async def direct_request(session, prefills, decodes, i, body, path):
@@ -161,8 +175,12 @@ async def run(args, tmp):
     try:
         prefills = [fake("prefill%d" % i, "prefill").ready["url"] for i in range(args.prefills)]
         decodes = [fake("decode%d" % i, "decode").ready["url"] for i in range(K)]
+        launch = [PYTHON, PROXY]
+        if args.profile:  # cProfile of the proxy process, written when it stops
+            launch = [PYTHON, "-m", "cProfile", "-o", args.profile,
+                      os.path.join(os.path.dirname(PROXY), "eldr_proxy.py")]
         proxy = ReadyProcess(
-            [PYTHON, PROXY, "--listen", "127.0.0.1:0", "--eldr", node.endpoint("route"),
+            launch + ["--listen", "127.0.0.1:0", "--eldr", node.endpoint("route"),
              "--eldr-worker", node.endpoint("worker"), "--model", MODEL,
              "--layers", str(geometry[0]), "--experts", str(geometry[1]),
              "--top-k", str(geometry[2]), "--first-moe-layer", "1", "--hash-seed", SEED,
@@ -193,12 +211,23 @@ async def run(args, tmp):
                 await direct_request(session, prefills, decodes, i, body(i, 2, True), path)
                 await proxy_request(session, url, i, body(i, 2, True), path)
             if args.mode in ("overhead", "both"):
-                lat_d, err_d = await open_loop(
-                    args.rate, args.duration, lambda i: direct_request(
-                        session, prefills, decodes, i, body(10**6 + i, args.tokens, True), path))
-                lat_p, err_p = await open_loop(
-                    args.rate, args.duration, lambda i: proxy_request(
-                        session, url, i, body(2 * 10**6 + i, args.tokens, True), path))
+                # Interleaved: arrivals alternate between the two paths, so both see the same
+                # machine (other processes, the fakes' own queues) at the same moments.
+                lat = {"direct": [], "proxy": []}
+
+                async def either(i):
+                    loop = asyncio.get_running_loop()
+                    t0 = loop.time()
+                    if i % 2 == 0:
+                        await direct_request(session, prefills, decodes, i,
+                                             body(10**6 + i, args.tokens, True), path)
+                        lat["direct"].append(loop.time() - t0)
+                    else:
+                        await proxy_request(session, url, i, body(10**6 + i, args.tokens, True),
+                                            path)
+                        lat["proxy"].append(loop.time() - t0)
+                _, errors = await open_loop(args.rate, args.duration, either)
+                lat_d, lat_p = lat["direct"], lat["proxy"]
                 results["overhead"] = {
                     "rate": args.rate, "duration_s": args.duration, "tokens": args.tokens,
                     "prompt_tokens": args.prompt_tokens,
@@ -206,11 +235,12 @@ async def run(args, tmp):
                     "direct_p99_ms": round(pct(lat_d, 0.99) * 1e3, 2),
                     "proxy_p50_ms": round(statistics.median(lat_p) * 1e3, 2),
                     "proxy_p99_ms": round(pct(lat_p, 0.99) * 1e3, 2),
-                    "requests": [len(lat_d), len(lat_p)], "errors": [len(err_d), len(err_p)],
-                    "error_samples": (err_d + err_p)[:3]}
+                    "requests": [len(lat_d), len(lat_p)], "errors": len(errors),
+                    "error_samples": errors[:3]}
                 o = results["overhead"]
                 o["overhead_p50_ms"] = round(o["proxy_p50_ms"] - o["direct_p50_ms"], 2)
                 o["overhead_p99_ms"] = round(o["proxy_p99_ms"] - o["direct_p99_ms"], 2)
+                results["overhead"]["proxy_stage_mean_ms"] = await stage_means(session, url)
             if args.mode in ("throughput", "both"):
                 pid = proxy.ready["pid"]
                 c0 = cpu_seconds(pid)
@@ -225,7 +255,8 @@ async def run(args, tmp):
                     "requests": n, "requests_per_s": round(n / secs, 1), "errors": len(errs),
                     "error_samples": errs[:3], "proxy_cpu_s": round(cpu, 2),
                     "proxy_cpu_ms_per_request": round(1e3 * cpu / max(n, 1), 3),
-                    "requests_per_proxy_cpu_s": round(n / cpu, 1) if cpu else None}
+                    "requests_per_proxy_cpu_s": round(n / cpu, 1) if cpu else None,
+                    "proxy_stage_mean_ms": await stage_means(session, url)}
     finally:
         for p in procs:
             p.stop()
@@ -247,9 +278,16 @@ def main():
     ap.add_argument("--prefills", type=int, default=2)
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--profile", help="run the proxy under cProfile, stats written to this file")
+    ap.add_argument("--workdir", help="keep the processes' logs here (default: a temporary "
+                                      "directory, removed)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="eldr-proxy-bench-") as tmp:
-        res = asyncio.run(run(args, tmp))
+    if args.workdir:
+        os.makedirs(args.workdir, exist_ok=True)
+        res = asyncio.run(run(args, args.workdir))
+    else:
+        with tempfile.TemporaryDirectory(prefix="eldr-proxy-bench-") as tmp:
+            res = asyncio.run(run(args, tmp))
     if args.json:
         print(json.dumps(res))
     else:

@@ -217,6 +217,18 @@ async def scenario(args, tmp):
             print("PASS requests land where eldr decided, with the trace's counts", flush=True)
             await test_disconnect(session, admin, purl, trace, decodes)
             print("PASS a client disconnecting mid-stream aborts the decode", flush=True)
+            edge = ReadyProcess(
+                [PYTHON, PROXY, "--listen", "127.0.0.1:0", "--eldr", node.endpoint("route"),
+                 "--eldr-worker", node.endpoint("worker"), "--model", "no-such-model",
+                 "--layers", "26", "--experts", "64", "--top-k", "6", "--first-moe-layer", "1",
+                 "--max-concurrent", "1", "--max-body-bytes", "2048"] +
+                sum((["--prefill", u] for u in pre_urls), []) +
+                sum((["--decode", u] for u in dec_urls), []),
+                "eldr-proxy", os.path.join(tmp, "edge-proxy.log"))
+            c.procs.append(edge)
+            edge.start()
+            await test_edges(session, edge.ready["listen"], trace)
+            print("PASS the HTTP edges: health, models, 400/413/503, eldr's error", flush=True)
             await test_dead_prefill(session, purl, trace, prefills)
             print("PASS a dead prefill instance: one 502, then skipped", flush=True)
             await test_eldr_killed(session, node, purl, trace)
@@ -310,6 +322,49 @@ async def test_disconnect(session, admin, purl, trace, decodes):
     await wait_until(finished, "eldr to hear finished for %s" % rid)
     check(await metric(session, purl, "eldr_proxy_requests_total",
                        {"outcome": "disconnected"}) == 1, "disconnect counted")
+
+
+async def test_edges(session, url, trace):
+    """A proxy whose eldr model does not exist (eldr answers unknown_model), serving one request
+    at a time, with 2 KiB bodies."""
+    tid = next(iter(trace.keys()))
+    async with session.get(url + "/health") as r:
+        h = await r.json()
+        check(r.status == 200 and h["prefill_healthy"] == 2 and h["decode_healthy"] == K,
+              "health %r" % h)
+    async with session.get(url + "/v1/models") as r:
+        check(r.status == 200 and (await r.json())["data"][0]["id"] == MODEL, "models")
+    for raw, status in ((b"{not json", 400), (b"[1, 2]", 400), (b"{" + b" " * 4096 + b"}", 413)):
+        async with session.post(url + "/v1/completions", data=raw,
+                                headers={"Content-Type": "application/json"}) as r:
+            err = (await r.json())["error"]
+            check(r.status == status and err["code"] == status, "%r -> %d %r"
+                  % (raw[:10], r.status, err))
+    async with session.post(url + "/v1/completions",
+                            json={"model": MODEL, "prompt": ["a b", "c d"]}) as r:
+        check(r.status == 400 and "one prompt" in (await r.json())["error"]["message"],
+              "two prompts: %d" % r.status)
+    body = {"model": MODEL, "prompt": " ".join(prompt_words(tid, 12)), "max_tokens": 2}
+    async with session.post(url + "/v1/completions", json=body) as r:
+        check(r.status == 200, "HTTP %d" % r.status)
+        check(r.headers["X-Eldr-Decided-By"] == "proxy:unknown_model", "decided by %s"
+              % r.headers["X-Eldr-Decided-By"])
+    check(await metric(session, url, "eldr_proxy_eldr_errors_total",
+                       {"reason": "unknown_model"}) == 1, "eldr's error counted")
+    # One request at a time: a second one while a stream is open gets 503.
+    long = dict(body, max_tokens=20000, stream=True)
+    first = await session.post(url + "/v1/completions", json=long)
+    try:
+        check(first.status == 200, "HTTP %d" % first.status)
+        await first.content.readuntil(b"\n\n")
+        async with session.post(url + "/v1/completions", json=body) as r:
+            check(r.status == 503, "second request while one runs: HTTP %d" % r.status)
+    finally:
+        first.close()
+    check(await metric(session, url, "eldr_proxy_requests_total",
+                       {"outcome": "rejected"}) == 1, "rejection counted")
+    check(await metric(session, url, "eldr_proxy_requests_total",
+                       {"outcome": "client_error"}) == 4, "client errors counted")
 
 
 async def test_dead_prefill(session, purl, trace, prefills):
