@@ -251,16 +251,19 @@ class TopkIds:
 
 def _runs(np, rows):
     """(ids, counts, sizes) of each row of `rows` (2-D, each row sorted): the distinct values in
-    order, how often each occurs, and how many distinct values each row has."""
+    order, how often each occurs (uint8 when a row has at most 255 values, else uint16), and how
+    many distinct values each row has."""
     n_rows, width = rows.shape
     flat = rows.ravel()
-    starts = np.empty(flat.size, dtype=bool)
-    starts[0] = True
-    np.not_equal(flat[1:], flat[:-1], out=starts[1:])
-    starts[::width] = True
-    pos = np.flatnonzero(starts)
-    counts = np.diff(pos, append=flat.size)
-    return np.take(flat, pos), counts, np.count_nonzero(starts.reshape(n_rows, width), axis=1)
+    starts = np.empty(flat.size + 1, dtype=bool)
+    starts[0] = starts[-1] = True
+    np.not_equal(flat[1:], flat[:-1], out=starts[1:-1])
+    starts[:-1:width] = True
+    pos = np.flatnonzero(starts)  # run starts, then the end
+    counts = np.empty(pos.size - 1, dtype=np.uint8 if width <= 255 else np.uint16)
+    np.subtract(pos[1:], pos[:-1], out=counts, casting="unsafe")  # a run is <= width long
+    return (np.take(flat, pos[:-1]), counts,
+            np.count_nonzero(starts[:-1].reshape(n_rows, width), axis=1))
 
 
 def _topk_blocks(layers, experts, top_k, topk):
@@ -290,13 +293,16 @@ def _topk_blocks(layers, experts, top_k, topk):
     full = n_tokens // bs
     parts = []  # (ids, counts, sizes, tokens per block, number of blocks)
     if full:
-        rows = ids[:full * bs].reshape(full, bs, layers, top_k).transpose(0, 2, 1, 3)
-        parts.append(_runs(np, np.sort(rows.reshape(full * layers, bs * top_k), axis=1,
-                                       kind="stable")) + (bs, full))
+        rows = np.array(ids[:full * bs].reshape(full, bs, layers, top_k).transpose(0, 2, 1, 3),
+                        order="C").reshape(full * layers, bs * top_k)  # (block, layer) rows
+        rows.sort(axis=1, kind="stable")
+        parts.append(_runs(np, rows) + (bs, full))
     tail = n_tokens - full * bs
     if tail:
-        rows = ids[full * bs:].transpose(1, 0, 2).reshape(layers, tail * top_k)
-        parts.append(_runs(np, np.sort(rows, axis=1, kind="stable")) + (tail, 1))
+        rows = np.array(ids[full * bs:].transpose(1, 0, 2), order="C").reshape(layers,
+                                                                             tail * top_k)
+        rows.sort(axis=1, kind="stable")
+        parts.append(_runs(np, rows) + (tail, 1))
     out = []
     b = 0
     for part_ids, part_counts, sizes, tokens, n in parts:
@@ -305,7 +311,7 @@ def _topk_blocks(layers, experts, top_k, topk):
                              "(repeated ids in a token's top-k row)"
                              % (tokens, int(part_counts.max())))
         id_bytes = part_ids.tobytes()
-        count_bytes = part_counts.astype(np.uint8).tobytes()
+        count_bytes = part_counts.astype(np.uint8, copy=False).tobytes()  # <= tokens <= 255
         per_block = sizes.reshape(n, layers)
         ends = np.cumsum(per_block.sum(axis=1)).tolist()
         start = 0

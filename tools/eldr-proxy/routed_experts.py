@@ -11,9 +11,8 @@ the MoE layers of eldr's geometry, in order.
 The conversion itself (grouping tokens into blocks and counting each block's experts per layer)
 is eldr_client.counts_message with a TopkIds: one encoder, whole-array numpy operations.
 """
-import base64
+import ast
 import binascii
-import io
 
 import numpy as np
 
@@ -94,6 +93,52 @@ class MoeLayers:
         return ids[:, self._select, :]
 
 
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def _npy_array(raw):
+    """The array of a .npy file's bytes, as a view of them (no copy): version 1.0, 2.0 or 3.0
+    header, a dict literal read with ast.literal_eval (never pickle), an integer dtype of
+    _DTYPES, C or Fortran order, exactly as many bytes as the shape needs. (np.load does the
+    same, but copies the data and runs its header through Python's tokenizer: a measurable
+    part of a request in bench_conversion.py.)"""
+    def bad(why):
+        return CountsError("encoding", "routed_experts is not a .npy array: %s" % why)
+    if len(raw) < 10 or raw[:6] != _NPY_MAGIC:
+        raise bad("no .npy magic")
+    major = raw[6]
+    if major == 1:
+        hlen, start = int.from_bytes(raw[8:10], "little"), 10
+    elif major in (2, 3):
+        if len(raw) < 12:
+            raise bad("truncated header")
+        hlen, start = int.from_bytes(raw[8:12], "little"), 12
+    else:
+        raise bad("format version %d" % major)
+    if start + hlen > len(raw) or hlen > 65536:
+        raise bad("header of %d bytes" % hlen)
+    try:
+        header = ast.literal_eval(raw[start:start + hlen].decode("latin-1"))
+        dtype = np.dtype(header["descr"])
+        shape = tuple(int(n) for n in header["shape"])
+        fortran = header["fortran_order"]
+    except Exception as e:  # a literal of the wrong shape raises anything
+        raise bad("header %r: %s" % (raw[start:start + 80], e)) from None
+    if dtype not in _DTYPES:
+        raise CountsError("encoding", "routed_experts array of dtype %s, expected an integer "
+                          "type" % dtype)
+    if any(n < 0 for n in shape) or fortran not in (True, False):
+        raise bad("shape %s" % (shape,))
+    count = 1
+    for n in shape:
+        count *= n
+    offset = start + hlen
+    if len(raw) - offset != count * dtype.itemsize:
+        raise bad("%d data bytes for shape %s of %s" % (len(raw) - offset, shape, dtype))
+    flat = np.frombuffer(raw, dtype=dtype, count=count, offset=offset)
+    return flat.reshape(shape, order="F" if fortran else "C")
+
+
 def decode_routed_experts(value):
     """The routed experts of one choice as an integer array (tokens, layers, top_k).
 
@@ -104,16 +149,10 @@ def decode_routed_experts(value):
                           "vLLM with --enable-return-routed-experts)")
     if isinstance(value, str):
         try:
-            raw = base64.b64decode(value, validate=True)
+            raw = binascii.a2b_base64(value, strict_mode=True)
         except (binascii.Error, ValueError) as e:
             raise CountsError("encoding", "routed_experts is not base64: %s" % e) from None
-        try:
-            ids = np.load(io.BytesIO(raw), allow_pickle=False)
-        except Exception as e:  # numpy raises several types on a bad .npy
-            raise CountsError("encoding", "routed_experts is not a .npy array: %s" % e) from None
-        if not isinstance(ids, np.ndarray) or ids.dtype not in _DTYPES:
-            raise CountsError("encoding", "routed_experts array of dtype %s, expected an "
-                              "integer type" % getattr(ids, "dtype", type(ids).__name__))
+        ids = _npy_array(raw)
     elif isinstance(value, list):
         try:
             ids = np.asarray(value, dtype=np.int64)

@@ -207,6 +207,11 @@ def test_bad_routed_experts_are_refused_with_a_reason():
     msg = expect_counts_error("invalid", lambda: builder(3, 16, 2, 0, 16).message(
         dense, [b"x" * 32, b"y" * 32]))
     check("repeated ids" in msg, "message: %s" % msg)
+    # Blocks of 255 tokens (rows of 2,040 picks): a repeated id is caught, not wrapped around.
+    repeated = np.zeros((255, 1, 8), dtype=np.uint8)
+    msg = expect_counts_error("invalid", lambda: rex.CountsBuilder(
+        1, 16, 8, rex.MoeLayers([0]), 255).message(repeated, [b"z" * 32]))
+    check("2040 times" in msg, "message: %s" % msg)
     too_big = np.array(ids)
     too_big[3, 1, 0] = 16
     expect_counts_error("invalid", lambda: b.message(too_big, [b"x" * 32, b"y" * 32]))
