@@ -4,7 +4,7 @@ of a model with L MoE layers, E experts, top-k (default: 4,096 tokens, 48 layers
 top-8, block size 16, one leading dense layer), random distinct top-k picks per token.
 
 Stages, timed separately (median and p90 of --reps runs, after warm-up):
-  decode      vLLM's base64 .npy string -> array (routed_experts.decode_routed_experts)
+  decode      vLLM's base64 .npy string -> array (eldr_proxy_counts.decode_routed_experts)
   select      MoE-layer selection and prompt cut (CountsBuilder.prompt_ids)
   counts      array -> eldr counts message (CountsBuilder.message: eldr_client.counts_message
               with a TopkIds): the routed-experts-to-counts conversion proper
@@ -31,8 +31,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(_HERE, "..", "..", "cluster", "python"))
 sys.path.insert(0, _HERE)
 
-import block_hashes  # noqa: E402
-import routed_experts as rex  # noqa: E402
+import eldr_proxy_hashes as block_hashes  # noqa: E402
+import eldr_proxy_counts as rex  # noqa: E402
 from eldr_client import normalize_hash, route_request  # noqa: E402
 
 

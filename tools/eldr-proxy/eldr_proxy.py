@@ -7,7 +7,7 @@ Per request (docs/eldr-proxy.md has the whole story and every flag):
      max_tokens 1, stream off and vLLM's NIXL kv_transfer_params {"do_remote_decode": true, ...},
      as vLLM's toy_proxy_server.py sends it; return_token_ids on when block hashes need them;
   2. the prefill's routed experts (vLLM --enable-return-routed-experts) of the prompt become eldr
-     counts per KV block (routed_experts.py), the blocks get hashes (block_hashes.py);
+     counts per KV block (eldr_proxy_counts.py), the blocks get hashes (eldr_proxy_hashes.py);
   3. an async route call to eldr (eldr_client_aio, several router endpoints, failover);
   4. the client's request, with the prefill's kv_transfer_params, goes to the decode instance eldr
      chose (the i-th --decode is eldr's decode worker i) and its answer, streamed (SSE) or not,
@@ -46,9 +46,9 @@ sys.path.insert(0, _HERE)
 from eldr_client import EldrError, _z85_key, checked_endpoint, normalize_hash  # noqa: E402
 from eldr_client_aio import AsyncRouteClient, AsyncWorkerClient  # noqa: E402
 
-import block_hashes  # noqa: E402
-from proxy_metrics import ProxyMetrics  # noqa: E402
-from routed_experts import (CountsBuilder, CountsError, MoeLayers,  # noqa: E402
+import eldr_proxy_hashes as block_hashes  # noqa: E402
+from eldr_proxy_metrics import ProxyMetrics  # noqa: E402
+from eldr_proxy_counts import (CountsBuilder, CountsError, MoeLayers,  # noqa: E402
                             decode_routed_experts, keep_large_allocations)
 
 log = logging.getLogger("eldr-proxy")

@@ -26,9 +26,9 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "cluster", "python"))
 sys.path.insert(0, os.path.join(ROOT, "tools", "eldr-proxy"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "fakes"))
-import block_hashes  # noqa: E402
+import eldr_proxy_hashes as block_hashes  # noqa: E402
 import eldr_proxy  # noqa: E402
-import routed_experts as rex  # noqa: E402
+import eldr_proxy_counts as rex  # noqa: E402
 
 
 def check(cond, what):
