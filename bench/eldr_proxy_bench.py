@@ -48,6 +48,22 @@ KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engin
              "remote_block_ids": None, "remote_host": None, "remote_port": None}
 
 
+# Runs eldr_proxy.main under cProfile with the process's CPU clock (wall time on a loaded
+# machine is mostly waiting for a core): argv = [stats file, eldr_proxy.py, proxy flags...].
+PROFILE_PROXY = """
+import cProfile, os, sys, time
+out, script = sys.argv[1], sys.argv[2]
+sys.argv = [script] + sys.argv[3:]
+sys.path.insert(0, os.path.dirname(script))
+import eldr_proxy
+prof = cProfile.Profile(time.process_time)
+try:
+    prof.runcall(eldr_proxy.main)
+finally:
+    prof.dump_stats(out)
+"""
+
+
 def cpu_seconds(pid):
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -176,8 +192,8 @@ async def run(args, tmp):
         prefills = [fake("prefill%d" % i, "prefill").ready["url"] for i in range(args.prefills)]
         decodes = [fake("decode%d" % i, "decode").ready["url"] for i in range(K)]
         launch = [PYTHON, PROXY]
-        if args.profile:  # cProfile of the proxy process, written when it stops
-            launch = [PYTHON, "-m", "cProfile", "-o", args.profile,
+        if args.profile:  # cProfile (CPU time) of the proxy process, written when it stops
+            launch = [PYTHON, "-c", PROFILE_PROXY, args.profile,
                       os.path.join(os.path.dirname(PROXY), "eldr_proxy.py")]
         proxy = ReadyProcess(
             launch + ["--listen", "127.0.0.1:0", "--eldr", node.endpoint("route"),

@@ -36,6 +36,7 @@ import urllib.parse
 import uuid
 
 import aiohttp
+import yarl
 from aiohttp import web
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -180,6 +181,9 @@ def build_parser():
     a("--finished-flush-ms", type=int, default=2,
       help="finished events are batched per worker for at most this long (2)")
     a("--ready-file", help="written with the ready JSON once serving")
+    a("--event-loop", default="asyncio", choices=["asyncio", "uvloop"],
+      help="asyncio's own loop (default) or uvloop (Debian's python3-uvloop; no gain measured "
+           "by bench/eldr_proxy_bench.py on this project's 2-core machine)")
     a("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -275,6 +279,10 @@ class Config:
         self.finished_flush_s = _int_in("--finished-flush-ms", ns.finished_flush_ms, 0,
                                         10000) / 1000.0
         self.ready_file = ns.ready_file
+        self.event_loop = ns.event_loop
+        if ns.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
+            raise UsageError("--event-loop", "uvloop is not installed (apt-get install "
+                             "python3-uvloop)")
         self.log_level = ns.log_level
 
 
@@ -324,9 +332,14 @@ class Upstream:
         self.healthy = True
         self.in_flight = 0
         self.probe = None
+        self._urls = {}
 
     def url(self, path):
-        return self.base + path
+        # Parsed once per path: aiohttp would parse a str URL on every request.
+        u = self._urls.get(path)
+        if u is None:
+            u = self._urls[path] = yarl.URL(self.base + path)
+        return u
 
 
 class Pool:
@@ -769,7 +782,7 @@ class Proxy:
         token_ids = choice.get("prompt_token_ids")
         if token_ids is None:
             token_ids = pre_resp.get("prompt_token_ids")
-        if not (isinstance(token_ids, list) and all(type(t) is int for t in token_ids)):
+        if not (isinstance(token_ids, list) and set(map(type, token_ids)) <= {int}):
             token_ids = None
         salt = body.get("cache_salt") if isinstance(body.get("cache_salt"), str) else None
         try:
@@ -782,8 +795,9 @@ class Proxy:
             self._counts_error(e)
         source = cfg.hasher.source if token_ids is not None else "request"
         hasher = cfg.hasher if source == cfg.hasher.source else _REQUEST_HASHER
-        hashes = hasher.hashes(token_ids, cfg.block_size, n_tokens=n_tokens, cache_salt=salt,
-                               request_id=rid)[:MAX_ROUTE_BLOCKS]
+        hashes = [normalize_hash(h) for h in  # the uint64 eldr keys blocks by
+                  hasher.hashes(token_ids, cfg.block_size, n_tokens=n_tokens, cache_salt=salt,
+                                request_id=rid)[:MAX_ROUTE_BLOCKS]]
         self.metrics.block_hashes.inc(source)
         counts = None
         if ids is not None and hashes:
@@ -791,7 +805,7 @@ class Proxy:
                 counts = cfg.counts.message(ids, hashes)
             except CountsError as e:
                 self._counts_error(e)
-        return [normalize_hash(h) for h in hashes], counts
+        return hashes, counts
 
     def _counts_error(self, e):
         self.metrics.counts_errors.inc(e.reason)
@@ -966,7 +980,7 @@ async def serve(config, stop):
     await site.start()
     bound = runner.addresses[0]
     ready = {"listen": "http://%s:%d" % (host if ":" not in host else "[%s]" % host, bound[1]),
-             "pid": os.getpid(), "model": config.model, "block_hash": config.hasher.source,
+             "pid": os.getpid(), "event_loop": type(asyncio.get_running_loop()).__module__, "model": config.model, "block_hash": config.hasher.source,
              "prefill": config.prefill, "decode": config.decode, "eldr": config.eldr}
     line = json.dumps(ready)
     if config.ready_file:
@@ -996,7 +1010,11 @@ def main(argv=None):
     logging.basicConfig(level=getattr(logging, config.log_level.upper()),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     keep_large_allocations()
-    loop = asyncio.new_event_loop()
+    if config.event_loop == "uvloop":
+        import uvloop  # the same asyncio API, a faster loop and transports (libuv)
+        loop = uvloop.new_event_loop()
+    else:
+        loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
