@@ -55,6 +55,7 @@ from eldr_proxy_counts import (CountsBuilder, CountsError, MoeLayers,  # noqa: E
 log = logging.getLogger("eldr-proxy")
 
 MAX_ROUTE_BLOCKS = 4096  # docs/protocol.md section 3: blocks and counts blocks per request
+MAX_UPSTREAM_BODY = 256 << 20  # a prefill or non-streamed decode answer read whole
 FINISHED_BATCH = 4096    # docs/protocol.md section 4: ids in one finished message
 EXIT_USAGE = 2
 
@@ -304,7 +305,7 @@ class LogLimiter:
         self.last = {}
         self.suppressed = collections.Counter()
 
-    def warning(self, key, fmt, *args):
+    def warning(self, key, fmt, *args, exc_info=False):
         now = self.clock()
         last = self.last.get(key)
         if last is not None and now - last < self.interval:
@@ -315,7 +316,7 @@ class LogLimiter:
         self.last[key] = now
         n = self.suppressed.pop(key, 0)
         log.warning(fmt + (" (%d more like this in the last %.0f s)" % (n, self.interval)
-                           if n else ""), *args)
+                           if n else ""), *args, exc_info=exc_info)
 
 
 def error_body(status, message, kind):
@@ -537,11 +538,12 @@ _APIS = {"completions": "/v1/completions", "chat_completions": "/v1/chat/complet
 
 class _Request:
     """Per-request state the cleanup needs."""
-    __slots__ = ("rid", "outcome", "eldr_worker", "decode", "decided_by")
+    __slots__ = ("rid", "outcome", "eldr_worker", "decode", "decided_by", "started")
 
     def __init__(self, rid):
         self.rid = rid
         self.outcome = "ok"
+        self.started = False     # a streamed answer's headers are sent
         self.eldr_worker = None  # the worker eldr counted the request on (gets the finished)
         self.decode = None       # the Upstream serving the decode
         self.decided_by = ""
@@ -652,6 +654,14 @@ class Proxy:
         except asyncio.CancelledError:  # aiohttp cancels the handler of a client that left
             st.outcome = "disconnected"
             raise
+        except Exception as e:  # a bug: loud, counted, and the client still gets an answer
+            st.outcome = "internal_error"
+            self.limiter.warning("internal", "request %s failed inside eldr-proxy: %s",
+                                 st.rid, _what(e), exc_info=True)
+            if st.started:
+                raise
+            return error_body(500, "eldr-proxy internal error (logged): %s" % _what(e),
+                              "InternalServerError")
         finally:
             self.in_flight -= 1
             if st.decode is not None:
@@ -709,12 +719,13 @@ class Proxy:
         try:
             async with self.session.post(pre.url(path), data=_dumps(pre_body),
                                          headers=headers) as r:
-                raw = await r.read()
+                raw = await _read_bounded(r)
                 status = r.status
                 ctype = r.content_type
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, _BodyTooLarge) as e:
             self.metrics.prefill_failures.inc(pre.index, _reason(e))
-            self.prefill.mark_down(pre, _what(e))
+            if not isinstance(e, _BodyTooLarge):  # it answers: not down
+                self.prefill.mark_down(pre, _what(e))
             st.outcome = "prefill_error"
             return error_body(502, "prefill instance %d (%s) failed: %s"
                               % (pre.index, pre.base, _what(e)), "BadGatewayError")
@@ -728,6 +739,8 @@ class Proxy:
                                     content_type=ctype or "application/json")
             self.metrics.prefill_failures.inc(pre.index, "status")
             st.outcome = "prefill_error"
+            self.limiter.warning("prefill_status:%d" % pre.index, "prefill instance %d (%s) "
+                                 "answered HTTP %d", pre.index, pre.base, status)
             return error_body(502, "prefill instance %d (%s) answered HTTP %d: %s"
                               % (pre.index, pre.base, status, raw[:512].decode("utf-8",
                                                                               "replace")),
@@ -897,8 +910,8 @@ class Proxy:
             self.metrics.latency.observe(loop.time() - t, "first_byte")
             if not stream or resp.status != 200:
                 try:
-                    raw = await resp.read()
-                except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+                    raw = await _read_bounded(resp)
+                except (aiohttp.ClientError, asyncio.TimeoutError, OSError, _BodyTooLarge) as e:
                     self.metrics.decode_failures.inc(up.index, _reason(e))
                     st.outcome = "decode_error"
                     return error_body(502, "decode instance %d (%s) failed while answering: %s"
@@ -914,6 +927,7 @@ class Proxy:
             out.content_type = resp.content_type or "text/event-stream"
             out.headers["Cache-Control"] = "no-cache"
             await out.prepare(request)
+            st.started = True
             try:
                 async for chunk in resp.content.iter_any():
                     try:
@@ -954,7 +968,27 @@ def _forward_headers(request):
     return h
 
 
+class _BodyTooLarge(Exception):
+    pass
+
+
+async def _read_bounded(resp, limit=MAX_UPSTREAM_BODY):
+    """An upstream body read whole, at most `limit` bytes (an instance gone wrong cannot grow the
+    proxy's memory without bound)."""
+    if resp.content_length is not None and resp.content_length > limit:
+        raise _BodyTooLarge("a body of %d bytes (over %d)" % (resp.content_length, limit))
+    chunks, n = [], 0
+    async for chunk in resp.content.iter_any():
+        n += len(chunk)
+        if n > limit:
+            raise _BodyTooLarge("a body over %d bytes" % limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def _reason(e):
+    if isinstance(e, _BodyTooLarge):
+        return "too_large"
     if isinstance(e, asyncio.TimeoutError):
         return "timeout"
     if isinstance(e, aiohttp.ClientConnectorError):
