@@ -151,7 +151,8 @@ def build_parser():
     a("--top-k", type=int, required=True, help="k: experts each token picks per layer")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--moe-layers", metavar="SPEC",
-                   help="vLLM layer indices of the L MoE layers, e.g. 1-26 or 0,2,4-9")
+                   help="vLLM layer indices of the L MoE layers, e.g. 1-26 or 0,2,4-9; all; auto (per "
+           "response: the layers that are not all zero)")
     g.add_argument("--first-moe-layer", type=int, metavar="F",
                    help="the MoE layers are vLLM layers F..F+L-1 (default 0; DeepSeek-V2: 1)")
     a("--block-size", type=int, default=16, help="vLLM's KV block size in tokens (16)")
@@ -213,9 +214,12 @@ class Config:
         self.block_size = _int_in("--block-size", ns.block_size, 1, 255)
         if ns.moe_layers is not None:
             try:
-                moe = MoeLayers.parse(ns.moe_layers)
+                moe = MoeLayers.parse(ns.moe_layers, ns.layers)
             except ValueError as e:
                 raise UsageError("--moe-layers", "%r: %s" % (ns.moe_layers, e)) from None
+            if ns.moe_layers == "auto" and ns.top_k < 2:
+                raise UsageError("--moe-layers", "auto needs --top-k >= 2 (a top-1 router may "
+                                 "pick expert 0 for every token, like a dense layer's zeros)")
             if len(moe) != ns.layers:
                 raise UsageError("--moe-layers", "%d layers listed, --layers is %d"
                                  % (len(moe), ns.layers))

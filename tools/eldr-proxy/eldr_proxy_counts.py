@@ -64,8 +64,14 @@ class MoeLayers:
                         else np.asarray(indices, dtype=np.intp))
 
     @classmethod
-    def parse(cls, text):
-        """"1-26" or "1,3,5-9" (inclusive ranges, comma separated)."""
+    def parse(cls, text, layers=None):
+        """"1-26" or "1,3,5-9" (inclusive ranges, comma separated); with `layers` (L) also "all"
+        (vLLM layers 0..L-1) and "auto" (per response, the layers not all zero: dense layers are
+        rows vLLM never writes; needs top_k >= 2), as eldr-record's --moe-layers takes them."""
+        if text == "all" and layers is not None:
+            return cls(range(layers))
+        if text == "auto" and layers is not None:
+            return AutoMoeLayers(layers)
         out = []
         for part in str(text).split(","):
             part = part.strip()
@@ -91,6 +97,28 @@ class MoeLayers:
                               "outside (check --moe-layers / --first-moe-layer)"
                               % (ids.shape[1], self.indices[-1]))
         return ids[:, self._select, :]
+
+
+class AutoMoeLayers:
+    """The MoE layers of each response found in it: the layers whose ids are not all zero (a
+    layer with a router picks top_k >= 2 distinct ids per token, so never only zeros). One pass
+    over the array per response."""
+
+    def __init__(self, layers):
+        self.layers = layers
+
+    def __len__(self):
+        return self.layers
+
+    def select(self, ids):
+        if ids.shape[1] == self.layers:
+            return ids
+        routed = np.flatnonzero(ids.any(axis=(0, 2)))
+        if len(routed) != self.layers:
+            raise CountsError("layers", "routed experts hold %d layers, %d of them not all "
+                              "zero; the geometry has %d MoE layers (--moe-layers auto)"
+                              % (ids.shape[1], len(routed), self.layers))
+        return MoeLayers(routed.tolist()).select(ids)
 
 
 _NPY_MAGIC = b"\x93NUMPY"

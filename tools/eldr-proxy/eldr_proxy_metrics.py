@@ -147,7 +147,8 @@ class ProxyMetrics:
             r, "eldr_proxy_requests_total",
             "client requests by API endpoint and outcome (ok, client_error: the client's request "
             "was refused by the proxy or a prefill instance, prefill_error, decode_error, "
-            "rejected: over --max-concurrent, disconnected: the client went away)",
+            "rejected: over --max-concurrent, disconnected: the client went away, "
+            "internal_error: a bug in the proxy, logged)",
             ("endpoint", "outcome"))
         self.in_flight = Gauge(r, "eldr_proxy_in_flight", "client requests being served",
                                read=in_flight)
@@ -170,7 +171,8 @@ class ProxyMetrics:
                               ("decode", "decided_by"))
         self.prefill_failures = Counter(
             r, "eldr_proxy_prefill_failures_total",
-            "prefill calls that failed (connect, timeout, status, bad_response)",
+            "prefill calls that failed (connect, connection, timeout, status, bad_response, "
+            "too_large)",
             ("prefill", "reason"))
         self.decode_failures = Counter(
             r, "eldr_proxy_decode_failures_total",

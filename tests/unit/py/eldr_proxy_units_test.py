@@ -236,6 +236,12 @@ def test_moe_layer_specs():
             check(False, "%r accepted" % bad)
         except ValueError:
             pass
+    check(rex.MoeLayers.parse("all", 3).indices == [0, 1, 2], "all")
+    rng = np.random.default_rng(12)
+    ids = random_ids(rng, 30, 4, 16, 2)
+    vllm = rex.decode_routed_experts(vllm_routed_experts(ids, 2))  # 2 dense layers in front
+    check(np.array_equal(rex.MoeLayers.parse("auto", 4).select(vllm), ids), "auto drops them")
+    expect_counts_error("layers", lambda: rex.MoeLayers.parse("auto", 5).select(vllm))
     arr = np.arange(2 * 7 * 1).reshape(2, 7, 1)
     sel = rex.MoeLayers.parse("1,3,6").select(arr)
     check(sel[:, :, 0].tolist() == [[1, 3, 6], [8, 10, 13]], "non-contiguous selection")
@@ -383,6 +389,8 @@ def test_bad_flags_name_the_flag():
                  "25 layers")
     expect_usage(with_flag("--first-moe-layer", None) + ["--moe-layers", "3-1"], "--moe-layers")
     expect_usage(GOOD + ["--moe-layers", "1-26"], "usage", "not allowed with")
+    expect_usage(with_flag("--first-moe-layer", None) + ["--moe-layers", "auto", "--top-k", "1"],
+                 "--moe-layers", "auto needs")
     expect_usage(GOOD + ["--block-size", "256"], "--block-size")
     expect_usage(GOOD + ["--block-hash", "vllm"], "--hash-seed", "PYTHONHASHSEED")
     expect_usage(GOOD + ["--block-hash", "md5"], "usage", "--block-hash")
