@@ -88,7 +88,8 @@ def main():
         times["counts"].append(t4 - t3)
         times["encode"].append(t5 - t4)
         times["all"].append(t4 - t0)
-    res = {"clock": "thread CPU" if a.cpu else "wall", "tokens": T, "layers": L, "experts": E, "top_k": k, "block_size": bs,
+    res = {"clock": "thread CPU" if a.cpu else "wall", "tokens": T, "layers": L, "experts": E,
+           "top_k": k, "block_size": bs,
            "blocks": len(msg["blocks"]), "route_request_bytes": len(wire), "reps": a.reps}
     for s, v in times.items():
         v.sort()

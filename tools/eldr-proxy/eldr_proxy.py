@@ -151,8 +151,8 @@ def build_parser():
     a("--top-k", type=int, required=True, help="k: experts each token picks per layer")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--moe-layers", metavar="SPEC",
-                   help="vLLM layer indices of the L MoE layers, e.g. 1-26 or 0,2,4-9; all; auto (per "
-           "response: the layers that are not all zero)")
+                   help="vLLM layer indices of the L MoE layers, e.g. 1-26 or 0,2,4-9; all; "
+                        "auto (per response: the layers that are not all zero)")
     g.add_argument("--first-moe-layer", type=int, metavar="F",
                    help="the MoE layers are vLLM layers F..F+L-1 (default 0; DeepSeek-V2: 1)")
     a("--block-size", type=int, default=16, help="vLLM's KV block size in tokens (16)")
@@ -1018,7 +1018,8 @@ async def serve(config, stop):
     await site.start()
     bound = runner.addresses[0]
     ready = {"listen": "http://%s:%d" % (host if ":" not in host else "[%s]" % host, bound[1]),
-             "pid": os.getpid(), "event_loop": type(asyncio.get_running_loop()).__module__, "model": config.model, "block_hash": config.hasher.source,
+             "pid": os.getpid(), "event_loop": type(asyncio.get_running_loop()).__module__,
+             "model": config.model, "block_hash": config.hasher.source,
              "prefill": config.prefill, "decode": config.decode, "eldr": config.eldr}
     line = json.dumps(ready)
     if config.ready_file:

@@ -105,7 +105,8 @@ async def test_finished_reports_are_bounded_and_counted_when_lost():
     try:
         for i in range(20):  # max_pending is 8: the 12 oldest are dropped at once
             p.finished.add(i % 2, "r%d" % i)
-        check(p.metrics.finished_lost.total() == 12, "dropped: %d" % p.metrics.finished_lost.total())
+        lost = p.metrics.finished_lost.total()
+        check(lost == 12, "dropped: %d" % lost)
         await wait_for(lambda: p.metrics.finished_lost.total() == 20, "unacknowledged ids lost",
                        timeout=20)
         check(p.metrics.finished.total() == 0, "nothing acknowledged")
