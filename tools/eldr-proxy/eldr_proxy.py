@@ -579,6 +579,8 @@ class Proxy:
         self.router = AsyncRouteClient(c.eldr, timeout_ms=c.eldr_timeout_ms, **keys)
         self.workers = AsyncWorkerClient(c.eldr_worker, timeout_ms=c.worker_timeout_ms, **keys)
         self.session = aiohttp.ClientSession(
+            # No cookies between the proxy and vLLM: filtering them cost 6% of the proxy's CPU.
+            cookie_jar=aiohttp.DummyCookieJar(),
             connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=60),
             timeout=aiohttp.ClientTimeout(total=None, connect=c.connect_timeout_s,
                                           sock_read=c.upstream_timeout_s))
@@ -636,7 +638,7 @@ class Proxy:
                                             headers=_forward_headers(request)) as r:
                     body = await r.read()
                     return web.Response(body=body, status=r.status,
-                                        content_type=r.content_type or "application/json")
+                                        headers={"Content-Type": _ctype(r, "application/json")})
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
                 up_pool = self.prefill if up.role == "prefill" else self.decode
                 up_pool.mark_down(up, "GET /v1/models: %s" % _what(e))
@@ -678,7 +680,7 @@ class Proxy:
     async def _serve(self, request, api, st):
         loop = asyncio.get_running_loop()
         try:
-            body = await request.json(loads=json.loads)
+            body = json.loads(await request.read())
         except web.HTTPRequestEntityTooLarge:
             st.outcome = "client_error"
             return error_body(413, "request body over %d bytes (--max-body-bytes)"
@@ -725,7 +727,7 @@ class Proxy:
                                          headers=headers) as r:
                 raw = await _read_bounded(r)
                 status = r.status
-                ctype = r.content_type
+                ctype = _ctype(r, "application/json")
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, _BodyTooLarge) as e:
             self.metrics.prefill_failures.inc(pre.index, _reason(e))
             if not isinstance(e, _BodyTooLarge):  # it answers: not down
@@ -739,8 +741,7 @@ class Proxy:
         if status != 200:
             if 400 <= status < 500:  # the client's request: vLLM's answer is the answer
                 st.outcome = "client_error"
-                return web.Response(body=raw, status=status,
-                                    content_type=ctype or "application/json")
+                return web.Response(body=raw, status=status, headers={"Content-Type": ctype})
             self.metrics.prefill_failures.inc(pre.index, "status")
             st.outcome = "prefill_error"
             self.limiter.warning("prefill_status:%d" % pre.index, "prefill instance %d (%s) "
@@ -925,10 +926,10 @@ class Proxy:
                     st.outcome = "decode_error"
                 elif resp.status >= 400:
                     st.outcome = "client_error"
-                return web.Response(body=raw, status=resp.status, headers=out_headers,
-                                    content_type=resp.content_type or "application/json")
+                out_headers["Content-Type"] = _ctype(resp, "application/json")
+                return web.Response(body=raw, status=resp.status, headers=out_headers)
+            out_headers["Content-Type"] = _ctype(resp, "text/event-stream")
             out = web.StreamResponse(status=200, headers=out_headers)
-            out.content_type = resp.content_type or "text/event-stream"
             out.headers["Cache-Control"] = "no-cache"
             await out.prepare(request)
             st.started = True
@@ -962,6 +963,12 @@ _REQUEST_HASHER = block_hashes.BlockHasher("request")
 
 def _dumps(obj):
     return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _ctype(resp, default):
+    # The raw header: aiohttp's content_type property parses it with the email package, a tenth
+    # of the proxy's CPU per request in a profile.
+    return resp.headers.get("Content-Type") or default
 
 
 def _forward_headers(request):
