@@ -8,7 +8,7 @@ used from that venv, away from the source tree.
 What it runs is the README's command, with the venv's pip:
     python3 -m venv --system-site-packages VENV
     VENV/bin/pip install --no-index --no-build-isolation ./cluster/python ./tools/eldr-record
-        [./tools/eldr-proxy]     (when that folder has a pyproject.toml)
+        ./tools/eldr-proxy       (once tools/eldr-proxy/eldr_proxy.py exists)
 Machine-wide pip settings (PIP_* variables, pip.conf) are ignored, so the result does not depend
 on this machine's configuration. Needs Debian's python3-venv, python3-pip, python3-setuptools,
 python3-wheel (deploy/install-deps.sh).
@@ -52,8 +52,11 @@ class PackagingTest(unittest.TestCase):
         if r.returncode != 0:
             raise AssertionError("python3 -m venv failed (is python3-venv installed? "
                                  "deploy/install-deps.sh):\n" + r.stderr)
-        cls.packages = [CLIENT] + [t for t in TOOLS
-                                   if os.path.exists(os.path.join(t, "pyproject.toml"))]
+        # A tool is installed once its code is there (tools/eldr-proxy's packaging may come
+        # before its code: then it is left out rather than installed empty).
+        cls.packages = [CLIENT] + [t for t in TOOLS if os.path.exists(
+            os.path.join(t, os.path.basename(t).replace("-", "_") + os.extsep + "py")) or
+            os.path.isdir(os.path.join(t, os.path.basename(t).replace("-", "_")))]
         cls.install = subprocess.run(
             [os.path.join(cls.venv, "bin", "pip"), "install", "--no-index",
              "--no-build-isolation"] + cls.packages,
