@@ -16,7 +16,7 @@ What vLLM sends (checked in vLLM's source, see docs/vllm.md for the commits):
 Older and forked vLLM builds returned the same array as nested JSON lists; decode() takes both.
 
     arr = decode(choice["routed_experts"])            # (tokens, response layers, top_k) ints
-    layer_map = MoeLayerMap.from_spec("auto", arr)     # which response layers are MoE layers
+    layer_map = MoeLayerMap.from_spec("auto", arr)     # or "1-26": which layers are MoE layers
     moe = layer_map.select(arr)                        # (tokens, MoE layers, top_k)
 
 Requirements: Debian's python3-numpy.
@@ -84,7 +84,7 @@ def dense_layers_of(arr):
 
 
 def parse_layer_list(spec, total_layers):
-    """'0' or '0,1' or '0-2,5' -> sorted distinct layer indices, each < total_layers."""
+    """'1-26' or '1,3,5-9' (inclusive ranges) -> sorted distinct layer indices < total_layers."""
     layers = set()
     for part in spec.split(","):
         part = part.strip()
@@ -106,25 +106,45 @@ def parse_layer_list(spec, total_layers):
     return sorted(layers)
 
 
+def format_layer_list(layers):
+    """[1, 2, 3, 5] -> '1-3,5': the inverse of parse_layer_list."""
+    parts, run = [], []
+    for l in sorted(layers):
+        if run and l == run[-1] + 1:
+            run.append(l)
+            continue
+        if run:
+            parts.append(str(run[0]) if len(run) == 1 else "%d-%d" % (run[0], run[-1]))
+        run = [l]
+    if run:
+        parts.append(str(run[0]) if len(run) == 1 else "%d-%d" % (run[0], run[-1]))
+    return ",".join(parts)
+
+
 class MoeLayerMap:
     """Which of vLLM's layers (hf_config.num_hidden_layers of them) are MoE layers, in order.
 
-    eldr's geometry counts MoE layers only: eldr layer i is response layer moe_layers[i]."""
+    eldr's geometry counts MoE layers only: eldr layer i is response layer moe_layers[i]. The
+    other layers are dense: vLLM returns them as zeros."""
 
-    def __init__(self, response_layers, top_k, dense_layers):
+    def __init__(self, response_layers, top_k, moe_layers):
         self.response_layers = response_layers
         self.top_k = top_k
-        self.dense_layers = sorted(dense_layers)
-        dense = set(self.dense_layers)
-        self.moe_layers = [l for l in range(response_layers) if l not in dense]
+        self.moe_layers = sorted(set(moe_layers))
         if not self.moe_layers:
-            raise RoutedExpertsError("every one of the %d layers is dense: no MoE layer to "
-                                     "record" % response_layers)
+            raise RoutedExpertsError("none of the %d layers is a MoE layer: nothing to record"
+                                     % response_layers)
+        if self.moe_layers[0] < 0 or self.moe_layers[-1] >= response_layers:
+            raise RoutedExpertsError("MoE layer %d is outside the %d layers of the responses"
+                                     % (self.moe_layers[-1], response_layers))
+        moe = set(self.moe_layers)
+        self.dense_layers = [l for l in range(response_layers) if l not in moe]
 
     @classmethod
     def from_spec(cls, spec, arr):
-        """spec: 'auto' (dense = the all-zero layers of arr, needs top_k >= 2), 'none' (every
-        layer is a MoE layer) or a layer list such as '0' or '0-2'."""
+        """spec: 'auto' (the MoE layers are those of arr that are not all zeros; needs
+        top_k >= 2), 'all', or a layer list such as '1-26' (DeepSeek-V2-Lite: layer 0 is dense).
+        The same list as eldr-proxy's --moe-layers."""
         _, layers, top_k = arr.shape
         if layers < 1 or top_k < 1:
             raise RoutedExpertsError("routed_experts has shape %s: no layers or no experts per "
@@ -133,29 +153,29 @@ class MoeLayerMap:
             if top_k < 2:
                 raise RoutedExpertsError(
                     "top_k is 1, so dense layers (all zeros) cannot be told from MoE layers that "
-                    "picked expert 0: pass --dense-layers none or a list such as 0")
+                    "picked expert 0: pass --moe-layers all or a list such as 1-26")
             if arr.shape[0] == 0:
                 raise RoutedExpertsError("no tokens to tell dense layers from")
-            return cls(layers, top_k, dense_layers_of(arr))
-        if spec == "none":
-            return cls(layers, top_k, [])
+            dense = set(dense_layers_of(arr))
+            return cls(layers, top_k, [l for l in range(layers) if l not in dense])
+        if spec == "all":
+            return cls(layers, top_k, range(layers))
         try:
             return cls(layers, top_k, parse_layer_list(spec, layers))
         except ValueError as e:
-            raise RoutedExpertsError("--dense-layers: %s" % e) from None
+            raise RoutedExpertsError("--moe-layers: %s" % e) from None
 
     def to_dict(self):
         return {"response_layers": self.response_layers, "top_k": self.top_k,
-                "dense_layers": list(self.dense_layers)}
+                "moe_layers": list(self.moe_layers)}
 
     @classmethod
     def from_dict(cls, d):
-        return cls(int(d["response_layers"]), int(d["top_k"]),
-                   [int(x) for x in d["dense_layers"]])
+        return cls(int(d["response_layers"]), int(d["top_k"]), [int(x) for x in d["moe_layers"]])
 
     def select(self, arr):
         """The MoE layers of arr (tokens, MoE layers, top_k), checked against this map: the same
-        layer count and top_k, and dense layers still all zeros (else the map is wrong)."""
+        layer count and top_k, and the other layers still all zeros (else the map is wrong)."""
         if arr.shape[1:] != (self.response_layers, self.top_k):
             raise RoutedExpertsError(
                 "routed_experts has %d layers x top_k %d, earlier responses had %d x %d"
@@ -166,5 +186,5 @@ class MoeLayerMap:
                 layer = self.dense_layers[int(np.flatnonzero(used)[0])]
                 raise RoutedExpertsError(
                     "layer %d was taken as dense (all zeros) but this response has routed "
-                    "experts there: give --dense-layers explicitly" % layer)
+                    "experts there: give --moe-layers explicitly" % layer)
         return arr[:, self.moe_layers, :]

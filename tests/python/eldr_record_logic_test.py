@@ -155,20 +155,25 @@ class RoutedExpertsTest(unittest.TestCase):
         again = rex.MoeLayerMap.from_dict(json.loads(json.dumps(m.to_dict())))
         np.testing.assert_array_equal(again.select(full), moe)
 
-    def test_explicit_lists_and_none(self):
+    def test_explicit_lists_and_all(self):
         arr = routing(2, 6, 16, 2)
-        self.assertEqual(rex.MoeLayerMap.from_spec("0-1,4", arr).moe_layers, [2, 3, 5])
-        self.assertEqual(rex.MoeLayerMap.from_spec("none", arr).moe_layers, list(range(6)))
+        m = rex.MoeLayerMap.from_spec("2-3,5", arr)
+        self.assertEqual((m.moe_layers, m.dense_layers), ([2, 3, 5], [0, 1, 4]))
+        self.assertEqual(rex.MoeLayerMap.from_spec("all", arr).moe_layers, list(range(6)))
         for spec, fragment in (("6", "6 layers"), ("2-1", "bad range"), ("a", "not a layer"),
-                               ("0,,1", "empty item"), ("0-5", "every one")):
+                               ("0,,1", "empty item")):
             with self.assertRaises(rex.RoutedExpertsError) as cm:
                 rex.MoeLayerMap.from_spec(spec, arr)
             self.assertIn(fragment, str(cm.exception))
+        for layers in ([1, 2, 3, 5], [0], [0, 2, 4, 6], list(range(1, 27))):
+            text = rex.format_layer_list(layers)
+            self.assertEqual(rex.parse_layer_list(text, 64), layers, text)
+        self.assertEqual(rex.format_layer_list(range(1, 27)), "1-26")
 
     def test_auto_needs_top_k_two(self):
         with self.assertRaises(rex.RoutedExpertsError) as cm:
             rex.MoeLayerMap.from_spec("auto", routing(2, 2, 8, 1))
-        self.assertIn("--dense-layers", str(cm.exception))
+        self.assertIn("--moe-layers", str(cm.exception))
 
     def test_select_checks_later_responses(self):
         first = np.zeros((3, 3, 2), dtype=np.int64)
@@ -344,7 +349,7 @@ class ResponseTest(unittest.TestCase):
         j = MemoryJournal()
         rec = recorder.Recording(j, "auto", None)
         rec.accept(prompts[0], response(full % 256, 3, 3))
-        self.assertEqual(j.layers["dense_layers"], [0])
+        self.assertEqual(j.layers["moe_layers"], [1, 2])
         r = j.requests["line-1"]
         self.assertEqual((r["prompt_tokens"], r["output_tokens"], r["label"], r["width"]),
                          (3, 2, "x", 1))

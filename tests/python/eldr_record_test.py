@@ -318,12 +318,15 @@ class RecordTest(unittest.TestCase):
             + "\n"
         prompts = self.write("p.jsonl", text)
         out = self.path("out.eldrtrace")
-        r = self.record(self.fake.url, prompts, out, "--experts", "64", check=1)
+        r = self.record(self.fake.url, prompts, out, "--experts", "64", "--moe-layers", "1-26",
+                        check=1)
         self.assertIn("prompt 'bad' (line 5) failed: vLLM answered 400", r.stderr)
         self.assertIn("4 of 5 are recorded", r.stderr)
         self.assertFalse(os.path.exists(out))
-        r = self.record(self.fake.url, prompts, out, "--experts", "64", "--skip-failed", check=0)
+        r = self.record(self.fake.url, prompts, out, "--experts", "64", "--moe-layers", "1-26",
+                        "--skip-failed", check=0)
         self.assertIn("skipped 1 failed prompts", r.stderr)
+        self.assertIn("26 MoE layers (of 27; dense [0])", r.stderr)
         self.assertTraceEquals(out, self.esft, reqs, "deepseek-v2-lite", 64)
 
     def test_refuses_to_mix_or_overwrite(self):
@@ -338,7 +341,7 @@ class RecordTest(unittest.TestCase):
         with open(out + ".journal", "wb") as f:
             f.write(jr.MAGIC + jr.encode_frame({"kind": "header", "model": "deepseek-v2-lite",
                                                 "max_tokens": 99, "label_key": "task",
-                                                "dense_layers": "auto"}))
+                                                "moe_layers": "auto"}))
         r = self.record(self.fake.url, prompts, out, "--experts", "64", check=2)
         self.assertIn("max_tokens: journal 99, now 128", r.stderr)
         self.record(self.fake.url, prompts, out, "--experts", "64", "--restart", check=0)

@@ -4,7 +4,7 @@ OUT.journal sits next to the trace being recorded. It starts with MAGIC, then ho
     [u32 little-endian payload length][u32 crc32 of the payload][payload: one MessagePack map]
 appended and fsync'd one at a time:
     {"kind": "header", ...}     first: the settings that shape the recording (model, max_tokens,
-                                 label key, dense-layer spec); a rerun with other settings is
+                                 label key, --moe-layers); a rerun with other settings is
                                  refused rather than mixing two recordings in one trace
     {"kind": "layers", ...}     once, before the first request: the response geometry and which
                                  layers are MoE layers (eldr_routed_experts.MoeLayerMap.to_dict)

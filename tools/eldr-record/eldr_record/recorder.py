@@ -66,11 +66,12 @@ def parse_args(argv):
                    help="JSONL key holding each prompt's label (task, domain, language)")
     p.add_argument("--concurrency", type=int, default=8, metavar="C",
                    help="requests in flight at once (default 8)")
-    p.add_argument("--dense-layers", default="auto", metavar="auto|none|LIST",
-                   help="which of vLLM's layers are dense, i.e. not recorded: auto (the layers "
-                        "whose ids are all zero, as vLLM returns dense layers; needs top_k >= 2), "
-                        "none, or a list such as 0 or 0-2 (DeepSeek's first_k_dense_replace "
-                        "leading layers). Default auto")
+    p.add_argument("--moe-layers", default="auto", metavar="auto|all|LIST",
+                   help="which of vLLM's layers are MoE layers, i.e. recorded: auto (those whose "
+                        "ids are not all zero: vLLM returns dense layers as zeros; needs top_k "
+                        ">= 2), all, or a list such as 1-26 (DeepSeek-V2-Lite, whose layer 0 is "
+                        "dense: first_k_dense_replace), as eldr-proxy's --moe-layers. Default "
+                        "auto")
     p.add_argument("--experts", type=int, metavar="E",
                    help="routed experts per layer (the model's n_routed_experts / num_experts); "
                         "without it the largest id seen + 1 is used, and said so")
@@ -99,11 +100,11 @@ def parse_args(argv):
     if not a.vllm.startswith(("http://", "https://")):
         p.error("--vllm must be an http:// or https:// URL, got %r" % a.vllm)
     a.vllm = a.vllm.rstrip("/")
-    if a.dense_layers not in ("auto", "none"):
+    if a.moe_layers not in ("auto", "all"):
         try:
-            rex.parse_layer_list(a.dense_layers, 1 << 30)
+            rex.parse_layer_list(a.moe_layers, 1 << 30)
         except ValueError as e:
-            p.error("--dense-layers: %s" % e)
+            p.error("--moe-layers: %s" % e)
     return a
 
 
@@ -147,9 +148,9 @@ class Recording:
     """What is being recorded: checks each response against the first one's geometry and turns
     it into a journal record. Pure logic plus journal appends."""
 
-    def __init__(self, journal, dense_spec, experts):
+    def __init__(self, journal, moe_spec, experts):
         self.journal = journal
-        self.dense_spec = dense_spec
+        self.moe_spec = moe_spec
         self.experts = experts
         self.layer_map = (rex.MoeLayerMap.from_dict(journal.layers)
                           if journal.layers is not None else None)
@@ -158,7 +159,7 @@ class Recording:
         arr, p_tokens, o_tokens = routed_experts_of(doc)
         if self.layer_map is None:
             try:
-                layer_map = rex.MoeLayerMap.from_spec(self.dense_spec, arr)
+                layer_map = rex.MoeLayerMap.from_spec(self.moe_spec, arr)
             except rex.RoutedExpertsError as e:
                 raise Fatal(str(e)) from None
             self.journal.set_layers(layer_map.to_dict())
@@ -305,10 +306,10 @@ def finalize(args, prompts, journal, failed_ids):
         requests.append(eldr_trace.TraceRequest(r["id"], r["label"], int(r["prompt_tokens"]),
                                                 int(r["output_tokens"]), ids))
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    source = ("eldr-record %s: vLLM %s, model %s, prompts %s, max_tokens %d, %d of %d layers "
-              "(dense: %s)" % (when, args.vllm, args.model, os.path.basename(args.prompts),
-                               args.max_tokens, geometry.layers, layer_map.response_layers,
-                               ",".join(map(str, layer_map.dense_layers)) or "none"))
+    source = ("eldr-record %s: vLLM %s, model %s, prompts %s, max_tokens %d, MoE layers %s of "
+              "%d" % (when, args.vllm, args.model, os.path.basename(args.prompts),
+                      args.max_tokens, rex.format_layer_list(layer_map.moe_layers),
+                      layer_map.response_layers))
     eldr_trace.write_trace(args.out, args.model, geometry, source, requests)
     journal.remove()
     return geometry, layer_map, requests
@@ -339,7 +340,7 @@ def _run(args):
         raise jr.JournalError("%s exists and no recording of it is in progress; pass --force to "
                               "overwrite it" % args.out)
     header = {"model": args.model, "max_tokens": args.max_tokens, "label_key": args.label_key,
-              "dense_layers": args.dense_layers}
+              "moe_layers": args.moe_layers}
     journal = jr.Journal.open(journal_path, header)
     try:
         jr.report_notes(journal)
@@ -348,7 +349,7 @@ def _run(args):
             print("eldr-record: continuing %s: %d of %d prompts already recorded"
                   % (args.out, len(journal.requests), len(prompts)), file=sys.stderr)
         progress = _progress(args, len(prompts), len(prompts) - len(todo))
-        recording = Recording(journal, args.dense_layers, args.experts)
+        recording = Recording(journal, args.moe_layers, args.experts)
         failures = []
         if todo:
             failures, signum = _run_loop(args, todo, recording, progress)
@@ -381,10 +382,23 @@ def _run(args):
     return EXIT_OK
 
 
+class _Quiet:
+    """A stream that drops everything: --progress none."""
+
+    def write(self, text):
+        pass
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return False
+
+
 def _progress(args, total, done):
     mode = args.progress
     if mode == "none":
-        return Progress(total, done, stream=open(os.devnull, "w"), tty=False)
+        return Progress(total, done, stream=_Quiet(), tty=False)
     tty = None if mode == "auto" else mode == "bar"
     return Progress(total, done, stream=sys.stderr, tty=tty)
 
