@@ -11,11 +11,13 @@ them back with the same rules, for Python tools (eldr-record) and tests.
     trace = read_trace("my.eldrtrace")      # Trace(model_name, geometry, source, requests)
 
 `experts` is token-major: choice r of token t at MoE layer l is element (t * L + l) * k + r;
-tokens 0..P-1 are the prompt, P..P+O-1 the generated tokens. It may be given as bytes or as any
-integer numpy array of (P + O) * L * k elements (any shape).
+tokens 0..P-1 are the prompt, P..P+O-1 the generated tokens. It may be given as bytes (one id per
+byte) or as any integer numpy array of (P + O) * L * k elements (any shape).
 
-Versions: version 1 holds one byte per id, so E <= 256. Models with more experts need version 2
-(16-bit ids), which this module does not write yet: encode_trace raises TraceError for E > 256.
+Versions: version 1 holds one byte per id (E <= 256), version 2 a little-endian uint16 per id
+(E <= 4,096, L * E <= 2^20), as docs/trace-format.md of the wide-ids work (branch i13-wide)
+defines them. encode_trace writes version 1 whenever E <= 256, so such files stay readable by
+every reader, and version 2 only for larger models; decode_trace reads both.
 
 Requirements: Debian's python3-msgpack and python3-numpy.
 """
@@ -26,9 +28,11 @@ import msgpack
 import numpy as np
 
 FORMAT = "eldr-trace"
-VERSION_1 = 1
-MAX_EXPERTS_V1 = 256
-MAX_LAYERS = 4096          # core/geometry.hpp's bound, checked by the C++ reader
+VERSION_1, VERSION_2 = 1, 2
+MAX_EXPERTS_V1 = 256       # one byte per id
+MAX_EXPERTS = 4096         # core/geometry.hpp's bounds, checked by the C++ reader
+MAX_LAYERS = 4096
+MAX_WIDTH = 1 << 20        # layers * experts
 MAX_BIN = (1 << 32) - 1    # the largest MessagePack bin
 
 
@@ -42,7 +46,8 @@ class Geometry:
     experts: int   # routed experts per layer (shared experts are not recorded)
     top_k: int     # experts each token picks per layer
 
-    def check(self, max_experts=MAX_EXPERTS_V1):
+    def check(self, version=None):
+        """Raises TraceError unless the geometry is valid (for `version` when given)."""
         for name in ("layers", "experts", "top_k"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool):
@@ -52,11 +57,17 @@ class Geometry:
         if not 1 <= self.top_k <= self.experts:
             raise TraceError("need 1 <= top_k <= experts, got top_k %d, experts %d"
                              % (self.top_k, self.experts))
-        if self.experts > max_experts:
-            raise TraceError(
-                "%d experts: eldr-trace version 1 holds one byte per expert id (at most %d "
-                "experts); larger models need version 2, which this writer does not support yet"
-                % (self.experts, max_experts))
+        if self.experts > MAX_EXPERTS or self.layers * self.experts > MAX_WIDTH:
+            raise TraceError("model.experts %d: at most %d experts and layers * experts <= %d"
+                             % (self.experts, MAX_EXPERTS, MAX_WIDTH))
+        if version == VERSION_1 and self.experts > MAX_EXPERTS_V1:
+            raise TraceError("%d experts in a version 1 file, whose one-byte ids name at most "
+                             "%d" % (self.experts, MAX_EXPERTS_V1))
+
+    @property
+    def version(self):
+        """The version a writer uses for this model: 1 when every id fits a byte."""
+        return VERSION_1 if self.experts <= MAX_EXPERTS_V1 else VERSION_2
 
 
 @dataclasses.dataclass
@@ -108,7 +119,7 @@ def validate_request(geometry, req, index=0):
     g = geometry
     tokens = req.prompt_tokens + req.output_tokens
     expected = tokens * g.layers * g.top_k
-    if expected > MAX_BIN:
+    if expected * (1 if g.version == VERSION_1 else 2) > MAX_BIN:
         raise TraceError("%s: experts would need %d bytes, more than a MessagePack bin holds"
                          % (where, expected))
     ids = req.ids()
@@ -143,10 +154,13 @@ def _token_name(req, t, l):
 
 
 def encode_trace(model_name, geometry, source, requests):
-    """The bytes of one eldr-trace file (version 1). Validates everything first (TraceError)."""
+    """The bytes of one eldr-trace file: version 1 when E <= 256, else version 2. Validates
+    everything first (TraceError)."""
     if not isinstance(model_name, str):
         raise TraceError("model name must be a string")
     geometry.check()
+    version = geometry.version
+    id_type = np.uint8 if version == VERSION_1 else np.dtype("<u2")
     seen = {}
     out_requests = []
     for i, req in enumerate(requests):
@@ -158,11 +172,11 @@ def encode_trace(model_name, geometry, source, requests):
              "output_tokens": req.output_tokens}
         if req.arrival_s is not None:
             m["arrival_s"] = float(req.arrival_s)
-        m["experts"] = req.ids().astype(np.uint8, copy=False).tobytes()
+        m["experts"] = req.ids().astype(id_type, copy=False).tobytes()
         out_requests.append(m)
     doc = {
         "format": FORMAT,
-        "version": VERSION_1,
+        "version": version,
         "model": {"name": model_name, "layers": geometry.layers, "experts": geometry.experts,
                   "top_k": geometry.top_k},
         "source": source,
@@ -202,7 +216,8 @@ def write_trace(path, model_name, geometry, source, requests):
 
 
 def decode_trace(data, name="trace"):
-    """Parses and validates the bytes of one eldr-trace v1 file; TraceError names what is wrong."""
+    """Parses and validates the bytes of one eldr-trace file (version 1 or 2); TraceError names
+    what is wrong."""
     try:
         doc = msgpack.unpackb(data, raw=False, strict_map_key=False)
     except Exception as e:  # msgpack raises several unrelated exception types
@@ -211,15 +226,16 @@ def decode_trace(data, name="trace"):
         raise TraceError("%s: not a map" % name)
     if doc.get("format") != FORMAT:
         raise TraceError("%s: format must be %r, got %r" % (name, FORMAT, doc.get("format")))
-    if doc.get("version") != VERSION_1:
-        raise TraceError("%s: unsupported version %r (this reader supports version 1)"
-                         % (name, doc.get("version")))
+    version = doc.get("version")
+    if version not in (VERSION_1, VERSION_2) or isinstance(version, bool):
+        raise TraceError("%s: unsupported version %r (this reader supports versions 1 and 2)"
+                         % (name, version))
     model = doc.get("model")
     if not isinstance(model, dict) or not isinstance(model.get("name"), str):
         raise TraceError("%s: model must be a map with a string name" % name)
     geometry = Geometry(model.get("layers"), model.get("experts"), model.get("top_k"))
     try:
-        geometry.check()
+        geometry.check(version)
     except TraceError as e:
         raise TraceError("%s: %s" % (name, e)) from None
     source = doc.get("source", "")
@@ -235,6 +251,11 @@ def decode_trace(data, name="trace"):
         experts = r.get("experts")
         if not isinstance(experts, bytes):
             raise TraceError("%s: request %d: experts must be a bin" % (name, i))
+        if version == VERSION_2:
+            if len(experts) % 2:
+                raise TraceError("%s: request %d: a version 2 experts bin of odd length %d"
+                                 % (name, i, len(experts)))
+            experts = np.frombuffer(experts, dtype="<u2")
         req = TraceRequest(r.get("id"), r.get("label", ""), r.get("prompt_tokens"),
                            r.get("output_tokens"), experts, r.get("arrival_s"))
         try:

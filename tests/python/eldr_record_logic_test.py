@@ -235,15 +235,42 @@ class TraceTest(unittest.TestCase):
         fails(eldr_trace.TraceRequest("c", "", 4, 2, routing(6, 3, 16, 2), arrival_s=-1),
               "arrival_s")
 
-    def test_more_than_256_experts_needs_version_2(self):
-        g = eldr_trace.Geometry(layers=1, experts=384, top_k=2)
+    def test_version_2_for_more_than_256_experts(self):
+        g = eldr_trace.Geometry(layers=2, experts=384, top_k=3)
+        ids = routing(3, 2, 384, 3, seed=4)
+        ids[0, 0] = [383, 256, 1]
+        data = eldr_trace.encode_trace("kimi", g, "", [eldr_trace.TraceRequest("a", "", 2, 1,
+                                                                              ids)])
+        raw = msgpack.unpackb(data, raw=False)
+        self.assertEqual(raw["version"], 2)
+        b = raw["requests"][0]["experts"]
+        self.assertEqual(len(b), 2 * ids.size)
+        self.assertEqual(b[:6], bytes([383 & 255, 383 >> 8, 0, 1, 1, 0]))   # little-endian
+        t = eldr_trace.decode_trace(data)
+        np.testing.assert_array_equal(t.requests[0].ids(), ids.reshape(-1))
+        # E <= 256 stays version 1, byte for byte what older readers take
+        small = eldr_trace.encode_trace("m", self.g, "", self.reqs)
+        self.assertEqual(msgpack.unpackb(small, raw=False)["version"], 1)
+        for bad, fragment in (({"version": 1}, "version 1 file"),
+                              ({"experts_bin": b[:-1]}, "odd length")):
+            d = msgpack.unpackb(data, raw=False)
+            if "version" in bad:
+                d["version"] = bad["version"]
+            else:
+                d["requests"][0]["experts"] = bad["experts_bin"]
+            with self.assertRaises(eldr_trace.TraceError) as cm:
+                eldr_trace.decode_trace(msgpack.packb(d, use_bin_type=True))
+            self.assertIn(fragment, str(cm.exception))
         with self.assertRaises(eldr_trace.TraceError) as cm:
-            eldr_trace.encode_trace("m", g, "", [])
-        self.assertIn("version 2", str(cm.exception))
+            eldr_trace.encode_trace("m", eldr_trace.Geometry(1, 4097, 2), "", [])
+        self.assertIn("at most 4096 experts", str(cm.exception))
+        with self.assertRaises(eldr_trace.TraceError) as cm:
+            eldr_trace.encode_trace("m", eldr_trace.Geometry(512, 4096, 2), "", [])
+        self.assertIn("layers * experts", str(cm.exception))
 
     def test_decode_rejects(self):
         good = msgpack.unpackb(eldr_trace.encode_trace("m", self.g, "", self.reqs), raw=False)
-        for mutate, fragment in ((lambda d: d.update(version=2), "unsupported version 2"),
+        for mutate, fragment in ((lambda d: d.update(version=3), "unsupported version 3"),
                                  (lambda d: d.update(format="x"), "format"),
                                  (lambda d: d["model"].update(top_k=17), "top_k"),
                                  (lambda d: d["requests"][0].update(experts="s"), "bin")):

@@ -282,6 +282,37 @@ class RecordTest(unittest.TestCase):
                     check=0)
         self.assertTraceEquals(out, self.esft, reqs, "deepseek-v2-lite", 64)
 
+    def test_more_than_256_experts_written_as_version_2(self):
+        """The fake serves traces of at most 256 experts, so a 384-expert recording (Kimi K2's
+        width) is journalled here directly and finished by the recorder's own finalize."""
+        import argparse as ap
+        import msgpack
+        from eldr_record import recorder
+        from eldr_record.prompts import parse_prompts
+        prompts, _ = parse_prompts(['{"prompt": "a"}', '{"prompt": "b"}'], "p.jsonl")
+        out = self.path("wide.eldrtrace")
+        journal = jr.Journal.open(out + ".journal", {"model": "kimi"})
+        journal.set_layers({"response_layers": 3, "top_k": 8, "moe_layers": [1, 2]})
+        rng = np.random.default_rng(5)
+        want = []
+        for p in prompts:
+            ids = np.stack([rng.choice(384, 8, replace=False) for _ in range(5 * 2)])
+            want.append(ids.reshape(-1))
+            journal.append_request({"id": p.id, "digest": p.digest, "label": "", "width": 2,
+                                    "prompt_tokens": 3, "output_tokens": 2,
+                                    "max_id": int(ids.max()),
+                                    "experts": ids.astype("<u2").tobytes()})
+        args = ap.Namespace(experts=384, vllm="http://v", model="kimi", prompts="p.jsonl",
+                            max_tokens=3, out=out)
+        recorder.finalize(args, prompts, journal, set())
+        with open(out, "rb") as f:
+            self.assertEqual(msgpack.unpackb(f.read(), raw=False)["version"], 2)
+        t = eldr_trace.read_trace(out)
+        self.assertEqual(t.geometry, eldr_trace.Geometry(2, 384, 8))
+        for got, ids in zip(t.requests, want):
+            np.testing.assert_array_equal(got.ids(), ids)
+        self.assertFalse(os.path.exists(out + ".journal"))
+
     # -- clear errors ---------------------------------------------------------------------------
     def test_vllm_without_routed_experts(self):
         fake = FakeVllm(self.tmp, ESFT, "deepseek-v2-lite", routed=False)

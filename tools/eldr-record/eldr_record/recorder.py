@@ -31,7 +31,7 @@ from .progress import Progress
 from .prompts import PromptError, load_prompts
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_VLLM = 0, 1, 2, 3
-MAX_ID = 0xFFFF     # journal ids are 1 or 2 bytes; no MoE model has more experts yet
+MAX_EXPERTS = eldr_trace.MAX_EXPERTS    # the format's bound (ids are 1 or 2 bytes)
 
 
 class Fatal(Exception):
@@ -93,8 +93,8 @@ def parse_args(argv):
         p.error("--max-tokens must be >= 1")
     if a.concurrency < 1:
         p.error("--concurrency must be >= 1")
-    if a.experts is not None and not 1 <= a.experts <= MAX_ID + 1:
-        p.error("--experts must be in 1..%d" % (MAX_ID + 1))
+    if a.experts is not None and not 1 <= a.experts <= MAX_EXPERTS:
+        p.error("--experts must be in 1..%d" % MAX_EXPERTS)
     if a.timeout <= 0 or a.retries < 0 or a.retry_delay < 0:
         p.error("--timeout must be > 0, --retries >= 0")
     if not a.vllm.startswith(("http://", "https://")):
@@ -172,8 +172,9 @@ class Recording:
         if self.experts is not None and max_id >= self.experts:
             raise Fatal("prompt %r (line %d): expert id %d, but --experts is %d"
                         % (prompt.id, prompt.line, max_id, self.experts))
-        if max_id > MAX_ID:
-            raise Fatal("prompt %r: expert id %d is beyond 16 bits" % (prompt.id, max_id))
+        if max_id >= MAX_EXPERTS:
+            raise Fatal("prompt %r (line %d): expert id %d, but eldr-trace holds at most %d "
+                        "experts" % (prompt.id, prompt.line, max_id, MAX_EXPERTS))
         geometry = eldr_trace.Geometry(moe.shape[1], self.experts or max(max_id + 1, moe.shape[2]),
                                        moe.shape[2])
         req = eldr_trace.TraceRequest(prompt.id, prompt.label, p_tokens, o_tokens, moe)
