@@ -18,6 +18,9 @@ packages=(
   python3 python3-zmq python3-msgpack python3-numpy python3-scipy python3-yaml
   # eldr-proxy, eldr-record and the fake vLLM engines of the tests (asyncio HTTP)
   python3-aiohttp
+  # installing the Python packages offline (pyproject.toml, README "Python packages"): a venv
+  # with --system-site-packages, pip --no-build-isolation with Debian's setuptools and wheel
+  python3-venv python3-pip python3-setuptools python3-wheel
   # plots
   gnuplot-nox
 )
