@@ -4,8 +4,9 @@ of a model with L MoE layers, E experts, top-k (default: 4,096 tokens, 48 layers
 top-8, block size 16, one leading dense layer), random distinct top-k picks per token.
 
 Stages, timed separately (median and p90 of --reps runs, after warm-up):
-  decode      vLLM's base64 .npy string -> array (eldr_proxy_counts.decode_routed_experts)
-  select      MoE-layer selection and prompt cut (CountsBuilder.prompt_ids)
+  decode      vLLM's base64 .npy string -> array (eldr_routed_experts.decode)
+  select      MoE-layer selection and prompt cut (CountsBuilder.prompt_ids: eldr_routed_experts'
+              MoeLayerMap, which also checks that the dense layers are zeros)
   counts      array -> eldr counts message (CountsBuilder.message: eldr_client.counts_message
               with a TopkIds): the routed-experts-to-counts conversion proper
   hashes      vLLM's sha256_cbor block hashes of the prompt (BlockHasher("vllm"))
@@ -63,14 +64,14 @@ def main():
     np.save(buf, full, allow_pickle=False)
     routed = base64.b64encode(buf.getvalue()).decode()
     token_ids = rng.integers(0, 150000, size=T).tolist()
-    builder = rex.CountsBuilder(L, E, k, rex.MoeLayers(range(a.dense, a.dense + L)), bs)
+    builder = rex.CountsBuilder(L, E, k, "%d-%d" % (a.dense, a.dense + L - 1), bs)
     hasher = block_hashes.BlockHasher("vllm", "0")
 
     clock = time.thread_time if a.cpu else time.perf_counter
     times = {s: [] for s in ("decode", "select", "counts", "hashes", "encode", "all")}
     for rep in range(a.reps + 10):
         t0 = clock()
-        arr = rex.decode_routed_experts(routed)
+        arr = builder.decode(routed)
         t1 = clock()
         sel = builder.prompt_ids(arr, T)
         t2 = clock()

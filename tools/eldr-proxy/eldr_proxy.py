@@ -49,8 +49,8 @@ from eldr_client_aio import AsyncRouteClient, AsyncWorkerClient  # noqa: E402
 
 import eldr_proxy_hashes as block_hashes  # noqa: E402
 from eldr_proxy_metrics import ProxyMetrics  # noqa: E402
-from eldr_proxy_counts import (CountsBuilder, CountsError, MoeLayers,  # noqa: E402
-                            decode_routed_experts, keep_large_allocations)
+from eldr_proxy_counts import (CountsBuilder, CountsError,  # noqa: E402
+                               keep_large_allocations, moe_layer_spec)
 
 log = logging.getLogger("eldr-proxy")
 
@@ -212,30 +212,24 @@ class Config:
             if dup:
                 raise UsageError(flag, "%s given twice" % dup[0])
         self.block_size = _int_in("--block-size", ns.block_size, 1, 255)
-        if ns.moe_layers is not None:
-            try:
-                moe = MoeLayers.parse(ns.moe_layers, ns.layers)
-            except ValueError as e:
-                raise UsageError("--moe-layers", "%r: %s" % (ns.moe_layers, e)) from None
-            if ns.moe_layers == "auto" and ns.top_k < 2:
-                raise UsageError("--moe-layers", "auto needs --top-k >= 2 (a top-1 router may "
-                                 "pick expert 0 for every token, like a dense layer's zeros)")
-            if len(moe) != ns.layers:
-                raise UsageError("--moe-layers", "%d layers listed, --layers is %d"
-                                 % (len(moe), ns.layers))
-        else:
-            first = 0 if ns.first_moe_layer is None else ns.first_moe_layer
-            _int_in("--first-moe-layer", first, 0, 4096)
-            _int_in("--layers", ns.layers, 1, 1024)
-            moe = MoeLayers(range(first, first + ns.layers))
         _int_in("--layers", ns.layers, 1, 1024)
         if ns.experts < 1:
             raise UsageError("--experts", "must be >= 1, got %d" % ns.experts)
         if not 1 <= ns.top_k <= ns.experts:
             raise UsageError("--top-k", "%d is outside 1..--experts (%d)" % (ns.top_k,
                                                                             ns.experts))
+        if ns.moe_layers is not None:
+            flag, spec = "--moe-layers", ns.moe_layers
+        else:
+            first = 0 if ns.first_moe_layer is None else ns.first_moe_layer
+            _int_in("--first-moe-layer", first, 0, 4096)
+            flag, spec = "--first-moe-layer", "%d-%d" % (first, first + ns.layers - 1)
         try:
-            self.counts = CountsBuilder(ns.layers, ns.experts, ns.top_k, moe, self.block_size,
+            moe_layer_spec(spec, ns.layers, ns.top_k)
+        except ValueError as e:
+            raise UsageError(flag, "%r: %s" % (spec, e)) from None
+        try:
+            self.counts = CountsBuilder(ns.layers, ns.experts, ns.top_k, spec, self.block_size,
                                         MAX_ROUTE_BLOCKS)
         except ValueError as e:  # what remains is the counts encoder's bound on E
             raise UsageError("--experts", str(e)) from None
@@ -804,7 +798,7 @@ class Proxy:
             token_ids = None
         salt = body.get("cache_salt") if isinstance(body.get("cache_salt"), str) else None
         try:
-            ids = decode_routed_experts(choice.get("routed_experts"))
+            ids = cfg.counts.decode(choice.get("routed_experts"))
             ids = cfg.counts.prompt_ids(ids, len(token_ids) if token_ids is not None else None)
             n_tokens = ids.shape[0]
         except CountsError as e:

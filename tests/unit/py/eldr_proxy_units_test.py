@@ -100,14 +100,17 @@ def decoded_blocks(msg, layers):
 
 
 def builder(L, E, k, moe_first, bs):
-    return rex.CountsBuilder(L, E, k, rex.MoeLayers(range(moe_first, moe_first + L)), bs)
+    return rex.CountsBuilder(L, E, k, "%d-%d" % (moe_first, moe_first + L - 1), bs)
+
+
+decode = rex.CountsBuilder.decode
 
 
 def check_conversion(ids_moe, dense, E, k, bs, dtype=np.uint8):
     """Runs the proxy's conversion on vLLM's encoding of ids_moe and compares every block."""
     L = ids_moe.shape[1]
     b = builder(L, E, k, dense, bs)
-    arr = rex.decode_routed_experts(vllm_routed_experts(ids_moe, dense, dtype))
+    arr = decode(vllm_routed_experts(ids_moe, dense, dtype))
     got_ids = b.prompt_ids(arr, ids_moe.shape[0])
     n_blocks = -(-ids_moe.shape[0] // bs)
     hashes = [hashlib.sha256(b"%d" % i).digest() for i in range(n_blocks)]
@@ -165,7 +168,7 @@ def test_conversion_edges():
 def test_older_json_lists_are_read():
     rng = np.random.default_rng(8)
     ids = random_ids(rng, 20, 3, 16, 2)
-    as_lists = rex.decode_routed_experts(ids.tolist())
+    as_lists = decode(ids.tolist())
     check(np.array_equal(as_lists, ids), "nested lists decode to the same array")
 
 
@@ -182,35 +185,38 @@ def test_bad_routed_experts_are_refused_with_a_reason():
     rng = np.random.default_rng(9)
     ids = random_ids(rng, 20, 3, 16, 2)
     b = builder(3, 16, 2, 1, 16)
-    expect_counts_error("absent", lambda: rex.decode_routed_experts(None))
-    expect_counts_error("encoding", lambda: rex.decode_routed_experts("not base64!"))
-    expect_counts_error("encoding", lambda: rex.decode_routed_experts(
+    expect_counts_error("absent", lambda: decode(None))
+    expect_counts_error("encoding", lambda: decode("not base64!"))
+    expect_counts_error("encoding", lambda: decode(
         base64.b64encode(b"\x93NUMPY garbage").decode()))
-    expect_counts_error("encoding", lambda: rex.decode_routed_experts(7))
-    expect_counts_error("encoding", lambda: rex.decode_routed_experts([[1, 2], [3]]))
+    expect_counts_error("encoding", lambda: decode(7))
+    expect_counts_error("encoding", lambda: decode([[1, 2], [3]]))
     # A pickled object array never reaches pickle.
     buf = io.BytesIO()
     np.save(buf, np.array([{"a": 1}], dtype=object), allow_pickle=True)
-    expect_counts_error("encoding", lambda: rex.decode_routed_experts(
+    expect_counts_error("encoding", lambda: decode(
         base64.b64encode(buf.getvalue()).decode()))
     floats = io.BytesIO()
     np.save(floats, np.zeros((2, 3, 2), dtype=np.float32))
-    expect_counts_error("encoding", lambda: rex.decode_routed_experts(
+    expect_counts_error("encoding", lambda: decode(
         base64.b64encode(floats.getvalue()).decode()))
-    expect_counts_error("shape", lambda: rex.decode_routed_experts([[1, 2], [3, 4]]))
-    arr = rex.decode_routed_experts(vllm_routed_experts(ids, 1))
+    expect_counts_error("encoding", lambda: decode([[1, 2], [3, 4]]))
+    arr = decode(vllm_routed_experts(ids, 1))
     expect_counts_error("tokens", lambda: b.prompt_ids(arr, 21))
     expect_counts_error("top_k", lambda: builder(3, 16, 3, 1, 16).prompt_ids(arr, 20))
     expect_counts_error("layers", lambda: builder(3, 16, 2, 2, 16).prompt_ids(arr, 20))
-    # A dense layer taken for a MoE layer: every token "picks" expert 0 k times.
-    dense = builder(3, 16, 2, 0, 16).prompt_ids(arr, 20)
-    msg = expect_counts_error("invalid", lambda: builder(3, 16, 2, 0, 16).message(
-        dense, [b"x" * 32, b"y" * 32]))
+    # A dense layer taken for a MoE layer (and a MoE layer for a dense one): the layer map sees
+    # routed experts where it expects zeros.
+    msg = expect_counts_error("layers", lambda: builder(3, 16, 2, 0, 16).prompt_ids(arr, 20))
+    check("taken as dense" in msg, "message: %s" % msg)
+    # Were the map told the dense layer is all there is, its zeros repeat expert 0 in every row.
+    zeros = np.zeros((20, 3, 2), dtype=np.uint8)
+    msg = expect_counts_error("invalid", lambda: b.message(zeros, [b"x" * 32, b"y" * 32]))
     check("repeated ids" in msg, "message: %s" % msg)
     # Blocks of 255 tokens (rows of 2,040 picks): a repeated id is caught, not wrapped around.
     repeated = np.zeros((255, 1, 8), dtype=np.uint8)
     msg = expect_counts_error("invalid", lambda: rex.CountsBuilder(
-        1, 16, 8, rex.MoeLayers([0]), 255).message(repeated, [b"z" * 32]))
+        1, 16, 8, "0", 255).message(repeated, [b"z" * 32]))
     check("2040 times" in msg, "message: %s" % msg)
     too_big = np.array(ids)
     too_big[3, 1, 0] = 16
@@ -221,30 +227,32 @@ def test_bad_routed_experts_are_refused_with_a_reason():
 
 def test_long_prompts_are_signed_by_their_first_4096_blocks():
     rng = np.random.default_rng(10)
-    b = rex.CountsBuilder(1, 4, 1, rex.MoeLayers([0]), 1, max_blocks=4096)
+    b = rex.CountsBuilder(1, 4, 1, "0", 1, max_blocks=4096)
     ids = rng.integers(0, 4, size=(5000, 1, 1))
     msg = b.message(ids, [struct.pack(">Q", i) for i in range(5000)])
     check(len(msg["blocks"]) == 4096, "%d blocks" % len(msg["blocks"]))
 
 
 def test_moe_layer_specs():
-    check(rex.MoeLayers.parse("1-26").indices == list(range(1, 27)), "range")
-    check(rex.MoeLayers.parse("0,2,4-6").indices == [0, 2, 4, 5, 6], "list")
-    for bad in ("", "3-1", "1,1", "2,1", "a", "-1", "1,,2"):
-        try:
-            rex.MoeLayers.parse(bad)
-            check(False, "%r accepted" % bad)
-        except ValueError:
-            pass
-    check(rex.MoeLayers.parse("all", 3).indices == [0, 1, 2], "all")
     rng = np.random.default_rng(12)
     ids = random_ids(rng, 30, 4, 16, 2)
-    vllm = rex.decode_routed_experts(vllm_routed_experts(ids, 2))  # 2 dense layers in front
-    check(np.array_equal(rex.MoeLayers.parse("auto", 4).select(vllm), ids), "auto drops them")
-    expect_counts_error("layers", lambda: rex.MoeLayers.parse("auto", 5).select(vllm))
-    arr = np.arange(2 * 7 * 1).reshape(2, 7, 1)
-    sel = rex.MoeLayers.parse("1,3,6").select(arr)
-    check(sel[:, :, 0].tolist() == [[1, 3, 6], [8, 10, 13]], "non-contiguous selection")
+    vllm = decode(vllm_routed_experts(ids, 2))  # 2 dense layers in front, 4 MoE layers
+    for spec in ("2-5", "auto", "2,3,4-5"):
+        b = rex.CountsBuilder(4, 16, 2, spec, 16)
+        check(np.array_equal(b.prompt_ids(vllm, 30), ids), "spec %s" % spec)
+        check(np.array_equal(b.prompt_ids(vllm, 30), ids), "spec %s, second response" % spec)
+    check(rex.CountsBuilder(6, 16, 2, "all", 16).prompt_ids(vllm, 30).shape == (30, 6, 2), "all")
+    expect_counts_error("layers", lambda: rex.CountsBuilder(5, 16, 2, "auto", 16).prompt_ids(
+        vllm, 30))
+    expect_counts_error("layers", lambda: rex.CountsBuilder(4, 16, 2, "all", 16).prompt_ids(
+        vllm, 30))
+    for spec, layers, k in (("1-25", 26, 6), ("3-1", 3, 2), ("a", 1, 2), ("1,,2", 2, 2),
+                            ("auto", 4, 1)):
+        try:
+            rex.moe_layer_spec(spec, layers, k)
+            check(False, "%r accepted" % spec)
+        except ValueError:
+            pass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,12 +367,12 @@ def expect_usage(argv, flag, fragment=""):
 def test_good_flags():
     c = eldr_proxy.parse_config(GOOD)
     check(c.decode == ["http://127.0.0.1:8200", "http://127.0.0.1:8201"], "decode: %r" % c.decode)
-    check(c.counts.moe_layers.indices == list(range(1, 27)), "moe layers")
+    check(c.counts.moe_spec == "1-26", "moe layers: %r" % c.counts.moe_spec)
     check(c.hasher.source == "proxy", "default hash source without a seed")
     c = eldr_proxy.parse_config(GOOD + ["--hash-seed", "0", "--block-size", "32"])
     check(c.hasher.source == "vllm" and c.block_size == 32, "vllm hashes with a seed")
     c = eldr_proxy.parse_config(with_flag("--first-moe-layer", None) + ["--moe-layers", "1-26"])
-    check(c.counts.moe_layers.indices[0] == 1, "--moe-layers")
+    check(c.counts.moe_spec == "1-26", "--moe-layers")
 
 
 def test_bad_flags_name_the_flag():

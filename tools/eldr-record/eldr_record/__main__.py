@@ -1,0 +1,5 @@
+import sys
+
+from .recorder import main
+
+sys.exit(main())
