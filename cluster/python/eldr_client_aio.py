@@ -34,8 +34,8 @@ AsyncRouteClient(endpoints, timeout_ms=2000)
 
 AsyncWorkerClient(endpoints, timeout_ms=2000)
     await register(model, worker, endpoint, capacity=0, metrics_url=None)
-        metrics_url: the worker's Prometheus /metrics URL (http:// or https://), for a node that
-        scrapes vLLM's load; sent as the field "metrics_url", left out when None.
+        metrics_url: the worker's Prometheus /metrics URL (http://), for a node that scrapes
+        vLLM's load; sent as the field "metrics_url", left out when None.
     await report_load(model, worker, in_flight, running=0, waiting=0, kv_usage=0.0, seq=None)
     await finished(model, worker, request_ids)
     await drain(model, worker, drain=True)
@@ -269,12 +269,17 @@ class AsyncRouteClient(RouteReplySurfacing, _AsyncClient):
 
 
 def _metrics_url(value):
-    """value as sent in worker_register.metrics_url: an http(s) URL the node can scrape, with
-    the rules of an endpoint (printable ASCII without whitespace or quotes, 1..256 bytes)."""
-    value = checked_endpoint("worker_register.metrics_url", value, False)
-    if not value.startswith(("http://", "https://")) or value.endswith("://"):
-        raise ValueError("worker_register.metrics_url: %r is not an http:// or https:// URL"
-                         % value)
+    """value as sent in worker_register.metrics_url: an http:// URL the node fetches itself
+    (no https, user info or fragment), with the rules of an endpoint (printable ASCII without
+    whitespace or quotes, 1..256 bytes). The node checks it whole (the i13-scrape work adds
+    eldr_client.checked_metrics_url, which this should call once both are merged)."""
+    field = "worker_register.metrics_url"
+    value = checked_endpoint(field, value, False)
+    if not value.startswith("http://") or len(value) == len("http://"):
+        raise ValueError("%s: %r is not http://HOST[:PORT][/PATH] (the node scrapes over http "
+                         "only)" % (field, value))
+    if "#" in value or "@" in value[7:].split("/", 1)[0]:
+        raise ValueError("%s: %r has a fragment or user info" % (field, value))
     return value
 
 

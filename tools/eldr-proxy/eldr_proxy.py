@@ -207,6 +207,10 @@ class Config:
         self.model = model
         self.prefill = [_base_url("--prefill", u) for u in ns.prefill]
         self.decode = [_base_url("--decode", u) for u in ns.decode]
+        for u in self.decode:
+            if not u.startswith("http://"):
+                raise UsageError("--decode", "%r: eldr scrapes a decode instance's /metrics over "
+                                 "http:// only" % u)
         for flag, urls in (("--prefill", self.prefill), ("--decode", self.decode)):
             dup = [u for u, n in collections.Counter(urls).items() if n > 1]
             if dup:

@@ -168,11 +168,13 @@ async def test_real_node_protocol(node):
             check(False, "unknown model accepted")
         except ec.EldrError as e:
             check(e.code == 4 and e.name == "unknown_model", "error: %r" % e)
-        try:
-            await workers.register(MODEL, 0, "http://x:1", metrics_url="ftp://x/metrics")
-            check(False, "an ftp metrics_url was sent")
-        except ValueError as e:
-            check("metrics_url" in str(e), "metrics_url error: %s" % e)
+        for bad in ("ftp://x/metrics", "https://x/metrics", "http://u@x/metrics",
+                    "http://x/metrics#a", "http://"):
+            try:
+                await workers.register(MODEL, 0, "http://x:1", metrics_url=bad)
+                check(False, "metrics_url %r was sent" % bad)
+            except ValueError as e:
+                check("metrics_url" in str(e), "metrics_url error: %s" % e)
         check(router.failovers == 0, "failovers against one live node: %d" % router.failovers)
     finally:
         for c in (admin, workers, router):

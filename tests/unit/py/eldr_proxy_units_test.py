@@ -386,6 +386,7 @@ def test_bad_flags_name_the_flag():
     expect_usage(with_flag("--prefill", "http://x:99999"), "--prefill")
     expect_usage(with_flag("--prefill", "http://x:1?a=b"), "--prefill", "query")
     expect_usage(GOOD + ["--decode", "http://127.0.0.1:8200"], "--decode", "twice")
+    expect_usage(GOOD + ["--decode", "https://127.0.0.1:8202"], "--decode", "http:// only")
     expect_usage(with_flag("--model", ""), "--model")
     expect_usage(with_flag("--model", "m" * 257), "--model")
     expect_usage(with_flag("--layers", "0"), "--layers")
