@@ -12,6 +12,7 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -21,6 +22,8 @@ import zmq
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "cluster", "python"))
+import eldr_trace  # noqa: E402
 PYTHON = "/usr/bin/python3"
 PROXY = os.path.join(ROOT, "tools", "eldr-proxy", "eldr-proxy")
 FAKE = os.path.join(ROOT, "tests", "fakes", "fake_vllm.py")
@@ -152,16 +155,14 @@ class RouteTap:
 
 
 def read_trace(path):
-    with open(path, "rb") as f:
-        top = msgpack.unpackb(f.read(), raw=False, strict_map_key=False)
-    m = top["model"]
-    L, E, k = m["layers"], m["experts"], m["top_k"]
+    """((L, E, k), {id: (label, prompt_tokens, ids (P+O, L, k))}) read with eldr_trace."""
+    t = eldr_trace.read_trace(path)
+    g = t.geometry
     out = collections.OrderedDict()
-    for r in top["requests"]:
-        n = r["prompt_tokens"] + r["output_tokens"]
-        out[r["id"]] = (r["label"], r["prompt_tokens"],
-                        np.frombuffer(r["experts"], dtype=np.uint8).reshape(n, L, k))
-    return (L, E, k), out
+    for r in t.requests:
+        n = r.prompt_tokens + r.output_tokens
+        out[r.id] = (r.label, r.prompt_tokens, r.ids().reshape(n, g.layers, g.top_k))
+    return (g.layers, g.experts, g.top_k), out
 
 
 def centroid_file(geometry, trace, labels):

@@ -17,7 +17,6 @@ import struct
 import sys
 import traceback
 
-import msgpack
 import numpy as np
 
 sys.dont_write_bytecode = True
@@ -28,6 +27,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools", "eldr-proxy"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "fakes"))
 import eldr_proxy_hashes as block_hashes  # noqa: E402
 import eldr_proxy  # noqa: E402
+import eldr_trace  # noqa: E402
 import eldr_proxy_counts as rex  # noqa: E402
 
 
@@ -48,18 +48,12 @@ def shared_data():
 
 
 def read_trace(path):
-    """(L, E, k, [(prompt_tokens, ids (P+O, L, k))]) read with msgpack, per
-    ../shared/formats/eldr-trace.md (no project code involved)."""
-    with open(path, "rb") as f:
-        top = msgpack.unpackb(f.read(), raw=False, strict_map_key=False)
-    m = top["model"]
-    L, E, k = m["layers"], m["experts"], m["top_k"]
-    reqs = []
-    for r in top["requests"]:
-        n = r["prompt_tokens"] + r["output_tokens"]
-        reqs.append((r["prompt_tokens"],
-                     np.frombuffer(r["experts"], dtype=np.uint8).reshape(n, L, k)))
-    return L, E, k, reqs
+    """(L, E, k, [(prompt_tokens, ids (P+O, L, k))]) read with eldr_trace."""
+    t = eldr_trace.read_trace(path)
+    g = t.geometry
+    return g.layers, g.experts, g.top_k, [
+        (r.prompt_tokens, r.ids().reshape(r.prompt_tokens + r.output_tokens, g.layers, g.top_k))
+        for r in t.requests]
 
 
 def vllm_routed_experts(rows, dense_layers, dtype=np.uint8):
