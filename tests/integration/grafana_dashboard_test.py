@@ -61,7 +61,7 @@ TOKEN = re.compile(r"""
     (?P<ws>\s+)
   | (?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)
   | (?P<duration>(?:\d+(?:ms|s|m|h|d|w|y))+(?![\w.]))
-  | (?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?(?![\w.])|0x[0-9a-fA-F]+|[Ii]nf|NaN)
+  | (?P<number>(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|0x[0-9a-fA-F]+|[Ii]nf|NaN)(?![\w.]))
   | (?P<variable>\$\{[A-Za-z_][A-Za-z0-9_]*(?::[A-Za-z]+)?\}|\$[A-Za-z_][A-Za-z0-9_]*)
   | (?P<ident>[A-Za-z_][A-Za-z0-9_:]*)
   | (?P<op>=~|!~|!=|==|>=|<=|[-+*/%^=<>])
@@ -392,6 +392,9 @@ class PromqlTest(unittest.TestCase):
     def test_a_name_that_is_also_a_function_or_keyword_elsewhere(self):
         # A metric may be named like a label or like a function that is not being called.
         self.assertEqual(self.names("by_total + model"), ["by_total", "model"])
+        # Names that begin like a number's spelling (Inf, NaN) or a duration.
+        self.assertEqual(self.names("information_total / NaN_x + Inf"),
+                         ["information_total", "NaN_x"])
 
     def test_errors(self):
         for bad in ("rate(a[5m]", "a)", "frobnicate(a)", "sum by model (a)",
