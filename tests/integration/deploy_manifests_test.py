@@ -9,9 +9,11 @@ deploy/systemd, deploy/docker and deploy/local pass to eldr-node must appear in
 `eldr-node --config F --check-config` with the command-line overrides they apply (so an unknown
 or misspelt key fails here, as it would fail the node); every containerPort, Service port and
 probe port must be a port of the configuration; the Kubernetes YAML must parse and hold the
-expected objects; the Docker runtime stage must install existing packages that cover the
-binary's shared libraries. Registered in CTest (label integration) by tests/CMakeLists.txt.
-Needs python3-yaml (deploy/install-deps.sh).
+expected objects; the Prometheus Operator monitors (deploy/k8s/monitoring) must select the
+metrics Service, ports and pods of the base, on paths a real node serves; the Docker runtime
+stage must install existing packages that cover the binary's shared libraries. Registered in
+CTest (label integration) by tests/CMakeLists.txt. Needs python3-yaml, and python3-zmq and
+python3-msgpack for the node the monitoring check starts (deploy/install-deps.sh).
 """
 import functools
 import os
@@ -396,6 +398,149 @@ class KubernetesTest(unittest.TestCase):
                 sc = c.get("securityContext", {})
                 self.assertIs(sc.get("allowPrivilegeEscalation"), False)
                 self.assertIn("ALL", sc.get("capabilities", {}).get("drop", []))
+
+
+# ----------------------------------------------------------------------------- monitoring
+def live_paths(paths):
+    """{path: HTTP status} of GETs to the metrics port of a real eldr-node started on free ports
+    (port 0; tests/adversarial/eldr_live.py, which needs python3-zmq and python3-msgpack)."""
+    sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+    sys.path.insert(0, str(SRC / "tests" / "adversarial"))
+    import eldr_live as live
+    with tempfile.TemporaryDirectory(prefix="eldr-paths-") as tmp:
+        centroids = Path(tmp, "toy.centroids")
+        centroids.write_bytes(live.toy_centroid_file())
+        config = Path(tmp, "node.toml")
+        config.write_text(live.node_toml(str(Path(tmp, "data")), str(centroids)))
+        node = live.Node(NODE, str(config), str(Path(tmp, "node.log"))).start()
+        try:
+            return {p: live.http_get(node.endpoint("metrics"), p)[0] for p in paths}
+        finally:
+            node.stop()
+
+
+class MonitoringTest(unittest.TestCase):
+    """deploy/k8s/monitoring: the Prometheus Operator's ServiceMonitor and PodMonitor, each a
+    kustomization of its own applied after the base."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.k8s = SRC / "deploy" / "k8s"
+        cls.base = []
+        for f in sorted(cls.k8s.glob("*.yaml")):
+            with open(f) as fh:
+                cls.base += [d for d in yaml.safe_load_all(fh) if d is not None]
+        cls.monitors = {}  # kind -> (directory, object)
+        for d in sorted((cls.k8s / "monitoring").iterdir()):
+            with open(d / "kustomization.yaml") as fh:
+                k = yaml.safe_load(fh)
+            for r in k["resources"]:
+                with open(d / r) as fh:
+                    for doc in yaml.safe_load_all(fh):
+                        if doc is not None:
+                            cls.monitors[doc["kind"]] = (d, k, doc)
+
+    def base_objects(self, kind):
+        return [d for d in self.base if d.get("kind") == kind]
+
+    def workloads(self):
+        return self.base_objects("Deployment") + self.base_objects("StatefulSet")
+
+    def metrics_port(self, w):
+        """The TOML's metrics port of workload w, and its container's ports by name."""
+        c = w["spec"]["template"]["spec"]["containers"][0]
+        path = c["args"][c["args"].index("--config") + 1]
+        cm = self.base_objects("ConfigMap")[0]
+        cfg = tomllib.loads(cm["data"][Path(path).name])
+        return host_port(cfg["endpoints"]["metrics"])[1], \
+            {p["name"]: p["containerPort"] for p in c["ports"]}
+
+    def test_both_monitors_and_their_kustomizations(self):
+        self.assertEqual(set(self.monitors), {"ServiceMonitor", "PodMonitor"})
+        ns = self.base_objects("Namespace")[0]["metadata"]["name"]
+        for kind, (d, k, m) in self.monitors.items():
+            self.assertEqual(m["apiVersion"], "monitoring.coreos.com/v1", kind)
+            self.assertEqual(k["kind"], "Kustomization", d)
+            self.assertEqual(k["namespace"], ns, d)
+            self.assertEqual(m["metadata"]["namespace"], ns, kind)
+
+    def test_the_base_needs_no_operator(self):
+        # A cluster without the Prometheus Operator's CRDs must still apply deploy/k8s.
+        for d in self.base:
+            self.assertFalse(d.get("apiVersion", "").startswith("monitoring.coreos.com"),
+                             d.get("kind"))
+
+    def endpoints(self, kind):
+        spec = self.monitors[kind][2]["spec"]
+        eps = spec["endpoints"] if kind == "ServiceMonitor" else spec["podMetricsEndpoints"]
+        self.assertEqual(len(eps), 1, kind)
+        return spec, eps[0]
+
+    def test_service_monitor_selects_the_metrics_service_and_port(self):
+        spec, ep = self.endpoints("ServiceMonitor")
+        want = spec["selector"]["matchLabels"]
+        chosen = [s for s in self.base_objects("Service")
+                  if all(s["metadata"].get("labels", {}).get(k) == v for k, v in want.items())
+                  and any(p.get("name") == ep["port"] for p in s["spec"]["ports"])]
+        self.assertEqual([s["metadata"]["name"] for s in chosen], ["eldr-metrics"])
+        svc = chosen[0]
+        self.assertNotEqual(svc["spec"].get("clusterIP"), "None")
+        target = next(p for p in svc["spec"]["ports"] if p["name"] == ep["port"])["targetPort"]
+        selected = [w for w in self.workloads()
+                    if all(w["spec"]["template"]["metadata"]["labels"].get(k) == v
+                           for k, v in svc["spec"]["selector"].items())]
+        kinds = {w["metadata"]["labels"]["app.kubernetes.io/component"] for w in selected}
+        self.assertEqual(kinds, {"router", "signature-cache"})
+        for w in selected:
+            metrics, named = self.metrics_port(w)
+            self.assertEqual(named.get(target), metrics, w["metadata"]["name"])
+
+    def test_pod_monitor_selects_every_eldr_pod_on_its_metrics_port(self):
+        spec, ep = self.endpoints("PodMonitor")
+        want = spec["selector"]["matchLabels"]
+        selected = [w for w in self.workloads()
+                    if all(w["spec"]["template"]["metadata"]["labels"].get(k) == v
+                           for k, v in want.items())]
+        self.assertEqual({w["metadata"]["labels"]["app.kubernetes.io/component"]
+                          for w in selected}, {"router", "signature-cache"})
+        for w in selected:
+            metrics, named = self.metrics_port(w)
+            self.assertEqual(named.get(ep["port"]), metrics, w["metadata"]["name"])
+
+    def test_paths_exist_and_both_monitors_label_alike(self):
+        _, sm = self.endpoints("ServiceMonitor")
+        _, pm = self.endpoints("PodMonitor")
+        # The dashboard's $instance is the pod's name whichever monitor scrapes.
+        for k in ("path", "interval", "scrapeTimeout", "relabelings"):
+            self.assertEqual(sm.get(k), pm.get(k), k)
+        self.assertIn({"sourceLabels": ["__meta_kubernetes_pod_name"], "targetLabel": "instance"},
+                      sm["relabelings"])
+        paths = {sm["path"]}
+        for w in self.workloads():
+            tmpl = w["spec"]["template"]
+            self.assertEqual(tmpl["metadata"]["annotations"]["prometheus.io/path"], sm["path"])
+            for c in tmpl["spec"]["containers"]:
+                for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                    if probe in c:
+                        paths.add(c[probe]["httpGet"]["path"])
+        self.assertEqual(paths, {"/metrics", "/healthz", "/readyz"})
+        # A real node serves each (a node with no worker is not ready: /readyz 503, not 404).
+        status = live_paths(sorted(paths) + ["/no-such-path"])
+        self.assertEqual(status, {"/metrics": 200, "/healthz": 200, "/readyz": 503,
+                                  "/no-such-path": 404})
+
+    def test_kubectl_renders_each_kustomization(self):
+        if not shutil.which("kubectl"):
+            self.skipTest("kubectl is not installed (kubectl kustomize renders offline)")
+        r = run(["kubectl", "kustomize", str(self.k8s)])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("monitoring.coreos.com", r.stdout)
+        for kind, (d, _, _) in self.monitors.items():
+            r = run(["kubectl", "kustomize", str(d)])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            docs = [x for x in yaml.safe_load_all(r.stdout) if x]
+            self.assertEqual([(x["kind"], x["metadata"]["namespace"]) for x in docs],
+                             [(kind, "eldr")])
 
 
 # ----------------------------------------------------------------------------- systemd
