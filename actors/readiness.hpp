@@ -2,7 +2,8 @@
 // a load balancer). /healthz only says the process answers; /readyz says it can route:
 //   - every configured model (on a node with the router role) has at least one worker that may
 //     receive a request (registered, reporting within its timeout, not drained);
-//   - every model whose policy needs a centroid set ("eldr") has one of the pool's K;
+//   - every model whose policy needs a centroid set ("eldr", "eldr-adaptive") has one of the
+//     pool's K;
 //   - every model's signature store is writable, or the node runs explicitly degraded without it
 //     (then ready, with the store listed under "degraded");
 //   - in a cluster, membership is formed: the node knows the refit leader, which the cluster

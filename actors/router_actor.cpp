@@ -47,7 +47,7 @@ struct explained {
   bool widened = false;
   std::string fallback;  // why the decision was by load only ("" when it was not)
   std::vector<uint32_t> candidates;
-  std::vector<float> scores;   // s_k of every worker ("eldr"), else empty
+  std::vector<float> scores;   // s_k of every worker ("eldr", "eldr-adaptive"), else empty
   std::vector<uint32_t> load;  // in-flight per worker at the decision
 };
 
@@ -197,7 +197,7 @@ struct built_policy {
 };
 
 // The admin surface's and the config's rule for tau, checked before anything changes: the
-// policy routing now may not read tau (JSQ while "eldr" has no set), so a NaN accepted here would
+// policy routing now may not read tau (JSQ while "eldr*" has no set), so a NaN accepted here would
 // only fail at the next install, after the set was stored (issue 12 defect 7).
 status check_tau(double tau) {
   // Checked as a double: a value beyond float's range would become inf when narrowed.
@@ -209,7 +209,8 @@ status check_tau(double tau) {
 }
 
 // Builds (without installing) the policy `name` with `tau` over `set` for a pool of k workers.
-// "eldr" without a set of the pool's K routes by load (JSQ) until one is installed. Changes
+// A locality policy ("eldr", "eldr-adaptive": needs_centroids) without a set of the pool's K
+// routes by load (JSQ) until one is installed. Changes
 // nothing, so callers validate a change completely before making it.
 result<built_policy> build_policy(const model_state& m, const std::string& name, float tau,
                                   const centroid_set_ptr& set, uint32_t k) {
@@ -218,18 +219,14 @@ result<built_policy> build_policy(const model_state& m, const std::string& name,
   if (name == "domain")
     return status::invalid_argument("policy 'domain' needs calibration labels; not servable");
   built_policy out;
-  out.eldr_active = name == "eldr" && set && set->k() == k;
-  if (out.eldr_active) {
-    auto p = locality_band_policy::make(set, tau, cfg.widen_single);
-    if (!p.ok()) return p.error();
-    out.policy = std::move(*p);
-    return out;
-  }
+  out.eldr_active = needs_centroids(name) && set && set->k() == k;
   policy_config pc;
   pc.workers = k;
   pc.seed = cfg.seed;
   pc.tau = tau;
-  auto p = make_policy(name == "eldr" ? "jsq" : name, pc);
+  pc.widen_single = cfg.widen_single;
+  if (out.eldr_active) pc.centroids = set;
+  auto p = make_policy(needs_centroids(name) && !out.eldr_active ? "jsq" : name, pc);
   if (!p.ok()) return p.error();
   out.policy = std::move(*p);
   return out;
@@ -251,8 +248,8 @@ status rebuild_policy(router_state& st, model_state& m) {
 void publish_readiness(const router_state& st, const model_state& m) {
   if (!st.ctx->readiness) return;
   const auto r = m.pool.routable(st.ctx->now_ms());
-  st.ctx->readiness->set_routing(m.cfg->name, r.workers, r.live_until_ms, m.policy_name == "eldr",
-                                 m.eldr_active);
+  st.ctx->readiness->set_routing(m.cfg->name, r.workers, r.live_until_ms,
+                                 needs_centroids(m.policy_name), m.eldr_active);
 }
 
 // The K a model's pool has once `file` is installed: the set's when the config leaves K open.
@@ -469,7 +466,7 @@ void decide(router_actor_t* self, model_state& m, const route_job_ptr& job,
   reply.total_blocks = static_cast<uint32_t>(req.block_hashes.size());
   reply.covered_blocks = signed_ ? std::min(signed_->covered, reply.total_blocks) : 0;
   fallback_facts facts;
-  facts.locality_policy = m.policy_name == "eldr";
+  facts.locality_policy = needs_centroids(m.policy_name);
   facts.set_active = m.eldr_active;
   facts.cache_answered = signed_ != nullptr;
   facts.covered = reply.covered_blocks;

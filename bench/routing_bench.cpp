@@ -3,6 +3,8 @@
 // - eldr_route: scores against K centroids, the locality band (tau 0.1, widen_single), the
 //   least-loaded pick; K = 16, 64, 256 and widths 1,024 and 6,144 (8 and 48 layers x 128
 //   experts), for a long prompt (1,024 tokens: a near-dense signature) and a short one (4 tokens).
+// - eldr_adaptive_route: the same decision under "eldr-adaptive" (the band within a load slack,
+//   least-recently-routed tie-break), on the same inputs, for the side-by-side comparison.
 // - score_transposed / score_dense: the two scoring paths on the same near-dense signature, the
 //   measurement behind centroid_set's choice (dense includes scattering v into a dense buffer).
 // - jsq_route, p2c_route: the load-only baselines, for scale.
@@ -115,10 +117,11 @@ std::vector<uint32_t> random_loads(uint32_t k, uint64_t seed) {
   return load;
 }
 
-void eldr_route(benchmark::State& state, uint32_t k, uint32_t width, uint32_t tokens) {
+void centroid_route(benchmark::State& state, const char* name, uint32_t k, uint32_t width,
+                    uint32_t tokens) {
   eldr::policy_config config;
   config.centroids = domain_centroids(k, width);
-  auto policy = std::move(eldr::make_policy("eldr", config)).value();
+  auto policy = std::move(eldr::make_policy(name, config)).value();
   const eldr::signature sig = request_signature(k, width, tokens);
   const std::vector<uint32_t> load = random_loads(k, 13);
   const eldr::route_input in{&sig, load, {}, -1};
@@ -185,8 +188,11 @@ void register_all() {
       for (const prompt& p : prompts) {
         const std::string suffix =
             "/K:" + std::to_string(k) + "/width:" + std::to_string(width) + "/prompt:" + p.name;
-        benchmark::RegisterBenchmark(("eldr_route" + suffix).c_str(), eldr_route, k, width,
-                                     p.tokens)
+        benchmark::RegisterBenchmark(("eldr_route" + suffix).c_str(), centroid_route, "eldr", k,
+                                     width, p.tokens)
+            ->Unit(benchmark::kMicrosecond);
+        benchmark::RegisterBenchmark(("eldr_adaptive_route" + suffix).c_str(), centroid_route,
+                                     "eldr-adaptive", k, width, p.tokens)
             ->Unit(benchmark::kMicrosecond);
       }
   // The scoring paths compared on the near-dense case, where a dense kernel could plausibly win.

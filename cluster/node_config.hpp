@@ -24,9 +24,11 @@ struct model_config {
                          // registrations, up to max_workers)
   uint32_t max_workers = 1024;
   std::string centroids;  // centroid file loaded at start-up when the store has none ("" = none)
-  std::string policy = "eldr";  // rr, random, jsq, p2c, eldr (eldr routes by load only -- JSQ --
-                                // until a centroid set exists)
-  float tau = 0.1f;             // locality band half-width
+  // rr, random, jsq, p2c, eldr, eldr-adaptive (the locality ones route by load only -- JSQ --
+  // until a centroid set exists; eldr-adaptive never loses to the load balancers, see
+  // docs/evaluation.md, so it is the default)
+  std::string policy = "eldr-adaptive";
+  float tau = 0.1f;  // locality band half-width
   bool widen_single = true;
   uint64_t seed = 1;                 // rr/random/p2c
   int64_t worker_timeout_ms = 3000;  // a worker silent this long leaves the candidate set

@@ -1,6 +1,6 @@
-// route_fallback: why a decision of the locality policy ("eldr") was made by load only, the
-// warnings a route reply carries about it, and a rate limit for the log lines they cause. A
-// precise scorer that quietly degrades to load balancing looks healthy while it is not; the
+// route_fallback: why a decision of a locality policy ("eldr", "eldr-adaptive") was made by load
+// only, the warnings a route reply carries about it, and a rate limit for the log lines they cause.
+// A precise scorer that quietly degrades to load balancing looks healthy while it is not; the
 // router names every such decision in the reply (`fallback`, `warnings`), counts it and logs it
 // (docs/protocol.md section 3, docs/node.md). Plain logic, so it is tested without actors.
 #pragma once
@@ -16,7 +16,7 @@ namespace eldr {
 // Wire-stable names (to_string) travel in route_reply.fallback and in metric labels.
 enum class fallback_reason : uint8_t {
   none = 0,            // the configured policy decided (or it is not a locality policy)
-  no_centroid_set,     // "eldr" without a centroid set of the pool's K: routed JSQ
+  no_centroid_set,     // "eldr*" without a centroid set of the pool's K: routed JSQ
   no_signature_cache,  // signing failed (no signature-cache node, or it did not answer)
   no_counts,           // no block of the request has known counts (none sent, none cached)
   counts_geometry,     // the request's counts are of another geometry than the model's
@@ -29,7 +29,7 @@ const char* to_string(fallback_reason r);
 
 // What the router knows about one decision.
 struct fallback_facts {
-  bool locality_policy = false;  // the model's configured policy is "eldr"
+  bool locality_policy = false;  // the model's policy needs centroids ("eldr", "eldr-adaptive")
   bool set_active = false;       // a centroid set of the pool's K is installed
   bool cache_answered = false;   // the signature cache signed the request
   uint32_t covered = 0;          // blocks with known counts

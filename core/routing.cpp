@@ -76,6 +76,7 @@ void trace_eligible_range(const route_input& in, uint32_t first, uint32_t count,
   trace->candidates.clear();
   trace->threshold = 0.0f;
   trace->widened = false;
+  trace->load_limit = 0;
   for (uint32_t w = first; w < first + count; ++w)
     if (eligible_at(in, w)) trace->candidates.push_back(w);
 }
@@ -85,6 +86,7 @@ void trace_single(uint32_t worker, route_trace* trace) {
   trace->candidates.assign(1, worker);
   trace->threshold = 0.0f;
   trace->widened = false;
+  trace->load_limit = 0;
 }
 
 route_decision plain_decision(uint32_t worker, uint32_t band_size) {
@@ -243,10 +245,10 @@ result<route_decision> routing_policy::route(const route_input& in, route_trace*
   return pick(in, eligible_count, trace);
 }
 
-// ---- the locality band ------------------------------------------------------------------------
+// ---- the centroid machinery ---------------------------------------------------------------
 
-locality_band_policy::locality_band_policy(std::shared_ptr<const centroid_set> centroids, float tau,
-                                           bool widen_single)
+centroid_policy::centroid_policy(std::shared_ptr<const centroid_set> centroids, float tau,
+                                 bool widen_single)
     : routing_policy(centroids->k()),
       tau_(tau),
       widen_single_(widen_single),
@@ -254,20 +256,20 @@ locality_band_policy::locality_band_policy(std::shared_ptr<const centroid_set> c
       current_(std::move(centroids)),
       scores_(workers(), 0.0f) {}
 
-result<std::unique_ptr<locality_band_policy>> locality_band_policy::make(
-    std::shared_ptr<const centroid_set> centroids, float tau, bool widen_single) {
-  if (centroids == nullptr) return status::invalid_argument("eldr policy: no centroid set given");
+status centroid_policy::check(std::string_view policy, const centroid_set* centroids, float tau) {
+  if (centroids == nullptr)
+    return status::invalid_argument(std::string(policy) + " policy: no centroid set given");
   if (!std::isfinite(tau) || tau < 0.0f)
-    return status::invalid_argument("eldr policy: tau must be finite and >= 0, got " +
-                                    std::to_string(tau));
-  return std::unique_ptr<locality_band_policy>(
-      new locality_band_policy(std::move(centroids), tau, widen_single));
+    return status::invalid_argument(
+        std::string(policy) + " policy: tau must be finite and >= 0, got " + std::to_string(tau));
+  return {};
 }
 
-status locality_band_policy::install(std::shared_ptr<const centroid_set> next) {
-  if (next == nullptr) return status::invalid_argument("eldr policy: cannot install a null set");
+status centroid_policy::install(std::shared_ptr<const centroid_set> next) {
+  if (next == nullptr)
+    return status::invalid_argument(std::string(name()) + " policy: cannot install a null set");
   if (next->k() != workers())
-    return status::invalid_argument("eldr policy: new centroid set (epoch " +
+    return status::invalid_argument(std::string(name()) + " policy: new centroid set (epoch " +
                                     std::to_string(next->epoch()) +
                                     ") has K = " + std::to_string(next->k()) +
                                     ", the policy routes over K = " + std::to_string(workers()));
@@ -281,13 +283,12 @@ status locality_band_policy::install(std::shared_ptr<const centroid_set> next) {
   return {};
 }
 
-std::shared_ptr<const centroid_set> locality_band_policy::centroids() const {
+std::shared_ptr<const centroid_set> centroid_policy::centroids() const {
   std::lock_guard<std::mutex> lock(install_mutex_);
   return installed_;
 }
 
-result<route_decision> locality_band_policy::pick(const route_input& in, uint32_t,
-                                                  route_trace* trace) {
+result<const centroid_set*> centroid_policy::score(const route_input& in) {
   const uint64_t generation = generation_.load(std::memory_order_acquire);
   if (generation != current_generation_) {
     // If this was the last reference, the old set is freed here, after the lock is released.
@@ -309,6 +310,25 @@ result<route_decision> locality_band_policy::pick(const route_input& in, uint32_
     status scored = set.score(*in.sig, s);
     if (!scored.ok()) return scored;
   }
+  return &set;
+}
+
+// ---- the locality band ------------------------------------------------------------------------
+
+result<std::unique_ptr<locality_band_policy>> locality_band_policy::make(
+    std::shared_ptr<const centroid_set> centroids, float tau, bool widen_single) {
+  if (status s = check("eldr", centroids.get(), tau); !s.ok()) return s;
+  return std::unique_ptr<locality_band_policy>(
+      new locality_band_policy(std::move(centroids), tau, widen_single));
+}
+
+result<route_decision> locality_band_policy::pick(const route_input& in, uint32_t,
+                                                  route_trace* trace) {
+  auto scored = score(in);
+  if (!scored.ok()) return scored.error();
+  const centroid_set& set = **scored;
+  const std::span<float> s = scores();
+  const float half_width = tau();
 
   // Top two eligible scores; ascending scan with strict '>' keeps the lower index on ties.
   uint32_t best = no_worker;
@@ -323,7 +343,7 @@ result<route_decision> locality_band_policy::pick(const route_input& in, uint32_
     }
   }
 
-  const float threshold = s[best] - tau_;
+  const float threshold = s[best] - half_width;
   uint32_t chosen = no_worker;
   uint32_t band = 0;
   for (uint32_t w = 0; w < workers(); ++w) {
@@ -332,7 +352,7 @@ result<route_decision> locality_band_policy::pick(const route_input& in, uint32_
     if (chosen == no_worker || in.load[w] < in.load[chosen]) chosen = w;
   }
   // band >= 1: best itself passes. A band of one is best alone.
-  const bool widen = widen_single_ && tau_ > 0.0f && band == 1 && second != no_worker;
+  const bool widen = widen_single() && half_width > 0.0f && band == 1 && second != no_worker;
   if (widen) {
     band = 2;
     const uint32_t lo = std::min(best, second);
@@ -345,6 +365,7 @@ result<route_decision> locality_band_policy::pick(const route_input& in, uint32_
     trace->candidates.clear();
     trace->threshold = threshold;
     trace->widened = widen;
+    trace->load_limit = 0;
     if (widen) {
       trace->candidates.push_back(std::min(best, second));
       trace->candidates.push_back(std::max(best, second));
@@ -354,6 +375,102 @@ result<route_decision> locality_band_policy::pick(const route_input& in, uint32_
     }
   }
 
+  route_decision d;
+  d.worker = chosen;
+  d.band_size = band;
+  d.best_score = s[best];
+  d.worker_score = s[chosen];
+  d.epoch = set.epoch();
+  return d;
+}
+
+// ---- the adaptive band ------------------------------------------------------------------------
+
+result<std::unique_ptr<adaptive_band_policy>> adaptive_band_policy::make(
+    std::shared_ptr<const centroid_set> centroids, float tau, bool widen_single, float load_slack) {
+  if (status s = check("eldr-adaptive", centroids.get(), tau); !s.ok()) return s;
+  if (!std::isfinite(load_slack) || load_slack < 0.0f)
+    return status::invalid_argument(
+        "eldr-adaptive policy: load_slack must be finite and >= 0, got " +
+        std::to_string(load_slack));
+  return std::unique_ptr<adaptive_band_policy>(
+      new adaptive_band_policy(std::move(centroids), tau, widen_single, load_slack));
+}
+
+result<route_decision> adaptive_band_policy::pick(const route_input& in, uint32_t,
+                                                  route_trace* trace) {
+  auto scored = score(in);
+  if (!scored.ok()) return scored.error();
+  const centroid_set& set = **scored;
+  const std::span<float> s = scores();
+  const float half_width = tau();
+
+  // The load-admissible workers: at most floor(load_slack * m) above the lightest load m. The
+  // product is taken in double and capped, so a huge slack admits every worker, never wraps.
+  uint32_t lightest = std::numeric_limits<uint32_t>::max();
+  for (uint32_t w = 0; w < workers(); ++w)
+    if (eligible_at(in, w)) lightest = std::min(lightest, in.load[w]);
+  const double allowance =
+      std::floor(static_cast<double>(load_slack_) * static_cast<double>(lightest));
+  const uint32_t limit = static_cast<uint32_t>(
+      std::min(static_cast<double>(std::numeric_limits<uint32_t>::max()), lightest + allowance));
+  auto admissible = [&](uint32_t w) { return eligible_at(in, w) && in.load[w] <= limit; };
+
+  // Top two admissible scores; ascending scan with strict '>' keeps the lower index on ties.
+  uint32_t best = no_worker;
+  uint32_t second = no_worker;
+  for (uint32_t w = 0; w < workers(); ++w) {
+    if (!admissible(w)) continue;
+    if (best == no_worker || s[w] > s[best]) {
+      second = best;
+      best = w;
+    } else if (second == no_worker || s[w] > s[second]) {
+      second = w;
+    }
+  }
+
+  // The least-loaded band member; on equal loads the one this policy routed to least recently
+  // (its newest request is the oldest, so it is the closest to finishing: what round-robin gets
+  // right and JSQ's lowest-index rule gets wrong), then the better match, then the lower index.
+  auto better = [&](uint32_t a, uint32_t b) {  // is a a better pick than b?
+    if (in.load[a] != in.load[b]) return in.load[a] < in.load[b];
+    if (last_routed_[a] != last_routed_[b]) return last_routed_[a] < last_routed_[b];
+    if (s[a] != s[b]) return s[a] > s[b];
+    return a < b;
+  };
+  // Without slack (allowance 0: light load, or load_slack 0) there is no load to spend on
+  // locality: every admissible worker is in the band and the pick is the balancer's.
+  const bool grouping = allowance >= 1.0;
+  const float threshold = grouping ? s[best] - half_width : -std::numeric_limits<float>::infinity();
+  uint32_t chosen = no_worker;
+  uint32_t band = 0;
+  for (uint32_t w = 0; w < workers(); ++w) {
+    if (!admissible(w) || s[w] < threshold) continue;
+    ++band;
+    if (chosen == no_worker || better(w, chosen)) chosen = w;
+  }
+  const bool widen = widen_single() && half_width > 0.0f && band == 1 && second != no_worker;
+  if (widen) {
+    band = 2;
+    chosen = better(second, best) ? second : best;
+  }
+
+  if (trace != nullptr) {
+    trace->score.assign(s.begin(), s.end());
+    trace->candidates.clear();
+    trace->threshold = threshold;
+    trace->widened = widen;
+    trace->load_limit = limit;
+    if (widen) {
+      trace->candidates.push_back(std::min(best, second));
+      trace->candidates.push_back(std::max(best, second));
+    } else {
+      for (uint32_t w = 0; w < workers(); ++w)
+        if (admissible(w) && s[w] >= threshold) trace->candidates.push_back(w);
+    }
+  }
+
+  last_routed_[chosen] = ++decisions_;
   route_decision d;
   d.worker = chosen;
   d.band_size = band;
@@ -426,21 +543,31 @@ result<std::vector<worker_range>> split_into_pools(uint32_t workers,
 }
 
 std::span<const std::string_view> policy_names() {
-  static constexpr std::array<std::string_view, 6> names = {"rr",  "random", "jsq",
-                                                            "p2c", "domain", "eldr"};
+  static constexpr std::array<std::string_view, 7> names = {
+      "rr", "random", "jsq", "p2c", "domain", "eldr", "eldr-adaptive"};
   return names;
+}
+
+bool needs_centroids(std::string_view name) {
+  return name == "eldr" || name == "eldr-adaptive";
 }
 
 result<std::unique_ptr<routing_policy>> make_policy(std::string_view name,
                                                     const policy_config& config) {
-  if (name == "eldr") {
+  if (needs_centroids(name)) {
     if (config.centroids == nullptr)
-      return status::invalid_argument("eldr policy: no centroid set given");
+      return status::invalid_argument(std::string(name) + " policy: no centroid set given");
     if (config.workers != 0 && config.workers != config.centroids->k())
       return status::invalid_argument(
-          "eldr policy: workers = " + std::to_string(config.workers) +
+          std::string(name) + " policy: workers = " + std::to_string(config.workers) +
           " but the centroid set has K = " + std::to_string(config.centroids->k()));
-    auto made = locality_band_policy::make(config.centroids, config.tau, config.widen_single);
+    if (name == "eldr") {
+      auto made = locality_band_policy::make(config.centroids, config.tau, config.widen_single);
+      if (!made.ok()) return made.error();
+      return std::unique_ptr<routing_policy>(std::move(made).value());
+    }
+    auto made = adaptive_band_policy::make(config.centroids, config.tau, config.widen_single,
+                                           config.load_slack);
     if (!made.ok()) return made.error();
     return std::unique_ptr<routing_policy>(std::move(made).value());
   }

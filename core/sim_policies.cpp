@@ -8,9 +8,10 @@ namespace eldr {
 namespace {
 
 constexpr std::string_view valid_names =
-    "rr, random, jsq, p2c, domain, eldr, eldr-online, clairvoyant; eldr and eldr-online take "
-    "/tau=X, /transform=count|sqrt|count_idf|binary, /kmeans=balanced|vanilla, "
-    "/layers=selected|all";
+    "rr, random, jsq, p2c, domain, eldr, eldr-online, eldr-adaptive, eldr-adaptive-online, "
+    "clairvoyant, clairvoyant-adaptive; the eldr ones take /tau=X, "
+    "/transform=count|sqrt|count_idf|binary, /kmeans=balanced|vanilla, /layers=selected|all, "
+    "the adaptive ones also /slack=X";
 
 std::vector<std::string_view> split(std::string_view s, char sep) {
   std::vector<std::string_view> out;
@@ -116,7 +117,7 @@ result<sim_policy> policy_factory::build(std::string_view name) {
     return p;
   }
 
-  if (base == "clairvoyant") {
+  if (base == "clairvoyant" || base == "clairvoyant-adaptive") {
     if (parts.size() > 1) return unknown("clairvoyant takes no options");
     auto it = fits_.find("clairvoyant");
     if (it == fits_.end()) {
@@ -142,7 +143,7 @@ result<sim_policy> policy_factory::build(std::string_view name) {
     auto set = make_set(it->second.kmeans, o_.workers, it->second.spec->width(), 1);
     if (!set.ok()) return set.error();
     pc.centroids = *set;
-    auto made = make_policy("eldr", pc);
+    auto made = make_policy(base == "clairvoyant" ? "eldr" : "eldr-adaptive", pc);
     if (!made.ok()) return made.error();
     p.policy = std::move(made).value();
     p.signatures = signature_source::decode_profile;
@@ -150,9 +151,11 @@ result<sim_policy> policy_factory::build(std::string_view name) {
     return p;
   }
 
-  if (base != "eldr" && base != "eldr-online") return unknown("no such policy");
+  const bool adaptive = base == "eldr-adaptive" || base == "eldr-adaptive-online";
+  if (base != "eldr" && base != "eldr-online" && !adaptive) return unknown("no such policy");
   eldr_options e;
   e.tau = o_.tau;
+  pc.load_slack = o_.load_slack;
   for (std::size_t i = 1; i < parts.size(); ++i) {
     const std::string_view opt = parts[i];
     const std::size_t eq = opt.find('=');
@@ -164,6 +167,13 @@ result<sim_policy> policy_factory::build(std::string_view name) {
       if (ec != std::errc() || ptr != value.data() + value.size() || !std::isfinite(tau) || tau < 0)
         return unknown("tau must be a number >= 0");
       e.tau = tau;
+    } else if (key == "slack" && adaptive) {
+      float slack = 0;
+      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), slack);
+      if (ec != std::errc() || ptr != value.data() + value.size() || !std::isfinite(slack) ||
+          slack < 0)
+        return unknown("slack must be a number >= 0");
+      pc.load_slack = slack;
     } else if (key == "transform") {
       auto t = parse_transform(value);
       if (!t.ok()) return unknown(t.error().message());
@@ -203,11 +213,11 @@ result<sim_policy> policy_factory::build(std::string_view name) {
     pc.centroids = *set;
     p.spec = fr.spec;
   }
-  auto made = make_policy("eldr", pc);
+  auto made = make_policy(adaptive ? "eldr-adaptive" : "eldr", pc);
   if (!made.ok()) return made.error();
   p.policy = std::move(made).value();
   p.signatures = signature_source::prefill;
-  if (base == "eldr-online") {
+  if (base == "eldr-online" || base == "eldr-adaptive-online") {
     p.refit = o_.refit;
     p.refit.enabled = true;
   }

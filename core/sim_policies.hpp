@@ -2,12 +2,13 @@
 // what they need on the workload's calibration requests (core/fit.hpp), and caching the fits so
 // that ablations sharing one fit pay for it once.
 //
-// Names: the router's policies "rr", "random", "jsq", "p2c", "domain", "eldr"; "eldr-online"
-// (ELDR with online refit); "clairvoyant" (the bound: signatures are the requests' real
-// decode-phase profiles, centroids are fitted on the calibration requests' decode profiles, the
-// same locality band routes). "eldr" and "eldr-online" take options after slashes, for the
-// ablations: "eldr/tau=0.2", "eldr/transform=sqrt", "eldr/kmeans=vanilla", "eldr/layers=all",
-// combinable ("eldr/transform=binary/layers=all").
+// Names: the router's policies "rr", "random", "jsq", "p2c", "domain", "eldr", "eldr-adaptive";
+// "eldr-online" and "eldr-adaptive-online" (with online refit); "clairvoyant" and
+// "clairvoyant-adaptive" (the bound: signatures are the requests' real decode-phase profiles,
+// centroids are fitted on the calibration requests' decode profiles, the same band routes). The
+// eldr ones take options after slashes, for the ablations: "eldr/tau=0.2", "eldr/transform=sqrt",
+// "eldr/kmeans=vanilla", "eldr/layers=all", and for the adaptive ones "/slack=0.25", combinable
+// ("eldr/transform=binary/layers=all").
 #pragma once
 
 #include <map>
@@ -27,6 +28,7 @@ struct policy_factory_options {
   uint32_t workers = 16;
   uint64_t seed = 1;
   float tau = 0.1f;
+  float load_slack = default_load_slack;  // "eldr-adaptive*" unless /slack= is given
   uint32_t pairs = default_rho_pairs;
   uint32_t threads = 2;
   online_refit refit;  // window and interval for "eldr-online" (enabled is set per policy)

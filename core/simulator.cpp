@@ -110,10 +110,10 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
       (decode_counts == nullptr || decode_counts->size() != w.prefill_sources.size() * full))
     return status::invalid_argument("simulator: policy " + p.name +
                                     " needs the requests' decode profiles");
-  auto* band = dynamic_cast<locality_band_policy*>(p.policy.get());
+  auto* band = dynamic_cast<centroid_policy*>(p.policy.get());
   if (p.refit.enabled && (band == nullptr || p.signatures != signature_source::prefill))
     return status::invalid_argument(
-        "simulator: online refit needs an eldr policy on prefill "
+        "simulator: online refit needs an eldr or eldr-adaptive policy on prefill "
         "signatures (" +
         p.name + ")");
   auto cost = decode_cost_model::make(c.cost);

@@ -78,7 +78,7 @@ struct sim_policy {
   std::unique_ptr<routing_policy> policy;
   signature_source signatures = signature_source::none;
   std::shared_ptr<const signature_spec> spec;  // required unless signatures == none
-  online_refit refit;                          // needs an "eldr" policy
+  online_refit refit;                          // needs an "eldr" or "eldr-adaptive" policy
 };
 
 struct sim_metrics {

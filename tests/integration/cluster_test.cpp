@@ -27,8 +27,11 @@ using testing::node_process;
 using testing::temp_dir;
 
 // A one-worker band stays one worker (no widening), so a locality decision is exact.
+// The paper's band ("eldr", not the default eldr-adaptive): the sharded-signing tests check that
+// a request goes to its domain's home worker however loaded, which is that rule's decision.
 constexpr const char* models_toml =
-    "[[models]]\nname = \"m\"\nworkers = 4\nwiden_single = false\nworker_timeout_ms = 600000\n";
+    "[[models]]\nname = \"m\"\nworkers = 4\npolicy = \"eldr\"\nwiden_single = false\n"
+    "worker_timeout_ms = 600000\n";
 const model_geometry toy{2, 8, 2};
 
 // Worker w's centroid puts its mass on experts 2w and 2w+1 of both layers.

@@ -4,11 +4,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/trace.hpp"
 #include "tests/support/test_data.hpp"
@@ -84,6 +86,55 @@ TEST_F(EldrSim, WritesOneSummaryRowPerPolicyAndIsDeterministic) {
   EXPECT_EQ(csv, read_all(dir_ / "b" / "summary.csv"));
   EXPECT_TRUE(fs::exists(dir_ / "a" / "summary.md"));
   EXPECT_TRUE(fs::exists(dir_ / "a" / "fit.json"));
+}
+
+// summary.md's verdict per locality policy and rate: the p99 next to the median, and "loses"
+// exactly when either is worse than the best load balancer's by more than the tolerance (1%
+// median, 2% p99), recomputed here from summary.csv.
+TEST_F(EldrSim, SummaryVerdictReportsTheP99AndLosesWhenEitherLoses) {
+  std::string args = small;
+  args.replace(args.find("--rate 60"), 9, "--rate 20,60");
+  const run_result r =
+      run(args + "--policies rr,jsq,eldr,eldr-adaptive --seed 5 --out " + (dir_ / "v").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::istringstream csv(read_all(dir_ / "v" / "summary.csv"));
+  std::string line;
+  std::getline(csv, line);
+  struct row {
+    std::string policy, rate;
+    double p50 = 0, p99 = 0;
+  };
+  std::vector<row> rows;
+  while (std::getline(csv, line)) {
+    std::vector<std::string> cells;
+    std::stringstream cs(line);
+    std::string cell;
+    while (std::getline(cs, cell, ','))
+      cells.push_back(cell);
+    ASSERT_GE(cells.size(), 12u) << line;
+    rows.push_back({cells[0], cells[11], std::stod(cells[1]), std::stod(cells[2])});
+  }
+  ASSERT_EQ(rows.size(), 8u);
+  const std::string md = read_all(dir_ / "v" / "summary.md");
+  for (const char* rate : {"20.00", "60.00"}) {
+    double b50 = 1e300, b99 = 1e300;
+    for (const row& x : rows)
+      if (x.rate == rate && (x.policy == "rr" || x.policy == "jsq")) {
+        b50 = std::min(b50, x.p50);
+        b99 = std::min(b99, x.p99);
+      }
+    for (const row& x : rows) {
+      if (x.rate != rate || x.policy.rfind("eldr", 0) != 0) continue;
+      const std::string head = "- " + std::string(rate).substr(0, 4) + " req/s, " + x.policy + ":";
+      const std::size_t at = md.find(head);
+      ASSERT_NE(at, std::string::npos) << head << "\n" << md;
+      const std::string verdict = md.substr(at, md.find('\n', at) - at);
+      EXPECT_NE(verdict.find("; p99 "), std::string::npos) << verdict;
+      const bool loses = x.p50 > b50 * 1.01 || x.p99 > b99 * 1.02;
+      EXPECT_EQ(verdict.find("**loses**") != std::string::npos, loses) << verdict;
+      EXPECT_EQ(verdict.find("does not lose") != std::string::npos, !loses) << verdict;
+    }
+  }
 }
 
 TEST_F(EldrSim, HelpDocumentsEveryInterfaceFlag) {

@@ -26,8 +26,11 @@ centroid_file toy_centroids() {
   return f;
 }
 
+// The paper's band ("eldr", not the default eldr-adaptive): the Python script checks that a
+// request goes to its domain's home worker however loaded, which is that rule's decision.
 const char* models =
-    "[[models]]\nname = \"toy\"\nworkers = 4\nwiden_single = false\nworker_timeout_ms = 600000\n";
+    "[[models]]\nname = \"toy\"\nworkers = 4\npolicy = \"eldr\"\nwiden_single = false\n"
+    "worker_timeout_ms = 600000\n";
 
 TEST(NodeClients, PythonClientDrivesARealNode) {
   testing::temp_dir dir("eldr-node-py");

@@ -110,6 +110,14 @@ class NodeTest : public ::testing::Test {
     }
   }
 
+  // The paper's band instead of the default eldr-adaptive, for tests whose subject (the load
+  // view, a refit's alignment) shows in that rule's decisions: a request goes to its home worker
+  // however loaded.
+  void use_paper_band() {
+    auto r = admin_->call("policy", {{"model", "toy"}, {"policy", "eldr"}});
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+  }
+
   uint64_t import(const centroid_file& f) {
     auto r = admin_->call("centroids.import",
                           {{"model", "toy"}, {"file", nlohmann::json::binary(as_bytes(f))}});
@@ -161,7 +169,7 @@ TEST_F(NodeTest, RoutesByLocalityWithCountsAndThenFromTheCache) {
     EXPECT_EQ(r.total_blocks, 2u);
     EXPECT_EQ(r.endpoint, "tcp://10.0.0." + std::to_string(w) + ":9");
     ASSERT_TRUE(r.explain.has_value());
-    EXPECT_EQ(r.explain->policy, "eldr");
+    EXPECT_EQ(r.explain->policy, "eldr-adaptive");  // the default for models with centroids
   }
   // The same prompts again without counts (prefix hits on the prefill side): the signature comes
   // from the cache, so the decision and the coverage are the same. Tau 0.1 and equal loads (each
@@ -180,13 +188,14 @@ TEST_F(NodeTest, RoutesByLocalityWithCountsAndThenFromTheCache) {
   auto ex = admin_->call("explain", {{"model", "toy"}, {"request", "first-2"}});
   ASSERT_TRUE(ex.ok()) << ex.error().to_string();
   EXPECT_EQ((*ex)["worker"], 2);
-  EXPECT_EQ((*ex)["policy"], "eldr");
+  EXPECT_EQ((*ex)["policy"], "eldr-adaptive");
   EXPECT_EQ((*ex)["epoch"], 1);
 }
 
 TEST_F(NodeTest, FinishedEventsAndLoadReportsDriveTheLoadView) {
   start();
   register_workers();
+  use_paper_band();
   EXPECT_EQ(import(toy_centroids()), 1u);
   for (int i = 0; i < 3; ++i)
     EXPECT_EQ(must_route(request_for("r" + std::to_string(i), 1, {500u + i}, true)).worker, 1u)
@@ -352,6 +361,7 @@ TEST_F(NodeTest, HotSwapUnderLoadFailsNoDecisionAndNeverGoesBack) {
 TEST_F(NodeTest, RefitIsRejectedOnATooSmallSampleOrWithoutGainAndAcceptedWhenItImproves) {
   start();
   register_workers();
+  use_paper_band();
   EXPECT_EQ(import(toy_centroids()), 1u);
   auto early = admin_->call("refit", {{"model", "toy"}});
   ASSERT_TRUE(early.ok()) << early.error().to_string();
@@ -420,6 +430,40 @@ nlohmann::json toy_status(admin_client& admin) {
   auto s = admin.call("status");
   EXPECT_TRUE(s.ok()) << s.error().to_string();
   return s.ok() ? (*s)["models"][0] : nlohmann::json();
+}
+
+// The router runs core's policies by name: with the same load and the same request, the paper's
+// band ("eldr") queues the request on its busy home worker, and "eldr-adaptive" (the default)
+// sends it to an idle worker, since the lightest load is 0 and so its slack is 0. The toy's
+// centroids are orthogonal: a request of home 0 scores 0 on workers 1-3, which then tie on load
+// and recency, and the lowest index, worker 1, wins.
+TEST_F(NodeTest, RoutesWithTheAdaptiveBandByDefaultAndTheBandWhenSetToEldr) {
+  start();
+  register_workers();
+  EXPECT_EQ(toy_status(*admin_)["policy"], "eldr-adaptive");
+  EXPECT_EQ(import(toy_centroids()), 1u);
+  // Two requests of home 0 on an idle pool: the first goes home, the second to an idle worker.
+  EXPECT_EQ(must_route(request_for("a", 0, {100, 101}, true)).worker, 0u);
+  auto second = request_for("b", 0, {100, 101}, false);
+  second.explain = true;
+  const auto r = must_route(second);
+  EXPECT_EQ(r.worker, 1u);
+  ASSERT_TRUE(r.explain.has_value());
+  EXPECT_EQ(r.explain->policy, "eldr-adaptive");
+  // Loads are now {1, 1, 0, 0}. The paper's band (tau 0.1, widen_single off in the toy config)
+  // holds worker 0 alone and routes there although two workers idle.
+  auto set = admin_->call("policy", {{"model", "toy"}, {"policy", "eldr"}});
+  ASSERT_TRUE(set.ok()) << set.error().to_string();
+  auto third = request_for("c", 0, {100, 101}, false);
+  third.explain = true;
+  const auto e = must_route(third);
+  EXPECT_EQ(e.worker, 0u);
+  ASSERT_TRUE(e.explain.has_value());
+  EXPECT_EQ(e.explain->policy, "eldr");
+  EXPECT_EQ(e.fallback, "");  // decided by locality, not a fallback
+  // Back to the adaptive band: loads {2, 1, 0, 0}, an idle worker (2) wins again.
+  ASSERT_TRUE(admin_->call("policy", {{"model", "toy"}, {"policy", "eldr-adaptive"}}).ok());
+  EXPECT_EQ(must_route(request_for("d", 0, {100, 101}, false)).worker, 2u);
 }
 
 // Issue 12: counts of another geometry were dropped, the request routed by load with a reply that
@@ -547,7 +591,7 @@ TEST_F(NodeTest, ImportOfAnotherModelsSetIsRefusedUnlessForced) {
 TEST_F(NodeTest, APolicySetByTheOperatorSurvivesARestartUntilReset) {
   start();
   auto m = toy_status(*admin_);
-  EXPECT_EQ(m["policy"], "eldr");
+  EXPECT_EQ(m["policy"], "eldr-adaptive");
   EXPECT_EQ(m["policy_source"], "config");
   auto set = admin_->call("policy", {{"model", "toy"}, {"policy", "jsq"}, {"tau", 0.25}});
   ASSERT_TRUE(set.ok()) << set.error().to_string();
@@ -561,12 +605,12 @@ TEST_F(NodeTest, APolicySetByTheOperatorSurvivesARestartUntilReset) {
   EXPECT_EQ(m["policy_source"], "admin");
   auto reset = admin_->call("policy", {{"model", "toy"}, {"reset", true}});
   ASSERT_TRUE(reset.ok()) << reset.error().to_string();
-  EXPECT_EQ((*reset)["policy"], "eldr");
+  EXPECT_EQ((*reset)["policy"], "eldr-adaptive");
   EXPECT_EQ((*reset)["policy_source"], "config");
   EXPECT_EQ(node_->stop(), 0);
   start();
   m = toy_status(*admin_);
-  EXPECT_EQ(m["policy"], "eldr");
+  EXPECT_EQ(m["policy"], "eldr-adaptive");
   EXPECT_EQ(m["policy_source"], "config");
 }
 

@@ -151,7 +151,7 @@ TEST_F(NodeValidationTest, RefusedPolicyChangeChangesNothing) {
   ASSERT_FALSE(r.ok());
 
   auto m = model_status();
-  EXPECT_EQ(m["policy"], "eldr");
+  EXPECT_EQ(m["policy"], "eldr-adaptive");       // the default, none of the refused ones
   EXPECT_FLOAT_EQ(m["tau"].get<float>(), 0.1f);  // the config's, none of the refused ones
   EXPECT_EQ(m["epoch"], 0);
   EXPECT_EQ(shown_epoch(), 0u);

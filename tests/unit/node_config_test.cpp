@@ -210,7 +210,8 @@ TEST(NodeConfig, EmbeddedDefaultIsValid) {
   EXPECT_TRUE(validate_node_config(c).ok()) << validate_node_config(c).to_string();
   ASSERT_EQ(c.models.size(), 1u);
   EXPECT_EQ(c.models[0].name, "default");
-  EXPECT_EQ(c.models[0].policy, "eldr");
+  // The default for models with centroids is the adaptive band (issue 15); eldr stays selectable.
+  EXPECT_EQ(c.models[0].policy, "eldr-adaptive");
   EXPECT_EQ(c.roles.size(), 4u);
 }
 
@@ -343,7 +344,12 @@ TEST(NodeConfig, ValuesOutOfTheirAllowedRangeAreNamed) {
             "node does not have; use eldr");
   EXPECT_EQ(error_of(one_model("policy = \"jsqq\"\n")),
             "eldr.toml: models[0].policy: unknown policy \"jsqq\"; valid: rr, random, jsq, p2c, "
-            "eldr");
+            "eldr, eldr-adaptive");
+  for (const char* kept : {"eldr", "eldr-adaptive"}) {  // the paper's rule stays selectable
+    auto c = parse_node_config(one_model(std::string("policy = \"") + kept + "\"\n"), origin);
+    ASSERT_TRUE(c.ok()) << c.error().to_string();
+    EXPECT_EQ(c->models[0].policy, kept);
+  }
   EXPECT_EQ(error_of(one_model("worker_timeout_ms = -1\n")),
             "eldr.toml: models[0].worker_timeout_ms: must be >= 0, got -1");
   EXPECT_EQ(error_of(one_model("sample_size = 0\nmin_sample = 0\n")),

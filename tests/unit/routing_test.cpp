@@ -644,6 +644,250 @@ TEST(LocalityBand, ConcurrentInstallsAreSeenInOrder) {
   EXPECT_EQ(d->epoch, 200u);
 }
 
+// ---- eldr-adaptive ------------------------------------------------------------------------------
+
+policy_config adaptive_config(std::shared_ptr<const centroid_set> set, float tau, bool widen,
+                              float slack) {
+  policy_config c = eldr_config(std::move(set), tau, widen);
+  c.load_slack = slack;
+  return c;
+}
+
+TEST(AdaptiveBand, NeedsACentroidSetAndAValidSlack) {
+  auto none = make_policy("eldr-adaptive", policy_config{});
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.error().code(), status_code::invalid_argument);
+  EXPECT_EQ(none.error().message(), "eldr-adaptive policy: no centroid set given");
+  EXPECT_FALSE(adaptive_band_policy::make(nullptr).ok());
+  policy_config c = adaptive_config(axis_set(4), 0.1f, true, 0.5f);
+  c.workers = 5;
+  auto mismatch = make_policy("eldr-adaptive", c);
+  ASSERT_FALSE(mismatch.ok());
+  EXPECT_NE(mismatch.error().message().find("K = 4"), std::string::npos);
+  for (float bad :
+       {-0.5f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    auto p = make_policy("eldr-adaptive", adaptive_config(axis_set(4), 0.1f, true, bad));
+    ASSERT_FALSE(p.ok()) << bad;
+    EXPECT_NE(p.error().message().find("load_slack"), std::string::npos);
+    auto t = make_policy("eldr-adaptive", adaptive_config(axis_set(4), bad, true, 0.5f));
+    ASSERT_FALSE(t.ok()) << bad;
+    EXPECT_NE(t.error().message().find("tau"), std::string::npos);
+  }
+  EXPECT_TRUE(needs_centroids("eldr"));
+  EXPECT_TRUE(needs_centroids("eldr-adaptive"));
+  EXPECT_FALSE(needs_centroids("jsq"));
+}
+
+TEST(AdaptiveBand, LightLoadGoesToAnIdleWorkerWhereTheBandWouldQueue) {
+  // Scores 0.6 and 0.55 put workers 0 and 1 in the paper's band (tau 0.1), and the band picks
+  // worker 1 although it is busy. With an idle worker (m = 0, allowance 0) the adaptive band is
+  // the idle workers: 2 and 3 tie on load, recency and score, so the lower index wins.
+  const signature v = with_scores({0.6f, 0.55f, 0.1f, 0.1f});
+  const std::vector<uint32_t> load = {2, 1, 0, 0};
+  auto eldr = make_or_die("eldr", eldr_config(axis_set(4), 0.1f, true));
+  auto adaptive = make_or_die("eldr-adaptive", adaptive_config(axis_set(4), 0.1f, true, 0.5f));
+  EXPECT_EQ(route_or_die(*eldr, {&v, load, {}, -1}), 1u);
+  route_trace trace;
+  auto d = adaptive->route({&v, load, {}, -1}, &trace);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->worker, 2u);
+  EXPECT_EQ(d->band_size, 2u);
+  EXPECT_EQ(trace.candidates, (std::vector<uint32_t>{2, 3}));
+  EXPECT_EQ(trace.load_limit, 0u);
+  EXPECT_FLOAT_EQ(d->best_score, 0.1f);  // the best score among the admissible workers
+  // Among idle workers of different scores the better match wins.
+  const signature w = with_scores({0.6f, 0.55f, 0.2f, 0.3f});
+  EXPECT_EQ(route_or_die(*adaptive, {&w, load, {}, -1}), 3u);
+}
+
+TEST(AdaptiveBand, HeavyLoadGroupsByLocalityWithinTheSlack) {
+  // m = 10, allowance floor(0.5 * 10) = 5: loads up to 15 are admissible. The band (tau 0.1) is
+  // workers 2 and 3, the request's region; the less loaded of them wins although JSQ would take
+  // worker 0.
+  const signature v = with_scores({0.1f, 0.1f, 0.6f, 0.55f});
+  auto adaptive = make_or_die("eldr-adaptive", adaptive_config(axis_set(4), 0.1f, false, 0.5f));
+  route_trace trace;
+  auto d = adaptive->route({&v, std::vector<uint32_t>{10, 10, 12, 14}, {}, -1}, &trace);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->worker, 2u);
+  EXPECT_EQ(d->band_size, 2u);
+  EXPECT_EQ(trace.load_limit, 15u);
+  EXPECT_FLOAT_EQ(trace.threshold, 0.6f - 0.1f);
+  // Worker 2 at 16 is beyond the slack: the band is what remains of the region, worker 3.
+  d = adaptive->route({&v, std::vector<uint32_t>{10, 10, 16, 14}, {}, -1}, &trace);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->worker, 3u);
+  EXPECT_EQ(trace.candidates, (std::vector<uint32_t>{3}));
+  // With widen_single the single-worker band takes the runner-up among the admissible workers
+  // (worker 0, lowest index of the 0.1 ties), and the less loaded of the two wins.
+  auto widened = make_or_die("eldr-adaptive", adaptive_config(axis_set(4), 0.1f, true, 0.5f));
+  d = widened->route({&v, std::vector<uint32_t>{10, 10, 16, 14}, {}, -1}, &trace);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->worker, 0u);
+  EXPECT_TRUE(trace.widened);
+  EXPECT_EQ(trace.candidates, (std::vector<uint32_t>{0, 3}));
+  // Slack 0 is JSQ whatever the scores (ties aside).
+  auto no_slack = make_or_die("eldr-adaptive", adaptive_config(axis_set(4), 0.1f, true, 0.0f));
+  EXPECT_EQ(route_or_die(*no_slack, {&v, std::vector<uint32_t>{11, 10, 12, 14}, {}, -1}), 1u);
+}
+
+TEST(AdaptiveBand, TiesGoToTheLeastRecentlyRoutedThenTheBetterScoreThenTheLowestIndex) {
+  auto p = make_or_die("eldr-adaptive", adaptive_config(axis_set(3), 0.1f, true, 0.5f));
+  const std::vector<uint32_t> load(3, 0);
+  // Equal loads and scores (no signature): never routed -> lowest index, then round-robin order,
+  // since each pick becomes the most recently routed.
+  std::vector<uint32_t> picks;
+  for (int i = 0; i < 5; ++i)
+    picks.push_back(route_or_die(*p, {nullptr, load, {}, -1}));
+  EXPECT_EQ(picks, (std::vector<uint32_t>{0, 1, 2, 0, 1}));
+  // Fresh policy: equal loads and recency, scores differ -> the better score.
+  auto q = make_or_die("eldr-adaptive", adaptive_config(axis_set(3), 0.1f, true, 0.5f));
+  const signature v = with_scores({0.2f, 0.5f, 0.3f});
+  EXPECT_EQ(route_or_die(*q, {&v, load, {}, -1}), 1u);
+  // Recency beats score: worker 1 was just routed to, so worker 2 (0.3) is next, then 0.
+  EXPECT_EQ(route_or_die(*q, {&v, load, {}, -1}), 2u);
+  EXPECT_EQ(route_or_die(*q, {&v, load, {}, -1}), 0u);
+}
+
+TEST(AdaptiveBand, DrainedAndDeadWorkersAreNeitherPickedNorTheLightestLoad) {
+  // Worker 0 is idle but ineligible: the lightest eligible load is 8 (allowance 4, limit 12), so
+  // every eligible worker is admissible and the band is worker 3's region.
+  const signature v = with_scores({0.6f, 0.1f, 0.1f, 0.5f});
+  auto p = make_or_die("eldr-adaptive", adaptive_config(axis_set(4), 0.1f, false, 0.5f));
+  const std::vector<uint32_t> load = {0, 8, 8, 9};
+  const std::vector<uint8_t> mask = {0, 1, 1, 1};
+  route_trace trace;
+  auto d = p->route({&v, load, mask, -1}, &trace);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->worker, 3u);
+  EXPECT_EQ(trace.load_limit, 12u);
+  // Only worker 2 eligible: it is chosen whatever the scores.
+  const std::vector<uint8_t> only2 = {0, 0, 1, 0};
+  EXPECT_EQ(route_or_die(*p, {&v, load, only2, -1}), 2u);
+  auto none = p->route({&v, load, std::vector<uint8_t>(4, 0), -1});
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.error().code(), status_code::failed_precondition);
+}
+
+// A direct reading of the adaptive rule, with the recency state kept by the reference itself.
+uint32_t reference_adaptive_pick(const std::vector<float>& s, const std::vector<uint32_t>& load,
+                                 const std::vector<uint8_t>& mask, float tau, bool widen,
+                                 float slack, const std::vector<uint64_t>& last,
+                                 uint32_t* band_size) {
+  const uint32_t k = static_cast<uint32_t>(s.size());
+  uint32_t m = std::numeric_limits<uint32_t>::max();
+  for (uint32_t w = 0; w < k; ++w)
+    if (mask[w]) m = std::min(m, load[w]);
+  const double a = std::floor(static_cast<double>(slack) * m);
+  std::vector<uint32_t> admissible;
+  for (uint32_t w = 0; w < k; ++w)
+    if (mask[w] && load[w] <= m + a) admissible.push_back(w);
+  float best = -std::numeric_limits<float>::infinity();
+  for (uint32_t w : admissible)
+    best = std::max(best, s[w]);
+  std::vector<uint32_t> band;
+  for (uint32_t w : admissible)
+    if (a < 1.0 || s[w] >= best - tau) band.push_back(w);
+  if (a >= 1.0 && widen && tau > 0.0f && band.size() == 1 && admissible.size() > 1) {
+    uint32_t runner_up = k;
+    for (uint32_t w : admissible) {
+      if (w == band[0]) continue;
+      if (runner_up == k || s[w] > s[runner_up]) runner_up = w;
+    }
+    band = {std::min(band[0], runner_up), std::max(band[0], runner_up)};
+  }
+  *band_size = static_cast<uint32_t>(band.size());
+  uint32_t pick = band[0];
+  for (uint32_t w : band) {
+    const bool better = load[w] != load[pick]   ? load[w] < load[pick]
+                        : last[w] != last[pick] ? last[w] < last[pick]
+                        : s[w] != s[pick]       ? s[w] > s[pick]
+                                                : w < pick;
+    if (better) pick = w;
+  }
+  return pick;
+}
+
+TEST(AdaptiveBand, MatchesTheRuleOnRandomSituations) {
+  std::mt19937 gen(77);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  const float taus[] = {0.0f, 0.05f, 0.1f, 0.3f};
+  const float slacks[] = {0.0f, 0.25f, 0.5f, 1.0f, 1e9f};
+  for (int trial = 0; trial < 200; ++trial) {
+    const uint32_t k = 2 + gen() % 15;
+    const uint32_t width = 24;
+    std::vector<float> rows(static_cast<std::size_t>(k) * width);
+    for (float& x : rows)
+      x = u(gen) < 0.5f ? u(gen) : 0.0f;
+    for (uint32_t r = 0; r < k; ++r)
+      rows[static_cast<std::size_t>(r) * width + r % width] += 0.1f;
+    auto set = centroid_set::make(k, width, std::move(rows), trial);
+    ASSERT_TRUE(set.ok());
+    const float tau = taus[trial % 4];
+    const bool widen = (trial / 4) % 2 == 0;
+    const float slack = slacks[trial % 5];
+    auto p =
+        make_or_die("eldr-adaptive",
+                    adaptive_config(std::make_shared<const centroid_set>(std::move(set).value()),
+                                    tau, widen, slack));
+    std::vector<uint64_t> last(k, 0);
+    // Several decisions per policy, so the recency state matters.
+    for (uint64_t step = 1; step <= 6; ++step) {
+      signature v;
+      v.width = width;
+      for (uint32_t d = 0; d < width; ++d)
+        if (u(gen) < 0.3f) {
+          v.index.push_back(d);
+          v.value.push_back(u(gen));
+        }
+      double norm = 0.0;
+      for (float x : v.value)
+        norm += static_cast<double>(x) * x;
+      for (float& x : v.value)
+        x = static_cast<float>(x / std::sqrt(norm));
+      std::vector<uint32_t> load(k);
+      for (uint32_t& l : load)
+        l = gen() % 3 == 0 ? gen() % 3 : 4 + gen() % 12;
+      std::vector<uint8_t> mask(k);
+      for (uint8_t& m : mask)
+        m = u(gen) < 0.8f ? 1 : 0;
+      mask[gen() % k] = 1;
+      route_trace trace;
+      auto d = p->route({v.index.empty() ? nullptr : &v, load, mask, -1}, &trace);
+      ASSERT_TRUE(d.ok()) << d.error().to_string();
+      uint32_t band_size = 0;
+      const uint32_t want =
+          reference_adaptive_pick(trace.score, load, mask, tau, widen, slack, last, &band_size);
+      EXPECT_EQ(d->worker, want) << "trial " << trial << " step " << step;
+      EXPECT_EQ(d->band_size, band_size) << "trial " << trial << " step " << step;
+      EXPECT_NE(mask[d->worker], 0);
+      last[d->worker] = step;
+    }
+  }
+}
+
+TEST(AdaptiveBand, InstallSwapsTheSetLikeTheBand) {
+  auto made = adaptive_band_policy::make(axis_set(3, 1), 0.0f, true, 0.5f);
+  ASSERT_TRUE(made.ok());
+  adaptive_band_policy& p = **made;
+  const signature v = with_scores({0.8f, 0.1f, 0.1f});
+  const std::vector<uint32_t> load(3, 4);  // allowance 2: the band decides
+  auto d = p.route({&v, load, {}, -1});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->worker, 0u);
+  EXPECT_EQ(d->epoch, 1u);
+  auto swapped = centroid_set::make(3, 4, {0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0}, 2);
+  ASSERT_TRUE(swapped.ok());
+  ASSERT_TRUE(p.install(std::make_shared<const centroid_set>(std::move(swapped).value())).ok());
+  d = p.route({&v, load, {}, -1});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->worker, 1u);
+  EXPECT_EQ(d->epoch, 2u);
+  const status wrong_k = p.install(axis_set(4, 3));
+  ASSERT_FALSE(wrong_k.ok());
+  EXPECT_NE(wrong_k.message().find("eldr-adaptive policy"), std::string::npos);
+}
+
 // ---- the fast path --------------------------------------------------------------------------
 
 TEST(RoutingPolicy, DecisionsDoNotAllocate) {

@@ -195,7 +195,8 @@ TEST(Simulator, SingleRequestTimesAreExact) {
 TEST(Simulator, DeterministicAndEveryRequestFinishes) {
   const workload w = small_workload(small_params());
   policy_factory f = factory_for(w);
-  for (const char* name : {"rr", "random", "jsq", "p2c", "domain", "eldr", "eldr-online"}) {
+  for (const char* name : {"rr", "random", "jsq", "p2c", "domain", "eldr", "eldr-online",
+                           "eldr-adaptive", "eldr-adaptive-online"}) {
     sim_policy a = f.build(name).value(), b = f.build(name).value();
     const sim_metrics x = simulate(w, small_config(), a).value();
     const sim_metrics y = simulate(w, small_config(), b).value();
@@ -223,6 +224,37 @@ TEST(Simulator, LocalityRoutingTouchesFewerExperts) {
   const sim_metrics c = simulate(w, small_config(), oracle, &dec).value();
   EXPECT_LT(b.distinct_experts_per_layer, a.distinct_experts_per_layer * 0.97);
   EXPECT_LT(c.distinct_experts_per_layer, a.distinct_experts_per_layer * 0.97);
+  // The adaptive band groups too once there is load to spend on it.
+  sim_policy adaptive = f.build("eldr-adaptive").value();
+  const sim_metrics d = simulate(w, small_config(), adaptive).value();
+  EXPECT_LT(d.distinct_experts_per_layer, a.distinct_experts_per_layer * 0.97);
+}
+
+// At light load the paper's band queues requests behind busy workers of their region while others
+// idle; the adaptive band sends them to idle workers, so its decode work is spread as evenly as
+// round-robin's and its p99 TPOT is no worse than the best balancer's.
+TEST(Simulator, AdaptiveBandSpreadsAtLightLoad) {
+  synthetic_params params = small_params();
+  params.geometry = {6, 128, 8};
+  const workload w = small_workload(params, 240, 40.0);
+  policy_factory f = factory_for(w);
+  sim_policy rr = f.build("rr").value(), jsq = f.build("jsq").value();
+  sim_policy eldr = f.build("eldr").value(), adaptive = f.build("eldr-adaptive").value();
+  const sim_metrics a = simulate(w, small_config(), rr).value();
+  const sim_metrics b = simulate(w, small_config(), jsq).value();
+  const sim_metrics e = simulate(w, small_config(), eldr).value();
+  const sim_metrics d = simulate(w, small_config(), adaptive).value();
+  EXPECT_LT(d.load_imbalance, e.load_imbalance);
+  EXPECT_LE(d.tpot_p99_ms, std::min(a.tpot_p99_ms, b.tpot_p99_ms) * 1.02);
+  EXPECT_LE(d.tpot_p50_ms, std::min(a.tpot_p50_ms, b.tpot_p50_ms) * 1.01);
+}
+
+TEST(Simulator, AdaptiveOnlineRefitRefits) {
+  const workload w = small_workload(small_params(), 240, 200.0);
+  policy_factory f = factory_for(w);
+  sim_policy p = f.build("eldr-adaptive-online").value();
+  const sim_metrics m = simulate(w, small_config(), p).value();
+  EXPECT_GT(m.refits, 0u);
 }
 
 TEST(Simulator, OnlineRefitRefits) {
@@ -272,9 +304,19 @@ TEST(PolicyFactory, RejectsBadNamesAndAcceptsAblations) {
   EXPECT_FALSE(f.build("eldr/tau=abc").ok());
   EXPECT_FALSE(f.build("eldr/colour=red").ok());
   EXPECT_FALSE(f.build("rr/tau=0.1").ok());
-  for (const char* name : {"eldr/tau=0", "eldr/tau=0.3", "eldr/transform=sqrt",
-                           "eldr/kmeans=vanilla", "eldr/layers=all"})
+  EXPECT_FALSE(f.build("eldr/slack=1").ok());  // the paper's band has no slack
+  EXPECT_FALSE(f.build("eldr-adaptive/slack=-1").ok());
+  EXPECT_FALSE(f.build("eldr-adaptive/slack=x").ok());
+  for (const char* name :
+       {"eldr/tau=0", "eldr/tau=0.3", "eldr/transform=sqrt", "eldr/kmeans=vanilla",
+        "eldr/layers=all", "eldr-adaptive/slack=0.25", "eldr-adaptive/tau=0.2/slack=2"})
     EXPECT_TRUE(f.build(name).ok()) << name;
+  auto adaptive = f.build("eldr-adaptive/slack=0.25");
+  ASSERT_TRUE(adaptive.ok());
+  const auto* band = dynamic_cast<const adaptive_band_policy*>(adaptive->policy.get());
+  ASSERT_NE(band, nullptr);
+  EXPECT_FLOAT_EQ(band->load_slack(), 0.25f);
+  EXPECT_EQ(adaptive->policy->name(), "eldr-adaptive");
 }
 
 TEST(PolicyFactory, RejectsACentroidFileOfAnotherGeometry) {

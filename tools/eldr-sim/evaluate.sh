@@ -1,16 +1,60 @@
 #!/bin/sh
 # Reproduces every table and plot of docs/evaluation.md: one eldr-sim command per table.
 #   tools/eldr-sim/evaluate.sh [BUILD_DIR] [OUT_DIR] [TABLE...]
-# Tables: rates task topics language no-locality ablations gptoss prefix esft (default: all). Each writes
-# OUT_DIR/<table>/summary.{csv,md}, fit.json and PNG plots (gnuplot).
+# Tables: rates task topics language no-locality ablations gptoss prefix esft (the paper's
+# comparisons), and the eldr-adaptive matrix (issue 15): every workload at 5 rates from light to
+# saturated with 8 and 16 decode workers, named <workload>-<D> with workload one of task language
+# topics no-locality gptoss prefix esft held-out (e.g. task-16, esft-8; "adaptive" runs all 16),
+# plus sensitivity (cost model +-50%, tau, slack, refit interval) and seeds (held-out at 3 seeds).
+# Default: all. Each writes OUT_DIR/<table>/summary.{csv,md}, fit.json and PNG plots (gnuplot).
 set -eu
 build=${1:-build-release}
 out=${2:-out/evaluation}
 shift 2 2>/dev/null || shift $#
-tables=${*:-"rates task topics language no-locality ablations gptoss prefix esft"}
+matrix="task-16 task-8 language-16 language-8 topics-16 topics-8 no-locality-16 no-locality-8
+gptoss-16 gptoss-8 prefix-16 prefix-8 esft-16 esft-8 held-out-16 held-out-8"
+tables=${*:-"rates task topics language no-locality ablations gptoss prefix esft $matrix sensitivity seeds"}
 sim="$build/tools/eldr-sim/eldr-sim"
 data=${ELDR_SHARED_DATA:-$(dirname "$0")/../../../shared/data}
-all="rr,random,jsq,p2c,domain,eldr,eldr-online,clairvoyant"
+all="rr,random,jsq,p2c,domain,eldr,eldr-online,eldr-adaptive,clairvoyant"
+# The matrix: the paper's balancers, the oracle, the paper's rule, the adaptive rule, the bound.
+cmp="rr,random,jsq,p2c,domain,eldr,eldr-adaptive,clairvoyant"
+# Requests per matrix run (the paper's tables use 7,200; the matrix's 160 runs use fewer).
+n=${ELDR_EVAL_REQUESTS:-2000}
+esft="$data/esft-deepseek-v2-lite.eldrtrace"
+# The held-out workload with domain locality of issue 15: the Language preset with 64-token
+# answers and a seed no preset was tuned on.
+heldout="--synthetic qwen-language --output-tokens 64 --seed 11"
+
+# matrix WORKLOAD D: the workload's 5 rates for D decode workers (light to saturated).
+matrix() {
+  w=$1; d=$2
+  case $d in 16) s=1 ;; 8) s=2 ;; *) echo "evaluate.sh: D must be 8 or 16" >&2; exit 1 ;; esac
+  # rates for 16 workers, halved for 8
+  case $w in
+    task|topics|prefix|no-locality) r="20 40 60 80 100" ;;
+    language) r="20 40 60 80 100" ;;
+    gptoss) r="20 40 80 120 160" ;;
+    esft) r="25 50 100 200 400" ;;
+    held-out) r="20 40 80 160 320" ;;
+  esac
+  rates=$(echo $r | awk -v s=$s '{for (i = 1; i <= NF; i++) printf "%s%g", (i > 1 ? "," : ""), $i / s}')
+  common="--quiet --requests $n --rate $rates --decode-workers $d --plots --out $out/$w-$d"
+  case $w in
+    task) "$sim" --synthetic qwen-task --policies "$cmp" --seed 1 $common ;;
+    language) "$sim" --synthetic qwen-language --policies "$cmp" --seed 1 $common ;;
+    topics) "$sim" --synthetic qwen-task --subdomains 4 --subdomain-weight 0.5 --policies "$cmp" \
+              --seed 1 $common ;;
+    no-locality) "$sim" --synthetic no-locality --policies rr,random,jsq,p2c,eldr,eldr-adaptive \
+                   --seed 1 $common ;;
+    gptoss) "$sim" --synthetic gpt-oss-task --policies "$cmp" --seed 1 $common ;;
+    prefix) "$sim" --synthetic qwen-task --prefix-caching --prompt-pool $((n / 4)) \
+              --policies rr,random,jsq,p2c,eldr,eldr-adaptive --seed 1 $common ;;
+    esft) "$sim" --trace "$esft" --policies "$cmp" --seed 1 $common ;;
+    held-out) "$sim" $heldout --policies "$cmp" $common ;;
+  esac
+}
+
 for t in $tables; do
   case $t in
     rates) "$sim" --synthetic qwen-task --requests 7200 --rate 20,40,60,80,100 \
@@ -20,18 +64,44 @@ for t in $tables; do
     language) "$sim" --synthetic qwen-language --requests 7200 --rate 40,60 --policies "$all" \
                 --seed 1 --plots --out "$out/language" ;;
     no-locality) "$sim" --synthetic no-locality --requests 7200 --rate 40 \
-                   --policies rr,random,jsq,p2c,eldr --seed 1 --plots --out "$out/no-locality" ;;
+                   --policies rr,random,jsq,p2c,eldr,eldr-adaptive --seed 1 --plots \
+                   --out "$out/no-locality" ;;
     topics) "$sim" --synthetic qwen-task --subdomains 4 --subdomain-weight 0.5 --requests 7200 \
               --rate 40 --policies "$all" --seed 1 --plots --out "$out/topics" ;;
     gptoss) "$sim" --synthetic gpt-oss-task --requests 7200 --rate 40 \
-              --policies rr,jsq,eldr,eldr/kmeans=vanilla --seed 1 --plots --out "$out/gptoss" ;;
+              --policies rr,jsq,eldr,eldr/kmeans=vanilla,eldr-adaptive --seed 1 --plots \
+              --out "$out/gptoss" ;;
     ablations) "$sim" --synthetic qwen-task --requests 7200 --rate 40 --seed 1 --plots \
                  --policies rr,eldr,eldr/transform=count,eldr/transform=sqrt,eldr/transform=count_idf,eldr/transform=binary,eldr/layers=all,eldr/kmeans=vanilla,eldr/tau=0,eldr/tau=0.2,eldr/tau=0.3 \
                  --out "$out/ablations" ;;
     prefix) "$sim" --synthetic qwen-task --requests 7200 --rate 40 --prefix-caching \
-              --prompt-pool 1800 --policies rr,jsq,eldr --seed 1 --plots --out "$out/prefix" ;;
-    esft) "$sim" --trace "$data/esft-deepseek-v2-lite.eldrtrace" --requests 7200 --rate 100,200 \
+              --prompt-pool 1800 --policies rr,jsq,eldr,eldr-adaptive --seed 1 --plots \
+              --out "$out/prefix" ;;
+    esft) "$sim" --trace "$esft" --requests 7200 --rate 100,200 \
             --policies "$all" --seed 1 --plots --out "$out/esft" ;;
+    adaptive) for m in $matrix; do "$0" "$build" "$out" "$m"; done ;;
+    *-16|*-8) matrix "${t%-*}" "${t##*-}" ;;
+    sensitivity)
+      # The adaptive rule's own knobs and the cost model, on the held-out workload at a light,
+      # a middle and a heavy rate (16 workers).
+      p="rr,jsq,p2c,eldr,eldr-adaptive,eldr-adaptive/slack=0.25,eldr-adaptive/slack=1,eldr-adaptive/tau=0.05,eldr-adaptive/tau=0.2,eldr-adaptive-online"
+      "$sim" $heldout --requests "$n" --rate 20,80,160 --policies "$p" --out "$out/sens-knobs"
+      "$sim" $heldout --requests "$n" --rate 20,80,160 --policies rr,jsq,eldr,eldr-adaptive-online \
+        --refit-interval-s 1 --out "$out/sens-refit-1s"
+      "$sim" $heldout --requests "$n" --rate 20,80,160 --policies rr,jsq,eldr,eldr-adaptive-online \
+        --refit-interval-s 4 --out "$out/sens-refit-4s"
+      for c in "base-ms 3.25" "base-ms 9.75" "expert-ms 0.00175" "expert-ms 0.00525" \
+               "sequence-ms 0.005" "sequence-ms 0.015" "kilotoken-ms 0.002" "kilotoken-ms 0.006"; do
+        set -- $c
+        "$sim" $heldout --requests "$n" --rate 20,80,160 --policies rr,jsq,p2c,eldr,eldr-adaptive \
+          --cost-$1 $2 --out "$out/sens-$1-$2"
+      done ;;
+    seeds)
+      for s in 12 13 14; do
+        "$sim" --synthetic qwen-language --output-tokens 64 --seed $s --requests "$n" \
+          --rate 20,40,80,160,320 --policies rr,random,jsq,p2c,eldr,eldr-adaptive \
+          --out "$out/seed-$s"
+      done ;;
     *) echo "evaluate.sh: unknown table $t" >&2; exit 1 ;;
   esac
 done

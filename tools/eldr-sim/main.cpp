@@ -44,6 +44,7 @@ struct options {
   std::string out;
   std::string centroids;
   float tau = 0.1f;
+  float load_slack = eldr::default_load_slack;
   // Synthetic workload shape (the paper's testbed: prompts of 4-1024 tokens, 512 output tokens).
   uint32_t prompt_min = 4, prompt_max = 1024;
   uint32_t output_tokens = 512;
@@ -89,10 +90,66 @@ std::string csv_row(const eldr::sim_metrics& m, double rate) {
   return s.str();
 }
 
+// The load balancers a locality policy is judged against (the issue's and the paper's four).
+bool is_balancer(const std::string& policy) {
+  return policy == "rr" || policy == "random" || policy == "jsq" || policy == "p2c";
+}
+
 void write_text(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
   if (!out) die("cannot write " + path.string());
+}
+
+// The tolerances of a "does not lose" verdict: issue 15's goal for a locality policy against the
+// best load balancer at the same rate.
+constexpr double median_tolerance = 0.01, p99_tolerance = 0.02;
+
+// One line per locality policy (every name starting with "eldr") at one rate: its median and p99
+// TPOT against the best of rr/random/jsq/p2c on each (the best may differ), the verdict -- "loses"
+// when either is worse than the best by more than its tolerance -- and the share of the
+// clairvoyant policy's median gain it captures. tpot: (p50, p99) per policy.
+std::string verdicts(double rate, const std::vector<std::string>& policies,
+                     const std::map<std::string, std::pair<double, double>>& tpot) {
+  std::string b50_name, b99_name;
+  double b50 = 0.0, b99 = 0.0;
+  for (const auto& [name, t] : tpot) {
+    if (!is_balancer(name)) continue;
+    if (b50_name.empty() || t.first < b50) b50 = t.first, b50_name = name;
+    if (b99_name.empty() || t.second < b99) b99 = t.second, b99_name = name;
+  }
+  if (b50_name.empty() || b50 <= 0.0 || b99 <= 0.0) return "";
+  auto relative = [](double v, double best) {
+    const double d = 100.0 * (v / best - 1.0);
+    return fmt(std::abs(d), 1) + (d <= 0.0 ? "% below" : "% above");
+  };
+  std::string out;
+  for (const std::string& name : policies) {
+    if (name.rfind("eldr", 0) != 0) continue;
+    const auto [p50, p99] = tpot.at(name);
+    const bool lose50 = p50 > b50 * (1.0 + median_tolerance);
+    const bool lose99 = p99 > b99 * (1.0 + p99_tolerance);
+    out += "- " + fmt(rate, 1) + " req/s, " + name + ": median TPOT " + fmt(p50, 2) + " ms, " +
+           relative(p50, b50) + " the best load balancer (" + b50_name + ", " + fmt(b50, 2) +
+           "); p99 " + fmt(p99, 2) + " ms, " + relative(p99, b99) + " the best (" + b99_name +
+           ", " + fmt(b99, 2) + "): ";
+    if (lose50 || lose99)
+      out += std::string("**loses** on ") + (lose50 && lose99 ? "median and p99"
+                                             : lose50         ? "median"
+                                                              : "p99");
+    else
+      out += "does not lose";
+    out += " (tolerance " + fmt(100.0 * median_tolerance, 0) + "% median, " +
+           fmt(100.0 * p99_tolerance, 0) + "% p99)";
+    if (auto c = tpot.find("clairvoyant"); c != tpot.end()) {
+      const double gain = 1.0 - p50 / b50, bound = 1.0 - c->second.first / b50;
+      out += "; the clairvoyant policy's median is " + relative(c->second.first, b50) +
+             (bound > 0.0 ? ", of which it captures " + fmt(100.0 * gain / bound, 0) + "%"
+                          : std::string(", no gain to capture"));
+    }
+    out += ".\n";
+  }
+  return out;
 }
 
 // The gnuplot program behind --plots. Reads the .dat files written beside summary.csv.
@@ -103,25 +160,51 @@ set style fill solid 0.85 border -1
 set boxwidth 0.7
 set xtics rotate by -30 noenhanced
 set datafile separator ","
+# Bars start at zero, so their heights compare as ratios.
+set yrange [0:*]
 set output "tpot_per_policy.png"
 set title "Median TPOT per policy (first rate)"
 set ylabel "TPOT p50 (ms)"
 plot "per_policy.csv" using 0:2:xtic(1) with boxes notitle lc rgb "#4477aa", \
      "" using 0:2:(sprintf("%.2f", $2)) with labels offset 0,0.8 notitle
+set output "tpot_p99_per_policy.png"
+set title "p99 TPOT per policy (first rate)"
+set ylabel "TPOT p99 (ms)"
+plot "per_policy.csv" using 0:3:xtic(1) with boxes notitle lc rgb "#aa7744", \
+     "" using 0:3:(sprintf("%.2f", $3)) with labels offset 0,0.8 notitle
 set output "distinct_per_policy.png"
 set title "Distinct experts per layer per decode step"
 set ylabel "distinct experts / layer"
 plot "per_policy.csv" using 0:5:xtic(1) with boxes notitle lc rgb "#228833", \
      "" using 0:5:(sprintf("%.1f", $5)) with labels offset 0,0.8 notitle
 set datafile separator whitespace
+set autoscale y
 if (has_rates) {
+  set xlabel "request rate (req/s)"
+  set xtics norotate
+  set key noenhanced
   set output "tpot_vs_rate.png"
   set title "Median TPOT vs request rate"
-  set xlabel "request rate (req/s)"
   set ylabel "TPOT p50 (ms)"
-  set xtics norotate
   plot for [i=0:policies-1] "tpot_vs_rate.dat" index i using 1:2 with linespoints lw 2 \
        title columnheader(1)
+  set output "tpot_p99_vs_rate.png"
+  set title "p99 TPOT vs request rate"
+  set ylabel "TPOT p99 (ms)"
+  plot for [i=0:policies-1] "tpot_vs_rate.dat" index i using 1:3 with linespoints lw 2 \
+       title columnheader(1)
+  if (has_best) {
+    set output "vs_best_balancer.png"
+    set title "TPOT vs the best of rr/random/jsq/p2c: p50 solid, p99 dashed (< 0 = better)"
+    set ylabel "% vs best load balancer"
+    set grid xtics ytics
+    plot for [i=0:policies-1] "tpot_vs_rate.dat" index i using 1:4 with linespoints lw 2 \
+         lc i+1 title columnheader(1), \
+         for [i=0:policies-1] "tpot_vs_rate.dat" index i using 1:5 with linespoints lw 1 dt 2 \
+         lc i+1 notitle, \
+         0 with lines lc rgb "black" notitle
+    set grid noxtics
+  }
   unset xlabel
 }
 if (has_fit) {
@@ -130,7 +213,7 @@ if (has_fit) {
   set ylabel "Spearman rho"
   set xlabel ""
   set xtics rotate by -30
-  set yrange [*:1]
+  set yrange [0:1]
   plot "rho.dat" using 0:2:xtic(1) with boxes notitle lc rgb "#aa3377", \
        "" using 0:2:(sprintf("%.3f", $2)) with labels offset 0,0.8 notitle
   set output "rho_vs_layers.png"
@@ -162,12 +245,28 @@ void draw_plots(const std::filesystem::path& dir, const std::string& csv_text,
     if (rows.size() <= policies.size()) per_policy += line + "\n";
   }
   write_text(dir / "per_policy.csv", per_policy);
+  // Per policy: rate, p50, p99, and both in % against the best load balancer at that rate
+  // (columns 4 and 5; 0 when no balancer ran).
+  std::vector<std::pair<double, double>> best(rates.size(), {0.0, 0.0});
+  bool has_best = false;
+  for (std::size_t r = 0; r < rates.size(); ++r)
+    for (std::size_t p = 0; p < policies.size(); ++p) {
+      if (!is_balancer(policies[p])) continue;
+      const auto& cells = rows[r * policies.size() + p];
+      const double p50 = std::stod(cells[1]), p99 = std::stod(cells[2]);
+      best[r].first = best[r].first == 0.0 ? p50 : std::min(best[r].first, p50);
+      best[r].second = best[r].second == 0.0 ? p99 : std::min(best[r].second, p99);
+      has_best = true;
+    }
+  auto pct = [](double v, double b) { return b > 0.0 ? fmt(100.0 * (v / b - 1.0), 2) : "0"; };
   std::string by_rate;
   for (std::size_t p = 0; p < policies.size(); ++p) {
-    by_rate += "\"" + policies[p] + "\" tpot_p50_ms\n";
+    by_rate += "\"" + policies[p] + "\" tpot_p50_ms tpot_p99_ms p50_vs_best_pct p99_vs_best_pct\n";
     for (std::size_t r = 0; r < rates.size(); ++r) {
       const auto& cells = rows[r * policies.size() + p];
-      by_rate += cells[11] + " " + cells[1] + "\n";
+      by_rate += cells[11] + " " + cells[1] + " " + cells[2] + " " +
+                 pct(std::stod(cells[1]), best[r].first) + " " +
+                 pct(std::stod(cells[2]), best[r].second) + "\n";
     }
     by_rate += "\n\n";
   }
@@ -185,6 +284,7 @@ void draw_plots(const std::filesystem::path& dir, const std::string& csv_text,
   }
   // The script is kept beside the data, so a plot can be restyled and redrawn by hand.
   const std::string header = std::string("has_rates = ") + (rates.size() > 1 ? "1" : "0") +
+                             "\nhas_best = " + (has_best ? "1" : "0") +
                              "\nhas_fit = " + (has_fit ? "1" : "0") +
                              "\npolicies = " + std::to_string(policies.size()) + "\n";
   write_text(dir / "plots.gp", header + gnuplot_script);
@@ -257,6 +357,11 @@ int main(int argc, char** argv) {
   app.add_option("--tau", o.tau, "locality band half-width for eldr policies")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 2.0));
+  app.add_option("--load-slack", o.load_slack,
+                 "eldr-adaptive: how far above the lightest load (as a fraction of it) a worker "
+                 "may be and stay in the band")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1000.0));
   app.add_option("--prompt-min", o.prompt_min, "synthetic: shortest prompt")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1000000u));
@@ -364,12 +469,22 @@ int main(int argc, char** argv) {
   // Check every policy name before any work.
   for (const std::string& name : o.policies) {
     const std::string base = name.substr(0, name.find('/'));
-    static const char* known[] = {"rr",     "random", "jsq",         "p2c",
-                                  "domain", "eldr",   "eldr-online", "clairvoyant"};
+    static const char* known[] = {"rr",
+                                  "random",
+                                  "jsq",
+                                  "p2c",
+                                  "domain",
+                                  "eldr",
+                                  "eldr-online",
+                                  "eldr-adaptive",
+                                  "eldr-adaptive-online",
+                                  "clairvoyant",
+                                  "clairvoyant-adaptive"};
     if (std::find(std::begin(known), std::end(known), base) == std::end(known))
       die("unknown policy \"" + name +
-          "\"; valid: rr, random, jsq, p2c, domain, eldr, eldr-online, clairvoyant (and "
-          "eldr/... ablations, see --help)");
+          "\"; valid: rr, random, jsq, p2c, domain, eldr, eldr-online, eldr-adaptive, "
+          "eldr-adaptive-online, clairvoyant, clairvoyant-adaptive (and eldr/... ablations, see "
+          "--help)");
   }
 
   // The workload source.
@@ -466,6 +581,7 @@ int main(int argc, char** argv) {
   fo.workers = o.decode_workers;
   fo.seed = o.seed;
   fo.tau = o.tau;
+  fo.load_slack = o.load_slack;
   fo.pairs = o.pairs;
   fo.threads = o.threads;
   fo.refit.window_s = o.refit_window_s;
@@ -484,7 +600,7 @@ int main(int argc, char** argv) {
 
   std::vector<uint32_t> decode_counts;
   for (const std::string& name : o.policies)
-    if (name == "clairvoyant" && decode_counts.empty()) {
+    if (name.rfind("clairvoyant", 0) == 0 && decode_counts.empty()) {
       say("drawing the evaluated requests' decode profiles (clairvoyant bound)");
       decode_counts = eldr::decode_profiles(w, o.threads);
     }
@@ -495,9 +611,9 @@ int main(int argc, char** argv) {
       "| policy | rate (req/s) | TPOT p50 (ms) | TPOT p95 | TPOT p99 | TTFT p50 (ms) | distinct "
       "experts/layer | load imbalance | throughput (tok/s) |\n|---|---|---|---|---|---|---|---|---|"
       "\n";
-  std::string notes;  // per rate: ELDR against the best load balancer and the clairvoyant bound
+  std::string notes;  // per rate and locality policy: against the best load balancers (verdicts)
   for (double rate : o.rates) {
-    std::map<std::string, double> tpot;  // this rate's median TPOT per policy
+    std::map<std::string, std::pair<double, double>> tpot;  // this rate's p50, p99 per policy
     for (std::size_t i = 0; i < w.requests.size(); ++i)
       w.requests[i].arrival_s =
           rate > 0 && base_rate > 0 ? base_arrivals[i] * base_rate / rate : base_arrivals[i];
@@ -522,26 +638,9 @@ int main(int argc, char** argv) {
             fmt(m->tpot_p95_ms, 2) + " | " + fmt(m->tpot_p99_ms, 2) + " | " +
             fmt(m->ttft_p50_ms, 1) + " | " + fmt(m->distinct_experts_per_layer, 2) + " | " +
             fmt(m->load_imbalance, 3) + " | " + fmt(m->throughput_tokens_s, 0) + " |\n";
-      tpot[name] = m->tpot_p50_ms;
+      tpot[name] = {m->tpot_p50_ms, m->tpot_p99_ms};
     }
-    double best = 0.0;
-    std::string best_name;
-    for (const char* b : {"rr", "random", "jsq", "p2c"})
-      if (tpot.count(b) != 0 && (best_name.empty() || tpot[b] < best)) {
-        best = tpot[b];
-        best_name = b;
-      }
-    if (!best_name.empty() && tpot.count("eldr") != 0) {
-      const double gain = 1.0 - tpot["eldr"] / best;
-      notes += "- " + fmt(rate, 1) + " req/s: eldr's median TPOT is " + fmt(100.0 * gain, 1) +
-               "% below the best load balancer (" + best_name + ")";
-      if (tpot.count("clairvoyant") != 0) {
-        const double bound = 1.0 - tpot["clairvoyant"] / best;
-        notes += "; the clairvoyant policy's is " + fmt(100.0 * bound, 1) + "%, so eldr captures " +
-                 (bound > 0.0 ? fmt(100.0 * gain / bound, 0) + "%" : std::string("n/a")) + " of it";
-      }
-      notes += ".\n";
-    }
+    notes += verdicts(rate, o.policies, tpot);
   }
   if (!notes.empty()) md += "\n" + notes;
   const std::filesystem::path dir(o.out);

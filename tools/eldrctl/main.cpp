@@ -576,7 +576,8 @@ int main(int argc, char** argv) {
   explain_cmd->add_option("request", request, "request id")->required();
   auto* policy_cmd = app.add_subcommand("policy", "show or set a model's routing policy");
   policy_cmd->add_option("model", model, "model")->required();
-  auto* policy_set = policy_cmd->add_option("--set", policy_name, "policy name (eldr, jsq, ...)");
+  auto* policy_set =
+      policy_cmd->add_option("--set", policy_name, "policy name (eldr-adaptive, eldr, jsq, ...)");
   auto* policy_tau =
       policy_cmd->add_option("--tau", tau, "band half-width")->check(CLI::NonNegativeNumber);
   bool policy_reset = false;
