@@ -66,7 +66,9 @@ counts_message(layers, experts, top_k, blocks, seq=None) -> dict
     block's tokens picked at layer l (a flat list of tokens * top_k ids, or one list of top_k ids
     per token: the rows of the MoE router's top-k output for the block's tokens), or a mapping
     {expert_id: count}. Validated here with the node's rules, so a mistake raises ValueError at
-    the prefill worker instead of being skipped (bad_counts) on the node.
+    the prefill worker instead of being skipped (bad_counts) on the node. Writes version 1 (one
+    byte per expert id) for models of at most 256 experts, version 2 (little-endian uint16 ids)
+    above, as the node's own encoder does.
 
 Block hashes may be given as Python ints (uint64; negative int64 values are taken as their two's
 complement) or as bytes (the last 8 bytes, big-endian, as vLLM's newer bytes hashes are
@@ -113,6 +115,7 @@ import itertools
 import logging
 import operator
 import os
+import struct
 import sys
 import time
 
@@ -123,7 +126,14 @@ _log = logging.getLogger("eldr_client")
 import zmq.utils.z85
 
 PROTOCOL_VERSION = 1
+# Counts message versions (docs/protocol.md section 2): 1 holds one byte per expert id (models of
+# at most NARROW_EXPERTS experts, and what nodes built before version 2 read), 2 little-endian
+# uint16 ids. The bounds are model_geometry's (core/geometry.hpp).
 COUNTS_VERSION = 1
+COUNTS_VERSION_WIDE = 2
+NARROW_EXPERTS = 256
+MAX_EXPERTS = 4096
+MAX_WIDTH = 1 << 20  # layers * experts
 
 # Error codes of error_reply and admin_reply (docs/protocol.md section 3). A code not listed here
 # is treated as internal, as the protocol says.
@@ -215,7 +225,7 @@ def counts_block(layers, experts, top_k, block_hash, parent, per_layer, tokens=N
     tokens = operator.index(tokens)
     if not 1 <= tokens <= 255:
         raise ValueError("a block holds 1..255 tokens, got %d" % tokens)
-    sizes, ids, cnts = [], bytearray(), bytearray()
+    sizes, ids, cnts = [], [], bytearray()
     for l, c in enumerate(per):
         if sum(c.values()) != tokens * top_k:
             raise ValueError("layer %d sums to %d, expected tokens * top_k = %d"
@@ -227,8 +237,12 @@ def counts_block(layers, experts, top_k, block_hash, parent, per_layer, tokens=N
             ids.append(e)
             cnts.append(c[e])
         sizes.append(len(c))
+    if experts <= NARROW_EXPERTS:
+        id_bytes = bytes(ids)
+    else:
+        id_bytes = struct.pack("<%dH" % len(ids), *ids)
     return [normalize_hash(block_hash), None if parent is None else normalize_hash(parent),
-            tokens, sizes, bytes(ids), bytes(cnts)]
+            tokens, sizes, id_bytes, bytes(cnts)]
 
 
 def counts_message(layers, experts, top_k, blocks, seq=None):
@@ -237,9 +251,11 @@ def counts_message(layers, experts, top_k, blocks, seq=None):
     blocks: iterable of (hash, parent, per_layer) or (hash, parent, per_layer, tokens); see the
     module docstring for per_layer. Raises ValueError on anything the node would refuse.
     """
-    if not (1 <= layers <= 1024 and 1 <= experts <= 256 and 1 <= top_k <= experts):
-        raise ValueError("geometry [%d, %d, %d]: need 1 <= L <= 1024, 1 <= E <= 256, 1 <= k <= E"
-                         % (layers, experts, top_k))
+    if not (1 <= layers <= 1024 and 1 <= experts <= MAX_EXPERTS and 1 <= top_k <= experts
+            and layers * experts <= MAX_WIDTH):
+        raise ValueError("geometry [%d, %d, %d]: need 1 <= L <= 1024, 1 <= E <= %d, "
+                         "1 <= k <= E, L * E <= %d"
+                         % (layers, experts, top_k, MAX_EXPERTS, MAX_WIDTH))
     out_blocks = []
     for b in blocks:
         if len(b) not in (3, 4):
@@ -247,7 +263,8 @@ def counts_message(layers, experts, top_k, blocks, seq=None):
         out_blocks.append(counts_block(layers, experts, top_k, *b))
     if len(out_blocks) > 4096:
         raise ValueError("a counts message holds at most 4096 blocks, got %d" % len(out_blocks))
-    msg = {"v": COUNTS_VERSION, "model": [layers, experts, top_k]}
+    version = COUNTS_VERSION if experts <= NARROW_EXPERTS else COUNTS_VERSION_WIDE
+    msg = {"v": version, "model": [layers, experts, top_k]}
     if seq is not None:
         msg["seq"] = int(seq)
     msg["blocks"] = out_blocks
