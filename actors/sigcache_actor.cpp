@@ -398,12 +398,13 @@ status put_dense_counts(signature_cache& cache, block_hash hash, std::optional<b
     first_layer += dense[e];
   const uint32_t tokens = first_layer / g.top_k;
   std::vector<uint32_t> offsets{0};
-  std::vector<uint8_t> ids, counts;
+  std::vector<expert_id> ids;
+  std::vector<uint8_t> counts;
   for (uint32_t l = 0; l < g.layers; ++l) {
     for (uint32_t e = 0; e < g.experts; ++e)
       if (const uint32_t c = dense[size_t{l} * g.experts + e]; c > 0) {
         if (c > 255) return status::invalid_argument("handoff: a count above 255");
-        ids.push_back(static_cast<uint8_t>(e));
+        ids.push_back(static_cast<expert_id>(e));
         counts.push_back(static_cast<uint8_t>(c));
       }
     offsets.push_back(static_cast<uint32_t>(ids.size()));

@@ -23,7 +23,7 @@ namespace {
 struct fixture {
   eldr::model_geometry g;
   std::vector<eldr::block_counts> blocks;
-  std::vector<uint8_t> ids;
+  std::vector<eldr::expert_id> ids;
   std::shared_ptr<const eldr::signature_spec> spec;
   std::vector<uint32_t> prefix_sum;  // masked cumulative counts of all blocks but the last
 };

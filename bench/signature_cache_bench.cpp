@@ -217,13 +217,13 @@ struct lookup_fixture {
       mask.push_back(l * (g.layers / std::min<uint32_t>(12, g.layers)));
     std::mt19937_64 rng(7);
     const uint32_t tokens = 16, per_prompt = smoke ? 4 : 64;
-    std::vector<uint8_t> ids(size_t{tokens} * g.layers * g.top_k);
-    std::vector<uint8_t> pool(g.experts);
+    std::vector<eldr::expert_id> ids(size_t{tokens} * g.layers * g.top_k);
+    std::vector<eldr::expert_id> pool(g.experts);
     for (uint32_t b = 0; b < per_prompt * prompts; ++b) {
       // Skewed choices (a few hot experts per layer), as real routers are.
       for (uint32_t t = 0; t < tokens; ++t)
         for (uint32_t l = 0; l < g.layers; ++l) {
-          std::iota(pool.begin(), pool.end(), uint8_t{0});
+          std::iota(pool.begin(), pool.end(), eldr::expert_id{0});
           for (uint32_t r = 0; r < g.top_k; ++r) {
             const uint32_t width = std::min(spread == 0 ? g.experts : spread, g.experts) - r;
             const uint32_t pick = r + static_cast<uint32_t>(rng() % std::max<uint32_t>(width, 1));

@@ -3,6 +3,7 @@
 
 #include <string_view>
 
+#include "core/expert_ids.hpp"
 #include "core/msgpack.hpp"
 
 namespace eldr {
@@ -37,8 +38,8 @@ result<uint32_t> read_u32(reader& r, const char* what) {
   return static_cast<uint32_t>(*v);
 }
 
-// One block: [hash, parent|nil, tokens, [nnz x L], ids bin, counts bin].
-status decode_block(reader& r, const model_geometry& g, counts_block& out) {
+// One block: [hash, parent|nil, tokens, [nnz x L], ids bin, counts bin]; ids take id_bytes each.
+status decode_block(reader& r, const model_geometry& g, uint32_t id_bytes, counts_block& out) {
   auto n = r.read_array_header();
   if (!n.ok() || *n < 6) return status::invalid_argument("block is not an array of 6");
   if (status s = read_hash(r, out.hash); !s.ok()) return s;
@@ -68,12 +69,15 @@ status decode_block(reader& r, const model_geometry& g, counts_block& out) {
   auto ids = r.read_bin();
   auto counts = r.read_bin();
   if (!ids.ok() || !counts.ok()) return status::invalid_argument("ids or counts is not a bin");
-  if (ids->size() != offsets.back() || counts->size() != offsets.back())
-    return status::invalid_argument("ids and counts must hold sum(layer sizes) bytes");
+  if (ids->size() != size_t{offsets.back()} * id_bytes || counts->size() != offsets.back())
+    return status::invalid_argument("ids must hold sum(layer sizes) ids of " +
+                                    std::to_string(id_bytes) +
+                                    " byte(s) and counts sum(layer sizes) bytes");
   for (uint32_t i = 6; i < *n; ++i)
     if (status s = r.skip(); !s.ok()) return s;
-  auto c = block_counts::from_parts(g, *tokens, std::move(offsets),
-                                    std::vector<uint8_t>(ids->begin(), ids->end()),
+  std::vector<expert_id> id_values;
+  (void)read_expert_ids(*ids, id_bytes, id_values);  // the length was checked above
+  auto c = block_counts::from_parts(g, *tokens, std::move(offsets), std::move(id_values),
                                     std::vector<uint8_t>(counts->begin(), counts->end()));
   if (!c.ok()) return c.error();
   out.counts = std::move(*c);
@@ -82,12 +86,21 @@ status decode_block(reader& r, const model_geometry& g, counts_block& out) {
 
 }  // namespace
 
+uint32_t counts_message_version_for(const model_geometry& g) {
+  return g.narrow_ids() ? counts_message_v1 : counts_message_v2;
+}
+
 std::vector<uint8_t> encode_counts_message(const counts_message& m) {
+  return encode_counts_message(m, counts_message_version_for(m.geometry));
+}
+
+std::vector<uint8_t> encode_counts_message(const counts_message& m, uint32_t version) {
+  const uint32_t id_bytes = version == counts_message_v1 ? narrow_id_bytes : wide_id_bytes;
   std::vector<uint8_t> out;
   msgpack::writer w(out);
   w.write_map_header(m.seq ? 4 : 3);
   w.write_str("v");
-  w.write_uint(m.version);
+  w.write_uint(version);
   w.write_str("model");
   w.write_array_header(3);
   w.write_uint(m.geometry.layers);
@@ -110,7 +123,8 @@ std::vector<uint8_t> encode_counts_message(const counts_message& m) {
     w.write_array_header(b.counts.layers());
     for (uint32_t l = 0; l < b.counts.layers(); ++l)
       w.write_uint(b.counts.offset(l + 1) - b.counts.offset(l));
-    w.write_bin(b.counts.ids());
+    w.write_bin_header(b.counts.ids().size() * id_bytes);
+    append_expert_ids(b.counts.ids(), id_bytes, out);
     w.write_bin(b.counts.counts());
   }
   return out;
@@ -148,10 +162,11 @@ result<counts_message> decode_counts_message(std::span<const uint8_t> payload,
     if (*key == "v") {
       auto v = read_u32(r, "v");
       if (!v.ok()) return v.error();
-      if (*v != counts_message_version)
-        return status::failed_precondition("counts message version " + std::to_string(*v) +
-                                           ", this build reads " +
-                                           std::to_string(counts_message_version));
+      if (*v != counts_message_v1 && *v != counts_message_v2)
+        return status::failed_precondition(
+            "counts message version " + std::to_string(*v) + ", this build reads versions " +
+            std::to_string(counts_message_v1) + " and " + std::to_string(counts_message_v2));
+      m.version = *v;
       have_version = true;
     } else if (*key == "model") {
       auto n = r.read_array_header();
@@ -179,6 +194,12 @@ result<counts_message> decode_counts_message(std::span<const uint8_t> payload,
   if (!have_version) return status::invalid_argument("counts message without \"v\"");
   if (!have_model) return status::invalid_argument("counts message without \"model\"");
   if (!blocks_at) return status::invalid_argument("counts message without \"blocks\"");
+  if (m.version == counts_message_v1 && !m.geometry.narrow_ids())
+    return status::invalid_argument(
+        "counts message version 1 holds one byte per expert id, but the model has " +
+        std::to_string(m.geometry.experts) + " experts (more than " +
+        std::to_string(narrow_experts) + " need version 2)");
+  const uint32_t id_bytes = m.version == counts_message_v1 ? narrow_id_bytes : wide_id_bytes;
   r.seek(*blocks_at);
   auto n = r.read_array_header();
   if (!n.ok()) return status::invalid_argument("blocks is not an array");
@@ -189,7 +210,7 @@ result<counts_message> decode_counts_message(std::span<const uint8_t> payload,
   for (uint32_t i = 0; i < *n; ++i) {
     const size_t begin = r.offset();
     counts_block b;
-    if (status s = decode_block(r, m.geometry, b); !s.ok()) {
+    if (status s = decode_block(r, m.geometry, id_bytes, b); !s.ok()) {
       r.seek(begin);
       if (status skipped = r.skip(); !skipped.ok()) return skipped;
       issues.push_back({drop_cause::bad_counts, "block " + std::to_string(i) + ": " + s.message()});

@@ -277,7 +277,8 @@ result<centroid_file> parse_centroid_file(std::span<const uint8_t> bytes, const 
                              {seen_epoch, "epoch"},
                              {seen_workers, "workers"}})
     if (!seen) return status::corrupt(name + ": missing field '" + field + "'");
-  if (layers > 4096 || experts > 256 || top_k > 256 || workers > (1u << 20))
+  // Before narrowing to 32 bits; signature_spec::make then applies model_geometry::validate.
+  if (layers > max_layers || experts > max_experts || top_k > max_experts || workers > (1u << 20))
     return status::corrupt(name + ": model geometry or worker count out of range");
   const model_geometry g{static_cast<uint32_t>(layers), static_cast<uint32_t>(experts),
                          static_cast<uint32_t>(top_k)};

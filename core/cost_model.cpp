@@ -39,14 +39,16 @@ double decode_cost_model::step_latency_ms(const batch_stats& batch) const {
 }
 
 distinct_expert_counter::distinct_expert_counter(const model_geometry& geometry)
-    : geometry_(geometry), seen_(geometry.layers) {}
+    : geometry_(geometry),
+      words_((geometry.experts + 63) / 64),
+      seen_(size_t{geometry.layers} * words_) {}
 
 result<distinct_expert_counter> distinct_expert_counter::make(const model_geometry& geometry) {
   if (status s = geometry.validate(); !s.ok()) return s;
   return distinct_expert_counter(geometry);
 }
 
-result<distinct_expert_stats> distinct_expert_counter::count(std::span<const uint8_t> expert_ids,
+result<distinct_expert_stats> distinct_expert_counter::count(std::span<const expert_id> expert_ids,
                                                              std::span<uint32_t> per_layer) {
   const uint32_t layers = geometry_.layers;
   const uint32_t top_k = geometry_.top_k;
@@ -61,15 +63,14 @@ result<distinct_expert_stats> distinct_expert_counter::count(std::span<const uin
                                     std::to_string(per_layer.size()) + " slots, expected " +
                                     std::to_string(layers) + " layers");
 
-  for (auto& bits : seen_)
-    bits.fill(0);
+  std::fill(seen_.begin(), seen_.end(), uint64_t{0});
   const std::size_t requests = expert_ids.size() / per_request;
   for (std::size_t r = 0; r < requests; ++r) {
-    const uint8_t* ids = expert_ids.data() + r * per_request;
+    const expert_id* ids = expert_ids.data() + r * per_request;
     for (uint32_t l = 0; l < layers; ++l) {
-      std::array<uint64_t, 4>& bits = seen_[l];
+      uint64_t* bits = seen_.data() + std::size_t{l} * words_;
       for (uint32_t j = 0; j < top_k; ++j) {
-        const uint8_t e = ids[static_cast<std::size_t>(l) * top_k + j];
+        const expert_id e = ids[static_cast<std::size_t>(l) * top_k + j];
         if (e >= geometry_.experts)
           return status::invalid_argument("distinct experts: request " + std::to_string(r) +
                                           ", layer " + std::to_string(l) + " names expert " +
@@ -83,8 +84,9 @@ result<distinct_expert_stats> distinct_expert_counter::count(std::span<const uin
   distinct_expert_stats stats;
   for (uint32_t l = 0; l < layers; ++l) {
     uint32_t n = 0;
-    for (uint64_t word : seen_[l])
-      n += static_cast<uint32_t>(std::popcount(word));
+    const uint64_t* bits = seen_.data() + std::size_t{l} * words_;
+    for (uint32_t w = 0; w < words_; ++w)
+      n += static_cast<uint32_t>(std::popcount(bits[w]));
     if (!per_layer.empty()) per_layer[l] = n;
     stats.total += n;
     stats.max_per_layer = std::max(stats.max_per_layer, n);

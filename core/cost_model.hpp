@@ -82,10 +82,10 @@ struct distinct_expert_stats {
 };
 
 // Counts the distinct experts per layer that a batch activates at one decode step. Owns its
-// scratch (one 256-bit set per layer), so count() never allocates; use one counter per thread.
+// scratch (one E-bit set per layer), so count() never allocates; use one counter per thread.
 class distinct_expert_counter {
  public:
-  // Errors: the geometry is invalid (model_geometry::validate; E <= 256 is what the bit sets hold).
+  // Errors: the geometry is invalid (model_geometry::validate).
   static result<distinct_expert_counter> make(const model_geometry& geometry);
 
   const model_geometry& geometry() const { return geometry_; }
@@ -95,14 +95,15 @@ class distinct_expert_counter {
   // per_layer, when not empty, must have `layers` slots and receives each layer's count.
   // Errors (invalid_argument): size not a multiple of layers * top_k; an id >= experts (the message
   // names request, layer and id); per_layer of the wrong size.
-  result<distinct_expert_stats> count(std::span<const uint8_t> expert_ids,
+  result<distinct_expert_stats> count(std::span<const expert_id> expert_ids,
                                       std::span<uint32_t> per_layer = {});
 
  private:
   explicit distinct_expert_counter(const model_geometry& geometry);
 
   model_geometry geometry_;
-  std::vector<std::array<uint64_t, 4>> seen_;  // per layer: bit e set = expert e active
+  uint32_t words_ = 0;          // 64-bit words per layer: ceil(E / 64)
+  std::vector<uint64_t> seen_;  // [l][word]: bit e set = expert e active at layer l
 };
 
 }  // namespace eldr

@@ -8,7 +8,7 @@
 namespace eldr {
 namespace {
 
-status check_range(const model_geometry& g, std::span<const uint8_t> experts, uint32_t begin,
+status check_range(const model_geometry& g, std::span<const expert_id> experts, uint32_t begin,
                    uint32_t end) {
   if (begin > end)
     return status::invalid_argument("token range [" + std::to_string(begin) + ", " +
@@ -29,7 +29,7 @@ status bad_id(const model_geometry& g, uint32_t token, uint32_t layer, uint32_t 
 
 }  // namespace
 
-status add_token_counts(const model_geometry& g, std::span<const uint8_t> experts, uint32_t begin,
+status add_token_counts(const model_geometry& g, std::span<const expert_id> experts, uint32_t begin,
                         uint32_t end, std::span<uint32_t> counts) {
   if (status s = g.validate(); !s.ok()) return s;
   if (counts.size() != g.width())
@@ -37,7 +37,7 @@ status add_token_counts(const model_geometry& g, std::span<const uint8_t> expert
         "counts array has " + std::to_string(counts.size()) +
         " entries, expected layers * experts = " + std::to_string(g.width()));
   if (status s = check_range(g, experts, begin, end); !s.ok()) return s;
-  const uint8_t* p = experts.data() + std::size_t{begin} * g.layers * g.top_k;
+  const expert_id* p = experts.data() + std::size_t{begin} * g.layers * g.top_k;
   for (uint32_t t = begin; t < end; ++t)
     for (uint32_t l = 0; l < g.layers; ++l) {
       uint32_t* row = counts.data() + std::size_t{l} * g.experts;
@@ -50,7 +50,7 @@ status add_token_counts(const model_geometry& g, std::span<const uint8_t> expert
 }
 
 result<block_counts> block_counts::from_tokens(const model_geometry& g,
-                                               std::span<const uint8_t> experts, uint32_t begin,
+                                               std::span<const expert_id> experts, uint32_t begin,
                                                uint32_t end) {
   if (status s = g.validate(); !s.ok()) return s;
   if (status s = check_range(g, experts, begin, end); !s.ok()) return s;
@@ -66,10 +66,12 @@ result<block_counts> block_counts::from_tokens(const model_geometry& g,
       std::min<std::size_t>(g.experts, std::size_t{tokens} * g.top_k);
   b.ids_.reserve(most_per_layer * g.layers);
   b.counts_.reserve(most_per_layer * g.layers);
-  std::array<uint8_t, 256> per_expert{};
+  // Only the first E entries are used, zeroed here and left zeroed after every layer.
+  std::array<uint8_t, max_experts> per_expert;
+  std::fill_n(per_expert.begin(), g.experts, uint8_t{0});
   for (uint32_t l = 0; l < g.layers; ++l) {
     for (uint32_t t = begin; t < end; ++t) {
-      const uint8_t* ids = experts.data() + t * stride + std::size_t{l} * g.top_k;
+      const expert_id* ids = experts.data() + t * stride + std::size_t{l} * g.top_k;
       for (uint32_t r = 0; r < g.top_k; ++r) {
         if (ids[r] >= g.experts) return bad_id(g, t, l, ids[r]);
         ++per_expert[ids[r]];
@@ -77,7 +79,7 @@ result<block_counts> block_counts::from_tokens(const model_geometry& g,
     }
     for (uint32_t e = 0; e < g.experts; ++e)
       if (per_expert[e] != 0) {
-        b.ids_.push_back(static_cast<uint8_t>(e));
+        b.ids_.push_back(static_cast<expert_id>(e));
         b.counts_.push_back(per_expert[e]);
         per_expert[e] = 0;
       }
@@ -88,7 +90,7 @@ result<block_counts> block_counts::from_tokens(const model_geometry& g,
 
 result<block_counts> block_counts::from_parts(const model_geometry& g, uint32_t tokens,
                                               std::vector<uint32_t> layer_offsets,
-                                              std::vector<uint8_t> ids,
+                                              std::vector<expert_id> ids,
                                               std::vector<uint8_t> counts) {
   if (status s = g.validate(); !s.ok()) return s;
   if (tokens < 1 || tokens > 255)
@@ -109,7 +111,7 @@ result<block_counts> block_counts::from_parts(const model_geometry& g, uint32_t 
   auto layer_valid = [&](uint32_t l) {
     const uint32_t b = layer_offsets[l], e = layer_offsets[l + 1];
     if (b > e || e > ids.size()) return false;
-    const uint8_t* id = ids.data() + b;
+    const expert_id* id = ids.data() + b;
     const uint8_t* count = counts.data() + b;
     const uint32_t n = e - b;
     uint32_t bad = 0, sum = 0;
@@ -165,7 +167,7 @@ void block_counts::add_to(const model_geometry& g, std::span<uint32_t> dense) co
 }
 
 result<std::vector<block_counts>> count_blocks(const model_geometry& g,
-                                               std::span<const uint8_t> experts, uint32_t begin,
+                                               std::span<const expert_id> experts, uint32_t begin,
                                                uint32_t end, uint32_t block_size) {
   if (block_size < 1 || block_size > 255)
     return status::invalid_argument("block size must be in 1..255, got " +

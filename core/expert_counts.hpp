@@ -7,7 +7,8 @@
 // - block_counts, sparse per layer, for the online path: one per KV block of block_size tokens,
 //   co-indexed with the KV cache, so that prefix-cached blocks keep exact signatures. A block's
 //   count for one expert at one layer is at most its token count (a token picks an expert at most
-//   once per layer), so counts fit in a byte for blocks of fewer than 256 tokens.
+//   once per layer), so counts fit in a byte for blocks of fewer than 256 tokens (enforced by
+//   every constructor); ids are expert_id (16 bits: E up to max_experts).
 #pragma once
 
 #include <cstdint>
@@ -20,10 +21,10 @@
 namespace eldr {
 
 // Adds the expert choices of tokens [begin, end) to counts (size L * E, layer-major).
-// `experts` is token-major as in eldr-trace: id of choice r of token t at layer l is byte
+// `experts` is token-major as in eldr-trace: id of choice r of token t at layer l is element
 // (t * L + l) * k + r. Ids >= E are an error (counts are left partially updated: validate first
 // or use validated traces).
-status add_token_counts(const model_geometry& g, std::span<const uint8_t> experts, uint32_t begin,
+status add_token_counts(const model_geometry& g, std::span<const expert_id> experts, uint32_t begin,
                         uint32_t end, std::span<uint32_t> counts);
 
 // Expert counts of one KV block, sparse per layer (CSR by layer, experts ascending within a
@@ -34,14 +35,15 @@ class block_counts {
 
   // Counts the choices of tokens [begin, end) of a token-major id array (see add_token_counts).
   // Errors: end - begin not in 1..255, ids >= E, a range outside the array.
-  static result<block_counts> from_tokens(const model_geometry& g, std::span<const uint8_t> experts,
-                                          uint32_t begin, uint32_t end);
+  static result<block_counts> from_tokens(const model_geometry& g,
+                                          std::span<const expert_id> experts, uint32_t begin,
+                                          uint32_t end);
   // From explicit per-layer entries, as received over the wire: layer_offsets has L + 1 entries
   // (first 0, non-decreasing, last == ids.size()); within a layer, ids strictly increase and are
   // < E; every count is in 1..tokens. Errors name the first violation.
   static result<block_counts> from_parts(const model_geometry& g, uint32_t tokens,
                                          std::vector<uint32_t> layer_offsets,
-                                         std::vector<uint8_t> ids, std::vector<uint8_t> counts);
+                                         std::vector<expert_id> ids, std::vector<uint8_t> counts);
 
   uint32_t tokens() const { return tokens_; }
   uint32_t layers() const {
@@ -50,7 +52,7 @@ class block_counts {
   // Entries of layer l: ids()[b, e) and counts()[b, e) with b = offset(l), e = offset(l + 1).
   uint32_t offset(uint32_t l) const { return layer_offsets_[l]; }
   const std::vector<uint32_t>& layer_offsets() const { return layer_offsets_; }
-  const std::vector<uint8_t>& ids() const { return ids_; }
+  const std::vector<expert_id>& ids() const { return ids_; }
   const std::vector<uint8_t>& counts() const { return counts_; }
   // Adds this block's counts to a dense L * E array.
   void add_to(const model_geometry& g, std::span<uint32_t> dense) const;
@@ -58,14 +60,14 @@ class block_counts {
  private:
   uint32_t tokens_ = 0;
   std::vector<uint32_t> layer_offsets_;
-  std::vector<uint8_t> ids_;
+  std::vector<expert_id> ids_;
   std::vector<uint8_t> counts_;
 };
 
 // Splits tokens [begin, end) into KV blocks of block_size tokens (the last one may be partial,
 // as a KV cache's last block is) and counts each. block_size must be in 1..255.
 result<std::vector<block_counts>> count_blocks(const model_geometry& g,
-                                               std::span<const uint8_t> experts, uint32_t begin,
+                                               std::span<const expert_id> experts, uint32_t begin,
                                                uint32_t end, uint32_t block_size);
 
 }  // namespace eldr

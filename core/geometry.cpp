@@ -5,15 +5,21 @@ namespace eldr {
 
 status model_geometry::validate() const {
   if (layers < 1) return status::invalid_argument("model geometry: layers must be >= 1, got 0");
-  if (experts < 1 || experts > 256)
-    return status::invalid_argument("model geometry: experts must be in 1..256, got " +
+  if (experts < 1 || experts > max_experts)
+    return status::invalid_argument("model geometry: experts must be in 1.." +
+                                    std::to_string(max_experts) + ", got " +
                                     std::to_string(experts));
   if (top_k < 1 || top_k > experts)
     return status::invalid_argument("model geometry: top_k must be in 1..experts (" +
                                     std::to_string(experts) + "), got " + std::to_string(top_k));
-  if (layers > 4096)
-    return status::invalid_argument("model geometry: layers must be <= 4096, got " +
-                                    std::to_string(layers));
+  if (layers > max_layers)
+    return status::invalid_argument("model geometry: layers must be <= " +
+                                    std::to_string(max_layers) + ", got " + std::to_string(layers));
+  if (uint64_t{layers} * experts > max_width)
+    return status::invalid_argument(
+        "model geometry: layers * experts must be <= " + std::to_string(max_width) + ", got " +
+        std::to_string(layers) + " * " + std::to_string(experts) + " = " +
+        std::to_string(uint64_t{layers} * experts));
   return {};
 }
 

@@ -435,8 +435,7 @@ void writer::write_str(std::string_view v) {
   put_bytes(reinterpret_cast<const uint8_t*>(v.data()), n);
 }
 
-void writer::write_bin(std::span<const uint8_t> v) {
-  const size_t n = v.size();
+void writer::write_bin_header(size_t n) {
   if (n > 0xffffffffu) {
     ok_ = false;
     return;
@@ -451,6 +450,15 @@ void writer::write_bin(std::span<const uint8_t> v) {
     put(0xc6);
     put_be(n, 4);
   }
+}
+
+void writer::write_bin(std::span<const uint8_t> v) {
+  const size_t n = v.size();
+  if (n > 0xffffffffu) {
+    ok_ = false;
+    return;
+  }
+  write_bin_header(n);
   put_bytes(v.data(), n);
 }
 

@@ -130,6 +130,9 @@ class writer {
   void write_float64(double v);
   void write_str(std::string_view v);
   void write_bin(std::span<const uint8_t> v);
+  // The header of a bin of n bytes; the caller appends exactly n bytes to the vector next (for
+  // payloads encoded in place, such as expert ids). n > 2^32-1 writes nothing and clears ok().
+  void write_bin_header(size_t n);
   void write_array_header(uint32_t count);
   void write_map_header(uint32_t pairs);
   void write_ext(int8_t type, std::span<const uint8_t> payload);

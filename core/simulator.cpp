@@ -175,12 +175,12 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
 
   std::vector<decode_worker> workers(D);
   std::vector<uint32_t> load(D, 0);
-  std::vector<uint8_t> step_ids;
+  std::vector<expert_id> step_ids;
   const std::size_t stride = std::size_t{g.layers} * g.top_k;
   std::optional<signature_builder> builder;
   if (p.signatures != signature_source::none) builder.emplace(p.spec);
   signature sig;
-  std::vector<uint8_t> prompt_ids;
+  std::vector<expert_id> prompt_ids;
   double distinct_sum = 0, batch_sum = 0;
   std::size_t finished = 0;
   std::size_t next_report = N / 20 + 1;
@@ -423,7 +423,7 @@ result<std::vector<locality_point>> measure_locality(const workload& w,
   const std::size_t stride = std::size_t{w.geometry().layers} * w.geometry().top_k;
   rng_engine rng(seed);
   std::vector<locality_point> out;
-  std::vector<uint8_t> ids;
+  std::vector<expert_id> ids;
   for (uint32_t b : batch_sizes) {
     if (b == 0) return status::invalid_argument("locality: batch sizes must be >= 1");
     locality_point point;

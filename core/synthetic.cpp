@@ -14,6 +14,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "core/expert_ids.hpp"
 #include "core/random.hpp"
 
 namespace eldr {
@@ -58,13 +59,16 @@ uint32_t log_uniform(rng_engine& rng, uint32_t lo, uint32_t hi) {
   return static_cast<uint32_t>(std::clamp(x, static_cast<double>(lo), static_cast<double>(hi)));
 }
 
-// Walker/Vose alias tables, one per layer over E <= 256 experts: one 64-bit draw per sample and
-// no data-dependent branch. The high 32 bits pick a column (multiply-shift, bias below 2^-24), the
-// low 24 bits flip its biased coin. A column packs its coin threshold (24 bits: weights resolve
-// to 2^-24 of a column) and its alias in 4 bytes, so a 48 x 128 model's tables fit in L1.
+// Walker/Vose alias tables, one per layer over E experts: one 64-bit draw per sample and no
+// data-dependent branch. The high 32 bits pick a column (multiply-shift, bias below 2^-24), the
+// low bits flip its biased coin. A column packs its coin threshold and its alias in 4 bytes, so a
+// 48 x 128 model's tables fit in L1: for E <= 256 the alias takes 8 bits and the threshold 24
+// (weights resolve to 2^-24 of a column), above that the alias takes 12 bits and the threshold 20
+// (2^-20). Models of up to 256 experts draw exactly what they drew before ids were widened.
 class alias_tables {
  public:
-  alias_tables(uint32_t layers, uint32_t n) : n_(n), entries_(size_t{layers} * n) {}
+  alias_tables(uint32_t layers, uint32_t n)
+      : n_(n), alias_bits_(n <= narrow_experts ? 8 : 12), entries_(size_t{layers} * n) {}
 
   // Rebuilds layer l from n non-negative weights with a positive sum.
   void build(uint32_t l, const double* weights) {
@@ -77,10 +81,10 @@ class alias_tables {
     large_.clear();
     for (uint32_t i = 0; i < n_; ++i) {
       scaled_[i] = weights[i] * n_ / sum;
-      (scaled_[i] < 1.0 ? small_ : large_).push_back(static_cast<uint8_t>(i));
+      (scaled_[i] < 1.0 ? small_ : large_).push_back(static_cast<expert_id>(i));
     }
     while (!small_.empty() && !large_.empty()) {
-      const uint8_t s = small_.back(), g = large_.back();
+      const expert_id s = small_.back(), g = large_.back();
       small_.pop_back();
       table[s] = pack(scaled_[s], g);
       scaled_[g] -= 1.0 - scaled_[s];
@@ -90,39 +94,45 @@ class alias_tables {
       }
     }
     // What is left is 1 up to rounding: a column that is its own alias always keeps itself.
-    for (uint8_t i : small_)
+    for (expert_id i : small_)
       table[i] = pack(0.0, i);
-    for (uint8_t i : large_)
+    for (expert_id i : large_)
       table[i] = pack(0.0, i);
   }
 
-  uint8_t draw(uint32_t l, uint64_t r) const { return draw_from(&entries_[size_t{l} * n_], n_, r); }
+  expert_id draw(uint32_t l, uint64_t r) const {
+    return draw_from(&entries_[size_t{l} * n_], n_, alias_bits_, r);
+  }
   const uint32_t* layer(uint32_t l) const { return &entries_[size_t{l} * n_]; }
   uint32_t size() const { return n_; }
+  uint32_t alias_bits() const { return alias_bits_; }
 
   // draw() on one layer's table, for loops that keep the table pointer in a register.
-  static uint8_t draw_from(const uint32_t* table, uint32_t n, uint64_t r) {
+  static expert_id draw_from(const uint32_t* table, uint32_t n, uint32_t alias_bits, uint64_t r) {
     const uint64_t column = ((r >> 32) * n) >> 32;
     const uint32_t e = table[column];
-    const uint32_t coin = static_cast<uint32_t>(r) & 0xffffffu;
+    const uint32_t coin = static_cast<uint32_t>(r) & (0xffffffffu >> alias_bits);
     // Select by mask, not ?: -- g++ emits a branch for that, which mispredicts on every other coin.
-    const uint32_t keep_mask = 0u - static_cast<uint32_t>(coin < (e >> 8));
-    const uint32_t alias = e & 0xffu;
-    return static_cast<uint8_t>(alias ^ ((static_cast<uint32_t>(column) ^ alias) & keep_mask));
+    const uint32_t keep_mask = 0u - static_cast<uint32_t>(coin < (e >> alias_bits));
+    const uint32_t alias = e & ((1u << alias_bits) - 1u);
+    return static_cast<expert_id>(alias ^ ((static_cast<uint32_t>(column) ^ alias) & keep_mask));
   }
 
  private:
-  // threshold in the high 24 bits (keep the column when the coin is below), alias in the low 8.
-  static uint32_t pack(double keep_probability, uint8_t alias) {
-    const double t = std::clamp(keep_probability, 0.0, 1.0) * 16777215.0;
-    return (static_cast<uint32_t>(t) << 8) | alias;
+  // threshold in the high 32 - alias_bits bits (keep the column when the coin is below), alias in
+  // the low alias_bits.
+  uint32_t pack(double keep_probability, expert_id alias) const {
+    const double t =
+        std::clamp(keep_probability, 0.0, 1.0) * static_cast<double>(0xffffffffu >> alias_bits_);
+    return (static_cast<uint32_t>(t) << alias_bits_) | alias;
   }
 
   uint32_t n_;
+  uint32_t alias_bits_;
   std::vector<uint32_t> entries_;  // [l][column]
   // Scratch for build(), kept to avoid reallocating per request and layer.
   std::vector<double> scaled_;
-  std::vector<uint8_t> small_, large_;
+  std::vector<expert_id> small_, large_;
 };
 
 // Zipf-like weights over a fresh random permutation of n experts: a different favourite set per
@@ -188,14 +198,16 @@ double unit_draw(Engine& rng) {
 // Per-expert stamps: mark[e] == round means e is already among this token's choices at this
 // layer. A stamp rather than a bitmask, so that successive draws do not serialise on one word.
 struct choice_marks {
-  std::array<uint32_t, 256> mark{};
+  explicit choice_marks(uint32_t experts) : mark(experts, 0) {}
+  std::vector<uint32_t> mark;  // one per expert
   uint32_t round = 0;
   void next_round() {
     if (++round == 0) {  // wrapped after 2^32 token-layers: old stamps could collide
-      mark.fill(0);
+      clear();
       round = 1;
     }
   }
+  void clear() { std::fill(mark.begin(), mark.end(), 0u); }
 };
 
 // Routes one token: at every layer, k distinct experts from tables (the request's distribution,
@@ -205,16 +217,16 @@ struct choice_marks {
 // half the time.
 template <class Engine, class Weight>
 void route_token(const model_geometry& g, uint32_t reuse_threshold, const alias_tables& tables,
-                 const Weight* weights, Engine& rng, const uint8_t* prev, uint8_t* out,
+                 const Weight* weights, Engine& rng, const expert_id* prev, expert_id* out,
                  choice_marks& marks) {
   const uint32_t L = g.layers, E = g.experts, k = g.top_k;
-  auto& mark = marks.mark;
+  uint32_t* const mark = marks.mark.data();
   for (uint32_t l = 0; l < L; ++l, out += k) {
     marks.next_round();
     const uint32_t round = marks.round;
     uint32_t n = 0;
     if (prev != nullptr && reuse_threshold > 0) {
-      const uint8_t* before = prev + size_t{l} * k;
+      const expert_id* before = prev + size_t{l} * k;
       uint64_t coins = 0;
       for (uint32_t c = 0; c < k; ++c) {
         if (c % 4 == 0) coins = rng();  // four 16-bit coins per draw
@@ -230,7 +242,7 @@ void route_token(const model_geometry& g, uint32_t reuse_threshold, const alias_
     // loop long, so after a bounded number of misses draw from what is left directly.
     uint32_t misses = 0;
     while (n < k) {
-      const uint8_t e = tables.draw(l, rng());
+      const expert_id e = tables.draw(l, rng());
       const uint32_t fresh = mark[e] != round;
       out[n] = e;  // kept only if fresh: n does not advance otherwise
       n += fresh;
@@ -242,10 +254,10 @@ void route_token(const model_geometry& g, uint32_t reuse_threshold, const alias_
       for (uint32_t x = 0; x < E; ++x)
         if (mark[x] != round) left += w[x];
       double u = unit_draw(rng) * left;
-      uint8_t pick = 0;
+      expert_id pick = 0;
       for (uint32_t x = 0; x < E; ++x) {
         if (mark[x] == round) continue;
-        pick = static_cast<uint8_t>(x);  // the last free one absorbs rounding
+        pick = static_cast<expert_id>(x);  // the last free one absorbs rounding
         u -= w[x];
         if (u < 0.0) break;
       }
@@ -260,13 +272,13 @@ uint32_t reuse_threshold_of(double reuse) {
   return static_cast<uint32_t>(std::lround(reuse * 65536.0));
 }
 
-// Routes tokens [0, tokens) of a request into out (tokens * L * k bytes, token-major).
+// Routes tokens [0, tokens) of a request into out (tokens * L * k ids, token-major).
 void route_tokens(const model_geometry& g, double reuse, const alias_tables& tables,
                   const std::vector<double>& weights, rng_engine& rng, uint64_t tokens,
-                  uint8_t* out) {
-  const size_t stride = size_t{g.layers} * g.top_k;  // bytes per token
+                  expert_id* out) {
+  const size_t stride = size_t{g.layers} * g.top_k;  // ids per token
   const uint32_t threshold = reuse_threshold_of(reuse);
-  choice_marks marks;
+  choice_marks marks(g.experts);
   for (uint64_t tok = 0; tok < tokens; ++tok, out += stride)
     route_token(g, threshold, tables, weights.data(), rng, tok > 0 ? out - stride : nullptr, out,
                 marks);
@@ -373,15 +385,19 @@ status validate_synthetic_params(const synthetic_params& p) {
     return bad("arrival_rate must be a finite number >= 0");
 
   const uint64_t per_token = uint64_t{p.geometry.layers} * p.geometry.top_k;
-  const uint64_t longest = (uint64_t{p.prompt_max} + p.output_max) * per_token;
-  if (longest > std::numeric_limits<uint32_t>::max())
+  const uint64_t longest = (uint64_t{p.prompt_max} + p.output_max) * per_token;  // ids
+  const uint64_t longest_bytes = longest * id_bytes_for(p.geometry);             // in a trace file
+  if (longest_bytes > std::numeric_limits<uint32_t>::max())
     return status::out_of_range(
         "synthetic params: a request of prompt_max + output_max tokens needs " +
-        std::to_string(longest) + " bytes of expert ids, more than a trace request holds");
+        std::to_string(longest_bytes) + " bytes of expert ids, more than a trace request holds");
+  // At most 2^34 bytes of ids in memory (2 bytes each), so that a typo fails instead of
+  // exhausting memory.
   constexpr uint64_t max_total = uint64_t{1} << 34;
-  if (longest * p.requests > max_total)
-    return status::out_of_range("synthetic params: up to " + std::to_string(longest * p.requests) +
-                                " bytes of expert ids, above the 2^34 limit");
+  const uint64_t total_bytes = longest * p.requests * sizeof(expert_id);
+  if (total_bytes > max_total)
+    return status::out_of_range("synthetic params: up to " + std::to_string(total_bytes) +
+                                " bytes of expert ids in memory, above the 2^34 limit");
   return {};
 }
 
@@ -419,6 +435,20 @@ result<synthetic_params> synthetic_preset(std::string_view name) {
     p.global_blend = 0.0;
     p.secondary_weight_max = 0.05;
     p.request_noise = 0.6;
+  } else if (name == "kimi-k2-task" || name == "qwen3-next-task") {
+    // Shapes of models with more than 256 experts (ids need two bytes in files and messages):
+    // Kimi K2, 61 layers of which the first is dense, 384 routed experts, top-8; Qwen3-Next-80B-
+    // A3B, 48 layers all MoE, 512 routed experts, top-10 (the models' published configurations;
+    // the shared experts are not routed, so not recorded). Locality as qwen-task's, NOT
+    // calibrated against these models: for tests and benchmarks of wide geometries.
+    p.model_name =
+        name == "kimi-k2-task" ? "synthetic, Kimi K2 shape" : "synthetic, Qwen3-Next shape";
+    p.geometry = name == "kimi-k2-task" ? model_geometry{60, 384, 8} : model_geometry{48, 512, 10};
+    p.domains = {"code", "math", "medical", "legal"};
+    p.zipf_exponent = 1.4;
+    p.global_blend = 0.0;
+    p.secondary_weight_max = 0.05;
+    p.request_noise = 0.6;
   } else {
     std::string names;
     for (std::string_view n : synthetic_preset_names())
@@ -430,7 +460,8 @@ result<synthetic_params> synthetic_preset(std::string_view name) {
 }
 
 std::vector<std::string_view> synthetic_preset_names() {
-  return {"qwen-task", "qwen-language", "gpt-oss-task", "no-locality"};
+  return {"qwen-task",   "qwen-language", "gpt-oss-task",
+          "no-locality", "kimi-k2-task",  "qwen3-next-task"};
 }
 
 result<trace> generate_synthetic(const synthetic_params& p) {
@@ -516,7 +547,7 @@ synthetic_request_info synthetic_model::info(uint64_t i) const {
   return info;
 }
 
-void synthetic_model::prompt_experts(uint64_t i, std::vector<uint8_t>& out) const {
+void synthetic_model::prompt_experts(uint64_t i, std::vector<expert_id>& out) const {
   const model_geometry& g = params_.geometry;
   rng_engine rng(mix_seed(params_.seed, stream_request, i));
   std::vector<double> weights, noise;
@@ -530,15 +561,21 @@ void synthetic_model::prompt_experts(uint64_t i, std::vector<uint8_t>& out) cons
 
 struct synthetic_decode_sampler::state {
   state(const model_geometry& geometry, uint64_t seed)
-      : g(geometry), tables(geometry.layers, geometry.experts), rng{seed} {}
+      : g(geometry),
+        tables(geometry.layers, geometry.experts),
+        marks(geometry.experts),
+        rng{seed},
+        bits(std::max<size_t>(4, (geometry.experts + 63) / 64)) {}
   model_geometry g;
   uint32_t reuse_threshold = 0;
   alias_tables tables;
-  std::vector<float> weights;  // [l][e], for route_token's rare exact fallback
-  std::vector<uint8_t> prev;   // the previous token's ids, empty before the first
+  std::vector<float> weights;   // [l][e], for route_token's rare exact fallback
+  std::vector<expert_id> prev;  // the previous token's ids, empty before the first
   choice_marks marks;
   fast_engine rng;
-  std::vector<uint8_t> pool;  // pooled mode: T tokens of L * k ids; empty = streaming
+  std::vector<expert_id> pool;  // pooled mode: T tokens of L * k ids; empty = streaming
+  // next()'s chosen set of one layer, one bit per expert; at least the 2 words narrow draws use.
+  std::vector<uint64_t> bits;
   uint32_t pool_tokens = 0;
 };
 
@@ -563,7 +600,7 @@ synthetic_decode_sampler synthetic_model::open_decode(uint64_t i, uint32_t pool_
   st.weights.assign(weights.begin(), weights.end());
   if (pool_tokens > 0) {
     const size_t stride = size_t{g.layers} * g.top_k;
-    std::vector<uint8_t> pool(pool_tokens * stride);
+    std::vector<expert_id> pool(pool_tokens * stride);
     for (uint32_t t = 0; t < pool_tokens; ++t)
       sampler.next(pool.data() + t * stride);
     st.pool = std::move(pool);
@@ -572,13 +609,13 @@ synthetic_decode_sampler synthetic_model::open_decode(uint64_t i, uint32_t pool_
   return sampler;
 }
 
-void synthetic_decode_sampler::next(uint8_t* out) {
+void synthetic_decode_sampler::next(expert_id* out) {
   state& st = *state_;
   const uint32_t L = st.g.layers, k = st.g.top_k;
   const size_t stride = size_t{L} * k;
   if (st.pool_tokens > 0) {
     const uint64_t pick = ((st.rng() >> 32) * st.pool_tokens) >> 32;
-    std::memcpy(out, st.pool.data() + pick * stride, stride);
+    std::memcpy(out, st.pool.data() + pick * stride, stride * sizeof(expert_id));
     return;
   }
   if (st.prev.empty()) {
@@ -588,27 +625,30 @@ void synthetic_decode_sampler::next(uint8_t* out) {
     return;
   }
   // The decode hot path (every running request, every simulated step): route_token's rule, with
-  // the chosen set kept in a 256-bit mask instead of stamps, and four reuse coins per draw. The
-  // generator state and table live in locals: stores through uint8_t* may alias anything, and
-  // would otherwise force a reload of the state after every id written.
-  const uint8_t* prev = st.prev.data();
+  // the chosen set kept in an E-bit mask instead of stamps, and four reuse coins per draw. The
+  // generator state and table live in locals, so that stores of ids need not force a reload of
+  // the state after every id written.
+  const expert_id* prev = st.prev.data();
   fast_engine rng = st.rng;
   const uint32_t threshold = st.reuse_threshold;
   const uint32_t columns = st.tables.size();
+  const uint32_t alias_bits = st.tables.alias_bits();
   const bool narrow = st.g.experts <= 128;
-  uint8_t* o = out;
+  uint64_t* const bits = st.bits.data();
+  const size_t words = st.bits.size();
+  expert_id* o = out;
   for (uint32_t l = 0; l < L; ++l, o += k) {
     const uint32_t* table = st.tables.layer(l);
-    uint64_t bits[4] = {0, 0, 0, 0};
+    std::fill_n(bits, words, uint64_t{0});
     uint64_t lo = 0, hi = 0;
     uint32_t n = 0;
-    const uint8_t* before = prev + size_t{l} * k;
+    const expert_id* before = prev + size_t{l} * k;
     uint64_t coins = 0;
     for (uint32_t c = 0; c < k; ++c) {
       if (c % 4 == 0) coins = rng();
       const uint64_t keep = (coins & 0xffffu) < threshold;
       coins >>= 16;
-      const uint8_t e = before[c];
+      const expert_id e = before[c];
       o[n] = e;
       n += static_cast<uint32_t>(keep);
       if (narrow) {
@@ -624,7 +664,7 @@ void synthetic_decode_sampler::next(uint8_t* out) {
     }
     uint32_t draws = 0;
     while (n < k && narrow) {
-      const uint8_t e = alias_tables::draw_from(table, columns, rng());
+      const expert_id e = alias_tables::draw_from(table, columns, alias_bits, rng());
       const uint64_t bit = uint64_t{1} << (e & 63u);
       const uint64_t high = e >> 6;  // 0 or 1
       const uint64_t word = high ? hi : lo;
@@ -640,7 +680,7 @@ void synthetic_decode_sampler::next(uint8_t* out) {
       bits[1] = hi;
     }
     while (n < k) {
-      const uint8_t e = alias_tables::draw_from(table, columns, rng());
+      const expert_id e = alias_tables::draw_from(table, columns, alias_bits, rng());
       const uint64_t bit = uint64_t{1} << (e & 63u);
       const uint64_t fresh = (bits[e >> 6] & bit) == 0;
       o[n] = e;
@@ -648,8 +688,7 @@ void synthetic_decode_sampler::next(uint8_t* out) {
       bits[e >> 6] |= bit;
       if (++draws > 16 * k) {
         // Most of the mass is taken: finish this layer exactly through the generic path.
-        for (uint32_t x = 0; x < 256; ++x)
-          st.marks.mark[x] = 0;
+        st.marks.clear();
         st.marks.round = 1;
         for (uint32_t j = 0; j < n; ++j)
           st.marks.mark[o[j]] = 1;
@@ -659,23 +698,23 @@ void synthetic_decode_sampler::next(uint8_t* out) {
           for (uint32_t x = 0; x < st.g.experts; ++x)
             if (st.marks.mark[x] != 1) left += w[x];
           double u = unit_draw(rng) * left;
-          uint8_t pick = 0;
+          expert_id pick = 0;
           for (uint32_t x = 0; x < st.g.experts; ++x) {
             if (st.marks.mark[x] == 1) continue;
-            pick = static_cast<uint8_t>(x);
+            pick = static_cast<expert_id>(x);
             u -= w[x];
             if (u < 0.0) break;
           }
           o[n++] = pick;
           st.marks.mark[pick] = 1;
         }
-        st.marks.mark.fill(0);
+        st.marks.clear();
         st.marks.round = 0;
       }
     }
   }
   st.rng = rng;
-  std::memcpy(st.prev.data(), out, stride);
+  std::memcpy(st.prev.data(), out, stride * sizeof(expert_id));
 }
 
 }  // namespace eldr

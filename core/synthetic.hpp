@@ -73,6 +73,8 @@ status validate_synthetic_params(const synthetic_params& p);
 //   qwen-language  same shape, 6 language domains, weaker locality
 //   gpt-oss-task   GPT-OSS-120B shape (36 x 128, top-4), 4 task domains, strong locality
 //   no-locality    qwen-task shape and labels, but every domain shares one distribution
+//   kimi-k2-task   Kimi K2 shape (60 x 384, top-8), qwen-task's locality (not calibrated)
+//   qwen3-next-task  Qwen3-Next shape (48 x 512, top-10), qwen-task's locality (not calibrated)
 // Override any field (requests, lengths, seed...) on the returned value. An unknown name returns
 // invalid_argument listing the valid ones.
 result<synthetic_params> synthetic_preset(std::string_view name);
@@ -113,9 +115,9 @@ class synthetic_model {
   const synthetic_params& params() const { return params_; }
   const model_geometry& geometry() const { return params_.geometry; }
   synthetic_request_info info(uint64_t i) const;
-  // Request i's prompt expert ids, token-major as in eldr-trace (prompt_tokens * L * k bytes),
-  // byte-identical to generate_synthetic's request i. Reuses out's capacity.
-  void prompt_experts(uint64_t i, std::vector<uint8_t>& out) const;
+  // Request i's prompt expert ids, token-major as in eldr-trace (prompt_tokens * L * k ids),
+  // identical to generate_synthetic's request i. Reuses out's capacity.
+  void prompt_experts(uint64_t i, std::vector<expert_id>& out) const;
   // A sampler of request i's decode tokens, positioned at its first output token. Costs one
   // rebuild of the request's distribution (L * E normals, about 0.1 ms for 48 x 128).
   //
@@ -144,7 +146,7 @@ class synthetic_decode_sampler {
   ~synthetic_decode_sampler();
 
   // Writes the next token's L * k ids (layer-major, k distinct ids per layer) to out.
-  void next(uint8_t* out);
+  void next(expert_id* out);
 
  private:
   friend class synthetic_model;

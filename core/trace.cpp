@@ -1,5 +1,6 @@
-// trace: eldr-trace v1 decoding (two passes over each map: first find the known keys, then decode
-// them in a fixed order so errors can name the request by id), validation, encoding, file I/O.
+// trace: eldr-trace v1/v2 decoding (two passes over each map: first find the known keys, then
+// decode them in a fixed order so errors can name the request by id), validation, encoding, file
+// I/O.
 #include "core/trace.hpp"
 
 #include <array>
@@ -10,6 +11,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "core/expert_ids.hpp"
 #include "core/file_io.hpp"
 #include "core/msgpack.hpp"
 
@@ -18,7 +20,9 @@ namespace eldr {
 namespace {
 
 constexpr std::string_view format_name = "eldr-trace";
-constexpr uint64_t supported_version = 1;
+// Version 1: one byte per id (E <= 256). Version 2: little-endian uint16 ids, any valid E.
+constexpr uint64_t narrow_version = 1;
+constexpr uint64_t wide_version = 2;
 constexpr uint64_t max_bin_bytes = 0xffffffffu;
 
 std::string in_quotes(std::string_view s) {
@@ -94,6 +98,7 @@ class decoder {
 
   msgpack::reader in_;
   const std::string& name_;
+  uint32_t id_bytes_ = narrow_id_bytes;  // of the file's version
 };
 
 status decoder::scan_map(const std::string& where, map_fields& fields) {
@@ -175,6 +180,10 @@ status decoder::read_model(trace& t) {
     *target = *v;
   }
   if (status s = t.geometry.validate(); !s.ok()) return fail(where, s.message());
+  if (id_bytes_ == narrow_id_bytes && !t.geometry.narrow_ids())
+    return fail(where, "experts is " + std::to_string(t.geometry.experts) +
+                           ", but version 1 holds one byte per id (experts <= " +
+                           std::to_string(narrow_experts) + "); wider models need version 2");
   return {};
 }
 
@@ -225,8 +234,12 @@ status decoder::read_request(size_t index, trace_request& req) {
   if (status s = in_.next(it); !s.ok()) return fail(field(where, "experts"), s.message());
   if (it.type != msgpack::kind::bin)
     return fail(where, std::string("experts must be a bin, found ") + msgpack::to_string(it.type));
-  // Bounded by the file's own size: the reader checked the length against the bytes present.
-  req.experts.assign(it.data, it.data + it.length);
+  // Bounded by twice the file's own size: the reader checked the length against the bytes
+  // present, and an id takes at least one byte.
+  if (!read_expert_ids(it.bytes(), id_bytes_, req.experts))
+    return fail(where, "experts has " + std::to_string(it.length) +
+                           " bytes, not a whole number of " + std::to_string(id_bytes_) +
+                           "-byte ids");
   in_.seek(end);
   return {};
 }
@@ -261,12 +274,15 @@ result<trace> decoder::run() {
   if (!version.is_integer())
     return fail(
         "", std::string("version must be an integer, found ") + msgpack::to_string(version.type));
-  if (version.type != msgpack::kind::positive_int || version.uint_value != supported_version)
+  if (version.type != msgpack::kind::positive_int ||
+      (version.uint_value != narrow_version && version.uint_value != wide_version))
     return fail(
         "", "unsupported version " +
                 (version.type == msgpack::kind::positive_int ? std::to_string(version.uint_value)
                                                              : std::to_string(version.int_value)) +
-                " (this reader supports version " + std::to_string(supported_version) + ")");
+                " (this reader supports versions " + std::to_string(narrow_version) + " and " +
+                std::to_string(wide_version) + ")");
+  id_bytes_ = version.uint_value == narrow_version ? narrow_id_bytes : wide_id_bytes;
 
   trace t;
   if (status s = seek_required(fields, "", "model"); !s.ok()) return s;
@@ -312,7 +328,7 @@ status validate_request(const trace_request& r, size_t index, const model_geomet
   if (r.arrival_s && !(std::isfinite(*r.arrival_s) && *r.arrival_s >= 0.0))
     return fail("arrival_s must be a finite number >= 0, got " + std::to_string(*r.arrival_s));
 
-  // At most 2^33 tokens * 4096 layers * 256: cannot overflow 64 bits.
+  // At most 2^33 tokens * 2^20 (L * k <= L * E): cannot overflow 64 bits.
   const uint64_t expected = r.total_tokens() * g.layers * g.top_k;
   auto formula = [&] {
     return "(prompt_tokens + output_tokens) * layers * top_k = (" +
@@ -320,18 +336,20 @@ status validate_request(const trace_request& r, size_t index, const model_geomet
            std::to_string(g.layers) + " * " + std::to_string(g.top_k) + " = " +
            std::to_string(expected);
   };
-  if (expected > max_bin_bytes)
-    return fail("experts would need " + formula() + " bytes, more than a MessagePack bin holds");
+  const uint32_t id_bytes = id_bytes_for(g);
+  if (expected * id_bytes > max_bin_bytes)
+    return fail("experts would need " + formula() + " ids of " + std::to_string(id_bytes) +
+                " byte(s), more than a MessagePack bin holds");
   if (r.experts.size() != expected)
-    return fail("experts has " + std::to_string(r.experts.size()) + " bytes, expected " +
-                formula());
+    return fail("experts has " + std::to_string(r.experts.size()) + " ids, expected " + formula());
 
-  const uint8_t* ids = r.experts.data();
+  const expert_id* ids = r.experts.data();
+  // One bit per possible id, cleared again after each token-layer (k bits, not E).
+  std::array<uint64_t, max_experts / 64> chosen{};
   for (uint64_t t = 0; t < r.total_tokens(); ++t) {
     for (uint32_t l = 0; l < g.layers; ++l, ids += g.top_k) {
-      std::array<uint64_t, 4> chosen{};  // one bit per possible id (E <= 256)
       for (uint32_t c = 0; c < g.top_k; ++c) {
-        const uint8_t e = ids[c];
+        const expert_id e = ids[c];
         if (e >= g.experts)
           return fail(token_name(r, t, l) + ": expert id " + std::to_string(e) + " >= experts (" +
                       std::to_string(g.experts) + ")");
@@ -342,6 +360,8 @@ status validate_request(const trace_request& r, size_t index, const model_geomet
                       " chosen twice among its top_k");
         word |= bit;
       }
+      for (uint32_t c = 0; c < g.top_k; ++c)
+        chosen[ids[c] >> 6] = 0;
     }
   }
   return {};
@@ -349,8 +369,8 @@ status validate_request(const trace_request& r, size_t index, const model_geomet
 
 }  // namespace
 
-const uint8_t* trace_request::token_experts(const model_geometry& g, uint32_t token,
-                                            uint32_t layer) const {
+const expert_id* trace_request::token_experts(const model_geometry& g, uint32_t token,
+                                              uint32_t layer) const {
   assert(token < total_tokens() && layer < g.layers);
   const size_t at = (static_cast<size_t>(token) * g.layers + layer) * g.top_k;
   assert(at + g.top_k <= experts.size());
@@ -393,11 +413,20 @@ result<trace> read_trace_file(const std::string& path) {
   return parse_trace(bytes->data(), bytes->size(), path);
 }
 
+uint32_t trace_version_for(const model_geometry& g) {
+  return g.narrow_ids() ? narrow_version : wide_version;
+}
+
 std::vector<uint8_t> encode_trace(const trace& t) {
+  return encode_trace(t, trace_version_for(t.geometry));
+}
+
+std::vector<uint8_t> encode_trace(const trace& t, uint32_t version) {
+  const uint32_t id_bytes = version == narrow_version ? narrow_id_bytes : wide_id_bytes;
   std::vector<uint8_t> out;
   size_t payload = 256 + t.model_name.size() + t.source.size();
   for (const trace_request& r : t.requests)
-    payload += 96 + r.id.size() + r.label.size() + r.experts.size();
+    payload += 96 + r.id.size() + r.label.size() + r.experts.size() * id_bytes;
   out.reserve(payload);
 
   msgpack::writer w(out);
@@ -405,7 +434,7 @@ std::vector<uint8_t> encode_trace(const trace& t) {
   w.write_str("format");
   w.write_str(format_name);
   w.write_str("version");
-  w.write_uint(supported_version);
+  w.write_uint(version);
   w.write_str("model");
   w.write_map_header(4);
   w.write_str("name");
@@ -435,7 +464,9 @@ std::vector<uint8_t> encode_trace(const trace& t) {
       w.write_float64(*r.arrival_s);
     }
     w.write_str("experts");
-    w.write_bin(r.experts);
+    const size_t bytes = r.experts.size() * id_bytes;
+    w.write_bin_header(bytes);
+    if (bytes <= max_bin_bytes) append_expert_ids(r.experts, id_bytes, out);
   }
   if (!w.ok()) out.clear();  // a bin over 4 GiB: documented as unencodable
   return out;

@@ -17,12 +17,12 @@ namespace {
 
 class trace_decode_stream final : public decode_stream {
  public:
-  trace_decode_stream(const uint8_t* first, std::size_t stride, uint32_t tokens)
+  trace_decode_stream(const expert_id* first, std::size_t stride, uint32_t tokens)
       : next_(first), stride_(stride), left_(tokens) {}
-  void next(uint8_t* out) override {
+  void next(expert_id* out) override {
     // A request is never asked for more tokens than it has; past the end it repeats its last
     // token rather than read out of bounds.
-    std::memcpy(out, next_, stride_);
+    std::memcpy(out, next_, stride_ * sizeof(expert_id));
     if (left_ > 1) {
       next_ += stride_;
       --left_;
@@ -30,7 +30,7 @@ class trace_decode_stream final : public decode_stream {
   }
 
  private:
-  const uint8_t* next_;
+  const expert_id* next_;
   std::size_t stride_;
   uint32_t left_;
 };
@@ -42,7 +42,7 @@ class trace_source final : public request_source {
   uint32_t prompt_tokens(uint64_t i) const override { return t_->requests[i].prompt_tokens; }
   uint32_t output_tokens(uint64_t i) const override { return t_->requests[i].output_tokens; }
   const std::string& label(uint64_t i) const override { return t_->requests[i].label; }
-  void prompt_experts(uint64_t i, std::vector<uint8_t>& out) const override {
+  void prompt_experts(uint64_t i, std::vector<expert_id>& out) const override {
     const trace_request& r = t_->requests[i];
     const std::size_t n = std::size_t{r.prompt_tokens} * stride();
     out.assign(r.experts.begin(), r.experts.begin() + static_cast<std::ptrdiff_t>(n));
@@ -68,7 +68,7 @@ class trace_source final : public request_source {
 class synthetic_decode_stream final : public decode_stream {
  public:
   explicit synthetic_decode_stream(synthetic_decode_sampler s) : s_(std::move(s)) {}
-  void next(uint8_t* out) override { s_.next(out); }
+  void next(expert_id* out) override { s_.next(out); }
 
  private:
   synthetic_decode_sampler s_;
@@ -84,7 +84,7 @@ class synthetic_source final : public request_source {
   const std::string& label(uint64_t i) const override {
     return m_->params().domains[m_->info(i).domain];
   }
-  void prompt_experts(uint64_t i, std::vector<uint8_t>& out) const override {
+  void prompt_experts(uint64_t i, std::vector<expert_id>& out) const override {
     m_->prompt_experts(i, out);
   }
   std::unique_ptr<decode_stream> open_decode(uint64_t i) const override {
@@ -93,7 +93,7 @@ class synthetic_source final : public request_source {
   void add_decode_counts(uint64_t i, std::span<uint32_t> counts) const override {
     const model_geometry& g = m_->geometry();
     synthetic_decode_sampler s = m_->open_decode(i, pool_tokens_);
-    std::vector<uint8_t> token(std::size_t{g.layers} * g.top_k);
+    std::vector<expert_id> token(std::size_t{g.layers} * g.top_k);
     const uint32_t n = output_tokens(i);
     for (uint32_t t = 0; t < n; ++t) {
       s.next(token.data());
@@ -238,7 +238,7 @@ result<workload> make_workload(std::shared_ptr<const request_source> source, uin
   const std::size_t width = g.width();
   w.prefill_counts.assign(w.prefill_sources.size() * width, 0);
   parallel_for_each_index(o.threads, w.prefill_sources.size(), [&](std::size_t k) {
-    thread_local std::vector<uint8_t> ids;
+    thread_local std::vector<expert_id> ids;
     source->prompt_experts(w.prefill_sources[k], ids);
     (void)add_token_counts(g, ids, 0, static_cast<uint32_t>(ids.size() / (g.layers * g.top_k)),
                            std::span(w.prefill_counts).subspan(k * width, width));
@@ -254,7 +254,7 @@ calibration_counts count_calibration(const workload& w, uint32_t threads) {
   cal.prefill.assign(w.calibration.size() * width, 0);
   cal.decode.assign(w.calibration.size() * width, 0);
   parallel_for_each_index(threads, w.calibration.size(), [&](std::size_t k) {
-    thread_local std::vector<uint8_t> ids;
+    thread_local std::vector<expert_id> ids;
     w.source->prompt_experts(w.calibration[k], ids);
     (void)add_token_counts(g, ids, 0, static_cast<uint32_t>(ids.size() / (g.layers * g.top_k)),
                            std::span(cal.prefill).subspan(k * width, width));

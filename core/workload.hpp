@@ -26,7 +26,7 @@ class decode_stream {
  public:
   virtual ~decode_stream() = default;
   // Writes the next output token's L * k ids (layer-major) to out.
-  virtual void next(uint8_t* out) = 0;
+  virtual void next(expert_id* out) = 0;
 };
 
 // Where requests' expert ids come from. Indices are the source's own (a trace's request index, the
@@ -38,8 +38,8 @@ class request_source {
   virtual uint32_t prompt_tokens(uint64_t i) const = 0;
   virtual uint32_t output_tokens(uint64_t i) const = 0;
   virtual const std::string& label(uint64_t i) const = 0;
-  // Prompt ids, token-major as in eldr-trace (prompt_tokens * L * k bytes); reuses out.
-  virtual void prompt_experts(uint64_t i, std::vector<uint8_t>& out) const = 0;
+  // Prompt ids, token-major as in eldr-trace (prompt_tokens * L * k ids); reuses out.
+  virtual void prompt_experts(uint64_t i, std::vector<expert_id>& out) const = 0;
   virtual std::unique_ptr<decode_stream> open_decode(uint64_t i) const = 0;
   // Adds the counts of the request's decode tokens (its real decode-phase profile) to a dense
   // L * E array. For the synthetic model this draws the whole decode stream once.

@@ -2,6 +2,7 @@
 #include "storage/block_record.hpp"
 
 #include <cstring>
+#include <type_traits>
 
 // The lookup's summation gets an x86-64-v3 clone beside the baseline, as core's kernels do.
 #include "core/multiversion.hpp"
@@ -103,8 +104,9 @@ result<meta> decode_meta(std::string_view bytes) {
 
 void encode_counts(const block_counts& c, std::span<const uint32_t> mask, uint32_t experts,
                    std::string& out) {
+  const uint8_t format = counts_format_for(experts);
   out.clear();
-  out.push_back(static_cast<char>(counts_format));
+  out.push_back(static_cast<char>(format));
   put_le(out, c.tokens(), 2);
   put_le(out, mask.size(), 2);
   // Each layer in whichever form is smaller: dense wins once over half the experts are touched,
@@ -123,8 +125,15 @@ void encode_counts(const block_counts& c, std::span<const uint32_t> mask, uint32
         out[row + c.ids()[i]] = static_cast<char>(c.counts()[i]);
       continue;
     }
+    if (format == counts_format_narrow) {
+      for (uint32_t i = b; i < e; ++i) {
+        out.push_back(static_cast<char>(c.ids()[i]));
+        out.push_back(static_cast<char>(c.counts()[i]));
+      }
+      continue;
+    }
     for (uint32_t i = b; i < e; ++i) {
-      out.push_back(static_cast<char>(c.ids()[i]));
+      put_le(out, c.ids()[i], 2);
       out.push_back(static_cast<char>(c.counts()[i]));
     }
   }
@@ -133,8 +142,9 @@ void encode_counts(const block_counts& c, std::span<const uint32_t> mask, uint32
 status validate_counts(std::string_view bytes, uint32_t layers, uint32_t experts) {
   cursor c(bytes);
   uint64_t format = 0, tokens = 0, n = 0;
-  if (!c.get(format, 1) || format != counts_format)
+  if (!c.get(format, 1) || (format != counts_format_narrow && format != counts_format_wide))
     return status::corrupt("block counts: unknown format " + std::to_string(format));
+  const int id_bytes = format == counts_format_narrow ? 1 : 2;
   if (!c.get(tokens, 2) || !c.get(n, 2)) return status::corrupt("block counts: truncated");
   if (n != layers)
     return status::corrupt("block counts: " + std::to_string(n) + " layers, expected " +
@@ -158,27 +168,47 @@ status validate_counts(std::string_view bytes, uint32_t layers, uint32_t experts
         return status::corrupt("block counts: dense layer disagrees with its size");
       continue;
     }
-    uint64_t prev = 0;
-    for (uint32_t i = 0; i < z; ++i) {
-      uint64_t id = 0, count = 0;
-      if (!c.get(id, 1) || !c.get(count, 1)) return status::corrupt("block counts: truncated");
-      if (id >= experts) return status::corrupt("block counts: expert id out of range");
-      // add_counts relies on distinct ids within a layer.
-      if (i > 0 && id <= prev) return status::corrupt("block counts: ids not increasing");
-      prev = id;
-    }
+    // The entry width as a constant in each loop, as it was when there was one format.
+    auto sparse = [&](auto width) -> status {
+      uint64_t prev = 0;
+      for (uint32_t i = 0; i < z; ++i) {
+        uint64_t id = 0, count = 0;
+        if (!c.get(id, decltype(width)::value) || !c.get(count, 1))
+          return status::corrupt("block counts: truncated");
+        if (id >= experts) return status::corrupt("block counts: expert id out of range");
+        // add_counts relies on distinct ids within a layer.
+        if (i > 0 && id <= prev) return status::corrupt("block counts: ids not increasing");
+        prev = id;
+      }
+      return {};
+    };
+    const status layer = id_bytes == 1 ? sparse(std::integral_constant<int, 1>{})
+                                       : sparse(std::integral_constant<int, 2>{});
+    if (!layer.ok()) return layer;
   }
   if (!c.done()) return status::corrupt("block counts: trailing bytes");
   return {};
 }
 
-ELDR_MULTIVERSION void add_counts(std::string_view bytes, uint32_t experts,
-                                  std::span<uint32_t> masked_sum) {
-  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+namespace {
+
+// add_counts for one record format: sparse entries of (id, count) with an id of IdBytes bytes.
+// Inlined into each of add_counts's clones, so that it is compiled for their instruction sets.
+// Ids are distinct within a layer, so four read-modify-writes are independent: unrolled, they
+// overlap instead of waiting on each other (the lookup's inner loop).
+template <int IdBytes>
+[[gnu::always_inline]] inline void add_counts_as(const uint8_t* p, uint32_t experts,
+                                                 uint32_t* out) {
+  constexpr uint32_t entry = IdBytes + 1;
+  auto id = [](const uint8_t* d) {
+    if constexpr (IdBytes == 1)
+      return uint32_t{d[0]};
+    else
+      return uint32_t{d[0]} | (uint32_t{d[1]} << 8);
+  };
   const uint32_t n = uint32_t{p[3]} | (uint32_t{p[4]} << 8);
   const uint8_t* sizes = p + 5;
   const uint8_t* data = sizes + 2 * size_t{n};
-  uint32_t* out = masked_sum.data();
   for (uint32_t l = 0; l < n; ++l) {
     const uint32_t z = uint32_t{sizes[2 * l]} | (uint32_t{sizes[2 * l + 1]} << 8);
     uint32_t* row = out + size_t{l} * experts;
@@ -188,20 +218,32 @@ ELDR_MULTIVERSION void add_counts(std::string_view bytes, uint32_t experts,
       data += experts;
       continue;
     }
-    // Ids are distinct within a layer, so four read-modify-writes are independent: unrolled,
-    // they overlap instead of waiting on each other (the lookup's inner loop).
     uint32_t i = 0;
-    for (; i + 4 <= z; i += 4, data += 8) {
-      const uint32_t a = row[data[0]] + data[1], b = row[data[2]] + data[3];
-      const uint32_t c = row[data[4]] + data[5], d = row[data[6]] + data[7];
-      row[data[0]] = a;
-      row[data[2]] = b;
-      row[data[4]] = c;
-      row[data[6]] = d;
+    for (; i + 4 <= z; i += 4, data += 4 * entry) {
+      const uint32_t i0 = id(data), i1 = id(data + entry);
+      const uint32_t i2 = id(data + 2 * entry), i3 = id(data + 3 * entry);
+      const uint32_t a = row[i0] + data[IdBytes], b = row[i1] + data[entry + IdBytes];
+      const uint32_t c = row[i2] + data[2 * entry + IdBytes];
+      const uint32_t d = row[i3] + data[3 * entry + IdBytes];
+      row[i0] = a;
+      row[i1] = b;
+      row[i2] = c;
+      row[i3] = d;
     }
-    for (; i < z; ++i, data += 2)
-      row[data[0]] += data[1];
+    for (; i < z; ++i, data += entry)
+      row[id(data)] += data[IdBytes];
   }
+}
+
+}  // namespace
+
+ELDR_MULTIVERSION void add_counts(std::string_view bytes, uint32_t experts,
+                                  std::span<uint32_t> masked_sum) {
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  if (p[0] == counts_format_narrow)
+    add_counts_as<1>(p, experts, masked_sum.data());
+  else
+    add_counts_as<2>(p, experts, masked_sum.data());
 }
 
 }  // namespace eldr::record

@@ -21,7 +21,16 @@
 namespace eldr::record {
 
 inline constexpr uint8_t meta_format = 1;
-inline constexpr uint8_t counts_format = 1;
+// Counts formats differ only in the sparse entries' id width: one byte (format 1, written for
+// models of at most 256 experts, as before ids were widened, so that a data directory written by
+// an older build opens warm and an older build can still read what this one writes for such
+// models) or two bytes little-endian (format 2, models of more experts). Both are always read.
+inline constexpr uint8_t counts_format_narrow = 1;
+inline constexpr uint8_t counts_format_wide = 2;
+// The format encode_counts writes for a model of this many experts.
+inline uint8_t counts_format_for(uint32_t experts) {
+  return experts <= narrow_experts ? counts_format_narrow : counts_format_wide;
+}
 inline constexpr size_t max_medium_bytes = 32;
 
 // Keys: a one-byte tag then the hash, little-endian.
@@ -45,13 +54,16 @@ result<meta> decode_meta(std::string_view bytes);
 
 // Masked counts: [format][tokens u16][n u16 = |mask|][size u16 x n][layer data x n], little-
 // endian, only the layers of `mask`, in mask order. Each layer is in the smaller of two forms:
-// sparse, size = entries and data = (id u8, count u8) pairs with ids increasing; or dense,
-// size = dense_layer | entries and data = E count bytes indexed by expert id.
+// sparse, size = entries and data = (id, count u8) pairs with ids increasing, the id a u8
+// (format 1) or a little-endian u16 (format 2); or dense, size = dense_layer | entries and
+// data = E count bytes indexed by expert id (both formats). Entries per layer are at most
+// E <= max_experts, far below dense_layer.
 inline constexpr uint32_t dense_layer = 0x8000;
+static_assert(max_experts < dense_layer);
 void encode_counts(const block_counts& c, std::span<const uint32_t> mask, uint32_t experts,
                    std::string& out);
-// Checks the layout against `layers` (= |mask|) and `experts`, and that ids strictly increase
-// within each layer (what add_counts relies on).
+// Checks the layout (either format) against `layers` (= |mask|) and `experts`, and that ids
+// strictly increase within each layer (what add_counts relies on).
 status validate_counts(std::string_view bytes, uint32_t layers, uint32_t experts);
 // Adds validated counts into masked_sum (layers * experts, layer-major). Hot path: no checks
 // beyond what validate_counts did when the bytes entered memory.

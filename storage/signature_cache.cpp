@@ -1169,7 +1169,8 @@ status signature_cache::put_masked_counts(block_hash hash, std::optional<block_h
     return status::invalid_argument("masked counts: layer sum " + std::to_string(first_layer_sum) +
                                     " is not tokens * top_k for a block of 1..255 tokens");
   std::vector<uint32_t> offsets = {0};
-  std::vector<uint8_t> ids, counts;
+  std::vector<expert_id> ids;
+  std::vector<uint8_t> counts;
   for (uint32_t l = 0; l < layers; ++l) {
     for (uint32_t e = 0; e < experts; ++e) {
       const uint32_t c = masked[size_t{l} * experts + e];
@@ -1177,7 +1178,7 @@ status signature_cache::put_masked_counts(block_hash hash, std::optional<block_h
       if (c > 255)
         return status::invalid_argument("masked counts: count " + std::to_string(c) +
                                         " exceeds a block's 255 tokens");
-      ids.push_back(static_cast<uint8_t>(e));
+      ids.push_back(static_cast<expert_id>(e));
       counts.push_back(static_cast<uint8_t>(c));
     }
     offsets.push_back(static_cast<uint32_t>(ids.size()));

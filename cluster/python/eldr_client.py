@@ -66,7 +66,9 @@ counts_message(layers, experts, top_k, blocks, seq=None) -> dict
     block's tokens picked at layer l (a flat list of tokens * top_k ids, or one list of top_k ids
     per token: the rows of the MoE router's top-k output for the block's tokens), or a mapping
     {expert_id: count}. Validated here with the node's rules, so a mistake raises ValueError at
-    the prefill worker instead of being skipped (bad_counts) on the node.
+    the prefill worker instead of being skipped (bad_counts) on the node. Writes version 1 (one
+    byte per expert id) for models of at most 256 experts, version 2 (little-endian uint16 ids)
+    above, as the node's own encoder does.
     blocks may instead be a TopkIds(hashes, parents, ids, block_size): the top-k ids of many
     consecutive tokens as one integer array (numpy) of shape (tokens, layers, top_k), cut into
     blocks of block_size tokens; the same message, built with whole-array operations (a 4,096-
@@ -118,6 +120,7 @@ import itertools
 import logging
 import operator
 import os
+import struct
 import sys
 import time
 
@@ -128,7 +131,14 @@ _log = logging.getLogger("eldr_client")
 import zmq.utils.z85
 
 PROTOCOL_VERSION = 1
+# Counts message versions (docs/protocol.md section 2): 1 holds one byte per expert id (models of
+# at most NARROW_EXPERTS experts, and what nodes built before version 2 read), 2 little-endian
+# uint16 ids. The bounds are model_geometry's (core/geometry.hpp).
 COUNTS_VERSION = 1
+COUNTS_VERSION_WIDE = 2
+NARROW_EXPERTS = 256
+MAX_EXPERTS = 4096
+MAX_WIDTH = 1 << 20  # layers * experts
 
 # Error codes of error_reply and admin_reply (docs/protocol.md section 3). A code not listed here
 # is treated as internal, as the protocol says.
@@ -220,7 +230,7 @@ def counts_block(layers, experts, top_k, block_hash, parent, per_layer, tokens=N
     tokens = operator.index(tokens)
     if not 1 <= tokens <= 255:
         raise ValueError("a block holds 1..255 tokens, got %d" % tokens)
-    sizes, ids, cnts = [], bytearray(), bytearray()
+    sizes, ids, cnts = [], [], bytearray()
     for l, c in enumerate(per):
         if sum(c.values()) != tokens * top_k:
             raise ValueError("layer %d sums to %d, expected tokens * top_k = %d"
@@ -232,8 +242,12 @@ def counts_block(layers, experts, top_k, block_hash, parent, per_layer, tokens=N
             ids.append(e)
             cnts.append(c[e])
         sizes.append(len(c))
+    if experts <= NARROW_EXPERTS:
+        id_bytes = bytes(ids)
+    else:
+        id_bytes = struct.pack("<%dH" % len(ids), *ids)
     return [normalize_hash(block_hash), None if parent is None else normalize_hash(parent),
-            tokens, sizes, bytes(ids), bytes(cnts)]
+            tokens, sizes, id_bytes, bytes(cnts)]
 
 
 class TopkIds:
@@ -289,7 +303,9 @@ def _topk_blocks(layers, experts, top_k, topk):
     lo, hi = int(ids.min()), int(ids.max())
     if lo < 0 or hi >= experts:
         raise ValueError("ids: expert id %d is not in 0..%d" % (lo if lo < 0 else hi, experts - 1))
-    ids = ids.astype(np.uint8, copy=False)  # < experts <= 256
+    # The wire's id width (docs/protocol.md section 2): one byte up to 256 experts (version 1),
+    # little-endian uint16 above (version 2).
+    ids = ids.astype(np.uint8 if experts <= NARROW_EXPERTS else np.dtype("<u2"), copy=False)
     full = n_tokens // bs
     parts = []  # (ids, counts, sizes, tokens per block, number of blocks)
     if full:
@@ -311,6 +327,7 @@ def _topk_blocks(layers, experts, top_k, topk):
                              "(repeated ids in a token's top-k row)"
                              % (tokens, int(part_counts.max())))
         id_bytes = part_ids.tobytes()
+        id_width = part_ids.itemsize  # 1 (version 1) or 2 (version 2) bytes per id
         count_bytes = part_counts.astype(np.uint8, copy=False).tobytes()  # <= tokens <= 255
         per_block = sizes.reshape(n, layers)
         ends = np.cumsum(per_block.sum(axis=1)).tolist()
@@ -319,7 +336,8 @@ def _topk_blocks(layers, experts, top_k, topk):
             parent = topk.parents[b]
             out.append([normalize_hash(topk.hashes[b]),
                         None if parent is None else normalize_hash(parent), tokens, block_sizes,
-                        id_bytes[start:ends[i]], count_bytes[start:ends[i]]])
+                        id_bytes[start * id_width:ends[i] * id_width],
+                        count_bytes[start:ends[i]]])
             start = ends[i]
             b += 1
     return out
@@ -332,9 +350,11 @@ def counts_message(layers, experts, top_k, blocks, seq=None):
     module docstring for per_layer. Or a TopkIds. Raises ValueError on anything the node would
     refuse.
     """
-    if not (1 <= layers <= 1024 and 1 <= experts <= 256 and 1 <= top_k <= experts):
-        raise ValueError("geometry [%d, %d, %d]: need 1 <= L <= 1024, 1 <= E <= 256, 1 <= k <= E"
-                         % (layers, experts, top_k))
+    if not (1 <= layers <= 1024 and 1 <= experts <= MAX_EXPERTS and 1 <= top_k <= experts
+            and layers * experts <= MAX_WIDTH):
+        raise ValueError("geometry [%d, %d, %d]: need 1 <= L <= 1024, 1 <= E <= %d, "
+                         "1 <= k <= E, L * E <= %d"
+                         % (layers, experts, top_k, MAX_EXPERTS, MAX_WIDTH))
     if isinstance(blocks, TopkIds):
         out_blocks = _topk_blocks(layers, experts, top_k, blocks)
     else:
@@ -345,7 +365,8 @@ def counts_message(layers, experts, top_k, blocks, seq=None):
             out_blocks.append(counts_block(layers, experts, top_k, *b))
     if len(out_blocks) > 4096:
         raise ValueError("a counts message holds at most 4096 blocks, got %d" % len(out_blocks))
-    msg = {"v": COUNTS_VERSION, "model": [layers, experts, top_k]}
+    version = COUNTS_VERSION if experts <= NARROW_EXPERTS else COUNTS_VERSION_WIDE
+    msg = {"v": version, "model": [layers, experts, top_k]}
     if seq is not None:
         msg["seq"] = int(seq)
     msg["blocks"] = out_blocks

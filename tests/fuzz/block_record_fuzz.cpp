@@ -10,9 +10,10 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  // The first two bytes pick the shape the bytes are checked against.
+  // The first two bytes pick the shape the bytes are checked against: up to 7 layers of up to 64
+  // experts, or, with the first byte's high bit set, of 449..512 (counts format 2's ids).
   const uint32_t layers = data[0] % 8;
-  const uint32_t experts = 1 + data[1] % 64;
+  const uint32_t experts = 1 + data[1] % 64 + ((data[0] & 0x80) != 0 ? 448 : 0);
   const std::string_view bytes(reinterpret_cast<const char*>(data + 2), size - 2);
   (void)eldr::record::decode_meta(bytes);
   if (!eldr::record::validate_counts(bytes, layers, experts).ok()) return 0;

@@ -1,5 +1,5 @@
 // Fuzz target: parse_trace on arbitrary bytes must return a status, never crash, read out of
-// bounds or allocate beyond the input's size; whatever it accepts must re-encode to itself.
+// bounds or allocate beyond twice the input's size; whatever it accepts must re-encode to itself.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

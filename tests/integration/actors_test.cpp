@@ -61,11 +61,11 @@ centroid_file toy_centroids(uint32_t rotate, signature_transform t = signature_t
 }
 
 route_request request_for(const std::string& id, uint32_t domain, uint64_t hash) {
-  std::vector<uint8_t> ids;
+  std::vector<expert_id> ids;
   for (int t = 0; t < 4; ++t)
     for (int l = 0; l < 2; ++l) {
-      ids.push_back(static_cast<uint8_t>(2 * domain));
-      ids.push_back(static_cast<uint8_t>(2 * domain + 1));
+      ids.push_back(static_cast<expert_id>(2 * domain));
+      ids.push_back(static_cast<expert_id>(2 * domain + 1));
     }
   route_request r;
   r.id = id;

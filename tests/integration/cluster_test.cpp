@@ -59,11 +59,11 @@ route_request prompt_for(const std::string& id, uint32_t w, std::vector<uint64_t
   r.model = "m";
   r.block_hashes = blocks;
   if (with_counts) {
-    std::vector<uint8_t> ids;
+    std::vector<expert_id> ids;
     for (int t = 0; t < 4; ++t)
       for (uint32_t l = 0; l < toy.layers; ++l) {
-        ids.push_back(static_cast<uint8_t>(2 * w));
-        ids.push_back(static_cast<uint8_t>(2 * w + 1));
+        ids.push_back(static_cast<expert_id>(2 * w));
+        ids.push_back(static_cast<expert_id>(2 * w + 1));
       }
     counts_message c;
     c.geometry = toy;

@@ -31,11 +31,11 @@ using testing::temp_dir;
 const model_geometry toy{2, 8, 2};
 
 block_counts block_for(uint32_t w) {
-  std::vector<uint8_t> ids;
+  std::vector<expert_id> ids;
   for (int t = 0; t < 4; ++t)
     for (uint32_t l = 0; l < toy.layers; ++l) {
-      ids.push_back(static_cast<uint8_t>(2 * w));
-      ids.push_back(static_cast<uint8_t>(2 * w + 1));
+      ids.push_back(static_cast<expert_id>(2 * w));
+      ids.push_back(static_cast<expert_id>(2 * w + 1));
     }
   return *block_counts::from_tokens(toy, ids, 0, 4);
 }

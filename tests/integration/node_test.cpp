@@ -49,11 +49,11 @@ centroid_file toy_centroids(uint32_t rotate = 0) {
 
 // One block of 4 tokens that all pick experts {2w, 2w+1} in every layer.
 block_counts block_for(uint32_t w) {
-  std::vector<uint8_t> ids;
+  std::vector<expert_id> ids;
   for (int t = 0; t < 4; ++t)
     for (uint32_t l = 0; l < toy.layers; ++l) {
-      ids.push_back(static_cast<uint8_t>(2 * w));
-      ids.push_back(static_cast<uint8_t>(2 * w + 1));
+      ids.push_back(static_cast<expert_id>(2 * w));
+      ids.push_back(static_cast<expert_id>(2 * w + 1));
     }
   return *block_counts::from_tokens(toy, ids, 0, 4);
 }
@@ -486,10 +486,10 @@ TEST_F(NodeTest, CountsOfAnotherGeometryAreAnsweredWithAWarningAndCounted) {
   req.block_hashes = {7001, 7002};
   counts_message c;
   c.geometry = other;
-  std::vector<uint8_t> ids;
+  std::vector<expert_id> ids;
   for (int t = 0; t < 4; ++t)
     for (uint32_t l = 0; l < other.layers; ++l)
-      for (uint8_t e : {uint8_t{12}, uint8_t{13}})
+      for (expert_id e : {expert_id{12}, expert_id{13}})
         ids.push_back(e);
   c.blocks.push_back({7001, std::nullopt, *block_counts::from_tokens(other, ids, 0, 4)});
   c.blocks.push_back({7002, 7001, *block_counts::from_tokens(other, ids, 0, 4)});

@@ -108,6 +108,19 @@ TEST_F(PythonClientCodec, CppDecodesWhatPythonSends) {
     EXPECT_TRUE(issues.empty());
     EXPECT_EQ(encode_counts_message(*m), bytes);
   }
+  {
+    // A 512-expert model's counts: version 2, two-byte ids, byte-identical both ways.
+    const std::vector<uint8_t> bytes = load(dir, "counts_wide");
+    std::vector<kv_decode_issue> issues;
+    auto m = decode_counts_message(bytes, counts_decode_limits{}, issues);
+    ASSERT_TRUE(m.ok()) << m.error().to_string();
+    EXPECT_TRUE(issues.empty());
+    EXPECT_EQ(m->version, counts_message_v2);
+    EXPECT_EQ(m->geometry, (model_geometry{2, 512, 2}));
+    ASSERT_EQ(m->blocks.size(), 1u);
+    EXPECT_EQ(m->blocks[0].counts.ids(), (std::vector<expert_id>{3, 300, 7, 511}));
+    EXPECT_EQ(encode_counts_message(*m), bytes);
+  }
 
   const worker_protocol_limits wl;
   auto worker = [&](const std::string& name) {

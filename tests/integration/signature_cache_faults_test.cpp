@@ -27,7 +27,8 @@ const model_geometry geo{8, 64, 8};
 
 block_counts counts_for(uint64_t seed) {
   std::vector<uint32_t> off = {0};
-  std::vector<uint8_t> ids, cnt;
+  std::vector<expert_id> ids;
+  std::vector<uint8_t> cnt;
   uint64_t x = seed * 0x9e3779b97f4a7c15ULL + 1;
   for (uint32_t l = 0; l < geo.layers; ++l) {
     std::vector<uint8_t> c(geo.experts, 4);  // 32 tokens x top-8 = 256 = 64 x 4
@@ -38,7 +39,7 @@ block_counts counts_for(uint64_t seed) {
       if (c[from] > 1 && c[to] < 31) --c[from], ++c[to];
     }
     for (uint32_t e = 0; e < geo.experts; ++e) {
-      ids.push_back(static_cast<uint8_t>(e));
+      ids.push_back(static_cast<expert_id>(e));
       cnt.push_back(c[e]);
     }
     off.push_back(static_cast<uint32_t>(ids.size()));

@@ -19,11 +19,11 @@ const model_geometry geo{4, 16, 2};
 block_counts random_counts(uint64_t seed) {
   std::mt19937_64 rng(seed);
   const auto tokens = static_cast<uint32_t>(1 + rng() % 32);
-  std::vector<uint8_t> choices;
+  std::vector<expert_id> choices;
   for (uint32_t t = 0; t < tokens; ++t)
     for (uint32_t l = 0; l < geo.layers; ++l) {
-      const auto a = static_cast<uint8_t>(rng() % geo.experts);
-      auto b = static_cast<uint8_t>(rng() % (geo.experts - 1));
+      const auto a = static_cast<expert_id>(rng() % geo.experts);
+      auto b = static_cast<expert_id>(rng() % (geo.experts - 1));
       if (b >= a) ++b;  // top_k = 2 distinct experts
       choices.insert(choices.end(), {a, b});
     }

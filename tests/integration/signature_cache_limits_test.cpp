@@ -14,7 +14,7 @@ namespace {
 const model_geometry geo{2, 8, 2};
 
 block_counts some_counts() {
-  std::vector<uint8_t> ids;
+  std::vector<expert_id> ids;
   for (int t = 0; t < 4; ++t)
     for (int l = 0; l < 2; ++l)
       ids.insert(ids.end(), {1, 2});

@@ -17,11 +17,12 @@ const model_geometry geo{4, 16, 2};
 // Counts of a block of 8 tokens whose experts depend on a seed (two experts per layer).
 block_counts counts_for(uint64_t seed) {
   std::vector<uint32_t> off = {0};
-  std::vector<uint8_t> ids, cnt;
+  std::vector<expert_id> ids;
+  std::vector<uint8_t> cnt;
   for (uint32_t l = 0; l < geo.layers; ++l) {
-    uint8_t a = static_cast<uint8_t>((seed + l) % geo.experts);
-    uint8_t b = static_cast<uint8_t>((seed * 7 + 3 * l + 1) % geo.experts);
-    if (a == b) b = static_cast<uint8_t>((b + 1) % geo.experts);
+    auto a = static_cast<expert_id>((seed + l) % geo.experts);
+    auto b = static_cast<expert_id>((seed * 7 + 3 * l + 1) % geo.experts);
+    if (a == b) b = static_cast<expert_id>((b + 1) % geo.experts);
     if (a > b) std::swap(a, b);
     ids.insert(ids.end(), {a, b});
     cnt.insert(cnt.end(), {8, 8});

@@ -69,7 +69,7 @@ TEST(DistinctExpertCounter, CountsExactlyOnHandMadeBatch) {
   auto counter = distinct_expert_counter::make({2, 8, 2});
   ASSERT_TRUE(counter.ok());
   // Request-major: [request][layer][slot].
-  const std::vector<uint8_t> ids = {
+  const std::vector<expert_id> ids = {
       0, 1, /* r0 l0 */ 2, 3, /* r0 l1 */
       1, 2, /* r1 l0 */ 3, 3, /* r1 l1: a repeated id counts once */
       7, 0, /* r2 l0 */ 2, 2, /* r2 l1 */
@@ -93,10 +93,43 @@ TEST(DistinctExpertCounter, CountsExactlyOnHandMadeBatch) {
 TEST(DistinctExpertCounter, HandlesWordBoundariesAndTheLargestExpertId) {
   auto counter = distinct_expert_counter::make({1, 256, 4});
   ASSERT_TRUE(counter.ok());
-  const std::vector<uint8_t> ids = {63, 64, 127, 128, /* r1 */ 255, 0, 64, 191};
+  const std::vector<expert_id> ids = {63, 64, 127, 128, /* r1 */ 255, 0, 64, 191};
   auto stats = counter->count(ids);
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->total, 7u);  // 63, 64, 127, 128, 255, 0, 191
+}
+
+TEST(DistinctExpertCounter, CountsIdsAbove255OfWideModels) {
+  auto counter = distinct_expert_counter::make({2, 512, 4});
+  ASSERT_TRUE(counter.ok());
+  const std::vector<expert_id> ids = {0,
+                                      63,
+                                      64,
+                                      511,
+                                      /* layer 1 */ 255,
+                                      256,
+                                      300,
+                                      447,
+                                      /* r1 */ 511,
+                                      300,
+                                      256,
+                                      0,
+                                      /* layer 1 */ 448,
+                                      256,
+                                      300,
+                                      1};
+  std::vector<uint32_t> per_layer(2);
+  auto stats = counter->count(ids, per_layer);
+  ASSERT_TRUE(stats.ok()) << stats.error().to_string();
+  EXPECT_EQ(per_layer[0], 6u);  // 0, 63, 64, 511, 300, 256
+  EXPECT_EQ(per_layer[1], 6u);  // 255, 256, 300, 447, 448, 1
+  EXPECT_EQ(stats->total, 12u);
+  auto again = counter->count(std::vector<expert_id>(ids.begin(), ids.begin() + 8));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->total, 8u);  // the previous batch's bits were cleared
+  auto bad = counter->count(std::vector<expert_id>{0, 1, 2, 512, 0, 1, 2, 3});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message().find("names expert 512"), std::string::npos);
 }
 
 TEST(DistinctExpertCounter, MatchesASetOnRandomBatches) {
@@ -107,9 +140,9 @@ TEST(DistinctExpertCounter, MatchesASetOnRandomBatches) {
   std::uniform_int_distribution<int> expert(0, 63);
   for (int trial = 0; trial < 20; ++trial) {
     const std::size_t requests = 1 + trial * 3;
-    std::vector<uint8_t> ids(requests * g.layers * g.top_k);
-    for (uint8_t& e : ids)
-      e = static_cast<uint8_t>(expert(gen));
+    std::vector<expert_id> ids(requests * g.layers * g.top_k);
+    for (expert_id& e : ids)
+      e = static_cast<expert_id>(expert(gen));
     std::vector<std::set<int>> naive(g.layers);
     for (std::size_t r = 0; r < requests; ++r)
       for (uint32_t l = 0; l < g.layers; ++l)
@@ -129,23 +162,23 @@ TEST(DistinctExpertCounter, MatchesASetOnRandomBatches) {
 
 TEST(DistinctExpertCounter, RejectsMalformedInput) {
   EXPECT_FALSE(distinct_expert_counter::make({0, 8, 2}).ok());
-  EXPECT_FALSE(distinct_expert_counter::make({2, 257, 2}).ok());
+  EXPECT_FALSE(distinct_expert_counter::make({2, 4097, 2}).ok());
   auto counter = distinct_expert_counter::make({2, 8, 2});
   ASSERT_TRUE(counter.ok());
 
-  const std::vector<uint8_t> ragged = {0, 1, 2};
+  const std::vector<expert_id> ragged = {0, 1, 2};
   auto r = counter->count(ragged);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message().find("not a whole number of requests"), std::string::npos);
 
-  const std::vector<uint8_t> out_of_range = {0, 1, 2, 3, /* r1 */ 0, 1, 2, 8};
+  const std::vector<expert_id> out_of_range = {0, 1, 2, 3, /* r1 */ 0, 1, 2, 8};
   r = counter->count(out_of_range);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message().find("request 1, layer 1 names expert 8"), std::string::npos)
       << r.error().message();
 
   std::vector<uint32_t> wrong(3);
-  r = counter->count(std::vector<uint8_t>{0, 1, 2, 3}, wrong);
+  r = counter->count(std::vector<expert_id>{0, 1, 2, 3}, wrong);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message().find("expected 2 layers"), std::string::npos);
 }

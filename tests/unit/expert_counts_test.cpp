@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "core/random.hpp"
@@ -67,10 +68,10 @@ TEST(ExpertCounts, FromPartsNamesEachKindOfBadLayer) {
   const model_geometry g{3, 8, 2};
   // tokens 2, top 2: every layer's counts sum to 4.
   const std::vector<uint32_t> offsets = {0, 2, 5, 7};
-  const std::vector<uint8_t> ids = {1, 5, 0, 3, 7, 2, 6};
+  const std::vector<expert_id> ids = {1, 5, 0, 3, 7, 2, 6};
   const std::vector<uint8_t> counts = {2, 2, 2, 1, 1, 2, 2};
   ASSERT_TRUE(block_counts::from_parts(g, 2, offsets, ids, counts).ok());
-  auto refused = [&](std::vector<uint32_t> o, std::vector<uint8_t> i, std::vector<uint8_t> c,
+  auto refused = [&](std::vector<uint32_t> o, std::vector<expert_id> i, std::vector<uint8_t> c,
                      const std::string& why) {
     auto r = block_counts::from_parts(g, 2, std::move(o), std::move(i), std::move(c));
     ASSERT_FALSE(r.ok()) << why;
@@ -131,6 +132,77 @@ TEST(ExpertCounts, RejectsBadInput) {
   EXPECT_NE(r.message().find("expert id 200"), std::string::npos);
   EXPECT_FALSE(count_blocks(g, ids, 0, 4, 0).ok());
   EXPECT_FALSE(count_blocks(g, ids, 0, 4, 256).ok());
+}
+
+// Models of more than 256 experts (Kimi K2: 384, Qwen3-Next: 512): ids above 255 are counted,
+// stored and validated like any other.
+TEST(ExpertCountsWide, DenseAndBlockCountsAgreeAt384And512Experts) {
+  for (const model_geometry g : {model_geometry{6, 384, 8}, model_geometry{4, 512, 10}}) {
+    ASSERT_TRUE(g.validate().ok()) << g.to_string();
+    const uint32_t tokens = 70;
+    const auto ids = random_ids(g, tokens, 11);
+    ASSERT_TRUE(std::any_of(ids.begin(), ids.end(), [](expert_id e) { return e > 255; }));
+    std::vector<uint32_t> whole(g.width(), 0);
+    ASSERT_TRUE(add_token_counts(g, ids, 0, tokens, whole).ok());
+    for (uint32_t l = 0; l < g.layers; ++l)
+      EXPECT_EQ(
+          std::accumulate(whole.begin() + l * g.experts, whole.begin() + (l + 1) * g.experts, 0u),
+          tokens * g.top_k);
+    for (uint32_t bs : {1u, 16u, 255u}) {
+      auto blocks = count_blocks(g, ids, 0, tokens, bs);
+      ASSERT_TRUE(blocks.ok()) << blocks.error().to_string();
+      std::vector<uint32_t> summed(g.width(), 0);
+      for (const auto& b : *blocks) {
+        b.add_to(g, summed);
+        // What the wire carries is accepted back as it is.
+        auto copy = block_counts::from_parts(g, b.tokens(), b.layer_offsets(), b.ids(), b.counts());
+        ASSERT_TRUE(copy.ok()) << copy.error().to_string();
+        EXPECT_EQ(copy->ids(), b.ids());
+      }
+      EXPECT_EQ(summed, whole) << g.to_string() << " block size " << bs;
+    }
+  }
+}
+
+TEST(ExpertCountsWide, WideIdsAreRangeCheckedAndCountsStayBelowABlocksTokens) {
+  const model_geometry g{2, 512, 2};
+  // 3 tokens; layer 0 picks {300, 511} three times, layer 1 {0, 256}, {0, 257}, {0, 258}.
+  const std::vector<expert_id> ids = {300, 511, 0, 256, 300, 511, 0, 257, 300, 511, 0, 258};
+  auto b = block_counts::from_tokens(g, ids, 0, 3);
+  ASSERT_TRUE(b.ok()) << b.error().to_string();
+  EXPECT_EQ(b->ids(), (std::vector<expert_id>{300, 511, 0, 256, 257, 258}));
+  EXPECT_EQ(b->counts(), (std::vector<uint8_t>{3, 3, 3, 1, 1, 1}));
+  EXPECT_EQ(b->layer_offsets(), (std::vector<uint32_t>{0, 2, 6}));
+
+  auto bad = ids;
+  bad[7] = 512;
+  auto r = block_counts::from_tokens(g, bad, 0, 3);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("expert id 512"), std::string::npos) << r.error().message();
+  auto parts =
+      block_counts::from_parts(g, 3, {0, 2, 6}, {300, 512, 0, 256, 257, 258}, {3, 3, 3, 1, 1, 1});
+  ASSERT_FALSE(parts.ok());
+  EXPECT_NE(parts.error().message().find("expert id 512"), std::string::npos);
+  // A count above the block's tokens, and a block of 256 tokens, are refused whatever the width.
+  EXPECT_FALSE(
+      block_counts::from_parts(g, 3, {0, 2, 6}, {300, 511, 0, 256, 257, 258}, {4, 2, 3, 1, 1, 1})
+          .ok());
+  const auto many = random_ids(g, 256, 3);
+  EXPECT_FALSE(block_counts::from_tokens(g, many, 0, 256).ok());
+  EXPECT_TRUE(block_counts::from_tokens(g, many, 0, 255).ok());
+}
+
+TEST(ExpertCountsWide, GeometryBoundsAreDocumented) {
+  EXPECT_TRUE((model_geometry{60, 384, 8}.validate().ok()));   // Kimi K2
+  EXPECT_TRUE((model_geometry{48, 512, 10}.validate().ok()));  // Qwen3-Next
+  EXPECT_TRUE((model_geometry{256, 4096, 8}.validate().ok()));
+  EXPECT_TRUE((model_geometry{4096, 256, 8}.validate().ok()));  // the widest model before
+  EXPECT_FALSE((model_geometry{1, 4097, 8}.validate().ok()));
+  const status s = model_geometry{257, 4096, 8}.validate();
+  EXPECT_NE(s.message().find("layers * experts must be <= 1048576"), std::string::npos)
+      << s.message();
+  EXPECT_TRUE((model_geometry{2, 256, 2}.narrow_ids()));
+  EXPECT_FALSE((model_geometry{2, 257, 2}.narrow_ids()));
 }
 
 }  // namespace

@@ -135,7 +135,7 @@ TEST(Signature, EmptyAndGeometryMismatch) {
   EXPECT_TRUE(sig.empty());
   EXPECT_EQ(cosine(sig, sig), 0.0f);
   const model_geometry other{3, 4, 1};
-  const std::vector<uint8_t> ids = {0, 1, 2};
+  const std::vector<expert_id> ids = {0, 1, 2};
   auto b = block_counts::from_tokens(other, ids, 0, 1);
   ASSERT_TRUE(b.ok());
   EXPECT_FALSE(builder.add(*b).ok());

@@ -66,14 +66,14 @@ TEST(SyntheticModel, PromptsMatchTheGeneratedTrace) {
   p.requests = 5;
   const trace t = generate_synthetic(p).value();
   const synthetic_model m = synthetic_model::make(p).value();
-  std::vector<uint8_t> ids;
+  std::vector<expert_id> ids;
   for (uint32_t i = 0; i < 5; ++i) {
     const synthetic_request_info info = m.info(i);
     EXPECT_EQ(info.prompt_tokens, t.requests[i].prompt_tokens);
     EXPECT_EQ(info.output_tokens, t.requests[i].output_tokens);
     EXPECT_EQ(p.domains[info.domain], t.requests[i].label);
     m.prompt_experts(i, ids);
-    const std::vector<uint8_t> expected(
+    const std::vector<expert_id> expected(
         t.requests[i].experts.begin(),
         t.requests[i].experts.begin() + static_cast<long>(ids.size()));
     EXPECT_EQ(ids, expected) << "request " << i;
@@ -85,7 +85,7 @@ TEST(SyntheticModel, DecodeSamplerIsDeterministicAndValid) {
   const synthetic_model m = synthetic_model::make(p).value();
   synthetic_decode_sampler a = m.open_decode(3), b = m.open_decode(3), c = m.open_decode(4);
   const uint32_t stride = p.geometry.layers * p.geometry.top_k;
-  std::vector<uint8_t> x(stride), y(stride), z(stride);
+  std::vector<expert_id> x(stride), y(stride), z(stride);
   bool differs = false;
   for (int t = 0; t < 50; ++t) {
     a.next(x.data());
@@ -94,8 +94,8 @@ TEST(SyntheticModel, DecodeSamplerIsDeterministicAndValid) {
     ASSERT_EQ(x, y);
     differs = differs || x != z;
     for (uint32_t l = 0; l < p.geometry.layers; ++l) {
-      std::set<uint8_t> ids(x.begin() + l * p.geometry.top_k,
-                            x.begin() + (l + 1) * p.geometry.top_k);
+      std::set<expert_id> ids(x.begin() + l * p.geometry.top_k,
+                              x.begin() + (l + 1) * p.geometry.top_k);
       EXPECT_EQ(ids.size(), p.geometry.top_k);
       EXPECT_LT(*ids.rbegin(), p.geometry.experts);
     }
@@ -114,7 +114,7 @@ TEST(SyntheticModel, TopicsAddStructureWithoutChangingTheDomains) {
   p.subdomain_weight = 0.5;
   const synthetic_model with = synthetic_model::make(p).value();
   const synthetic_model without = synthetic_model::make(small_params()).value();
-  std::vector<uint8_t> a, b;
+  std::vector<expert_id> a, b;
   bool differs = false;
   for (uint32_t i = 0; i < 10; ++i) {
     EXPECT_EQ(with.info(i).domain, without.info(i).domain);
@@ -255,6 +255,27 @@ TEST(Simulator, AdaptiveOnlineRefitRefits) {
   sim_policy p = f.build("eldr-adaptive-online").value();
   const sim_metrics m = simulate(w, small_config(), p).value();
   EXPECT_GT(m.refits, 0u);
+}
+
+TEST(Simulator, LocalityRoutingWorksForModelsOf384And512Experts) {
+  // The whole loop at Kimi K2's and Qwen3-Next's widths: lazily sampled decode tokens with ids
+  // above 255, distinct-expert counting over 6-8 words per layer, signatures from per-block
+  // counts (prefix caching), balanced K-means and the centroid set.
+  for (const model_geometry g : {model_geometry{6, 384, 8}, model_geometry{6, 512, 10}}) {
+    synthetic_params params = small_params();
+    params.geometry = g;
+    const workload w = small_workload(params, 240, 400.0, 60);
+    policy_factory f = factory_for(w, 0.0f);
+    sim_policy rr = f.build("rr").value(), eldr = f.build("eldr").value();
+    sim_config c = small_config();
+    c.prefix_caching = true;
+    c.block_size = 16;
+    const sim_metrics a = simulate(w, c, rr).value();
+    const sim_metrics b = simulate(w, c, eldr).value();
+    EXPECT_GT(b.prefix_hit_fraction, 0.0) << g.to_string();
+    EXPECT_LT(b.distinct_experts_per_layer, a.distinct_experts_per_layer * 0.97) << g.to_string();
+    EXPECT_NEAR(b.throughput_tokens_s * b.makespan_s, 240.0 * 12, 1e-6) << g.to_string();
+  }
 }
 
 TEST(Simulator, OnlineRefitRefits) {

@@ -28,7 +28,10 @@ TEST(Result, HoldsValueOrError) {
 TEST(Geometry, ValidatesBounds) {
   EXPECT_TRUE((model_geometry{26, 64, 6}.validate().ok()));
   EXPECT_FALSE((model_geometry{0, 64, 6}.validate().ok()));
-  EXPECT_FALSE((model_geometry{26, 257, 6}.validate().ok()));
+  EXPECT_TRUE((model_geometry{26, 257, 6}.validate().ok()));  // ids are 16 bits
+  EXPECT_TRUE((model_geometry{60, 384, 8}.validate().ok()));
+  EXPECT_FALSE((model_geometry{26, 4097, 6}.validate().ok()));
+  EXPECT_FALSE((model_geometry{257, 4096, 6}.validate().ok()));  // L * E > 2^20
   EXPECT_FALSE((model_geometry{26, 64, 0}.validate().ok()));
   EXPECT_FALSE((model_geometry{26, 4, 6}.validate().ok()));
   EXPECT_NE((model_geometry{26, 4, 6}.validate().message()), model_geometry{}.validate().message());

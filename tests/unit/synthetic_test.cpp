@@ -208,14 +208,37 @@ TEST(Synthetic, EveryPresetGeneratesValidTraces) {
       // The property validate_trace also checks, stated directly: k distinct ids < E everywhere.
       for (uint32_t tok = 0; tok < r.total_tokens(); ++tok)
         for (uint32_t l = 0; l < t.geometry.layers; ++l) {
-          const uint8_t* e = r.token_experts(t.geometry, tok, l);
-          const std::set<uint8_t> distinct(e, e + t.geometry.top_k);
+          const expert_id* e = r.token_experts(t.geometry, tok, l);
+          const std::set<expert_id> distinct(e, e + t.geometry.top_k);
           ASSERT_EQ(distinct.size(), t.geometry.top_k);
           ASSERT_LT(*distinct.rbegin(), t.geometry.experts);
         }
     }
     EXPECT_EQ(ids.size(), t.requests.size());
   }
+}
+
+TEST(Synthetic, WidePresetsUseExpertIdsAbove255AndKeepTheirLocality) {
+  for (std::string_view name : {"kimi-k2-task", "qwen3-next-task"}) {
+    const trace t = generate(small(name, 16));
+    ASSERT_TRUE(validate_trace(t).ok()) << validate_trace(t).to_string();
+    EXPECT_GT(t.geometry.experts, 256u);
+    expert_id highest = 0;
+    for (const trace_request& r : t.requests)
+      highest = std::max(highest, *std::max_element(r.experts.begin(), r.experts.end()));
+    EXPECT_GT(highest, 255u) << name;
+    EXPECT_LT(highest, t.geometry.experts) << name;
+    // Written as version 2 and read back unchanged.
+    const std::vector<uint8_t> bytes = encode_trace(t);
+    result<trace> back = parse_trace(bytes.data(), bytes.size(), std::string(name));
+    ASSERT_TRUE(back.ok()) << back.error().to_string();
+    EXPECT_EQ(*back, t);
+    const pair_similarity sim = similarity(generate(small(name, 32)));
+    EXPECT_GT(sim.same_domain, sim.cross_domain + 0.2)
+        << name << ": same " << sim.same_domain << " cross " << sim.cross_domain;
+  }
+  EXPECT_EQ(synthetic_preset("kimi-k2-task")->geometry, (model_geometry{60, 384, 8}));
+  EXPECT_EQ(synthetic_preset("qwen3-next-task")->geometry, (model_geometry{48, 512, 10}));
 }
 
 TEST(Synthetic, LocalityPresetsMakeSameDomainRequestsAlike) {

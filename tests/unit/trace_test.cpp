@@ -1,5 +1,5 @@
-// trace: eldr-trace v1 round trips, one test per malformation with the message checked for the
-// file and field it names, truncation/corruption at every byte, and atomic file writes.
+// trace: eldr-trace v1 and v2 round trips, one test per malformation with the message checked for
+// the file and field it names, truncation/corruption at every byte, and atomic file writes.
 #include "core/trace.hpp"
 
 #include <gtest/gtest.h>
@@ -65,6 +65,17 @@ field_writer bin(bytes v) {
   return [v](msgpack::writer& w) { w.write_bin(v); };
 }
 
+// Ids as the format document lays them out, written here independently of the code under test:
+// version 1 one byte each, version 2 little-endian uint16.
+bytes id_bytes(const std::vector<expert_id>& ids, uint64_t version) {
+  bytes out;
+  for (expert_id id : ids) {
+    out.push_back(static_cast<uint8_t>(id & 0xff));
+    if (version == 2) out.push_back(static_cast<uint8_t>(id >> 8));
+  }
+  return out;
+}
+
 // An ordered map whose values are written by callbacks.
 struct fields {
   std::vector<std::pair<std::string, field_writer>> items;
@@ -97,9 +108,11 @@ struct document {
   fields top, model;
   std::vector<fields> requests;
 
-  static document from(const trace& t) {
+  // In version 1 unless the model has more than 256 experts, as the encoder chooses.
+  static document from(const trace& t) { return from(t, t.geometry.experts <= 256 ? 1 : 2); }
+  static document from(const trace& t, uint64_t version) {
     document d;
-    d.top.set("format", s("eldr-trace")).set("version", u(1)).set("model", nullptr);
+    d.top.set("format", s("eldr-trace")).set("version", u(version)).set("model", nullptr);
     d.top.set("source", s(t.source)).set("requests", nullptr);
     d.model.set("name", s(t.model_name))
         .set("layers", u(t.geometry.layers))
@@ -110,7 +123,7 @@ struct document {
       f.set("id", s(r.id)).set("label", s(r.label));
       f.set("prompt_tokens", u(r.prompt_tokens)).set("output_tokens", u(r.output_tokens));
       if (r.arrival_s) f.set("arrival_s", f64(*r.arrival_s));
-      f.set("experts", bin(r.experts));
+      f.set("experts", bin(id_bytes(r.experts, version)));
       d.requests.push_back(f);
     }
     return d;
@@ -177,7 +190,7 @@ TEST(Trace, TokenExpertsIndexesTokenMajor) {
   const trace t = small_trace();
   const trace_request& a = t.requests[0];
   // Token 1, layer 0 is bytes (1 * 2 + 0) * 2 = 4..5.
-  const uint8_t* ids = a.token_experts(t.geometry, 1, 0);
+  const expert_id* ids = a.token_experts(t.geometry, 1, 0);
   EXPECT_EQ(ids, a.experts.data() + 4);
   EXPECT_EQ(ids[0], 4);
   EXPECT_EQ(ids[1], 5);
@@ -259,8 +272,8 @@ TEST(TraceErrors, VersionMissingWrongOrNotAnInteger) {
   document d = document::from(small_trace());
   d.top.erase("version");
   expect_error(d.encode(), {"missing key 'version'"});
-  d.top.set("version", u(2));
-  expect_error(d.encode(), {"unsupported version 2", "supports version 1"});
+  d.top.set("version", u(3));
+  expect_error(d.encode(), {"unsupported version 3", "supports versions 1 and 2"});
   d.top.set("version", i64(-1));
   expect_error(d.encode(), {"unsupported version -1"});
   d.top.set("version", f64(1.0));
@@ -302,8 +315,9 @@ TEST(TraceErrors, GeometryBounds) {
     std::string piece;
   };
   const case_t cases[] = {{0, 8, 2, "layers must be >= 1"},
-                          {2, 0, 1, "experts must be in 1..256, got 0"},
-                          {2, 257, 2, "experts must be in 1..256, got 257"},
+                          {2, 0, 1, "experts must be in 1..4096, got 0"},
+                          {2, 4097, 2, "experts must be in 1..4096, got 4097"},
+                          {512, 4096, 2, "layers * experts must be <= 1048576"},
                           {2, 8, 0, "top_k must be in 1..experts (8), got 0"},
                           {2, 8, 9, "top_k must be in 1..experts (8), got 9"}};
   for (const case_t& c : cases) {
@@ -369,11 +383,11 @@ TEST(TraceErrors, ExpertsTruncatedOrOversized) {
   trace t = small_trace();
   t.requests[1].experts.pop_back();
   expect_error(encode_trace(t),
-               {"requests[1] (id \"b\"): experts has 11 bytes, expected",
+               {"requests[1] (id \"b\"): experts has 11 ids, expected",
                 "(prompt_tokens + output_tokens) * layers * top_k = (1 + 2) * 2 * 2 = 12"});
   t = small_trace();
   t.requests[1].experts.push_back(0);
-  expect_error(encode_trace(t), {"requests[1] (id \"b\"): experts has 13 bytes"});
+  expect_error(encode_trace(t), {"requests[1] (id \"b\"): experts has 13 ids"});
 }
 
 TEST(TraceErrors, ExpertIdOutOfRangeNamesRequestTokenAndLayer) {
@@ -479,6 +493,97 @@ TEST(TraceRobustness, EverySingleByteCorruptionIsHandled) {
         EXPECT_EQ(r.error().code(), status_code::corrupt);
       }
     }
+}
+
+// ---- wide models (more than 256 experts): version 2 ----
+
+// small_trace's shape with E experts: the same tokens, every id moved up into the wide range
+// (id + E - 8), so that most ids need two bytes.
+trace wide_trace(uint32_t experts) {
+  trace t = small_trace();
+  t.model_name = "wide-moe";
+  t.geometry.experts = experts;
+  for (trace_request& r : t.requests)
+    for (expert_id& id : r.experts)
+      id = static_cast<expert_id>(id + experts - 8);
+  return t;
+}
+
+TEST(TraceWide, ModelsOfMoreThan256ExpertsRoundTripAsVersion2) {
+  for (uint32_t experts : {384u, 512u}) {
+    const trace t = wide_trace(experts);
+    ASSERT_TRUE(validate_trace(t).ok()) << validate_trace(t).to_string();
+    EXPECT_EQ(trace_version_for(t.geometry), 2u);
+    const bytes b = encode_trace(t);
+    // The bytes are the format document's version 2: ids little-endian, two bytes each.
+    EXPECT_EQ(b, document::from(t, 2).encode()) << experts;
+    result<trace> back = parse(b);
+    ASSERT_TRUE(back.ok()) << back.error().to_string();
+    EXPECT_EQ(*back, t);
+    EXPECT_EQ(back->requests[1].experts[0], experts - 1);  // 7 + E - 8: above 255
+  }
+}
+
+TEST(TraceWide, ModelsOfAtMost256ExpertsStillWriteVersion1) {
+  EXPECT_EQ(trace_version_for(small_trace().geometry), 1u);
+  const trace t = wide_trace(256);  // ids 248..255: the largest that fit a byte
+  EXPECT_EQ(trace_version_for(t.geometry), 1u);
+  EXPECT_EQ(encode_trace(t), document::from(t, 1).encode());
+  result<trace> back = parse(encode_trace(t));
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(*back, t);
+}
+
+TEST(TraceWide, Version2OfANarrowModelIsReadToo) {
+  const trace t = small_trace();
+  result<trace> back = parse(document::from(t, 2).encode());
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(*back, t);
+  EXPECT_EQ(encode_trace(t, 2), document::from(t, 2).encode());
+}
+
+TEST(TraceWide, Version1CannotDeclareMoreThan256Experts) {
+  document d = document::from(wide_trace(384), 1);  // ids truncated to a byte: never read
+  expect_error(d.encode(), {"model: experts is 384", "version 1 holds one byte per id",
+                            "wider models need version 2"});
+}
+
+TEST(TraceWide, Version2ExpertsOfOddLengthAreRefused) {
+  document d = document::from(wide_trace(512), 2);
+  bytes odd = id_bytes(wide_trace(512).requests[0].experts, 2);
+  odd.pop_back();
+  d.requests[0].set("experts", bin(odd));
+  expect_error(d.encode(), {"requests[0] (id \"a\")", "experts has 23 bytes",
+                            "not a whole number of 2-byte ids"});
+}
+
+TEST(TraceWide, WideIdsAreRangeCheckedAndDistinctPerTokenAndLayer) {
+  trace t = wide_trace(384);
+  t.requests[1].experts[10] = 384;  // token 2, layer 1, choice 0
+  expect_error(encode_trace(t), {"requests[1] (id \"b\"): token 2 (output token 1), layer 1",
+                                 "expert id 384 >= experts (384)"});
+  t = wide_trace(384);
+  t.requests[0].experts[3] = t.requests[0].experts[2];  // token 0, layer 1: {378, 378}
+  expect_error(encode_trace(t), {"requests[0] (id \"a\"): token 0 (prompt token 0), layer 1",
+                                 "expert id 378 chosen twice"});
+  // The same wide ids again at the next token and layer are fine: each token-layer is its own set.
+  t = wide_trace(512);
+  for (size_t i = 0; i < t.requests[0].experts.size(); i += 2) {
+    t.requests[0].experts[i] = 300;
+    t.requests[0].experts[i + 1] = 511;
+  }
+  EXPECT_TRUE(validate_trace(t).ok()) << validate_trace(t).to_string();
+}
+
+TEST(TraceWide, EveryTruncationOfAVersion2FileFailsCleanly) {
+  const bytes full = encode_trace(wide_trace(512));
+  ASSERT_TRUE(parse(full).ok());
+  for (size_t cut = 0; cut < full.size(); ++cut) {
+    const bytes prefix(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(cut));
+    result<trace> r = parse(prefix);
+    ASSERT_FALSE(r.ok()) << "a " << cut << "-byte prefix parsed";
+    EXPECT_EQ(r.error().code(), status_code::corrupt);
+  }
 }
 
 // ---- validation of in-memory traces ----

@@ -75,11 +75,11 @@ int main(int argc, char** argv) {
       "eldr-fit: offline calibration of ELDR signatures and balanced centroids.\n"
       "Prompt tokens of each request are its prefill, output tokens its decode phase."};
   auto* input = app.add_option_group("input", "where the calibration requests come from");
-  input->add_option("--trace", o.trace_path, "eldr-trace v1 file to calibrate on")
+  input->add_option("--trace", o.trace_path, "eldr-trace file (v1 or v2) to calibrate on")
       ->check(CLI::ExistingFile);
   input->add_option("--synthetic", o.synthetic,
                     "synthetic preset instead of a trace (qwen-task, qwen-language, gpt-oss-task, "
-                    "no-locality)");
+                    "no-locality, kimi-k2-task, qwen3-next-task)");
   input->require_option(1);
   app.add_option("--requests", o.requests,
                  "synthetic only: number of requests (default: preset's)");

@@ -143,7 +143,7 @@ class decode_emulator {
   uint64_t steps_ = 0;
   double distinct_sum_ = 0.0, batch_sum_ = 0.0;
   double accounted_t_ = 0.0, inflight_max_integral_ = 0.0, inflight_mean_integral_ = 0.0;
-  std::vector<uint8_t> step_ids_;
+  std::vector<expert_id> step_ids_;
 };
 
 // TPOT and TTFT over the given requests, defined as core/simulator defines them: TTFT = first

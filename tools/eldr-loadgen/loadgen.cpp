@@ -109,7 +109,7 @@ struct prompt_plan {
 
 result<std::shared_ptr<const prompt_plan>> make_plan(const workload& w, const sim_request& r,
                                                      uint32_t block_size, bool with_counts,
-                                                     std::vector<uint8_t>& ids) {
+                                                     std::vector<expert_id>& ids) {
   auto p = std::make_shared<prompt_plan>();
   prompt_tokens(r.source, r.prompt_tokens, p->tokens);
   p->hashes = block_hashes(p->tokens, block_size);
@@ -217,7 +217,7 @@ status prepare_plans(session& s) {
   std::vector<std::shared_ptr<const prompt_plan>> made(firsts.size());
   std::vector<status> errors(firsts.size());
   parallel_slices(o.threads, firsts.size(), [&](std::size_t begin, std::size_t end) {
-    std::vector<uint8_t> ids;
+    std::vector<expert_id> ids;
     for (std::size_t j = begin; j < end; ++j) {
       auto p = make_plan(w, w.requests[firsts[j]], o.block_size, o.send_counts, ids);
       if (p.ok()) {
@@ -467,7 +467,7 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
       caches.emplace_back(o.prefill_cache_blocks, o.block_size);
     prefill_clock prefill(o.prefill_workers, o.route_only ? 0.0 : o.prefill_base_ms,
                           o.route_only ? 0.0 : o.prefill_per_token_ms);
-    std::vector<uint8_t> ids;
+    std::vector<expert_id> ids;
     for (uint32_t i = 0; i < N && !prep.quit.load(); ++i) {
       if (prep.bytes.load() >= prepare_budget_bytes) {
         std::unique_lock lock(prep.mu);

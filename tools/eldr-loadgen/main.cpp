@@ -51,10 +51,13 @@ int main(int argc, char** argv) {
                  "decode workers stay at --node)")
       ->delimiter(',');
   auto* input = app.add_option_group("input", "the workload");
-  input->add_option("--trace", o.trace_path, "eldr-trace v1 file (resampled, as eldr-sim does)")
+  input
+      ->add_option("--trace", o.trace_path,
+                   "eldr-trace file, v1 or v2 (resampled, as eldr-sim does)")
       ->check(CLI::ExistingFile);
   input->add_option("--synthetic", o.synthetic,
-                    "synthetic preset: qwen-task, qwen-language, gpt-oss-task, no-locality");
+                    "synthetic preset: qwen-task, qwen-language, gpt-oss-task, no-locality, "
+                    "kimi-k2-task, qwen3-next-task");
   input->require_option(1);
   app.add_option("--rate", o.rate_rps, "requests per second (Poisson arrivals)")
       ->required()

@@ -312,11 +312,11 @@ int main(int argc, char** argv) {
       "with the router's own policies, signatures, K-means and decode cost model (core/)."};
   auto* input = app.add_option_group("input", "the workload");
   input->add_option("--trace", o.trace_path,
-                    "eldr-trace v1 file to replay (resampled with "
+                    "eldr-trace file (v1 or v2) to replay (resampled with "
                     "replacement to --requests)");
   input->add_option("--synthetic", o.synthetic,
                     "synthetic preset instead of a trace: qwen-task, qwen-language, "
-                    "gpt-oss-task, no-locality");
+                    "gpt-oss-task, no-locality, kimi-k2-task, qwen3-next-task");
   input->require_option(1);
   app.add_option("--policies", o.policies,
                  "comma-separated: rr, random, jsq, p2c, domain, eldr, eldr-online, clairvoyant; "
@@ -384,7 +384,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--write-trace", o.write_trace,
-                 "synthetic: write the evaluated requests as an eldr-trace v1 file and exit");
+                 "synthetic: write the evaluated requests as an eldr-trace file and exit");
   app.add_option("--max-batch", o.sim.max_batch, "running sequences per decode worker")
       ->capture_default_str()
       ->check(CLI::Range(1u, 100000u));

@@ -14,6 +14,7 @@ wait for the subscription instead of sleeping. Driven by JSON lines on stdin, on
 on stdout. Needs Debian's python3-zmq and python3-msgpack (/usr/bin/python3).
 """
 import json
+import struct
 import sys
 import threading
 
@@ -136,9 +137,12 @@ class publisher:
             self.pub.send_multipart([bytes.fromhex(f) for f in cmd["frames_hex"]])
             return {"ok": True}
         if op == "send_counts":
-            blocks = [[b["hash"], b.get("parent"), b["tokens"], b["sizes"], bytes(b["ids"]),
+            v = cmd.get("v", 1)
+            # Version 1: one byte per expert id; version 2: little-endian uint16 (docs/protocol.md).
+            ids = (lambda x: bytes(x)) if v != 2 else (lambda x: struct.pack("<%dH" % len(x), *x))
+            blocks = [[b["hash"], b.get("parent"), b["tokens"], b["sizes"], ids(b["ids"]),
                        bytes(b["counts"])] for b in cmd["blocks"]]
-            msg = {"v": cmd.get("v", 1), "model": cmd["model"], "blocks": blocks}
+            msg = {"v": v, "model": cmd["model"], "blocks": blocks}
             if "seq" in cmd:
                 msg["seq"] = cmd["seq"]
             self.counts.send_multipart([b"eldr-counts", msgpack.packb(msg, use_bin_type=True)])

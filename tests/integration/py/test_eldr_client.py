@@ -174,12 +174,28 @@ def test_counts_message():
         except ValueError:
             continue
         raise AssertionError("counts_message accepted a bad block (%s)" % what)
-    for geo in [(0, 8, 2), (2, 257, 2), (2, 8, 9)]:
+    for geo in [(0, 8, 2), (2, 4097, 2), (257, 4096, 2), (2, 8, 9)]:
         try:
             ec.counts_message(*geo, [])
         except ValueError:
             continue
         raise AssertionError("counts_message accepted geometry %r" % (geo,))
+    # More than 256 experts: version 2, ids as little-endian uint16 (docs/protocol.md's example).
+    wide = sample_wide_counts()
+    eq(wide, {"v": 2, "model": [2, 512, 2],
+              "blocks": [[5, None, 1, [2, 2], b"\x03\x00\x2c\x01\x07\x00\xff\x01",
+                          b"\x01\x01\x01\x01"]]}, "docs version 2 example")
+    eq(ec.counts_message(2, 256, 2, [(5, None, [[[3, 255]], [[7, 0]]])])["v"], 1, "256 experts: v1")
+    for ids in ([[3, 512]], [[3, -1]]):
+        try:
+            ec.counts_message(2, 512, 2, [(5, None, [ids, [[7, 511]]])])
+        except ValueError:
+            continue
+        raise AssertionError("counts_message accepted ids %r of a 512-expert model" % (ids,))
+
+
+def sample_wide_counts():
+    return ec.counts_message(2, 512, 2, [(5, None, [[[3, 300]], [[511, 7]]])])
 
 
 def test_route_encoding_and_reply():
@@ -578,6 +594,8 @@ def encode_fixtures(out_dir):
     # The counts message alone, as a counts publisher would send it.
     with open(os.path.join(out_dir, "counts.msgpack"), "wb") as f:
         f.write(msgpack.packb(sample_counts(seq=7), use_bin_type=True))
+    with open(os.path.join(out_dir, "counts_wide.msgpack"), "wb") as f:
+        f.write(msgpack.packb(sample_wide_counts(), use_bin_type=True))
     return 0
 
 

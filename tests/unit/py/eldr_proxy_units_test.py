@@ -81,6 +81,9 @@ def decoded_blocks(msg, layers):
     """The counts message's blocks back as (hash, parent, tokens, per layer {expert: count})."""
     out = []
     for h, parent, tokens, sizes, ids, counts in msg["blocks"]:
+        if msg["v"] == 2:  # little-endian uint16 ids (docs/protocol.md section 2)
+            check(len(ids) % 2 == 0, "version 2 ids: an odd number of bytes")
+            ids = struct.unpack("<%dH" % (len(ids) // 2), ids)
         check(len(sizes) == layers, "layer sizes: %r" % sizes)
         per_layer, pos = [], 0
         for n in sizes:
@@ -109,7 +112,8 @@ def check_conversion(ids_moe, dense, E, k, bs, dtype=np.uint8):
     n_blocks = -(-ids_moe.shape[0] // bs)
     hashes = [hashlib.sha256(b"%d" % i).digest() for i in range(n_blocks)]
     msg = b.message(got_ids, hashes)
-    check(msg["v"] == 1 and msg["model"] == [L, E, k], "header: %r" % msg["model"])
+    check(msg["v"] == (1 if E <= 256 else 2) and msg["model"] == [L, E, k],
+          "header: v %r, model %r" % (msg["v"], msg["model"]))
     want = expected_blocks(ids_moe, bs)
     got = decoded_blocks(msg, L)
     check(len(got) == len(want), "%d blocks, expected %d" % (len(got), len(want)))
@@ -157,6 +161,16 @@ def test_conversion_edges():
     ids = random_ids(rng, 50, 3, 200, 4)
     for dtype in (np.uint16, np.int32):  # vLLM's other dtypes
         check_conversion(ids, 1, 200, 4, 16, dtype)
+
+
+def test_conversion_of_wide_models():
+    """Kimi K2 (384 experts) and Qwen3-Next (512): vLLM sends uint16 ids, eldr gets version 2
+    (two bytes per id); a block's slice of the ids must cover whole ids, not bytes."""
+    rng = np.random.default_rng(11)
+    for T, L, E, k, bs, dense in ((40, 3, 384, 8, 16, 1), (33, 4, 512, 10, 16, 0),
+                                  (5, 2, 4096, 2, 2, 0)):
+        ids = random_ids(rng, T, L, E, k)
+        check_conversion(ids, dense, E, k, bs, np.uint16)
 
 
 def test_older_json_lists_are_read():
@@ -367,6 +381,8 @@ def test_good_flags():
     check(c.hasher.source == "vllm" and c.block_size == 32, "vllm hashes with a seed")
     c = eldr_proxy.parse_config(with_flag("--first-moe-layer", None) + ["--moe-layers", "1-26"])
     check(c.counts.moe_spec == "1-26", "--moe-layers")
+    c = eldr_proxy.parse_config(with_flag("--experts", "384"))  # Kimi K2: 16-bit ids
+    check(c.counts.experts == 384, "--experts 384")
 
 
 def test_bad_flags_name_the_flag():
@@ -384,7 +400,7 @@ def test_bad_flags_name_the_flag():
     expect_usage(with_flag("--model", ""), "--model")
     expect_usage(with_flag("--model", "m" * 257), "--model")
     expect_usage(with_flag("--layers", "0"), "--layers")
-    expect_usage(with_flag("--experts", "300"), "--experts", "E <= 256")
+    expect_usage(with_flag("--experts", "5000"), "--experts", "E <= 4096")
     expect_usage(with_flag("--top-k", "65"), "--top-k")
     expect_usage(with_flag("--top-k", "six"), "usage", "--top-k")
     expect_usage(with_flag("--first-moe-layer", "-1"), "--first-moe-layer")
