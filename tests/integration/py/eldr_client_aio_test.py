@@ -344,7 +344,9 @@ def main():
         config = os.path.join(tmp, "node.toml")
         with open(config, "w") as f:
             # No centroid file at start: the test imports one through the admin client.
-            f.write(live.node_toml(os.path.join(tmp, "data"), "").replace(
+            # The paper's rule, named: test_real_node_protocol checks explain's policy echo.
+            f.write(live.node_toml(os.path.join(tmp, "data"), "",
+                                   model_extra='policy = "eldr"\n').replace(
                 'centroids = ""\n', ""))
         node = live.Node(binary, config, os.path.join(tmp, "node.log")).start()
         try:

@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "fakes"))
 import eldr_client_aio as aio  # noqa: E402
 import eldr_live as live  # noqa: E402
 import fake_vllm  # noqa: E402  (its tokenizer and CBOR code, independent of the proxy's)
-from proxy_harness import (BLOCK, FAKE, K, MODEL, PROXY, PYTHON, SEED,  # noqa: E402
+from proxy_harness import (BLOCK, FAKE, K, MODEL, POLICY, PROXY, PYTHON, SEED,  # noqa: E402
                            ReadyProcess, RouteTap, centroid_file, node_toml, read_trace)
 
 
@@ -262,7 +262,7 @@ async def test_requests(session, admin, tap, purl, trace, dec_urls, decodes):
         check(served.get(r["rid"]) == decision["worker"] == r["decode"],
               "request %s: eldr chose %r, served by %r, header %r"
               % (r["rid"], decision["worker"], served.get(r["rid"]), r["decode"]))
-        check(decision["fallback"] in ("", None) and decision["policy"] == "eldr",
+        check(decision["fallback"] in ("", None) and decision["policy"] == POLICY,
               "decision %r" % decision)
         n_blocks = -(-r["n"] // BLOCK)
         check(decision["covered_blocks"] == decision["total_blocks"] == n_blocks,

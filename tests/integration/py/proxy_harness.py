@@ -190,10 +190,16 @@ def centroid_file(geometry, trace, labels):
                        "kmeans_variant": "none"}}, use_bin_type=True)
 
 
+# The node's policy for the model, named in its config (the node's default for models with
+# centroids); the tests check that each decision was made by it, not by a fallback.
+POLICY = "eldr-adaptive"
+
+
 def node_toml(data_dir, centroids):
     return ("[node]\nname = \"proxy-test\"\ndata_dir = \"%s\"\n"
             "[endpoints]\nroute = \"tcp://127.0.0.1:0\"\nworker = \"tcp://127.0.0.1:0\"\n"
             "admin = \"tcp://127.0.0.1:0\"\nmetrics = \"127.0.0.1:0\"\n"
             "[runtime]\nlog_level = \"warn\"\n"
             "[[models]]\nname = \"%s\"\nworkers = %d\nwiden_single = false\n"
-            "worker_timeout_ms = 600000\ncentroids = \"%s\"\n" % (data_dir, MODEL, K, centroids))
+            "worker_timeout_ms = 600000\ncentroids = \"%s\"\npolicy = \"%s\"\n"
+            % (data_dir, MODEL, K, centroids, POLICY))
