@@ -480,6 +480,24 @@ def _z85_key(key, field):
     return key
 
 
+def connect_dealers(ctx, endpoints, keys, socks):
+    """One DEALER socket of `ctx` per endpoint, connected, appended to `socks` as it is made (so
+    a caller can close the ones made before an error). keys: _curve_keys' (server, public,
+    secret) or None. Shared by the synchronous and the asyncio clients (whose ctx is a
+    zmq.asyncio.Context)."""
+    for e in endpoints:
+        s = ctx.socket(zmq.DEALER)
+        socks.append(s)
+        # Closing must never hang on messages a dead node will not take.
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.IMMEDIATE, 1)
+        if keys is not None:
+            s.setsockopt(zmq.CURVE_SERVERKEY, keys[0])
+            s.setsockopt(zmq.CURVE_PUBLICKEY, keys[1])
+            s.setsockopt(zmq.CURVE_SECRETKEY, keys[2])
+        s.connect(e)
+
+
 def _curve_keys(server_public_key, public_key, secret_key):
     """The (server, public, secret) keys a socket gets, checked and completed, or None (no
     CURVE). An absent client pair is made up (ephemeral); an absent public key is derived."""
@@ -544,17 +562,7 @@ class _Client:
         self._socks = []
         self._abandoned = [collections.OrderedDict() for _ in endpoints]
         try:
-            for e in endpoints:
-                s = self._ctx.socket(zmq.DEALER)
-                self._socks.append(s)
-                # Closing must never hang on messages a dead node will not take.
-                s.setsockopt(zmq.LINGER, 0)
-                s.setsockopt(zmq.IMMEDIATE, 1)
-                if keys is not None:
-                    s.setsockopt(zmq.CURVE_SERVERKEY, keys[0])
-                    s.setsockopt(zmq.CURVE_PUBLICKEY, keys[1])
-                    s.setsockopt(zmq.CURVE_SECRETKEY, keys[2])
-                s.connect(e)
+            connect_dealers(self._ctx, endpoints, keys, self._socks)
         except Exception:
             self.close()
             raise

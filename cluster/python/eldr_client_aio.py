@@ -61,7 +61,7 @@ import zmq
 import zmq.asyncio
 
 from eldr_client import (PROTOCOL_VERSION, EldrError, ProtocolError, RouteReplySurfacing,
-                         _curve_keys, checked_endpoint, decode, encode, error_from,
+                         _curve_keys, checked_endpoint, connect_dealers, decode, encode, error_from,
                          route_request)
 
 __all__ = ["AsyncRouteClient", "AsyncWorkerClient", "AsyncAdminClient", "EldrError",
@@ -106,16 +106,7 @@ class _AsyncClient:
         self._closed = False
         self._bad_logged_at = None
         try:
-            for e in endpoints:
-                s = self._ctx.socket(zmq.DEALER)
-                self._socks.append(s)
-                s.setsockopt(zmq.LINGER, 0)  # closing never waits for a dead node
-                s.setsockopt(zmq.IMMEDIATE, 1)
-                if keys is not None:
-                    s.setsockopt(zmq.CURVE_SERVERKEY, keys[0])
-                    s.setsockopt(zmq.CURVE_PUBLICKEY, keys[1])
-                    s.setsockopt(zmq.CURVE_SECRETKEY, keys[2])
-                s.connect(e)
+            connect_dealers(self._ctx, endpoints, keys, self._socks)
         except Exception:
             self._close_sockets()
             raise
