@@ -118,7 +118,11 @@ struct frontend_options {
   // queues are outside that cap: with 1,000, six peers that never read held ~55 MiB there
   // (fuzz.live_node, slow_readers_held); a reader that catches up loses nothing either way.
   int send_hwm = 100;
-  int recv_hwm = 100000;  // per peer: requests ZeroMQ queues before it stops reading the peer
+  // Per peer: requests ZeroMQ queues before it stops reading the peer's connection (TCP then
+  // pushes back on the sender). ZeroMQ's default. At 100,000, six peers sending faster than the
+  // frontend reads (slow_readers_held under ASan on a loaded machine) held up to ~300 MiB of
+  // requests in these queues, outside every cap; at 1,000 the same run grows ~140 MiB in all.
+  int recv_hwm = 1000;
   // Reply bytes waiting in the frontend's backlog for peers whose ZeroMQ queue is full, across all
   // peers; a reply that would exceed it is dropped (counted). 0 = no backlog.
   uint64_t max_queued_reply_bytes = uint64_t{64} << 20;

@@ -165,7 +165,7 @@ TEST_F(NodeStoreFaults, FullDiskKeepsRoutingShowsDegradedAndRecovers) {
   EXPECT_NE(degraded["reason"].get<std::string>().find("No space left"), std::string::npos)
       << degraded.dump();
   EXPECT_GE(degraded["write_errors"].get<uint64_t>(), 1u);
-  // The metrics say it too (published at each commit tick).
+  // The metrics say it too (rendered on the commit tick, at most every 250 ms).
   EXPECT_TRUE(eventually([&] {
     return get_metrics(node_->metrics()).find("eldr_store_degraded{model=\"toy\"} 1") !=
            std::string::npos;
