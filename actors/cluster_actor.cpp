@@ -6,12 +6,11 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <sstream>
 
+#include "cluster/hmac.hpp"
 #include "cluster/metrics_http.hpp"
 #include "core/file_io.hpp"
-#include "core/hmac.hpp"
 #include "core/leadership.hpp"
 
 namespace eldr {
@@ -107,15 +106,15 @@ constexpr auto dial_timeout = std::chrono::seconds(5);
 constexpr size_t max_pending_challenges = 1024;
 constexpr int64_t challenge_ttl_ms = 10'000;
 
+// 16 bytes from OpenSSL's CSPRNG, hex; "" (logged) when the generator fails, which refuses the
+// handshake: a predictable nonce would let a recorded proof be replayed.
 std::string random_nonce() {
-  static thread_local std::random_device rd;
-  std::string out;
-  for (int i = 0; i < 4; ++i) {
-    char buf[9];
-    std::snprintf(buf, sizeof buf, "%08x", rd());
-    out += buf;
+  auto bytes = random_bytes(16);
+  if (!bytes.ok()) {
+    spdlog::error("cluster: no nonce for the join handshake: {}", bytes.error().message());
+    return {};
   }
-  return out;
+  return to_hex(*bytes);
 }
 
 // The proofs of the handshake: each side MACs both nonces and its own name under the secret,
@@ -278,6 +277,7 @@ void dial(cluster_actor_t* self, const std::string& address) {
             }
             auto gate = caf::actor_cast<caf::actor>(gate_ptr);
             const std::string nonce = random_nonce();
+            if (nonce.empty()) return done();
             self->request(gate, dial_timeout, hello_atom::value, s.self.name, nonce)
                 .then(
                     [=](const join_challenge& c) {
@@ -421,6 +421,7 @@ caf::behavior cluster_behavior(cluster_actor_t* self, node_context_ptr ctx, clus
         join_challenge c;
         c.gate = s.self.name;
         c.gate_nonce = random_nonce();
+        if (c.gate_nonce.empty()) return caf::sec::runtime_error;
         c.gate_proof = proof(s.secret, "gate", joiner_nonce, c.gate_nonce, s.self.name);
         s.challenges[c.gate_nonce] = challenge{joiner, joiner_nonce, s.ctx->now_ms()};
         return c;
