@@ -47,6 +47,11 @@ class vllm_metrics_server {
     });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
+    // stop() before the accept loop runs would be lost (httplib 0.11 has no wait_until_ready):
+    // wait for the loop, with a deadline.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!server_.is_running() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
   }
   ~vllm_metrics_server() { stop(); }
   void stop() {
