@@ -152,6 +152,13 @@ void node_metrics::worker_scraped(std::string_view model, uint32_t worker, bool 
       ->set(static_cast<double>(kv_usage));
 }
 
+void node_metrics::worker_scrape_age(std::string_view model, uint32_t worker, double seconds) {
+  must(impl_->registry.gauge("eldr_worker_scrape_age_seconds",
+                             "Age of the worker's last good scrape, as of the last scrape round.",
+                             {{"model", std::string(model)}, {"worker", std::to_string(worker)}}))
+      ->set(seconds);
+}
+
 void node_metrics::cluster_event(std::string_view event) {
   must(impl_->registry.counter("eldr_cluster_events_total", "Cluster membership events, by kind.",
                                {{"event", std::string(event)}}))

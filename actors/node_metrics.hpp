@@ -38,6 +38,8 @@ class node_metrics {
   // also sets the worker's scraped load (running + waiting) and KV-cache usage.
   void worker_scraped(std::string_view model, uint32_t worker, bool ok, uint32_t in_flight,
                       float kv_usage);
+  // How old the worker's last good scrape is (seconds), set at every scrape round.
+  void worker_scrape_age(std::string_view model, uint32_t worker, double seconds);
   // Membership: "join", "down", "refused" (a join without the secret), "untrusted" (a cluster
   // message from a node that never proved it).
   void cluster_event(std::string_view event);

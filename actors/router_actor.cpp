@@ -1307,6 +1307,9 @@ void scrape_model(router_actor_t* self, model_state& m) {
   const uint32_t model = m.index;
   for (uint32_t w = 0; w < m.metrics_urls.size() && w < m.pool.k(); ++w) {
     if (!m.metrics_urls[w] || m.pool.state(w, now) == worker_state::unregistered) continue;
+    if (auto snap = m.pool.snapshot(w, now); snap.ok() && snap->last_scrape_age_ms >= 0)
+      st.ctx->metrics->worker_scrape_age(m.cfg->name, w,
+                                         static_cast<double>(snap->last_scrape_age_ms) / 1000.0);
     if (!st.scraper) st.scraper = std::make_unique<metrics_scraper>();
     const caf::actor me = caf::actor_cast<caf::actor>(self);
     const uint64_t key = (uint64_t{model} << 32) | w;

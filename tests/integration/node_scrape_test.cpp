@@ -168,6 +168,7 @@ TEST(NodeScrape, RoutingFollowsScrapedLoadAndADeadEndpointLeavesTheCandidateSet)
   EXPECT_NE(m.output.find("eldr_worker_scrapes_total{"), std::string::npos);
   EXPECT_NE(m.output.find("result=\"failed\""), std::string::npos);
   EXPECT_NE(m.output.find("eldr_worker_scraped_load{"), std::string::npos);
+  EXPECT_NE(m.output.find("eldr_worker_scrape_age_seconds{"), std::string::npos);
 }
 
 TEST(NodeScrape, ABadMetricsUrlIsRefusedNamingTheField) {

@@ -45,6 +45,9 @@ TEST(NodeMetrics, WorkerScrapesAreCountedByResultWithTheLastGoodValues) {
   // A failed scrape leaves the last good values.
   EXPECT_TRUE(has_line(text, "eldr_worker_scraped_load{model=\"q\",worker=\"3\"} 7")) << text;
   EXPECT_TRUE(has_line(text, "eldr_worker_kv_cache_usage{model=\"q\",worker=\"3\"} 0.25")) << text;
+  m.worker_scrape_age("q", 3, 0.25);
+  EXPECT_TRUE(
+      has_line("\n" + m.render(), "eldr_worker_scrape_age_seconds{model=\"q\",worker=\"3\"} 0.25"));
 }
 
 }  // namespace
