@@ -12,6 +12,7 @@ metrics_scraper::metrics_scraper(const metrics_scraper_options& options) : optio
   options_.threads = std::clamp<uint32_t>(options_.threads, 1, 64);
   options_.connect_timeout_ms = std::max<int64_t>(options_.connect_timeout_ms, 1);
   options_.read_timeout_ms = std::max<int64_t>(options_.read_timeout_ms, 1);
+  options_.total_timeout_ms = std::max<int64_t>(options_.total_timeout_ms, 1);
   threads_.reserve(options_.threads);
   for (uint32_t i = 0; i < options_.threads; ++i)
     threads_.emplace_back([this] { run(); });
@@ -73,7 +74,9 @@ result<vllm_load> metrics_scraper::fetch(const job& j) const {
   client.set_keep_alive(false);
   client.set_follow_location(false);
   std::string body;
-  bool too_large = false;
+  bool too_large = false, too_slow = false;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.total_timeout_ms);
   int http_status = 0;
   auto res = client.Get(
       j.url.path,
@@ -86,6 +89,10 @@ result<vllm_load> metrics_scraper::fetch(const job& j) const {
           too_large = true;
           return false;
         }
+        if (std::chrono::steady_clock::now() > deadline) {
+          too_slow = true;
+          return false;
+        }
         body.append(data, n);
         return true;
       });
@@ -93,6 +100,9 @@ result<vllm_load> metrics_scraper::fetch(const job& j) const {
   if (too_large)
     return status::out_of_range(where + ": body exceeds " +
                                 std::to_string(options_.max_body_bytes) + " bytes");
+  if (too_slow)
+    return status::io_error(where + ": body not received within " +
+                            std::to_string(options_.total_timeout_ms) + " ms");
   if (http_status != 0 && http_status != 200)
     return status::io_error(where + ": HTTP status " + std::to_string(http_status));
   if (!res) return status::io_error(where + ": " + httplib::to_string(res.error()));

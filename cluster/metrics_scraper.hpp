@@ -5,8 +5,9 @@
 // nothing of actors, so it is tested with a local HTTP server.
 //
 // Bounds: at most one scrape in flight per key (a scrape of a worker whose previous one has not
-// finished is skipped, so a slow worker never queues up work), a connect and a whole-request
-// timeout, a body size cap (the transfer is cut when exceeded), no redirects, no keep-alive.
+// finished is skipped, so a slow worker never queues up work), a connect, a per-read and a
+// whole-body timeout, a body size cap (the transfer is cut when exceeded), no redirects, no
+// keep-alive.
 //
 // Thread safety: scrape() and in_flight() may be called from any thread. Callbacks run on a pool
 // thread, never under the scraper's lock; they must be quick (the node's posts a message to its
@@ -34,6 +35,9 @@ struct metrics_scraper_options {
   uint32_t threads = 4;              // 1..64
   int64_t connect_timeout_ms = 500;  // TCP connect
   int64_t read_timeout_ms = 1000;    // each read and write on the connection
+  // The whole body: a server that trickles it is cut off once this has passed since the request
+  // started (checked as data arrives, so a scrape ends by total + read timeout at most).
+  int64_t total_timeout_ms = 2000;
   size_t max_body_bytes = default_max_metrics_bytes;
 };
 

@@ -44,6 +44,19 @@ class fake_metrics_server {
       cv_.wait(lock, [this] { return released_; });
       res.set_content(body_, "text/plain");
     });
+    // A body trickled in small chunks, paced by the server (not by the test), forever.
+    server_.Get("/trickle", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_chunked_content_provider("text/plain", [this](size_t, httplib::DataSink& sink) {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait_for(lock, std::chrono::milliseconds(20), [this] { return released_; });
+        if (released_) {
+          sink.done();
+          return true;
+        }
+        lock.unlock();
+        return sink.write("# padding\n", 10);
+      });
+    });
     server_.Get("/error", [](const httplib::Request&, httplib::Response& res) {
       res.status = 500;
       res.set_content("boom", "text/plain");
@@ -186,6 +199,22 @@ TEST(MetricsScraper, FailuresAreReportedPerWorker) {
   auto slow = in.wait(4);
   ASSERT_FALSE(slow.ok());
   EXPECT_EQ(slow.error().code(), status_code::io_error) << slow.error().to_string();
+}
+
+TEST(MetricsScraper, ATricklingServerIsCutOffAtTheTotalTimeout) {
+  fake_metrics_server server;
+  metrics_scraper_options o;
+  o.read_timeout_ms = 5000;  // every read is quick: only the total bounds the body
+  o.total_timeout_ms = 300;
+  metrics_scraper scraper(o);
+  inbox in;
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(scraper.scrape(6, server.url("/trickle"), "m", in.sink()));
+  auto r = in.wait(6);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), status_code::io_error);
+  EXPECT_NE(r.error().message().find("within 300 ms"), std::string::npos) << r.error().message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
 }
 
 TEST(MetricsScraper, RefusedConnectionIsAnError) {
