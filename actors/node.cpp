@@ -22,6 +22,7 @@
 #include "actors/tls_error_queue.hpp"
 #include "cluster/curve_keys.hpp"
 #include "cluster/metrics_http.hpp"
+#include "cluster/zmq_frontend.hpp"
 
 namespace eldr {
 namespace {
@@ -357,6 +358,9 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
       caf::anon_send(handles->sigcache, subscribe_atom::value, m, e, false);
     for (const auto& e : config.models[m].counts_endpoints)
       caf::anon_send(handles->sigcache, subscribe_atom::value, m, e, true);
+    if (!config.models[m].kv_bind.empty())
+      caf::anon_send(handles->sigcache, subscribe_atom::value, m,
+                     std::string(kv_bind_prefix) + config.models[m].kv_bind, false);
   }
   for (auto [name, a] : {std::pair<const char*, caf::actor*>{"signature-cache", &handles->sigcache},
                          {"router", &handles->router},

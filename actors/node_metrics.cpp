@@ -135,6 +135,30 @@ void node_metrics::worker_message(std::string_view type) {
       ->inc();
 }
 
+void node_metrics::worker_scraped(std::string_view model, uint32_t worker, bool ok,
+                                  uint32_t in_flight, float kv_usage) {
+  const std::string m(model), w = std::to_string(worker);
+  must(impl_->registry.counter("eldr_worker_scrapes_total",
+                               "Scrapes of decode workers' vLLM /metrics, by result.",
+                               {{"model", m}, {"worker", w}, {"result", ok ? "ok" : "failed"}}))
+      ->inc();
+  if (!ok) return;
+  const metric_labels l{{"model", m}, {"worker", w}};
+  must(impl_->registry.gauge("eldr_worker_scraped_load",
+                             "Running + waiting requests in the worker's last good scrape.", l))
+      ->set(static_cast<double>(in_flight));
+  must(impl_->registry.gauge("eldr_worker_kv_cache_usage",
+                             "KV-cache usage (0..1) in the worker's last good scrape.", l))
+      ->set(static_cast<double>(kv_usage));
+}
+
+void node_metrics::worker_scrape_age(std::string_view model, uint32_t worker, double seconds) {
+  must(impl_->registry.gauge("eldr_worker_scrape_age_seconds",
+                             "Age of the worker's last good scrape, as of the last scrape round.",
+                             {{"model", std::string(model)}, {"worker", std::to_string(worker)}}))
+      ->set(seconds);
+}
+
 void node_metrics::cluster_event(std::string_view event) {
   must(impl_->registry.counter("eldr_cluster_events_total", "Cluster membership events, by kind.",
                                {{"event", std::string(event)}}))

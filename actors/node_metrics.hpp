@@ -34,6 +34,12 @@ class node_metrics {
   void refit_done(std::string_view model, bool accepted);
   void swapped(std::string_view model, uint64_t epoch);
   void worker_message(std::string_view type);
+  // One scrape of a decode worker's vLLM /metrics: counted by result ("ok", "failed"); a good one
+  // also sets the worker's scraped load (running + waiting) and KV-cache usage.
+  void worker_scraped(std::string_view model, uint32_t worker, bool ok, uint32_t in_flight,
+                      float kv_usage);
+  // How old the worker's last good scrape is (seconds), set at every scrape round.
+  void worker_scrape_age(std::string_view model, uint32_t worker, double seconds);
   // Membership: "join", "down", "refused" (a join without the secret), "untrusted" (a cluster
   // message from a node that never proved it).
   void cluster_event(std::string_view event);

@@ -15,6 +15,8 @@
 
 #include "actors/cluster_protocol.hpp"
 #include "cluster/counts_message.hpp"
+#include "cluster/http_url.hpp"
+#include "cluster/metrics_scraper.hpp"
 #include "core/bounded_lru.hpp"
 #include "core/file_io.hpp"
 #include "core/hash_ring.hpp"
@@ -82,6 +84,12 @@ struct model_state {
   uint64_t counts_geometry = 0;
   std::array<log_limiter, fallback_reason_count> fallback_log;
 
+  // Per worker slot: the metrics URL it registered (scraped every scrape_interval_ms), or none
+  // (it pushes load_reports). Grows with the pool; cleared when a worker registers without one.
+  std::vector<std::optional<http_url>> metrics_urls;
+  std::vector<std::string> metrics_url_text;  // as registered, for the workers listing
+  std::vector<std::string> scrape_error;  // the last failed scrape's reason ("" after a good one)
+
   explicit model_state(load_view p) : pool(std::move(p)) {}
 };
 
@@ -121,6 +129,9 @@ struct router_state {
   uint64_t leader_term = 0;
   std::map<std::string, caf::actor> routers_by_name;
   uint64_t imports_forwarded = 0;
+  // The decode workers' vLLM /metrics, fetched off the actor's thread; made at the first
+  // registration with a metrics_url. Results come back as scraped_atom messages.
+  std::unique_ptr<metrics_scraper> scraper;
 
   model_state* find(const std::string& name) {
     for (auto& m : models)
@@ -854,6 +865,14 @@ nlohmann::json workers_json(router_state& st, model_state& m) {
                     {"last_report_ms_ago", w.last_report_age_ms},
                     {"routed", w.routed},
                     {"finished", w.finished}});
+    if (w.index < m.metrics_urls.size() && m.metrics_urls[w.index]) {
+      auto& row = rows.back();
+      row["metrics_url"] = m.metrics_url_text[w.index];
+      row["last_scrape_ms_ago"] = w.last_scrape_age_ms;
+      row["scrapes"] = w.scrapes;
+      row["scrapes_failed"] = w.scrapes_failed;
+      row["scrape_error"] = m.scrape_error[w.index];
+    }
   }
   return rows;
 }
@@ -1260,6 +1279,74 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
   }
 }
 
+// --- Load from the workers' own metrics (docs/vllm.md, "Load") ---
+//
+// A worker that registered a metrics_url is scraped every scrape_interval_ms; each result goes to
+// the load view (on_scrape: authoritative load plus this router's routes since the scrape was
+// issued, and a heartbeat; a failure is only counted, so a worker whose scrapes keep failing
+// leaves the candidate set after worker_timeout_ms). Workers without one push load_reports.
+
+void set_metrics_url(model_state& m, uint32_t worker, const std::string& url) {
+  const size_t k = m.pool.k();
+  if (m.metrics_urls.size() < k) {
+    m.metrics_urls.resize(k);
+    m.metrics_url_text.resize(k);
+    m.scrape_error.resize(k);
+  }
+  if (worker >= k) return;
+  m.scrape_error[worker].clear();
+  m.metrics_url_text[worker] = url;
+  m.metrics_urls[worker].reset();
+  // Validated by the worker protocol's decoder; a peer's copy went through it too.
+  if (auto u = parse_http_url(url); !url.empty() && u.ok()) m.metrics_urls[worker] = *u;
+}
+
+void scrape_model(router_actor_t* self, model_state& m) {
+  auto& st = self->state;
+  const int64_t now = st.ctx->now_ms();
+  const uint32_t model = m.index;
+  for (uint32_t w = 0; w < m.metrics_urls.size() && w < m.pool.k(); ++w) {
+    if (!m.metrics_urls[w] || m.pool.state(w, now) == worker_state::unregistered) continue;
+    if (auto snap = m.pool.snapshot(w, now); snap.ok() && snap->last_scrape_age_ms >= 0)
+      st.ctx->metrics->worker_scrape_age(m.cfg->name, w,
+                                         static_cast<double>(snap->last_scrape_age_ms) / 1000.0);
+    if (!st.scraper) st.scraper = std::make_unique<metrics_scraper>();
+    const caf::actor me = caf::actor_cast<caf::actor>(self);
+    const uint64_t key = (uint64_t{model} << 32) | w;
+    // Skipped while the previous scrape of this worker runs: a slow worker is never queued twice.
+    (void)st.scraper->scrape(key, *m.metrics_urls[w], m.cfg->name,
+                             [me, model, w, now](uint64_t, result<vllm_load> r) {
+                               if (r.ok())
+                                 caf::anon_send(me, scraped_atom::value, model, w, now, true,
+                                                r->in_flight(), r->kv_usage, std::string());
+                               else
+                                 caf::anon_send(me, scraped_atom::value, model, w, now, false,
+                                                uint32_t{0}, 0.0f, r.error().to_string());
+                             });
+  }
+}
+
+void on_scraped(router_actor_t* self, uint32_t model, uint32_t worker, int64_t issued_ms, bool ok,
+                uint32_t in_flight, float kv_usage, const std::string& error) {
+  auto& st = self->state;
+  if (model >= st.models.size()) return;
+  auto& m = *st.models[model];
+  if (worker >= m.pool.k() || worker >= m.metrics_urls.size() || !m.metrics_urls[worker]) return;
+  st.ctx->metrics->worker_scraped(m.cfg->name, worker, ok, in_flight, kv_usage);
+  if (!ok) {
+    if (m.scrape_error[worker].empty() || m.scrape_error[worker] != error)
+      spdlog::warn("model {}: worker {}'s metrics not scraped: {}", m.cfg->name, worker, error);
+    m.scrape_error[worker] = error;
+    (void)m.pool.on_scrape_failed(worker);
+    return;
+  }
+  if (!m.scrape_error[worker].empty())
+    spdlog::info("model {}: worker {}'s metrics scraped again", m.cfg->name, worker);
+  m.scrape_error[worker].clear();
+  (void)m.pool.on_scrape(worker, in_flight, issued_ms, st.ctx->now_ms());
+  publish_readiness(st, m);
+}
+
 // `answer`: false for a message another node's load monitor received and answered (its copy
 // only updates this router's load view).
 void handle_worker(router_actor_t* self, const worker_job& job, bool answer) {
@@ -1304,9 +1391,11 @@ void handle_worker(router_actor_t* self, const worker_job& job, bool answer) {
               !s.ok())
             return fail(route_error_code::malformed, msg.id, s.message());
           if (m->policy->workers() != m->pool.k()) (void)rebuild_policy(st, *m);
+          set_metrics_url(*m, msg.worker, msg.metrics_url);
           if (answer)
-            spdlog::info("model {}: decode worker {} registered at {} (capacity {})", msg.model,
-                         msg.worker, msg.endpoint, msg.capacity);
+            spdlog::info("model {}: decode worker {} registered at {} (capacity {}{})", msg.model,
+                         msg.worker, msg.endpoint, msg.capacity,
+                         msg.metrics_url.empty() ? "" : ", load scraped from " + msg.metrics_url);
           ack(msg.id, *m, msg.worker);
         } else if constexpr (std::is_same_v<T, load_report>) {
           if (auto s = m->pool.on_report(msg.worker, msg.in_flight, msg.seq, now); !s.ok())
@@ -1520,8 +1609,20 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
     if (!m->policy) (void)rebuild_policy(st, *m);
     publish_readiness(st, *m);
     st.models.push_back(std::move(m));
+    self->send(self, scrape_tick_atom::value, i);
   }
   return {
+      [=](scrape_tick_atom, uint32_t index) {
+        auto& s = self->state;
+        if (self->current_sender() != self->ctrl() || index >= s.models.size()) return;
+        scrape_model(self, *s.models[index]);
+        self->delayed_send(self, std::chrono::milliseconds(s.models[index]->cfg->scrape_interval()),
+                           scrape_tick_atom::value, index);
+      },
+      [=](scraped_atom, uint32_t model, uint32_t worker, int64_t issued_ms, bool ok,
+          uint32_t in_flight, float kv_usage, const std::string& error) {
+        on_scraped(self, model, worker, issued_ms, ok, in_flight, kv_usage, error);
+      },
       [=](route_atom, route_job_ptr job) {
         auto* m = self->state.find(job->request.model);
         if (!m) {

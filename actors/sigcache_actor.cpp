@@ -56,7 +56,19 @@ struct subscription {
   uint32_t model = 0;
   bool counts = false;  // eldr counts publisher, else vLLM KV events
   uint32_t publisher = 0;
+  // A bound SUB socket (models[].kv_events.bind) that several vLLM instances connect to: ZeroMQ
+  // does not tell them apart, so each must publish under its own topic (KVEventsConfig.topic),
+  // and each topic is one ingest publisher with its own sequence. `publisher` serves frames
+  // without a topic frame.
+  bool by_topic = false;
+  std::string endpoint;
+  std::map<std::string, uint32_t, std::less<>> topics;
 };
+
+// Topics one bound socket tells apart, and the longest one; beyond, frames go to the socket's
+// default publisher (and their sequences look like gaps there).
+constexpr size_t max_bound_topics = 1024;
+constexpr size_t max_topic_bytes = 256;
 
 struct sigcache_state {
   node_context_ptr ctx;
@@ -191,7 +203,16 @@ void attach_ingest(sigcache_state& st, const publisher_entry& e) {
       };
     ev.set_replay_requester(p, std::move(request));
   }
-  st.subscriptions[e.subscription] = subscription{r.model, r.counts, p};
+  subscription sub;
+  sub.model = r.model;
+  sub.counts = r.counts;
+  sub.publisher = p;
+  sub.by_topic =
+      !r.counts && std::string_view(r.endpoint).substr(0, kv_bind_prefix.size()) == kv_bind_prefix;
+  sub.endpoint = r.endpoint;
+  if (auto old = st.subscriptions.find(e.subscription); old != st.subscriptions.end())
+    sub.topics = std::move(old->second.topics);
+  st.subscriptions[e.subscription] = std::move(sub);
 }
 
 // How much the publisher has sent so far (applied or dropped): it grows with every message.
@@ -822,10 +843,22 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
         auto& mc = st.models[model];
         mc.dirty = true;
         auto& ev = *mc.events;
+        uint32_t publisher = it->second.publisher;
+        if (it->second.by_topic && !st.frames.empty() && st.frames[0].size() <= max_topic_bytes) {
+          const std::string_view topic(reinterpret_cast<const char*>(st.frames[0].data()),
+                                       st.frames[0].size());
+          auto& topics = it->second.topics;
+          if (auto t = topics.find(topic); t != topics.end()) {
+            publisher = t->second;
+          } else if (topics.size() < max_bound_topics) {
+            publisher = ev.add_kv_publisher(it->second.endpoint + "#" + std::string(topic));
+            topics.emplace(std::string(topic), publisher);
+          }
+        }
         if (it->second.counts)
-          ev.on_counts_message(it->second.publisher, st.frames);
+          ev.on_counts_message(publisher, st.frames);
         else
-          ev.on_kv_message(it->second.publisher, st.frames);
+          ev.on_kv_message(publisher, st.frames);
         // The rest of a large batch goes behind whatever is queued now (route requests).
         if (ev.pending() && !mc.resume_posted) {
           mc.resume_posted = true;

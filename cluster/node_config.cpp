@@ -260,7 +260,7 @@ status read_model(const toml::table& t, const std::string& path, model_config& m
   e(r.check_known({"name", "workers", "max_workers", "centroids", "policy", "tau", "widen_single",
                    "seed", "worker_timeout_ms", "refit_interval_s", "sample_size", "min_sample",
                    "max_balance_ratio", "score_tolerance", "refit_batch_size", "kv_endpoints",
-                   "counts_endpoints"}));
+                   "counts_endpoints", "scrape_interval_ms", "kv_events"}));
   e(r.read("name", m.name));
   e(r.read("workers", m.workers));
   e(r.read("max_workers", m.max_workers));
@@ -278,6 +278,16 @@ status read_model(const toml::table& t, const std::string& path, model_config& m
   e(r.read("refit_batch_size", m.refit_batch_size));
   e(r.read("kv_endpoints", m.kv_endpoints));
   e(r.read("counts_endpoints", m.counts_endpoints));
+  e(r.read("scrape_interval_ms", m.scrape_interval_ms));
+  if (const toml::node* kv = t.get("kv_events")) {
+    if (!kv->is_table()) {
+      e(wrong_type(r.key_path("kv_events"), "a table", *kv));
+    } else {
+      const table_reader kr(*kv->as_table(), r.key_path("kv_events"));
+      e(kr.check_known({"bind"}));
+      e(kr.read("bind", m.kv_bind));
+    }
+  }
   return e.get();
 }
 
@@ -470,6 +480,17 @@ status validate_model(const model_config& m, const std::string& p) {
     e(status::invalid_argument(
         p + ".worker_timeout_ms: must be 0 (never) or >= " + std::to_string(min_worker_timeout_ms) +
         ", got " + std::to_string(m.worker_timeout_ms)));
+  if (m.scrape_interval_ms != 0 && m.scrape_interval_ms < min_scrape_interval_ms)
+    e(status::invalid_argument(p + ".scrape_interval_ms: must be 0 (automatic) or >= " +
+                               std::to_string(min_scrape_interval_ms) + ", got " +
+                               std::to_string(m.scrape_interval_ms)));
+  // A worker that only heartbeats through scrapes must be scraped at least twice per timeout,
+  // or one slow scrape would declare it dead.
+  if (m.scrape_interval_ms != 0 && m.worker_timeout_ms > 0 &&
+      m.scrape_interval_ms > m.worker_timeout_ms / 2)
+    e(status::invalid_argument(p + ".scrape_interval_ms: must be <= worker_timeout_ms / 2 (" +
+                               std::to_string(m.worker_timeout_ms / 2) + "), got " +
+                               std::to_string(m.scrape_interval_ms)));
   e(at_least(p + ".sample_size", m.sample_size, 1u));
   if (m.min_sample > m.sample_size)
     e(status::invalid_argument(p + ".min_sample: " + std::to_string(m.min_sample) +
@@ -482,6 +503,7 @@ status validate_model(const model_config& m, const std::string& p) {
   for (size_t i = 0; i < m.counts_endpoints.size(); ++i)
     e(check_endpoint(p + ".counts_endpoints[" + std::to_string(i) + "]", m.counts_endpoints[i],
                      false));
+  if (!m.kv_bind.empty()) e(check_endpoint(p + ".kv_events.bind", m.kv_bind, true));
   return e.get();
 }
 
@@ -509,7 +531,7 @@ status validate_publishers(const node_config& c) {
                                     std::to_string(c.replay_timeout_ms));
   size_t configured = 0;
   for (const auto& m : c.models)
-    configured += m.kv_endpoints.size() + m.counts_endpoints.size();
+    configured += m.kv_endpoints.size() + m.counts_endpoints.size() + (m.kv_bind.empty() ? 0 : 1);
   if (configured > c.max_publishers)
     return status::invalid_argument(
         "signature_cache.max_publishers: " + std::to_string(c.max_publishers) + " is below the " +
@@ -574,6 +596,12 @@ status validate_cluster(const node_config& c) {
 }
 
 }  // namespace
+
+uint32_t model_config::scrape_interval() const {
+  if (scrape_interval_ms != 0) return scrape_interval_ms;
+  if (worker_timeout_ms <= 0) return 200;
+  return static_cast<uint32_t>(std::clamp<int64_t>(worker_timeout_ms / 2, 10, 200));
+}
 
 bool node_config::has_role(std::string_view role) const {
   return std::find(roles.begin(), roles.end(), role) != roles.end();

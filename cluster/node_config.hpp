@@ -32,6 +32,11 @@ struct model_config {
   bool widen_single = true;
   uint64_t seed = 1;                 // rr/random/p2c
   int64_t worker_timeout_ms = 3000;  // a worker silent this long leaves the candidate set
+  // Workers that registered a metrics_url (vLLM's /metrics) are scraped this often; their scraped
+  // load is authoritative and each scrape is a heartbeat (docs/vllm.md). 0 = automatic:
+  // min(200, worker_timeout_ms / 2), see scrape_interval(). Else >= 10 and, when
+  // worker_timeout_ms > 0, <= worker_timeout_ms / 2 (a timeout must span two scrapes).
+  uint32_t scrape_interval_ms = 0;
   // Refit: every refit_interval_s (0 = only on `eldrctl refit`), on a reservoir of sample_size
   // live signatures, once at least min_sample have been seen.
   uint32_t refit_interval_s = 0;
@@ -42,6 +47,12 @@ struct model_config {
   uint32_t refit_batch_size = 16;
   std::vector<std::string> kv_endpoints;      // vLLM KV-event publishers to subscribe to
   std::vector<std::string> counts_endpoints;  // eldr counts publishers to subscribe to
+  // [models.kv_events] bind: an endpoint the node binds a SUB socket on, for vLLM KV-event
+  // publishers that connect (vLLM's endpoint "tcp://eldr-host:PORT"); "" = none.
+  std::string kv_bind;
+
+  // scrape_interval_ms, or its automatic value when 0.
+  uint32_t scrape_interval() const;
 };
 
 // [cluster]: several nodes as one control plane (docs/cluster.md). Off when `listen` is empty:
@@ -117,8 +128,9 @@ struct node_config {
 };
 
 // Lower bounds of the interval keys (docs/configuration.md says why).
-constexpr uint32_t min_commit_interval_ms = 5;  // signature_cache.commit_interval_ms
-constexpr int64_t min_worker_timeout_ms = 100;  // models[].worker_timeout_ms, unless 0 (never)
+constexpr uint32_t min_commit_interval_ms = 5;   // signature_cache.commit_interval_ms
+constexpr int64_t min_worker_timeout_ms = 100;   // models[].worker_timeout_ms, unless 0 (never)
+constexpr uint32_t min_scrape_interval_ms = 10;  // models[].scrape_interval_ms
 
 // The embedded default: one model "default" (K from registrations), all roles, loopback.
 node_config default_node_config();

@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "cluster/http_url.hpp"
 #include "cluster/wire_fields.hpp"
 #include "core/msgpack.hpp"
 
@@ -109,6 +110,21 @@ result<worker_message> decode_register(reader& r, const envelope& env,
         return {};
       }
       return read_u32(in, field(t, "capacity"), m.capacity);
+    }
+    if (key == "metrics_url") {
+      if (take_nil(in)) {
+        m.metrics_url.clear();
+        return {};
+      }
+      // The node connects to it: checked whole here, so nothing behind the edge parses a URL
+      // it has not seen validated.
+      if (status e = read_endpoint(in, field(t, "metrics_url"), limits.max_endpoint_bytes,
+                                   endpoint_use::opaque, m.metrics_url);
+          !e.ok())
+        return e;
+      if (auto u = parse_http_url(m.metrics_url); !u.ok())
+        return at(field(t, "metrics_url"), u.error());
+      return {};
     }
     known = false;
     return {};
@@ -291,13 +307,18 @@ std::vector<uint8_t> encode_worker_message(const worker_message& m) {
       [&](const auto& v) {
         using T = std::decay_t<decltype(v)>;
         if constexpr (std::is_same_v<T, worker_register>) {
-          write_head(w, 3, register_type, v.id, v.model);
+          const bool scraped = !v.metrics_url.empty();
+          write_head(w, scraped ? 4 : 3, register_type, v.id, v.model);
           w.write_str("worker");
           w.write_uint(v.worker);
           w.write_str("endpoint");
           w.write_str(v.endpoint);
           w.write_str("capacity");
           w.write_uint(v.capacity);
+          if (scraped) {
+            w.write_str("metrics_url");
+            w.write_str(v.metrics_url);
+          }
         } else if constexpr (std::is_same_v<T, load_report>) {
           write_head(w, 6, load_type, v.id, v.model);
           w.write_str("worker");

@@ -39,6 +39,10 @@ struct worker_register {
   uint32_t worker = 0;
   std::string endpoint;   // where prefill hands the KV cache over; non-empty
   uint32_t capacity = 0;  // max concurrent decode requests; 0 = unbounded
+  // The worker's Prometheus metrics URL (vLLM's /metrics), which the node scrapes for its
+  // authoritative load (docs/vllm.md); "" = none: the worker pushes load_reports instead. Decoded
+  // only when parse_http_url (cluster/http_url.hpp) accepts it.
+  std::string metrics_url;
 };
 
 // "load_report": the worker's own view of its load, which corrects the router's count.
@@ -100,8 +104,9 @@ std::string& worker_message_id(worker_message& m);
 const std::string& worker_message_id(const worker_message& m);
 
 // Encoders write version 1 with every field the struct holds (id only when non-empty, a
-// publisher's replay_endpoint only when non-empty). Preconditions (not checked): strings and arrays
-// within the limits the peer decodes with, model and endpoints non-empty, kv_usage within 0..1.
+// publisher's replay_endpoint and a registration's metrics_url only when non-empty). Preconditions
+// (not checked): strings and arrays within the limits the peer decodes with, model and endpoints
+// non-empty, kv_usage within 0..1.
 std::vector<uint8_t> encode_worker_message(const worker_message& m);
 std::vector<uint8_t> encode_worker_ack(const worker_ack& m);
 

@@ -435,7 +435,13 @@ class zmq_frontend::impl {
     s->set(zmq::sockopt::maxmsgsize, opt.max_publisher_message_bytes);
     s->set(zmq::sockopt::linger, 0);
     s->set(zmq::sockopt::subscribe, "");
-    s->connect(endpoint);
+    // "bind:ENDPOINT": publishers connect to the node (vLLM's connecting ZmqEventPublisher).
+    if (std::string_view(endpoint).substr(0, kv_bind_prefix.size()) == kv_bind_prefix) {
+      s->bind(endpoint.substr(kv_bind_prefix.size()));
+      spdlog::info("KV-event publishers may connect to {}", s->get(zmq::sockopt::last_endpoint));
+    } else {
+      s->connect(endpoint);
+    }
     return s;
   }
 

@@ -83,7 +83,10 @@ struct replay_message {
 };
 
 // A publisher to follow: a SUB socket to `endpoint` (all topics) and, when replay_endpoint is
-// set, a DEALER to it for the duration of each replay.
+// set, a DEALER to it for the duration of each replay. An endpoint written "bind:ENDPOINT" is
+// bound instead of connected to, for publishers that connect to the node (models[].kv_events.bind;
+// never taken from a client's registration).
+inline constexpr std::string_view kv_bind_prefix = "bind:";
 struct subscription_request {
   std::string endpoint;
   std::string replay_endpoint;  // "" = none

@@ -84,6 +84,8 @@ status load_view::register_worker(uint32_t worker, std::string endpoint, uint32_
   s.endpoint = std::move(endpoint);
   s.capacity = capacity;
   s.last_report_ms = now_ms;
+  s.registered_ms = now_ms;
+  s.has_scrape = false;
   s.has_seq = false;
   s.seq = 0;
   s.generation = next_generation_++;
@@ -204,6 +206,37 @@ status load_view::on_report(uint32_t worker, uint32_t in_flight, uint64_t seq, i
   return {};
 }
 
+status load_view::on_scrape(uint32_t worker, uint32_t in_flight, int64_t issued_ms,
+                            int64_t now_ms) {
+  if (worker >= k()) return bad_worker(worker, k());
+  slot& s = slots_[worker];
+  if (!s.registered) return unregistered(worker);
+  if (issued_ms < s.registered_ms) {
+    ++counters_.scrapes_stale;
+    return {};
+  }
+  s.last_report_ms = now_ms;
+  s.last_scrape_ms = now_ms;
+  s.has_scrape = true;
+  ++s.scrapes;
+  ++counters_.scrapes;
+  dirty_ = true;
+  // Newest routes are at the back (on_route appends in call order).
+  uint64_t since = in_flight;
+  for (auto it = routes_.rbegin(); it != routes_.rend() && it->routed_ms >= issued_ms; ++it)
+    if (it->worker == worker && it->generation == s.generation) ++since;
+  load_[worker] =
+      static_cast<uint32_t>(std::min<uint64_t>(since, std::numeric_limits<uint32_t>::max()));
+  return {};
+}
+
+status load_view::on_scrape_failed(uint32_t worker) {
+  if (worker >= k()) return bad_worker(worker, k());
+  ++slots_[worker].scrapes_failed;
+  ++counters_.scrapes_failed;
+  return {};
+}
+
 void load_view::expire_tracked(int64_t now_ms) {
   // Oldest first: on_route appends in call order, so the front is the oldest unless the owner's
   // clock went backwards, in which case expiry is delayed, never premature.
@@ -298,6 +331,9 @@ result<worker_snapshot> load_view::snapshot(uint32_t worker, int64_t now_ms) con
   out.reported_seq = s.seq;
   out.routed = s.routed;
   out.finished = s.finished;
+  out.last_scrape_age_ms = s.registered && s.has_scrape ? now_ms - s.last_scrape_ms : -1;
+  out.scrapes = s.scrapes;
+  out.scrapes_failed = s.scrapes_failed;
   return out;
 }
 

@@ -74,6 +74,9 @@ struct load_view_counters {
   uint64_t reports_stale = 0;     // load reports whose load was ignored: seq not newer than the
                                   // last applied, within seq_reorder_window (still a heartbeat)
   uint64_t seq_resets = 0;        // load reports applied as the start of a new seq sequence
+  uint64_t scrapes = 0;           // scraped loads applied (on_scrape)
+  uint64_t scrapes_stale = 0;     // scrapes issued before the worker's latest registration: ignored
+  uint64_t scrapes_failed = 0;    // failed scrapes noted (on_scrape_failed)
   uint64_t tracked_evicted = 0;   // tracked ids forgotten because max_tracked was reached
   uint64_t tracked_expired = 0;   // tracked ids forgotten because older than tracked_ttl_ms
 };
@@ -92,6 +95,10 @@ struct worker_snapshot {
   uint64_t reported_seq = 0;      // seq of the last applied report (valid if has_reported_seq)
   uint64_t routed = 0;            // requests routed to this slot since construction
   uint64_t finished = 0;          // finished events applied to this slot since construction
+  // now - the last applied scrape of the worker's metrics; -1 when none since registration.
+  int64_t last_scrape_age_ms = -1;
+  uint64_t scrapes = 0;         // scrapes applied to this slot since construction
+  uint64_t scrapes_failed = 0;  // failed scrapes of this slot since construction
 };
 
 class load_view {
@@ -161,6 +168,21 @@ class load_view {
   // registers before it reports).
   status on_report(uint32_t worker, uint32_t in_flight, uint64_t seq, int64_t now_ms);
 
+  // The worker's load as its engine reported it when scraped (vLLM's running + waiting, taken
+  // from its /metrics; docs/vllm.md): authoritative like a report, and a heartbeat. The scrape was
+  // issued at issued_ms and answered by now_ms; routes the engine cannot have seen when it
+  // answered are the ones made since the scrape was issued, so the load becomes
+  //   in_flight + (requests routed to this worker at or after issued_ms and still tracked),
+  // which may count a request the engine already held twice for one scrape interval, never
+  // forgets one. Seq is untouched (reports and scrapes may be mixed). A scrape issued before the
+  // worker's latest registration belongs to an earlier instance: ignored (counted in
+  // scrapes_stale; returns ok). Errors as on_report.
+  status on_scrape(uint32_t worker, uint32_t in_flight, int64_t issued_ms, int64_t now_ms);
+  // A scrape of the worker failed (unreachable, timeout, bad body): counted only. Liveness is not
+  // touched, so a worker whose scrapes keep failing goes dead report_timeout_ms after its last
+  // heartbeat, as a silent reporting worker does. Errors: worker >= k() (invalid_argument).
+  status on_scrape_failed(uint32_t worker);
+
   // Forgets tracked ids older than tracked_ttl_ms at now_ms. Called by on_route/on_finished; the
   // owner may also call it from a timer so that memory shrinks while no request arrives.
   void expire_tracked(int64_t now_ms);
@@ -202,6 +224,11 @@ class load_view {
     std::string endpoint;
     uint32_t capacity = 0;
     int64_t last_report_ms = 0;
+    int64_t registered_ms = 0;
+    int64_t last_scrape_ms = 0;
+    bool has_scrape = false;
+    uint64_t scrapes = 0;
+    uint64_t scrapes_failed = 0;
     bool has_seq = false;
     uint64_t seq = 0;
     uint64_t routed = 0;

@@ -417,6 +417,38 @@ def checked_endpoint(field, value, zmq_connect):
     return value
 
 
+def checked_metrics_url(value, field="worker_register.metrics_url"):
+    """value as the node accepts it for worker_register.metrics_url (docs/protocol.md section 4,
+    cluster/http_url.hpp), else ValueError naming the field: an endpoint (checked_endpoint) that
+    is http://HOST[:PORT][/PATH] -- HOST a DNS name, an IPv4 address or a bracketed IPv6 address,
+    PORT 1..65535 -- without https, user info or a fragment."""
+    value = checked_endpoint(field, value, False)
+    bad = ValueError("%s: %r is not http://HOST[:PORT][/PATH] without user info or fragment "
+                     "(the node scrapes over http only)" % (field, value))
+    if not value.startswith("http://") or "#" in value:
+        raise bad
+    authority = value[len("http://"):].split("/", 1)[0]
+    if not authority or "@" in authority:
+        raise bad
+    if authority.startswith("["):
+        host, close, rest = authority[1:].partition("]")
+        if not close:
+            raise bad
+        if not host or any(c not in "0123456789abcdefABCDEF:." for c in host):
+            raise bad
+        if rest and not rest.startswith(":"):
+            raise bad
+        port = rest[1:] if rest else None
+    else:
+        host, colon, port = authority.partition(":")
+        if not host or any(not (c.isascii() and (c.isalnum() or c in "-._")) for c in host):
+            raise bad
+        port = port if colon else None
+    if port is not None and not (port.isdigit() and 1 <= int(port) <= 65535):
+        raise bad
+    return value
+
+
 def error_from(reply):
     """The EldrError an error_reply (or a failed admin_reply) stands for."""
     if reply.get("type") == "admin_reply":
@@ -758,12 +790,16 @@ class WorkerClient(_Client):
             raise error_from(reply)
         return reply
 
-    def register(self, model, worker, endpoint, capacity=0):
-        """Announces decode worker `worker` (its index in the model's pool) and its KV endpoint."""
-        return self._worker_call("worker_register", {
-            "model": str(model), "worker": int(worker),
-            "endpoint": checked_endpoint("worker_register.endpoint", endpoint, False),
-            "capacity": int(capacity)})
+    def register(self, model, worker, endpoint, capacity=0, metrics_url=None):
+        """Announces decode worker `worker` (its index in the model's pool) and its KV endpoint;
+        metrics_url (vLLM's /metrics, http://) makes the node scrape the worker's load instead of
+        waiting for report_load (docs/vllm.md, "Load from vLLM's /metrics")."""
+        fields = {"model": str(model), "worker": int(worker),
+                  "endpoint": checked_endpoint("worker_register.endpoint", endpoint, False),
+                  "capacity": int(capacity)}
+        if metrics_url is not None:
+            fields["metrics_url"] = checked_metrics_url(metrics_url)
+        return self._worker_call("worker_register", fields)
 
     def report_load(self, model, worker, in_flight, running=0, waiting=0, kv_usage=0.0, seq=None):
         """The worker's own load. The node ignores a report older than one it applied, so seq

@@ -61,8 +61,8 @@ import zmq
 import zmq.asyncio
 
 from eldr_client import (PROTOCOL_VERSION, EldrError, ProtocolError, RouteReplySurfacing,
-                         _curve_keys, checked_endpoint, connect_dealers, decode, encode, error_from,
-                         route_request)
+                         _curve_keys, checked_endpoint, checked_metrics_url, connect_dealers,
+                         decode, encode, error_from, route_request)
 
 __all__ = ["AsyncRouteClient", "AsyncWorkerClient", "AsyncAdminClient", "EldrError",
            "ProtocolError", "PROTOCOL_VERSION"]
@@ -260,18 +260,9 @@ class AsyncRouteClient(RouteReplySurfacing, _AsyncClient):
 
 
 def _metrics_url(value):
-    """value as sent in worker_register.metrics_url: an http:// URL the node fetches itself
-    (no https, user info or fragment), with the rules of an endpoint (printable ASCII without
-    whitespace or quotes, 1..256 bytes). The node checks it whole (the i13-scrape work adds
-    eldr_client.checked_metrics_url, which this should call once both are merged)."""
-    field = "worker_register.metrics_url"
-    value = checked_endpoint(field, value, False)
-    if not value.startswith("http://") or len(value) == len("http://"):
-        raise ValueError("%s: %r is not http://HOST[:PORT][/PATH] (the node scrapes over http "
-                         "only)" % (field, value))
-    if "#" in value or "@" in value[7:].split("/", 1)[0]:
-        raise ValueError("%s: %r has a fragment or user info" % (field, value))
-    return value
+    """value as sent in worker_register.metrics_url: an http:// URL the node fetches itself,
+    checked as the node checks it (eldr_client.checked_metrics_url)."""
+    return checked_metrics_url(value)
 
 
 class AsyncWorkerClient(_AsyncClient):

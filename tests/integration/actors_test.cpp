@@ -132,7 +132,7 @@ class ActorsTest : public ::testing::Test {
   }
   void register_all() {
     for (uint32_t w = 0; w < 4; ++w)
-      worker(worker_register{"", "toy", w, "tcp://w" + std::to_string(w), 0});
+      worker(worker_register{"", "toy", w, "tcp://w" + std::to_string(w), 0, ""});
     sched_.run();
     sink_.take();
   }
@@ -269,7 +269,7 @@ TEST_F(ActorsTest, UnknownModelsAndCommandsAreAnswered) {
   r.model = "other";
   route(r);
   admin("frobnicate", nlohmann::json::object());
-  worker(worker_register{"", "other", 0, "tcp://x", 0});
+  worker(worker_register{"", "other", 0, "tcp://x", 0, ""});
   sched_.run();
   int errors = 0;
   for (auto& [to, bytes] : sink_.take()) {

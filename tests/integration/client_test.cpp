@@ -296,7 +296,7 @@ TEST(Client, WorkerCallsAndPipelining) {
   auto c = worker_client::connect(node.endpoint());
   ASSERT_TRUE(c.ok()) << c.error().to_string();
 
-  auto a = (*c)->call(worker_register{"reg-1", "m", 2, "tcp://10.0.0.2:5600", 8});
+  auto a = (*c)->call(worker_register{"reg-1", "m", 2, "tcp://10.0.0.2:5600", 8, ""});
   ASSERT_TRUE(a.ok()) << a.error().to_string();
   ASSERT_TRUE(std::holds_alternative<worker_ack>(*a));
   EXPECT_EQ(std::get<worker_ack>(*a), (worker_ack{"reg-1", "active", 4}));
@@ -306,7 +306,7 @@ TEST(Client, WorkerCallsAndPipelining) {
   EXPECT_EQ(std::get<worker_ack>(*d).state, "draining");
   EXPECT_FALSE(std::get<worker_ack>(*d).id.empty());
 
-  auto e = (*c)->call(worker_register{"reg-2", "other", 2, "tcp://10.0.0.2:5600", 8});
+  auto e = (*c)->call(worker_register{"reg-2", "other", 2, "tcp://10.0.0.2:5600", 8, ""});
   ASSERT_TRUE(e.ok()) << e.error().to_string();
   ASSERT_TRUE(std::holds_alternative<error_reply>(*e));
   EXPECT_EQ(std::get<error_reply>(*e).code, route_error_code::unknown_model);

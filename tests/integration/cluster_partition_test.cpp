@@ -181,8 +181,8 @@ TEST_F(ClusterPartitionTest, ACutNodeIsMarkedDeadTheMajorityRoutesAndTheHealedNo
     auto w = worker_client::connect(worker("n1"));
     ASSERT_TRUE(w.ok());
     for (uint32_t k = 0; k < 4; ++k) {
-      auto r =
-          (*w)->call(worker_register{"", "m", k, "tcp://10.9.0." + std::to_string(k) + ":1", 0});
+      auto r = (*w)->call(
+          worker_register{"", "m", k, "tcp://10.9.0." + std::to_string(k) + ":1", 0, ""});
       ASSERT_TRUE(r.ok()) << r.error().to_string();
       ASSERT_TRUE(std::holds_alternative<worker_ack>(*r));
     }

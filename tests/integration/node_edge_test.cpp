@@ -41,7 +41,7 @@ class NodeEdgeTest : public ::testing::Test {
     worker_ = std::move(*w);
     for (uint32_t k = 0; k < 4; ++k) {
       auto reg =
-          worker_->call(worker_register{"", "toy", k, "tcp://10.0.0." + std::to_string(k), 0});
+          worker_->call(worker_register{"", "toy", k, "tcp://10.0.0." + std::to_string(k), 0, ""});
       ASSERT_TRUE(reg.ok() && std::holds_alternative<worker_ack>(*reg));
     }
   }
@@ -197,10 +197,10 @@ TEST_F(NodeEdgeTest, ClientStringsAreCheckedWhereTheyArrive) {
     EXPECT_EQ(e->code, route_error_code::malformed);
     return e->message;
   };
-  EXPECT_EQ(refused(worker_register{"", "toy", 2, "tcp://x\"\nINJECTED 1", 0}),
+  EXPECT_EQ(refused(worker_register{"", "toy", 2, "tcp://x\"\nINJECTED 1", 0, ""}),
             "worker_register.endpoint: contains byte 7 (0x22); an endpoint is printable ASCII "
             "without whitespace, quotes or backslashes");
-  EXPECT_EQ(refused(worker_register{"", "toy", 2, "tcp://\xff\xfe", 0}),
+  EXPECT_EQ(refused(worker_register{"", "toy", 2, "tcp://\xff\xfe", 0, ""}),
             "worker_register.endpoint: not valid UTF-8 at byte 6 (0xff)");
   EXPECT_EQ(refused(publisher_register{"", "toy", "tcp://h:1\"} 1\nx{a=\"", ""}),
             "publisher_register.endpoint: contains byte 9 (0x22); an endpoint is printable ASCII "

@@ -102,7 +102,7 @@ class NodeStoreFaults : public ::testing::Test {
     worker_ = std::move(*w);
     for (uint32_t k = 0; k < 4; ++k) {
       auto reg = worker_->call(
-          worker_register{"", "toy", k, "tcp://10.0.0." + std::to_string(k) + ":9", 0});
+          worker_register{"", "toy", k, "tcp://10.0.0." + std::to_string(k) + ":9", 0, ""});
       ASSERT_TRUE(reg.ok()) << reg.error().to_string();
     }
   }

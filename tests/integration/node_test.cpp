@@ -103,7 +103,7 @@ class NodeTest : public ::testing::Test {
   void register_workers(uint32_t k = toy_k) {
     for (uint32_t w = 0; w < k; ++w) {
       auto r = worker_->call(
-          worker_register{"", "toy", w, "tcp://10.0.0." + std::to_string(w) + ":9", 0});
+          worker_register{"", "toy", w, "tcp://10.0.0." + std::to_string(w) + ":9", 0, ""});
       ASSERT_TRUE(r.ok()) << r.error().to_string();
       ASSERT_TRUE(std::holds_alternative<worker_ack>(*r));
       EXPECT_EQ(std::get<worker_ack>(*r).state, "active");
@@ -685,9 +685,9 @@ TEST_F(NodeTest, ModelsHaveTheirOwnPoolsSetsAndEpochs) {
   EXPECT_EQ(std::get<error_reply>(*r).code, route_error_code::no_eligible_worker);
   for (uint32_t w = 0; w < 2; ++w)
     ASSERT_TRUE(
-        worker_->call(worker_register{"", "other", w, "tcp://o" + std::to_string(w), 0}).ok());
+        worker_->call(worker_register{"", "other", w, "tcp://o" + std::to_string(w), 0, ""}).ok());
   // A worker index outside other's pool of 2 is refused; toy's pool of 4 is not other's.
-  auto outside = worker_->call(worker_register{"", "other", 3, "tcp://o3", 0});
+  auto outside = worker_->call(worker_register{"", "other", 3, "tcp://o3", 0, ""});
   ASSERT_TRUE(outside.ok());
   EXPECT_TRUE(std::holds_alternative<error_reply>(*outside));
   const auto o = must_route(req);

@@ -94,7 +94,7 @@ class NodeValidationTest : public ::testing::Test {
   void register_workers() {
     for (uint32_t w = 0; w < toy_k; ++w) {
       auto r = worker_->call(
-          worker_register{"", "toy", w, "tcp://10.0.0." + std::to_string(w) + ":9", 0});
+          worker_register{"", "toy", w, "tcp://10.0.0." + std::to_string(w) + ":9", 0, ""});
       ASSERT_TRUE(r.ok()) << r.error().to_string();
       ASSERT_TRUE(std::holds_alternative<worker_ack>(*r));
     }
@@ -267,7 +267,7 @@ TEST_F(NodeValidationTest, ReadyzWithAPolicyThatNeedsNoSetWaitsForOneWorkerOnly)
   start("[[models]]\nname = \"toy\"\nworkers = 4\npolicy = \"jsq\"\nworker_timeout_ms = 600000\n");
   const uint16_t port = port_of(node_->metrics());
   ASSERT_EQ(http_get(port, "/readyz").first, 503);
-  auto r = worker_->call(worker_register{"", "toy", 2, "tcp://10.0.0.2:9", 0});
+  auto r = worker_->call(worker_register{"", "toy", 2, "tcp://10.0.0.2:9", 0, ""});
   ASSERT_TRUE(r.ok());
   const auto ready = readyz_until(port, 200);
   EXPECT_EQ(ready.first, 200) << ready.second;

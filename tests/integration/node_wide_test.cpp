@@ -95,7 +95,7 @@ class NodeWide : public ::testing::Test {
     worker_ = std::move(*w);
     for (uint32_t k = 0; k < wide_k; ++k) {
       auto reg = worker_->call(
-          worker_register{"", "wide", k, "tcp://10.2.0." + std::to_string(k) + ":9", 0});
+          worker_register{"", "wide", k, "tcp://10.2.0." + std::to_string(k) + ":9", 0, ""});
       ASSERT_TRUE(reg.ok()) << reg.error().to_string();
     }
   }

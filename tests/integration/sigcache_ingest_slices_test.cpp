@@ -124,7 +124,7 @@ class SigcacheIngestSlices : public ::testing::Test {
     for (uint32_t w = 0; w < 2; ++w) {
       auto job = std::make_shared<const worker_job>(
           worker_job{{frontend_channel::worker, "decode", false},
-                     worker_register{"", "toy", w, "tcp://w" + std::to_string(w), 0}});
+                     worker_register{"", "toy", w, "tcp://w" + std::to_string(w), 0, ""}});
       caf::anon_send(monitor_, worker_atom::value, worker_job_ptr(job));
     }
     sched_.run();

@@ -84,22 +84,22 @@ std::string worker_error(const worker_message& m) {
 TEST(EdgeValidation, WorkerEndpointsArePrintableAsciiWithoutQuotesOrSpaces) {
   for (const std::string ok : {"tcp://10.0.0.3:5600", "10.0.0.3:5600", "http://decode-3:8000/kv",
                                "tcp://[::1]:5600", "ipc:///run/kv.sock"})
-    EXPECT_TRUE(decode_worker(worker_register{"", "m", 1, ok, 0}).ok()) << ok;
-  EXPECT_EQ(worker_error(worker_register{"", "m", 1, "tcp://a\"b", 0}),
+    EXPECT_TRUE(decode_worker(worker_register{"", "m", 1, ok, 0, ""}).ok()) << ok;
+  EXPECT_EQ(worker_error(worker_register{"", "m", 1, "tcp://a\"b", 0, ""}),
             "worker_register.endpoint: contains byte 7 (0x22); an endpoint is printable ASCII "
             "without whitespace, quotes or backslashes");
-  EXPECT_EQ(worker_error(worker_register{"", "m", 1, "tcp://a:1\nx 1", 0}),
+  EXPECT_EQ(worker_error(worker_register{"", "m", 1, "tcp://a:1\nx 1", 0, ""}),
             "worker_register.endpoint: contains byte 9 (0x0a); an endpoint is printable ASCII "
             "without whitespace, quotes or backslashes");
-  EXPECT_EQ(worker_error(worker_register{"", "m", 1, "tcp://" + not_utf8, 0}),
+  EXPECT_EQ(worker_error(worker_register{"", "m", 1, "tcp://" + not_utf8, 0, ""}),
             "worker_register.endpoint: not valid UTF-8 at byte 9 (0xff)");
   // Valid UTF-8, but not ASCII: an endpoint names a host, a port, a path.
-  EXPECT_EQ(worker_error(worker_register{"", "m", 1, "tcp://h\xc3\xa9:1", 0}),
+  EXPECT_EQ(worker_error(worker_register{"", "m", 1, "tcp://h\xc3\xa9:1", 0, ""}),
             "worker_register.endpoint: contains byte 7 (0xc3); an endpoint is printable ASCII "
             "without whitespace, quotes or backslashes");
   for (const std::string& bad :
        std::vector<std::string>{"a b", "a\tb", "a'b", "a`b", "a\\b", std::string("a\0b", 3)})
-    EXPECT_FALSE(decode_worker(worker_register{"", "m", 1, bad, 0}).ok()) << bad;
+    EXPECT_FALSE(decode_worker(worker_register{"", "m", 1, bad, 0, ""}).ok()) << bad;
 }
 
 TEST(EdgeValidation, PublisherEndpointsAreTcpOrIpcOnly) {

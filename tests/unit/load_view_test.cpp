@@ -469,5 +469,75 @@ TEST(LoadView, FeedsRoutingPolicies) {
   EXPECT_EQ(d->worker, 2u);  // 0 is busier, 1 is drained
 }
 
+// A scrape of the worker's engine (vLLM's running + waiting) sets the load like a report, and the
+// router's routes since the scrape was issued are added on top.
+TEST(LoadView, ScrapeSetsTheBaseAndAddsRoutesSinceIssued) {
+  load_view v = registered_pool(2);
+  ASSERT_TRUE(v.on_route("a", 0, 10).ok());
+  ASSERT_TRUE(v.on_route("b", 0, 20).ok());
+  ASSERT_TRUE(v.on_route("c", 1, 25).ok());
+  ASSERT_TRUE(v.on_route("d", 0, 30).ok());
+  // Issued at 20: "b" and "d" (routed at 20 and 30) may be unseen by the engine; "a" was seen.
+  ASSERT_TRUE(v.on_scrape(0, 7, 20, 40).ok());
+  EXPECT_EQ(loads(v), (std::vector<uint32_t>{9, 1}));
+  EXPECT_EQ(v.counters().scrapes, 1u);
+  // A finished route counted on top is released as usual.
+  EXPECT_TRUE(v.on_finished("d", 41));
+  EXPECT_EQ(loads(v)[0], 8u);
+  // A later scrape replaces the base whole: nothing since it was issued.
+  ASSERT_TRUE(v.on_scrape(0, 2, 50, 55).ok());
+  EXPECT_EQ(loads(v)[0], 2u);
+  auto snap = v.snapshot(0, 60);
+  ASSERT_TRUE(snap.ok());
+  EXPECT_EQ(snap->last_scrape_age_ms, 5);
+  EXPECT_EQ(snap->scrapes, 2u);
+  EXPECT_EQ(v.snapshot(1, 60)->last_scrape_age_ms, -1);
+}
+
+TEST(LoadView, ScrapeIsAHeartbeatAndFailuresLetTheWorkerDie) {
+  load_view_options o;
+  o.report_timeout_ms = 100;
+  load_view v = registered_pool(2, o);
+  ASSERT_TRUE(v.on_scrape(0, 0, 90, 100).ok());
+  EXPECT_EQ(mask(v, 100), (std::vector<uint8_t>{1, 1}));
+  // Worker 1 heard nothing since registration at 0; worker 0's last scrape was at 100.
+  EXPECT_EQ(mask(v, 150), (std::vector<uint8_t>{1, 0}));
+  // Failed scrapes are counted, never a heartbeat: worker 0 dies 100 ms after its last success.
+  ASSERT_TRUE(v.on_scrape_failed(0).ok());
+  ASSERT_TRUE(v.on_scrape_failed(0).ok());
+  EXPECT_EQ(v.state(0, 200), worker_state::active);
+  EXPECT_EQ(v.state(0, 201), worker_state::dead);
+  EXPECT_EQ(v.counters().scrapes_failed, 2u);
+  EXPECT_EQ(v.snapshot(0, 201)->scrapes_failed, 2u);
+  // The next good scrape revives it.
+  ASSERT_TRUE(v.on_scrape(0, 1, 300, 305).ok());
+  EXPECT_EQ(v.state(0, 305), worker_state::active);
+  EXPECT_FALSE(v.on_scrape_failed(2).ok());
+}
+
+TEST(LoadView, ScrapeOfAnEarlierInstanceIsIgnored) {
+  load_view v = registered_pool(1);
+  ASSERT_TRUE(v.register_worker(0, "w0", 0, 50).ok());  // restarted at 50
+  ASSERT_TRUE(v.on_route("x", 0, 60).ok());
+  ASSERT_TRUE(v.on_scrape(0, 40, 45, 70).ok());  // issued before the restart
+  EXPECT_EQ(loads(v)[0], 1u);
+  EXPECT_EQ(v.counters().scrapes_stale, 1u);
+  EXPECT_EQ(v.counters().scrapes, 0u);
+  // Errors as on_report.
+  EXPECT_FALSE(v.on_scrape(1, 0, 0, 0).ok());
+  ASSERT_TRUE(v.unregister_worker(0).ok());
+  EXPECT_EQ(v.on_scrape(0, 0, 80, 80).code(), status_code::failed_precondition);
+}
+
+TEST(LoadView, ScrapesAndReportsMix) {
+  load_view v = registered_pool(1);
+  ASSERT_TRUE(v.on_report(0, 5, 1, 10).ok());
+  ASSERT_TRUE(v.on_scrape(0, 3, 15, 20).ok());
+  EXPECT_EQ(loads(v)[0], 3u);
+  ASSERT_TRUE(v.on_report(0, 4, 2, 30).ok());  // seq history untouched by the scrape
+  EXPECT_EQ(loads(v)[0], 4u);
+  EXPECT_EQ(v.counters().reports, 2u);
+}
+
 }  // namespace
 }  // namespace eldr

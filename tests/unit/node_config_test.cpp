@@ -521,6 +521,50 @@ TEST(NodeConfig, IntervalKeysHaveAMinimumNamedInTheError) {
             "eldr.toml: cluster.load_sync_ms: must be >= 1, got 0");
 }
 
+TEST(NodeConfig, ScrapeIntervalIsBoundedByTheWorkerTimeout) {
+  auto c = parse_node_config(one_model(), origin);
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  EXPECT_EQ(c->models[0].scrape_interval_ms, 0u);   // automatic
+  EXPECT_EQ(c->models[0].scrape_interval(), 200u);  // worker_timeout_ms 3000
+  auto fast = parse_node_config(one_model("worker_timeout_ms = 100\n"), origin);
+  ASSERT_TRUE(fast.ok());
+  EXPECT_EQ(fast->models[0].scrape_interval(), 50u);
+  auto never =
+      parse_node_config(one_model("worker_timeout_ms = 0\nscrape_interval_ms = 5000\n"), origin);
+  ASSERT_TRUE(never.ok()) << never.error().to_string();
+  EXPECT_EQ(never->models[0].scrape_interval(), 5000u);
+  auto set =
+      parse_node_config(one_model("worker_timeout_ms = 1000\nscrape_interval_ms = 500\n"), origin);
+  ASSERT_TRUE(set.ok()) << set.error().to_string();
+  EXPECT_EQ(set->models[0].scrape_interval(), 500u);
+  EXPECT_EQ(error_of(one_model("scrape_interval_ms = 9\n")),
+            "eldr.toml: models[0].scrape_interval_ms: must be 0 (automatic) or >= 10, got 9");
+  EXPECT_EQ(error_of(one_model("worker_timeout_ms = 1000\nscrape_interval_ms = 501\n")),
+            "eldr.toml: models[0].scrape_interval_ms: must be <= worker_timeout_ms / 2 (500), "
+            "got 501");
+  EXPECT_EQ(error_of(one_model("scrape_interval_ms = -1\n")).find("models[0].scrape_interval_ms"),
+            std::string("eldr.toml: ").size());
+}
+
+TEST(NodeConfig, KvEventsBindIsABindEndpoint) {
+  auto c = parse_node_config(one_model("kv_events.bind = \"tcp://*:5557\"\n"), origin);
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  EXPECT_EQ(c->models[0].kv_bind, "tcp://*:5557");
+  auto table =
+      parse_node_config(one_model("[models.kv_events]\nbind = \"tcp://127.0.0.1:0\"\n"), origin);
+  ASSERT_TRUE(table.ok()) << table.error().to_string();
+  EXPECT_EQ(table->models[0].kv_bind, "tcp://127.0.0.1:0");
+  EXPECT_EQ(parse_node_config(one_model(), origin)->models[0].kv_bind, "");
+  EXPECT_NE(
+      error_of(one_model("kv_events.bind = \"udp://*:1\"\n")).find("models[0].kv_events.bind"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of(one_model("kv_events.bnd = \"tcp://*:1\"\n"))
+          .find("models[0].kv_events.bnd: unknown key (did you mean models[0].kv_events.bind?)"),
+      std::string::npos);
+  EXPECT_NE(error_of(one_model("kv_events = 1\n")).find("models[0].kv_events"), std::string::npos);
+}
+
 // check_node_files: what --check-config and start-up find wrong in the files a config names.
 class NodeFilesTest : public ::testing::Test {
  protected:

@@ -31,5 +31,24 @@ TEST(NodeMetrics, ShardRequestsAreCountedByWhereTheShardIs) {
       << text;
 }
 
+TEST(NodeMetrics, WorkerScrapesAreCountedByResultWithTheLastGoodValues) {
+  node_metrics m;
+  m.worker_scraped("q", 3, true, 12, 0.5f);
+  m.worker_scraped("q", 3, true, 7, 0.25f);
+  m.worker_scraped("q", 3, false, 0, 0.0f);
+  const std::string text = "\n" + m.render();
+  EXPECT_TRUE(has_line(text, "eldr_worker_scrapes_total{model=\"q\",result=\"ok\",worker=\"3\"} 2"))
+      << text;
+  EXPECT_TRUE(
+      has_line(text, "eldr_worker_scrapes_total{model=\"q\",result=\"failed\",worker=\"3\"} 1"))
+      << text;
+  // A failed scrape leaves the last good values.
+  EXPECT_TRUE(has_line(text, "eldr_worker_scraped_load{model=\"q\",worker=\"3\"} 7")) << text;
+  EXPECT_TRUE(has_line(text, "eldr_worker_kv_cache_usage{model=\"q\",worker=\"3\"} 0.25")) << text;
+  m.worker_scrape_age("q", 3, 0.25);
+  EXPECT_TRUE(
+      has_line("\n" + m.render(), "eldr_worker_scrape_age_seconds{model=\"q\",worker=\"3\"} 0.25"));
+}
+
 }  // namespace
 }  // namespace eldr

@@ -14,7 +14,7 @@ namespace eldr {
 namespace {
 
 worker_register sample_register() {
-  return {"m-1", "qwen3-30b-a3b", 3, "tcp://10.0.0.3:5600", 64};
+  return {"m-1", "qwen3-30b-a3b", 3, "tcp://10.0.0.3:5600", 64, ""};
 }
 load_report sample_load() {
   load_report m;
@@ -374,6 +374,50 @@ TEST(WorkerProtocol, TruncationAtEveryOffsetIsAnError) {
       EXPECT_FALSE(decode_worker_ack(cut, {}).ok()) << n;
     }
   }
+}
+
+TEST(WorkerProtocol, RegisterCarriesAValidatedMetricsUrl) {
+  worker_register m = sample_register();
+  m.metrics_url = "http://10.0.0.3:8000/metrics";
+  auto back = decode(encode_worker_message(m));
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(std::get<worker_register>(*back).metrics_url, "http://10.0.0.3:8000/metrics");
+  // Absent (the encoder leaves an empty one out) or nil: none.
+  auto plain = decode(encode_worker_message(sample_register()));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(std::get<worker_register>(*plain).metrics_url, "");
+
+  auto with_url = [](auto write_value) {
+    std::vector<uint8_t> out;
+    msgpack::writer w(out);
+    envelope(w, 4, "worker_register");
+    w.write_str("endpoint");
+    w.write_str("tcp://h:1");
+    w.write_str("worker");
+    w.write_uint(0);
+    w.write_str("model");
+    w.write_str("m");
+    w.write_str("metrics_url");
+    write_value(w);
+    return out;
+  };
+  auto nil = decode(with_url([](msgpack::writer& w) { w.write_nil(); }));
+  ASSERT_TRUE(nil.ok()) << nil.error().to_string();
+  EXPECT_EQ(std::get<worker_register>(*nil).metrics_url, "");
+
+  for (const char* bad : {"https://h:1/metrics", "tcp://h:1", "http://u@h/", "http://h:0/",
+                          "http://h/#x", "", "http://h/\"quoted\""}) {
+    auto r = decode(with_url([&](msgpack::writer& w) { w.write_str(bad); }));
+    ASSERT_FALSE(r.ok()) << bad;
+    expect_error(r.error(), status_code::invalid_argument, "worker_register.metrics_url");
+  }
+  auto number = decode(with_url([](msgpack::writer& w) { w.write_uint(8000); }));
+  ASSERT_FALSE(number.ok());
+  expect_error(number.error(), status_code::invalid_argument, "worker_register.metrics_url");
+  auto long_url = decode(
+      with_url([](msgpack::writer& w) { w.write_str("http://h/" + std::string(300, 'a')); }));
+  ASSERT_FALSE(long_url.ok());
+  expect_error(long_url.error(), status_code::out_of_range, "worker_register.metrics_url");
 }
 
 }  // namespace

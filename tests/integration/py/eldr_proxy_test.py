@@ -213,6 +213,15 @@ async def scenario(args, tmp):
             rows = await wait_until(registered, "the proxy to register 4 decode instances")
             for r in rows:
                 check(r["endpoint"] == dec_urls[r["worker"]], "registration: %r" % r)
+            # The node takes the instances' load from their /metrics (the fake serves vLLM's):
+            # every instance is scraped, without failures.
+            async def scraped():
+                rows = await admin.call("workers", model=MODEL)
+                return all(r.get("scrapes", 0) >= 1 for r in rows) and rows
+            rows = await wait_until(scraped, "the node to scrape the 4 decode instances")
+            for r in rows:
+                check(r["metrics_url"] == dec_urls[r["worker"]] + "/metrics", "metrics_url %r" % r)
+                check(r["scrapes_failed"] == 0 and r["scrape_error"] == "", "scrape failed: %r" % r)
             await test_requests(session, admin, tap, purl, trace, dec_urls, decodes)
             print("PASS requests land where eldr decided, with the trace's counts", flush=True)
             await test_disconnect(session, admin, purl, trace, decodes)

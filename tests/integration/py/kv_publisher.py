@@ -64,15 +64,19 @@ def encode_event(e, form, hash_form):
 
 
 class publisher:
-    def __init__(self, replay_shape, topic):
+    def __init__(self, replay_shape, topic, connect=None):
         self.ctx = zmq.Context()
         self.topic = topic.encode()
         self.replay_shape = replay_shape
         self.pub = self.ctx.socket(zmq.XPUB)
         self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
         self.pub.setsockopt(zmq.SNDHWM, 100000)
-        port = self.pub.bind_to_random_port("tcp://127.0.0.1")
-        self.pub_endpoint = "tcp://127.0.0.1:%d" % port
+        if connect:  # as vLLM's publisher with a "tcp://host:port" endpoint: to a bound SUB
+            self.pub.connect(connect)
+            self.pub_endpoint = connect
+        else:
+            port = self.pub.bind_to_random_port("tcp://127.0.0.1")
+            self.pub_endpoint = "tcp://127.0.0.1:%d" % port
         self.counts = self.ctx.socket(zmq.XPUB)
         self.counts.setsockopt(zmq.XPUB_VERBOSE, 1)
         port = self.counts.bind_to_random_port("tcp://127.0.0.1")
@@ -160,10 +164,19 @@ class publisher:
 
 
 def main():
-    shape = "new"
-    if len(sys.argv) > 1:
-        shape = sys.argv[1]
-    p = publisher(shape, topic="kv")
+    """kv_publisher.py [SHAPE] [--connect ENDPOINT] [--topic TOPIC]: the live socket connects to
+    ENDPOINT (a node's models[].kv_events.bind) instead of binding, with frames under TOPIC."""
+    args = sys.argv[1:]
+    shape, topic, connect = "new", "kv", None
+    while args:
+        a = args.pop(0)
+        if a == "--connect":
+            connect = args.pop(0)
+        elif a == "--topic":
+            topic = args.pop(0)
+        else:
+            shape = a
+    p = publisher(shape, topic=topic, connect=connect)
     print(json.dumps({"pub": p.pub_endpoint, "replay": p.replay_endpoint,
                       "counts": p.counts_endpoint}), flush=True)
     for line in sys.stdin:

@@ -201,5 +201,5 @@ def node_toml(data_dir, centroids):
             "admin = \"tcp://127.0.0.1:0\"\nmetrics = \"127.0.0.1:0\"\n"
             "[runtime]\nlog_level = \"warn\"\n"
             "[[models]]\nname = \"%s\"\nworkers = %d\nwiden_single = false\n"
-            "worker_timeout_ms = 600000\ncentroids = \"%s\"\npolicy = \"%s\"\n"
+            "centroids = \"%s\"\npolicy = \"%s\"\n"
             % (data_dir, MODEL, K, centroids, POLICY))

@@ -486,6 +486,17 @@ def test_strings_checked_at_the_edge():
                 raise AssertionError("sent: " + start)
         c.register("m", 1, "10.0.0.1:5600")  # no scheme: opaque to the node, accepted
         eq(node.next()[0]["endpoint"], "10.0.0.1:5600", "schemeless worker endpoint")
+        # metrics_url: checked as the node checks it (cluster/http_url.hpp), sent only when given.
+        for bad in ("https://h/metrics", "http://u@h/", "http://h:0/", "http://h/#x",
+                    "http://[::1/", "http://a;b/", "tcp://h:1"):
+            try:
+                c.register("m", 1, "10.0.0.1:5600", metrics_url=bad)
+            except ValueError as e:
+                check(str(e).startswith("worker_register.metrics_url: "), str(e))
+            else:
+                raise AssertionError("metrics_url sent: " + bad)
+        c.register("m", 1, "10.0.0.1:5600", metrics_url="http://[::1]:8000/metrics")
+        eq(node.next()[0]["metrics_url"], "http://[::1]:8000/metrics", "metrics_url sent")
         c.close()
     with FakeNode(bad_endpoint_reply) as node:
         c = ec.RouteClient(node.endpoint, timeout_ms=5000)
