@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -227,8 +228,21 @@ result<built_policy> build_policy(const model_state& m, const std::string& name,
                                   const centroid_set_ptr& set, uint32_t k) {
   const auto& cfg = *m.cfg;
   if (auto s = check_tau(tau); !s.ok()) return s;
-  if (name == "domain")
-    return status::invalid_argument("policy 'domain' needs calibration labels; not servable");
+  // The node serves every policy but 'domain', which needs a trace's calibration labels
+  // (eldr-sim only): the refusal names the ones it serves, and never lists 'domain' as valid.
+  const bool known =
+      std::find(policy_names().begin(), policy_names().end(), name) != policy_names().end();
+  if (name == "domain" || !known) {
+    std::string servable;
+    for (std::string_view n : policy_names())
+      if (n != "domain") servable += (servable.empty() ? "" : ", ") + std::string(n);
+    return status::invalid_argument(
+        (name == "domain"
+             ? std::string("policy 'domain' runs only in eldr-sim (it needs a trace's calibration "
+                           "labels)")
+             : "unknown routing policy \"" + name + "\"") +
+        "; the node serves: " + servable);
+  }
   built_policy out;
   out.eldr_active = needs_centroids(name) && set && set->k() == k;
   policy_config pc;
@@ -1155,7 +1169,27 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
       return answer_admin_error(
           *st.ctx, *job, route_error_code::malformed,
           e.ok() ? "argument 'epoch' (uint) is required" : e.error().message());
-    swap_to(self, *m, **e, job);
+    // An epoch that is not stored is named with the ones that are, so the operator can pick.
+    const uint32_t index = m->index;
+    const uint64_t epoch = **e;
+    self->request(st.sigcache, caf::infinite, history_atom::value, index)
+        .then(
+            [=](std::vector<uint64_t> epochs) {
+              if (std::find(epochs.begin(), epochs.end(), epoch) == epochs.end()) {
+                std::string stored;
+                for (uint64_t s : epochs)
+                  stored += (stored.empty() ? "" : ", ") + std::to_string(s);
+                return answer_admin_error(*self->state.ctx, *job, route_error_code::malformed,
+                                          "epoch " + std::to_string(epoch) +
+                                              " is not stored; stored epochs: " +
+                                              (stored.empty() ? std::string("none") : stored));
+              }
+              swap_to(self, *self->state.models[index], epoch, job);
+            },
+            [=](caf::error& err) {
+              answer_admin_error(*self->state.ctx, *job, route_error_code::internal,
+                                 self->system().render(err));
+            });
   } else if (cmd == "centroids.rollback") {
     if (!need_model()) return;
     const uint32_t index = m->index;

@@ -353,6 +353,76 @@ TEST_F(Eldrctl, UsageErrorsExitTwo) {
   EXPECT_TRUE(node.requests().empty());
 }
 
+// The mistakes a new operator makes first each get an answer that says what to do (exit 2, and
+// nothing is sent to the node).
+TEST_F(Eldrctl, UsageMistakesSayWhatToDo) {
+  fake_admin_node node(canned);
+  auto typo = ctl(node, "stauts");
+  EXPECT_EQ(typo.exit_code, 2) << typo.output;
+  EXPECT_NE(typo.output.find("did you mean \"status\"?"), std::string::npos) << typo.output;
+  auto list = ctl(node, "centroids list m");
+  EXPECT_EQ(list.exit_code, 2) << list.output;
+  EXPECT_NE(list.output.find("unknown command \"centroids list\""), std::string::npos)
+      << list.output;
+  EXPECT_NE(list.output.find("show, export, import, swap, rollback"), std::string::npos)
+      << list.output;
+  auto rolback = ctl(node, "centroids rolback m");
+  EXPECT_NE(rolback.output.find("did you mean \"centroids rollback\"?"), std::string::npos)
+      << rolback.output;
+  // host:port without tcp://
+  const std::string bare = node.endpoint().substr(std::string("tcp://").size());
+  auto no_scheme = testing::run_command(eldrctl + " --node " + bare + " status");
+  EXPECT_EQ(no_scheme.exit_code, 2) << no_scheme.output;
+  EXPECT_NE(no_scheme.output.find("did you mean tcp://" + bare + "?"), std::string::npos)
+      << no_scheme.output;
+  EXPECT_TRUE(node.requests().empty());
+  // keygen into a directory that does not exist: named, nothing written.
+  auto keygen = testing::run_command(eldrctl + " keygen " + dir.sub("missing/node-1"));
+  EXPECT_EQ(keygen.exit_code, 2) << keygen.output;
+  EXPECT_NE(keygen.output.find("directory " + dir.sub("missing") + " does not exist"),
+            std::string::npos)
+      << keygen.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("missing")));
+  // No answer at all: the two usual causes are named.
+  fake_admin_node silent([](const admin_request&) { return std::nullopt; });
+  auto quiet =
+      testing::run_command(eldrctl + " --node " + silent.endpoint() + " --timeout-ms 200 status");
+  EXPECT_EQ(quiet.exit_code, 3) << quiet.output;
+  EXPECT_NE(quiet.output.find("--curve-server-key"), std::string::npos) << quiet.output;
+}
+
+// Against a real node: its route and worker endpoints are recognised and the admin one named;
+// swapping to an epoch that is not stored lists the stored ones; 'domain' is refused with the
+// policies the node serves, and never listed as valid.
+TEST_F(Eldrctl, ARealNodeSaysWhichEndpointAndWhichEpochsAndPolicies) {
+  ASSERT_TRUE(std::filesystem::exists(testing::node_binary()))
+      << testing::node_binary() << " is missing: build target eldr-node";
+  testing::node_process node(dir.sub("node.toml"),
+                             testing::node_toml(dir.sub("data"), "[[models]]\nname = \"m\"\n"));
+  ASSERT_TRUE(node.ok()) << "the node did not start";
+  for (const auto& [endpoint, name] : {std::pair{node.route(), std::string("route")},
+                                       std::pair{node.worker(), std::string("worker")}}) {
+    auto r = testing::run_command(eldrctl + " --node " + endpoint + " --timeout-ms 5000 status");
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("that is the node's " + name + " endpoint; eldrctl needs its admin"),
+              std::string::npos)
+        << r.output;
+  }
+  const std::string admin = eldrctl + " --node " + node.admin() + " --timeout-ms 5000 ";
+  auto swap = testing::run_command(admin + "centroids swap m 9");
+  EXPECT_EQ(swap.exit_code, 1) << swap.output;
+  EXPECT_NE(swap.output.find("epoch 9 is not stored; stored epochs: none"), std::string::npos)
+      << swap.output;
+  EXPECT_EQ(swap.output.find("system_error"), std::string::npos) << swap.output;
+  auto domain = testing::run_command(admin + "policy m --set domain");
+  EXPECT_EQ(domain.exit_code, 1) << domain.output;
+  EXPECT_NE(domain.output.find("runs only in eldr-sim"), std::string::npos) << domain.output;
+  auto foo = testing::run_command(admin + "policy m --set foo");
+  EXPECT_EQ(foo.exit_code, 1) << foo.output;
+  EXPECT_NE(foo.output.find("the node serves: rr, random, jsq"), std::string::npos) << foo.output;
+  EXPECT_EQ(foo.output.find("domain"), std::string::npos) << foo.output;
+}
+
 TEST_F(Eldrctl, InvalidCentroidFileIsRefusedLocally) {
   fake_admin_node node(canned);
   // Not a centroid file at all, and a well-formed one whose centroid is not unit norm.

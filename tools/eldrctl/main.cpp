@@ -28,6 +28,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -75,6 +76,74 @@ struct outcome {
   json result;
 };
 
+// What to do when --node is not the admin endpoint: the route and worker endpoints answer an
+// admin request with unknown_type naming their own message type.
+std::string endpoint_hint(const std::string& node_error) {
+  auto names = [&](const char* what) {
+    return node_error.find("unknown_type: " + std::string(what)) != std::string::npos;
+  };
+  const char* which = names("route_request.type")    ? "route"
+                      : names("worker message.type") ? "worker"
+                                                     : nullptr;
+  if (!which) return "";
+  return std::string("\neldrctl: that is the node's ") + which +
+         " endpoint; eldrctl needs its admin endpoint ([endpoints].admin, by default "
+         "tcp://127.0.0.1:5702; eldr-node prints all three in its ready line)";
+}
+
+// Levenshtein distance, for "did you mean" on a mistyped subcommand.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// When `word` is not one of `valid` (the subcommands at that level), the message that names the
+// closest one (within 2 edits) or lists them all; "" when it is valid.
+std::string unknown_subcommand(const std::string& context, const std::string& word,
+                               const std::vector<std::string>& valid) {
+  if (std::find(valid.begin(), valid.end(), word) != valid.end()) return "";
+  std::string best, all;
+  size_t best_distance = 3;
+  for (const auto& v : valid) {
+    all += (all.empty() ? "" : ", ") + v;
+    if (const size_t d = edit_distance(word, v); d < best_distance) {
+      best_distance = d;
+      best = v;
+    }
+  }
+  std::string msg = "eldrctl: unknown command \"" + context + word + "\"";
+  if (!best.empty()) msg += "; did you mean \"" + context + best + "\"?";
+  return msg + "\n  " + (context.empty() ? "commands" : context + "commands") + ": " + all;
+}
+
+// The subcommand words of argv (global options and their values skipped), for the check above.
+std::vector<std::string> command_words(int argc, char** argv) {
+  static const std::vector<std::string> with_value = {
+      "--node", "--timeout-ms", "--curve-server-key", "--curve-secret-key-file"};
+  std::vector<std::string> out;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (std::find(with_value.begin(), with_value.end(), a) != with_value.end()) {
+      ++i;
+      continue;
+    }
+    if (!a.empty() && a[0] == '-') continue;
+    out.push_back(a);
+  }
+  return out;
+}
+
 // The admin client for --node (with CURVE when asked); errors are printed and turned into the
 // exit code.
 eldr::result<std::unique_ptr<eldr::admin_client>> connect_admin(const global_options& g) {
@@ -92,6 +161,9 @@ eldr::result<std::unique_ptr<eldr::admin_client>> connect_admin(const global_opt
     }
     o.curve = std::move(keys);
   }
+  if (g.node.find("://") == std::string::npos)
+    return eldr::status::invalid_argument(
+        "--node " + g.node + ": not a ZeroMQ endpoint; did you mean tcp://" + g.node + "?");
   auto client = eldr::admin_client::connect(g.node, o);
   if (!client.ok())
     return eldr::status::invalid_argument("--node " + g.node + ": " + client.error().message());
@@ -107,10 +179,16 @@ outcome call_node(const global_options& g, const std::string& command, json args
   auto r = (*client)->call(command, std::move(args));
   if (r.ok()) return {exit_ok, std::move(*r)};
   if (is_node_error(r.error())) {
-    std::cerr << "eldrctl: " << command << ": " << r.error().message() << "\n";
+    std::cerr << "eldrctl: " << command << ": " << r.error().message()
+              << endpoint_hint(r.error().message()) << "\n";
     return {exit_node_error, {}};
   }
   std::cerr << "eldrctl: " << g.node << ": " << r.error().message() << "\n";
+  // A node with CURVE on drops a plain client's connection without a word: say so.
+  if (g.curve_server_key.empty())
+    std::cerr << "eldrctl: no answer: check that --node is the admin endpoint and the node is up;"
+                 " a node with CURVE on answers only clients given --curve-server-key "
+                 "(docs/security.md)\n";
   return {exit_transport, {}};
 }
 
@@ -486,6 +564,13 @@ int run_keygen(const std::string& prefix) {
     return exit_node_error;
   }
   const std::string secret_path = prefix + ".key", public_path = prefix + ".pub";
+  // The keys' directory must exist (it is usually /etc/eldr/NODE, made with the right owner).
+  if (const auto dir = std::filesystem::path(prefix).parent_path();
+      !dir.empty() && !std::filesystem::is_directory(dir)) {
+    std::cerr << "eldrctl: keygen: directory " << dir.string()
+              << " does not exist; create it first (mkdir -p " << dir.string() << ")\n";
+    return exit_usage;
+  }
   // Both files are created exclusively (the secret one 0600): existing keys are never replaced.
   auto write_new = [](const std::string& path, const std::string& text, mode_t mode) -> bool {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, mode);
@@ -591,6 +676,21 @@ int main(int argc, char** argv) {
       "keygen", "make a CURVE key pair: PREFIX.key (secret, mode 0600) and PREFIX.pub");
   keygen_cmd->add_option("prefix", out_path, "path prefix of the two files")->required();
 
+  // A mistyped subcommand: CLI11 would only say "A subcommand is required".
+  if (const auto words = command_words(argc, argv); !words.empty()) {
+    std::vector<std::string> top, under_centroids;
+    for (const auto* c : app.get_subcommands([](CLI::App*) { return true; }))
+      top.push_back(c->get_name());
+    for (const auto* c : centroids->get_subcommands([](CLI::App*) { return true; }))
+      under_centroids.push_back(c->get_name());
+    std::string msg = unknown_subcommand("", words[0], top);
+    if (msg.empty() && words[0] == "centroids" && words.size() > 1)
+      msg = unknown_subcommand("centroids ", words[1], under_centroids);
+    if (!msg.empty()) {
+      std::cerr << msg << "\n";
+      return exit_usage;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
