@@ -524,6 +524,10 @@ class Engine:
             ctx = sum(len(s.prompt_ids) + s.generated for s in batch)
             ms = decode_step_ms(len(batch), d, ctx)
             self.step_log.append((len(batch), d, ms))
+            # Token-weighted step time, for TPOT in model time: each sequence in the batch waits
+            # the whole step for its token (integer microseconds, so the counters stay ints).
+            self.counters["decode_seq_steps"] += len(batch)
+            self.counters["decode_seq_step_us"] += int(round(ms * 1000)) * len(batch)
             await self.sleep_ms(ms)
             for s in list(self.running):
                 self._emit(s)

@@ -13,9 +13,13 @@ Checked:
     counted here from the trace file with plain loops; the full blocks' hashes equal vLLM's
     sha256_cbor hashes of the prompt (computed by the fake's independent CBOR code);
   - finished events balance: the node's in-flight count of every worker returns to 0;
+  - the fake decode instances' TPOT (the decode cost model over each batch's real expert ids, in
+    model time) is lower when eldr routes the same ESFT requests than under JSQ;
   - a client that disconnects mid-stream: the decode instance's request is aborted and the node
     hears `finished`;
   - a dead prefill instance: one clean 502, then it is skipped;
+  - a dead decode instance: the node's scrapes of its /metrics fail, it leaves the candidate set
+    after worker_timeout_ms and no request is routed there afterwards;
   - eldr killed mid-run: the proxy keeps serving and counts the fallback;
   - bad flags: exit 2 naming the flag.
 
@@ -133,7 +137,7 @@ class Cluster:
             p.stop()
 
 
-async def run_requests(session, proxy_url, trace_ids, trace):
+async def run_requests(session, proxy_url, trace_ids, trace, max_tokens=8):
     """Mixed requests through the proxy: completions and chat, streamed and not."""
     results = []
 
@@ -145,10 +149,11 @@ async def run_requests(session, proxy_url, trace_ids, trace):
         if chat:
             path = "/v1/chat/completions"
             body = {"model": MODEL, "messages": [{"role": "user", "content": " ".join(words)}],
-                    "max_tokens": 8, "stream": stream}
+                    "max_tokens": max_tokens, "stream": stream}
         else:
             path = "/v1/completions"
-            body = {"model": MODEL, "prompt": " ".join(words), "max_tokens": 8, "stream": stream}
+            body = {"model": MODEL, "prompt": " ".join(words), "max_tokens": max_tokens,
+                    "stream": stream}
         async with session.post(proxy_url + path, json=body) as r:
             raw = await r.read()
             check(r.status == 200, "request %d: HTTP %d %s" % (i, r.status, raw[:300]))
@@ -164,7 +169,8 @@ async def run_requests(session, proxy_url, trace_ids, trace):
         else:
             c = json.loads(raw)["choices"][0]
             text = c["message"]["content"] if chat else c["text"]
-        check(text.split() == ["o%d" % j for j in range(8)], "request %d text %r" % (i, text))
+        check(text.split() == ["o%d" % j for j in range(max_tokens)],
+              "request %d text %r" % (i, text))
         results.append({"rid": rid, "tid": tid, "words": words, "n": n, "decided": decided,
                         "decode": decode, "P": P})
     await asyncio.gather(*(one(i, tid) for i, tid in enumerate(trace_ids)))
@@ -224,6 +230,9 @@ async def scenario(args, tmp):
                 check(r["scrapes_failed"] == 0 and r["scrape_error"] == "", "scrape failed: %r" % r)
             await test_requests(session, admin, tap, purl, trace, dec_urls, decodes)
             print("PASS requests land where eldr decided, with the trace's counts", flush=True)
+            await test_tpot_eldr_below_jsq(session, admin, purl, trace, decodes)
+            print("PASS the fake decode instances' TPOT is lower under eldr than under JSQ",
+                  flush=True)
             await test_disconnect(session, admin, purl, trace, decodes)
             print("PASS a client disconnecting mid-stream aborts the decode", flush=True)
             edge = ReadyProcess(
@@ -240,6 +249,9 @@ async def scenario(args, tmp):
             print("PASS the HTTP edges: health, models, 400/413/503, eldr's error", flush=True)
             await test_dead_prefill(session, purl, trace, prefills)
             print("PASS a dead prefill instance: one 502, then skipped", flush=True)
+            await test_dead_decode(session, admin, purl, trace, decodes)
+            print("PASS a dead decode instance: scraping drops it, nothing is sent there",
+                  flush=True)
             await test_eldr_killed(session, node, purl, trace)
             print("PASS eldr killed: the proxy keeps serving and counts it", flush=True)
         finally:
@@ -305,6 +317,46 @@ async def test_requests(session, admin, tap, purl, trace, dec_urls, decodes):
           "finished reported")
     check(await metric(session, purl, "eldr_proxy_block_hashes_total",
                        {"source": "vllm"}) == len(results), "hash source")
+
+
+async def decode_cost(session, decodes):
+    """(sum over decode steps of step time x sequences in the batch, in us; sequence-steps),
+    summed over the fake decode instances: their ratio is the token-weighted TPOT in model time."""
+    us = steps = 0
+    for d in decodes:
+        c = (await fake_records(session, d.ready["url"]))["counters"]
+        us += c.get("decode_seq_step_us", 0)
+        steps += c.get("decode_seq_steps", 0)
+    return us, steps
+
+
+async def test_tpot_eldr_below_jsq(session, admin, purl, trace, decodes):
+    """The same 64 ESFT requests (16 per task, interleaved, all at once), routed once by load
+    only (JSQ) and once by eldr's policy: the fake decode instances' TPOT -- the decode cost model
+    over each batch's real expert ids, in model time, not wall-clock -- is lower under eldr."""
+    by_label = collections.defaultdict(list)
+    for tid, (label, _, _) in trace.items():
+        by_label[label].append(tid)
+    labels = sorted(by_label)
+    picked = []
+    for i in range(64):
+        tids = by_label[labels[i % len(labels)]]
+        picked.append(tids[(i // len(labels)) % len(tids)])
+    tpot = {}
+    for policy in ("jsq", POLICY):
+        await admin.call("policy", model=MODEL, policy=policy)
+        us0, n0 = await decode_cost(session, decodes)
+        results = await run_requests(session, purl, picked, trace, max_tokens=32)
+        check(all(r["decided"] == "eldr" for r in results), "decided by eldr")
+        us1, n1 = await decode_cost(session, decodes)
+        check(n1 - n0 == 64 * 32, "decode steps: %d sequence-steps for 64 x 32 tokens"
+              % (n1 - n0))
+        tpot[policy] = (us1 - us0) / (n1 - n0) / 1000.0
+    await admin.call("policy", model=MODEL, reset=True)
+    print("  TPOT (model ms): jsq %.3f, %s %.3f (%.1f%% lower)" % (
+        tpot["jsq"], POLICY, tpot[POLICY], 100 * (1 - tpot[POLICY] / tpot["jsq"])), flush=True)
+    check(tpot[POLICY] < tpot["jsq"], "TPOT under %s %.3f ms is not below JSQ's %.3f ms"
+          % (POLICY, tpot[POLICY], tpot["jsq"]))
 
 
 async def test_disconnect(session, admin, purl, trace, decodes):
@@ -398,6 +450,29 @@ async def test_dead_prefill(session, purl, trace, prefills):
             check(r.status == 200, "HTTP %d" % r.status)
     check(await metric(session, purl, "eldr_proxy_prefill_failures_total",
                        {"prefill": "0"}) >= 1, "prefill failure counted")
+
+
+async def test_dead_decode(session, admin, purl, trace, decodes):
+    """A decode instance killed: the node's scrapes of its /metrics fail, it leaves the candidate
+    set after the model's worker_timeout_ms (3 s by default), and eldr sends nothing there since;
+    the other instances serve every request, still decided by eldr."""
+    dead = K - 1
+    decodes[dead].kill()
+
+    async def gone():
+        rows = await admin.call("workers", model=MODEL)
+        row = next(r for r in rows if r["worker"] == dead)
+        return row["state"] == "dead" and row
+    row = await wait_until(gone, "the node to mark decode instance %d dead" % dead)
+    check(row["scrapes_failed"] >= 1 and row["scrape_error"] != "",
+          "the dead instance's scrapes are counted as failed: %r" % row)
+    tids = list(trace.keys())
+    results = await run_requests(session, purl, [tids[(i * 11) % len(tids)] for i in range(24)],
+                                 trace)
+    for r in results:
+        check(r["decode"] != dead, "request %s went to the dead decode instance" % r["rid"])
+        check(r["decided"] == "eldr", "request %s decided by %s" % (r["rid"], r["decided"]))
+    check(len({r["decode"] for r in results}) > 1, "the rest share the requests")
 
 
 async def test_eldr_killed(session, node, purl, trace):
