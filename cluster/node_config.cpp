@@ -535,7 +535,9 @@ status validate_publishers(const node_config& c) {
   if (configured > c.max_publishers)
     return status::invalid_argument(
         "signature_cache.max_publishers: " + std::to_string(c.max_publishers) + " is below the " +
-        std::to_string(configured) + " kv_endpoints and counts_endpoints of the models");
+        std::to_string(configured) +
+        " publishers the models configure (kv_endpoints, counts_endpoints, one per "
+        "kv_events.bind)");
   return {};
 }
 
