@@ -871,8 +871,14 @@ result<std::unique_ptr<signature_cache>> signature_cache::open(const std::string
   if (!options.clock) options.clock = system_clock_ms();
   p->opt = std::move(options);
 
+  // A reader (eldr-sigcache dump) opens what exists and never makes a store, or a directory,
+  // where an operator mistyped a path.
+  if (p->opt.read_only && !std::filesystem::exists(std::filesystem::path(dir) / "CURRENT"))
+    return status::not_found("no signature store in " + dir +
+                             " (no RocksDB CURRENT file there; the node keeps one store per model "
+                             "under <data_dir>/models/<model>)");
   rocksdb::Options ro;
-  ro.create_if_missing = true;
+  ro.create_if_missing = !p->opt.read_only;
   if (p->opt.background_writes) {
     // Serving beside RocksDB (the node): its flushes and compactions yield the CPU to lookups
     // instead of competing with them at equal priority on a small machine. Process-wide (the

@@ -1,8 +1,10 @@
 // `eldr-sigcache dump` on a store written before names were checked: a publisher name and a
 // medium that are not UTF-8 are printed with U+FFFD, the dump exits 0 and every line is JSON
-// (it aborted with nlohmann's type_error.316 before).
+// (it aborted with nlohmann's type_error.316 before); an absent block and a mistyped --db are
+// named on stderr.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -54,6 +56,20 @@ TEST(SigcacheDump, NamesThatAreNotUtf8AreReplacedNotFatal) {
   EXPECT_EQ(testing::run_command(tool + " dump --db " + db + " --block x12").exit_code, 2);
   const auto one = testing::run_command(tool + " dump --db " + db + " --block 12");
   EXPECT_EQ(one.exit_code, 0) << one.output;
+  // A block the store does not hold: exit 1, and stderr says so (it used to say nothing).
+  const auto absent = testing::run_command(tool + " dump --db " + db + " --block 99");
+  EXPECT_EQ(absent.exit_code, 1) << absent.output;
+  EXPECT_NE(absent.output.find("block 99 is not in the store"), std::string::npos) << absent.output;
+}
+
+// A mistyped --db: a clear error, and no directory (or store) made where nothing was.
+TEST(SigcacheDump, AMissingStoreIsNamedAndNotCreated) {
+  testing::temp_dir dir{"eldr-sigcache-dump"};
+  const std::string db = dir.sub("nosuchdb");
+  const auto r = testing::run_command(tool + " dump --db " + db);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("no signature store in " + db), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(db));
 }
 
 }  // namespace

@@ -25,6 +25,8 @@
 #include "core/signature_quality.hpp"
 #include "core/synthetic.hpp"
 #include "core/trace.hpp"
+#include "core/version.hpp"
+#include "tools/cli.hpp"
 
 namespace {
 
@@ -107,7 +109,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 256u));
   app.add_flag("--all-layers", o.all_layers, "keep every layer instead of the selected N*");
-  CLI11_PARSE(app, argc, argv);
+  if (const auto rc = eldr::parse_command_line(app, argc, argv)) return *rc;
 
   const auto t_start = std::chrono::steady_clock::now();
   std::optional<eldr::signature_transform> forced;
@@ -228,8 +230,10 @@ int main(int argc, char** argv) {
   f.workers = o.workers;
   f.centroids = fit->centroids;
   f.worker_weights.assign(o.weights.begin(), o.weights.end());
-  f.provenance = {source,        "eldr-fit 0.1.0", o.seed,   static_cast<uint32_t>(n),
-                  fr.rho_masked, fit->objective,   o.variant};
+  f.provenance = {source,        "eldr-fit " + std::string(eldr::version),
+                  o.seed,        static_cast<uint32_t>(n),
+                  fr.rho_masked, fit->objective,
+                  o.variant};
   if (status s = eldr::write_centroid_file(f, o.out); !s.ok()) die(s.to_string());
   std::printf("wrote %s: epoch %llu, %u centroids of width %zu\n", o.out.c_str(),
               static_cast<unsigned long long>(o.epoch), o.workers, width);

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "tools/cli.hpp"
 #include "tools/eldr-loadgen/loadgen.hpp"
 
 namespace {
@@ -200,7 +201,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
   app.add_flag("--quiet", o.quiet, "no progress on stderr");
-  CLI11_PARSE(app, argc, argv);
+  if (const auto rc = eldr::parse_command_line(app, argc, argv)) return *rc;
   if (tau_opt->count() > 0) o.tau = tau;
   if (cap_opt->count() > 0) o.capacity = capacity;
   if (swap_opt->count() > 0) o.swap_at = swap_at;

@@ -21,6 +21,7 @@
 
 #include "actors/node.hpp"
 #include "core/file_io.hpp"
+#include "tools/cli.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"eldr-node: expert-locality router for disaggregated MoE serving"};
@@ -43,7 +44,7 @@ int main(int argc, char** argv) {
       "--check-config", check_only,
       "validate the configuration (with the overrides) and the files it names, and exit: 0 "
       "valid, 2 not");
-  CLI11_PARSE(app, argc, argv);
+  if (const auto rc = eldr::parse_command_line(app, argc, argv)) return *rc;
 
   auto config = config_path.empty() ? eldr::result<eldr::node_config>(eldr::default_node_config())
                                     : eldr::load_node_config(config_path, /*validate=*/false);

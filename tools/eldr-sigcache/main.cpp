@@ -20,6 +20,7 @@
 
 #include "cluster/zmq_ingest.hpp"
 #include "storage/signature_cache.hpp"
+#include "tools/cli.hpp"
 
 namespace {
 
@@ -119,10 +120,13 @@ int run_dump(const std::string& db, const std::string& block) {
       return 2;
     }
     auto b = (*cache)->block(hash);
-    if (b.ok())
+    if (b.ok()) {
       std::cout << block_json(*b, names).dump(-1, ' ', false, replace_invalid) << "\n";
-    else
+    } else {
+      std::cerr << "eldr-sigcache: block " << block << " is not in the store ("
+                << b.error().message() << ")\n";
       rc = 1;
+    }
   } else {
     (*cache)->for_each_block([&](const eldr::block_info& b) {
       std::cout << block_json(b, names).dump(-1, ' ', false, replace_invalid) << "\n";
@@ -190,7 +194,7 @@ int main(int argc, char** argv) {
   dump->add_option("--db", dump_db, "database directory")->required();
   dump->add_option("--block", block, "only this block hash (unsigned decimal)");
 
-  CLI11_PARSE(app, argc, argv);
+  if (const auto rc = eldr::parse_command_line(app, argc, argv)) return *rc;
   // stdout carries the JSON lines (acks, blocks, stats); logs go to stderr.
   spdlog::set_default_logger(spdlog::stderr_color_mt("eldr-sigcache"));
   if (*dump) return run_dump(dump_db, block);

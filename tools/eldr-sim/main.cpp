@@ -25,6 +25,7 @@
 #include "core/synthetic.hpp"
 #include "core/trace.hpp"
 #include "core/workload.hpp"
+#include "tools/cli.hpp"
 
 namespace {
 
@@ -445,7 +446,7 @@ int main(int argc, char** argv) {
   app.add_flag("--plots", o.plots,
                "also draw PNG plots into --out with /usr/bin/gnuplot (TPOT vs rate, TPOT and "
                "distinct experts per policy, rho per transform, rho vs layers kept)");
-  CLI11_PARSE(app, argc, argv);
+  if (const auto rc = eldr::parse_command_line(app, argc, argv)) return *rc;
 
   auto say = [&](const std::string& m) {
     if (!o.quiet) std::fprintf(stderr, "eldr-sim: %s\n", m.c_str());

@@ -42,6 +42,7 @@
 #include "cluster/curve_keys.hpp"
 #include "core/centroid_file.hpp"
 #include "core/file_io.hpp"
+#include "tools/cli.hpp"
 
 namespace {
 
@@ -691,13 +692,8 @@ int main(int argc, char** argv) {
       return exit_usage;
     }
   }
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    // Help is a success; every other parse failure is a usage error, exit code 2 for scripts.
-    const int rc = app.exit(e);
-    return rc == 0 ? exit_ok : exit_usage;
-  }
+  // Help is a success; every other parse failure is a usage error, exit code 2 for scripts.
+  if (const auto rc = eldr::parse_command_line(app, argc, argv)) return *rc;
 
   if (*keygen_cmd) return run_keygen(out_path);
   if (*status_cmd) return run(g, "status", json::object(), print_status);
