@@ -5,6 +5,8 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "core/version.hpp"
+
 namespace eldr {
 
 void answer_admin(const node_context& ctx, const admin_job& job, nlohmann::json result) {
@@ -35,8 +37,6 @@ result<std::optional<uint64_t>> uint_arg(const nlohmann::json& args, const char*
 }
 
 namespace {
-
-constexpr const char* node_version = "0.2.0";
 
 nlohmann::json frontend_json(const zmq_frontend& f) {
   const auto& c = f.counters();
@@ -84,7 +84,7 @@ void status(caf::event_based_actor* self, const node_context_ptr& ctx, const caf
         ask_json(self, cluster ? refit : caf::actor(), admin_atom::value, [=](nlohmann::json lead) {
           nlohmann::json out;
           out["node"] = {{"name", ctx->config.name},
-                         {"version", node_version},
+                         {"version", std::string(eldr::version)},
                          {"roles", ctx->config.roles},
                          {"uptime_s", (ctx->now_ms() - ctx->started_ms) / 1000.0}};
           nlohmann::json counters = nlohmann::json::object();

@@ -317,7 +317,8 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
   if (has_router) handles->router = spawn_router(sys, cctx, handles->sigcache, std::move(init));
   if (has_monitor)
     handles->load_monitor = spawn_load_monitor(sys, cctx, handles->router, handles->sigcache);
-  // The refit needs a router to sample and install (refit leadership across nodes: next step).
+  // The refit needs a router to sample and install; across nodes only the leader's refit runs
+  // (refit_actor.cpp, core/leadership.hpp).
   if (has_refit && has_router) p->refit = spawn_refit(sys, cctx, handles->router);
   if (config.clustered()) {
     cluster_setup cs;

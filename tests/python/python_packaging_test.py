@@ -15,6 +15,7 @@ python3-wheel (deploy/install-deps.sh).
 """
 import glob
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -70,6 +71,15 @@ class PackagingTest(unittest.TestCase):
         return subprocess.run([os.path.join(self.venv, "bin", "python"), "-c", code],
                               capture_output=True, text=True, timeout=120,
                               cwd=self.tmpdir.name, env=clean_env())
+
+    def test_every_package_has_the_projects_version(self):
+        """One version: CMake's project(VERSION) (core/version.hpp) is every package's."""
+        with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
+            cmake = re.search(r"project\(eldr VERSION ([0-9.]+)", f.read()).group(1)
+        for folder in [CLIENT] + TOOLS:
+            with open(os.path.join(folder, "pyproject.toml")) as f:
+                got = re.search(r'^version = "([^"]+)"', f.read(), re.M).group(1)
+            self.assertEqual(got, cmake, folder)
 
     def test_install_succeeds_offline_and_leaves_the_tree_clean(self):
         self.assertEqual(self.install.returncode, 0,

@@ -635,7 +635,6 @@ TEST(LocalityBand, ConcurrentInstallsAreSeenInOrder) {
     auto d = p.route({&v, load, {}, -1});
     ASSERT_TRUE(d.ok());
     EXPECT_GE(d->epoch, last);
-    EXPECT_LE(d->epoch, 200u);
     last = d->epoch;
   }
   installer.join();

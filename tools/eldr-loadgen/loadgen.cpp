@@ -33,6 +33,7 @@
 #include "core/simulator.hpp"
 #include "core/synthetic.hpp"
 #include "core/trace.hpp"
+#include "core/version.hpp"
 #include "core/workload.hpp"
 #include "tools/eldr-loadgen/decode_emulator.hpp"
 #include "tools/eldr-loadgen/prefill_emulator.hpp"
@@ -1084,7 +1085,7 @@ result<std::vector<uint8_t>> centroid_bytes(session& s) {
     f.spec = *fr.spec;
     f.workers = o.decode_workers;
     f.centroids = fr.kmeans.centroids;
-    f.provenance = {s.source_name, "eldr-loadgen 0.1.0",
+    f.provenance = {s.source_name, "eldr-loadgen " + std::string(eldr::version),
                     o.seed,        static_cast<uint32_t>(s.w->calibration.size()),
                     fr.rho_masked, fr.kmeans.objective,
                     "balanced"};
@@ -1132,7 +1133,7 @@ result<std::vector<uint8_t>> swap_centroid_bytes(session& s) {
         row[j] = static_cast<float>(row[j] / norm);
   }
   f.epoch = s.current_epoch + 1;
-  f.provenance.tool = "eldr-loadgen 0.1.0 (--swap-at: perturbed)";
+  f.provenance.tool = "eldr-loadgen " + std::string(eldr::version) + " (--swap-at: perturbed)";
   if (status st = validate_centroid_file(f); !st.ok()) return st;
   return encode_centroid_file(f);
 }

@@ -8,8 +8,9 @@
 // batches and route requests encoded to bytes); the caller's thread runs the generator (publishes,
 // sends route requests pipelined on one socket, stamps replies); one more thread drives every
 // decode worker as a discrete-event loop against the wall clock; with --swap-at, one more imports
-// the second centroid set. The generator waits in zmq_poll, spinning (yield) only in the last
-// millisecond before a send; the others wait on condition-variable timeouts.
+// the second centroid set. The generator sleeps in ppoll(2) on the route socket's ZMQ_FD with a
+// nanosecond timeout, spinning (yield) only in the last millisecond before a send; the others
+// wait on condition-variable timeouts.
 #pragma once
 
 #include <atomic>
