@@ -540,7 +540,8 @@ _APIS = {"completions": "/v1/completions", "chat_completions": "/v1/chat/complet
 
 class _Request:
     """Per-request state the cleanup needs."""
-    __slots__ = ("rid", "outcome", "eldr_worker", "decode", "decided_by", "started")
+    __slots__ = ("rid", "outcome", "eldr_worker", "decode", "decided_by", "started",
+                 "decode_retried")
 
     def __init__(self, rid):
         self.rid = rid
@@ -549,6 +550,7 @@ class _Request:
         self.eldr_worker = None  # the worker eldr counted the request on (gets the finished)
         self.decode = None       # the Upstream serving the decode
         self.decided_by = ""
+        self.decode_retried = False  # sent to another decode instance after a refused connect
 
 
 class Proxy:
@@ -901,14 +903,33 @@ class Proxy:
         loop = asyncio.get_running_loop()
         up = st.decode
         t = loop.time()
-        try:
-            resp = await self.session.post(up.url(path), data=_dumps(dec_body), headers=headers)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-            self.metrics.decode_failures.inc(up.index, _reason(e))
-            self.decode.mark_down(up, _what(e))
-            st.outcome = "decode_error"
-            return error_body(502, "decode instance %d (%s) failed: %s"
-                              % (up.index, up.base, _what(e)), "BadGatewayError")
+        resp = None
+        while resp is None:
+            try:
+                resp = await self.session.post(up.url(path), data=_dumps(dec_body),
+                                               headers=headers)
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+                self.metrics.decode_failures.inc(up.index, _reason(e))
+                self.decode.mark_down(up, _what(e))
+                # Refused before any byte was sent: the instance never saw the request, so it is
+                # sent once to the least-loaded healthy one instead (a decode instance that died
+                # since eldr's last scrape, or one the proxy picked itself while eldr was down).
+                # eldr still hears `finished` for the worker it chose, which it counted.
+                alt = self.decode.least_loaded()
+                if (not isinstance(e, aiohttp.ClientConnectorError) or st.decode_retried or
+                        alt is None):
+                    st.outcome = "decode_error"
+                    return error_body(502, "decode instance %d (%s) failed: %s"
+                                      % (up.index, up.base, _what(e)), "BadGatewayError")
+                st.decode_retried = True
+                up.in_flight -= 1
+                alt.in_flight += 1
+                up = st.decode = alt
+                st.decided_by = "proxy:decode_down"
+                self.metrics.own_picks.inc("decode_down")
+                self.metrics.routed.inc(alt.index, st.decided_by)
+                out_headers["X-Eldr-Decode"] = str(alt.index)
+                out_headers["X-Eldr-Decided-By"] = st.decided_by
         try:
             self.metrics.latency.observe(loop.time() - t, "first_byte")
             if not stream or resp.status != 200:

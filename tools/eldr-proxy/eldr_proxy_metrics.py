@@ -159,7 +159,8 @@ class ProxyMetrics:
         self.own_picks = Counter(
             r, "eldr_proxy_fallback_picks_total",
             "decode instances the proxy picked itself (least loaded by its own in-flight count), "
-            "by why eldr's decision was not used", ("reason",))
+            "by why eldr's decision was not used (decode_down: the chosen instance refused the "
+            "connection, and the request went to another)", ("reason",))
         self.route_fallbacks = Counter(
             r, "eldr_proxy_route_fallbacks_total",
             "eldr decisions made by load only (the route reply's fallback reason)", ("reason",))
