@@ -48,6 +48,7 @@ constexpr uint64_t max_reply_backlog_bytes = uint64_t{1} << 40;  // beyond: a ty
 
 constexpr std::string_view known_roles[] = {"router", "signature-cache", "load-monitor", "refit"};
 constexpr std::string_view known_log_levels[] = {"trace", "debug", "info", "warn", "error", "off"};
+constexpr std::string_view known_log_formats[] = {"text", "json"};
 
 std::string quoted(std::string_view s) {
   return "\"" + std::string(s) + "\"";
@@ -327,9 +328,10 @@ status read_document(const toml::table& root, node_config& c) {
     e(r.read("max_queued_reply_bytes", c.max_queued_reply_bytes));
   });
   read_section("runtime", [&](const table_reader& r) {
-    e(r.check_known({"threads", "log_level", "explain_history"}));
+    e(r.check_known({"threads", "log_level", "log_format", "explain_history"}));
     e(r.read("threads", c.threads));
     e(r.read("log_level", c.log_level));
+    e(r.read("log_format", c.log_format));
     e(r.read("explain_history", c.explain_history));
   });
   read_section("signature_cache", [&](const table_reader& r) {
@@ -673,6 +675,10 @@ status validate_node_config(const node_config& c) {
       std::end(known_log_levels))
     e(status::invalid_argument("runtime.log_level: unknown level " + quoted(c.log_level) +
                                "; valid: " + joined(known_log_levels)));
+  if (std::find(std::begin(known_log_formats), std::end(known_log_formats), c.log_format) ==
+      std::end(known_log_formats))
+    e(status::invalid_argument("runtime.log_format: unknown format " + quoted(c.log_format) +
+                               "; valid: " + joined(known_log_formats)));
 
   e(at_least("signature_cache.max_blocks", c.cache_max_blocks, uint64_t{1}));
   e(validate_publishers(c));

@@ -104,6 +104,7 @@ struct node_config {
   // [runtime]
   uint32_t threads = 2;             // CAF scheduler threads
   std::string log_level = "info";   // trace, debug, info, warn, error, off
+  std::string log_format = "text";  // "text" (spdlog's lines) or "json" (cluster/json_log.hpp)
   uint32_t explain_history = 4096;  // recent decisions kept for `eldrctl explain`
   // [signature_cache]
   uint64_t cache_memory_bytes = uint64_t{256} << 20;

@@ -63,6 +63,11 @@ class node_process {
   std::string metrics() const { return ready_.value("metrics", ""); }
   std::string cluster() const { return ready_.value("cluster", ""); }  // "" when standalone
   pid_t pid() const { return child_ ? child_->pid() : -1; }
+  // The node's next stdout line after its ready line (its log too, with a wrapper that sends
+  // stderr there), or nullopt at the deadline or EOF.
+  std::optional<std::string> read_line(std::chrono::milliseconds timeout) {
+    return child_ ? child_->read_line(timeout) : std::nullopt;
+  }
 
   // SIGTERM and wait: a clean stop (the node commits what is staged). Returns the exit status.
   int stop() {

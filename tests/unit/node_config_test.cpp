@@ -56,6 +56,7 @@ max_tracked_requests = 4294967295
 [runtime]
 threads = 64
 log_level = "debug"
+log_format = "json"
 explain_history = 0
 
 [signature_cache]
@@ -123,6 +124,7 @@ name = "second"
   EXPECT_EQ(c.max_tracked_requests, 4294967295u);
   EXPECT_EQ(c.threads, 64u);
   EXPECT_EQ(c.log_level, "debug");
+  EXPECT_EQ(c.log_format, "json");
   EXPECT_TRUE(c.clustered());
   EXPECT_TRUE(c.has_role("router"));
   EXPECT_FALSE(c.has_role("refit"));
@@ -333,6 +335,8 @@ TEST(NodeConfig, ValuesOutOfTheirAllowedRangeAreNamed) {
   EXPECT_EQ(error_of("[runtime]\nlog_level = \"verbose\"\n" + one_model()),
             "eldr.toml: runtime.log_level: unknown level \"verbose\"; valid: trace, debug, info, "
             "warn, error, off");
+  EXPECT_EQ(error_of("[runtime]\nlog_format = \"xml\"\n" + one_model()),
+            "eldr.toml: runtime.log_format: unknown format \"xml\"; valid: text, json");
   EXPECT_EQ(error_of("[limits]\nmax_message_bytes = 1023\n" + one_model()),
             "eldr.toml: limits.max_message_bytes: must be >= 1024, got 1023");
   EXPECT_EQ(error_of("[limits]\nmax_blocks = 0\n" + one_model()),

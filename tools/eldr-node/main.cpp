@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "actors/node.hpp"
+#include "cluster/json_log.hpp"
 #include "core/file_io.hpp"
 #include "tools/cli.hpp"
 
@@ -80,6 +81,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   spdlog::set_level(spdlog::level::from_str(config->log_level));
+  if (config->log_format == "json")
+    spdlog::set_formatter(std::make_unique<eldr::json_log_formatter>());
 
   // Block the stop signals before any thread starts, so that only sigwait below receives them.
   // They also get a handler (never run while blocked): as PID 1 of a container the kernel drops
