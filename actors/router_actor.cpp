@@ -60,8 +60,9 @@ struct model_state {
   load_view pool;
   std::string policy_name;  // as configured or set by `eldrctl policy`
   float tau = 0.1f;
-  // "config", or "admin" when `eldrctl policy` set policy_name/tau: an admin change is persisted
-  // (data_dir/router-policy.json) and wins over the config at the next start.
+  bool widen_single = true;  // the band's widening of a one-worker band (core/routing.hpp)
+  // "config", or "admin" when `eldrctl policy` set policy_name/tau/widen_single: an admin change
+  // is persisted (data_dir/router-policy.json) and wins over the config at the next start.
   std::string policy_source = "config";
   std::unique_ptr<routing_policy> policy;  // what routes now
   bool eldr_active = false;                // policy is the locality band over `set`
@@ -147,8 +148,9 @@ using router_actor_t = caf::stateful_actor<router_state>;
 //
 // `eldrctl policy` changes survive a restart: every model whose policy an operator set is written
 // to one small JSON file in the data directory, {"models": {"<name>": {"policy": ..., "tau":
-// ...}}}, replaced atomically on each change. The config's policy is the default; a persisted admin
-// change wins at start-up until `eldrctl policy M --reset` returns the model to the config.
+// ..., "widen_single": ...}}}, replaced atomically on each change (a file without widen_single,
+// from before it could be set, keeps the config's). The config's policy is the default; a persisted
+// admin change wins at start-up until `eldrctl policy M --reset` returns the model to the config.
 
 std::string policy_file_path(const node_config& c) {
   return (std::filesystem::path(c.data_dir) / "router-policy.json").string();
@@ -158,7 +160,8 @@ status persist_policies(const router_state& st) {
   nlohmann::json models = nlohmann::json::object();
   for (const auto& m : st.models)
     if (m->policy_source == "admin")
-      models[m->cfg->name] = {{"policy", m->policy_name}, {"tau", m->tau}};
+      models[m->cfg->name] = {
+          {"policy", m->policy_name}, {"tau", m->tau}, {"widen_single", m->widen_single}};
   const std::string text =
       nlohmann::json{{"format", "eldr-router-policy"}, {"version", 1}, {"models", models}}.dump(2) +
       "\n";
@@ -170,8 +173,14 @@ status persist_policies(const router_state& st) {
 
 // The persisted admin policies by model name; empty when there is no file. A file that does not
 // read is logged and ignored (the config's policies apply): a bad file must not stop routing.
-std::map<std::string, std::pair<std::string, float>> read_persisted_policies(const node_config& c) {
-  std::map<std::string, std::pair<std::string, float>> out;
+struct persisted_policy {
+  std::string policy;
+  float tau = 0.0f;
+  std::optional<bool> widen_single;  // absent in files written before it could be set
+};
+
+std::map<std::string, persisted_policy> read_persisted_policies(const node_config& c) {
+  std::map<std::string, persisted_policy> out;
   const std::string path = policy_file_path(c);
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return out;
@@ -197,7 +206,10 @@ std::map<std::string, std::pair<std::string, float>> read_persisted_policies(con
                     path, name, tau);
       continue;
     }
-    out[name] = {v["policy"].get<std::string>(), static_cast<float>(tau)};
+    persisted_policy pp{v["policy"].get<std::string>(), static_cast<float>(tau), std::nullopt};
+    if (v.contains("widen_single") && v["widen_single"].is_boolean())
+      pp.widen_single = v["widen_single"].get<bool>();
+    out[name] = std::move(pp);
   }
   return out;
 }
@@ -225,7 +237,7 @@ status check_tau(double tau) {
 // routes by load (JSQ) until one is installed. Changes
 // nothing, so callers validate a change completely before making it.
 result<built_policy> build_policy(const model_state& m, const std::string& name, float tau,
-                                  const centroid_set_ptr& set, uint32_t k) {
+                                  bool widen_single, const centroid_set_ptr& set, uint32_t k) {
   const auto& cfg = *m.cfg;
   if (auto s = check_tau(tau); !s.ok()) return s;
   // The node serves every policy but 'domain', which needs a trace's calibration labels
@@ -249,7 +261,7 @@ result<built_policy> build_policy(const model_state& m, const std::string& name,
   pc.workers = k;
   pc.seed = cfg.seed;
   pc.tau = tau;
-  pc.widen_single = cfg.widen_single;
+  pc.widen_single = widen_single;
   if (out.eldr_active) pc.centroids = set;
   auto p = make_policy(needs_centroids(name) && !out.eldr_active ? "jsq" : name, pc);
   if (!p.ok()) return p.error();
@@ -260,7 +272,7 @@ result<built_policy> build_policy(const model_state& m, const std::string& name,
 // Rebuilds the routing policy after a change of K, centroid set, policy name or tau. On error
 // the model keeps routing with its current policy.
 status rebuild_policy(router_state& st, model_state& m) {
-  auto built = build_policy(m, m.policy_name, m.tau, m.set, m.pool.k());
+  auto built = build_policy(m, m.policy_name, m.tau, m.widen_single, m.set, m.pool.k());
   if (!built.ok()) return built.error();
   m.policy = std::move(built->policy);
   m.eldr_active = built->eldr_active;
@@ -288,7 +300,7 @@ status check_policy_accepts(const model_state& m, const centroid_file& file) {
   auto set = centroid_set::make(file.workers, file.spec.width(), file.centroids, 0);
   if (!set.ok()) return set.error();
   auto ptr = std::make_shared<const centroid_set>(std::move(*set));
-  auto built = build_policy(m, m.policy_name, m.tau, ptr, k_after_install(m, file));
+  auto built = build_policy(m, m.policy_name, m.tau, m.widen_single, ptr, k_after_install(m, file));
   if (!built.ok()) return built.error();
   return {};
 }
@@ -304,7 +316,7 @@ status install(router_state& st, model_state& m, const centroid_file& file, uint
     return status::invalid_argument("the set has " + std::to_string(set->k()) +
                                     " centroids but model '" + m.cfg->name + "' has " +
                                     std::to_string(k) + " decode workers");
-  auto built = build_policy(m, m.policy_name, m.tau, set, k);
+  auto built = build_policy(m, m.policy_name, m.tau, m.widen_single, set, k);
   if (!built.ok()) return built.error();
   if (k != m.pool.k()) {
     // K follows the set when the config leaves it open; registrations beyond it were refused
@@ -835,6 +847,7 @@ nlohmann::json model_json(router_state& st, model_state& m) {
           {"policy_source", m.policy_source},
           {"routing_with", std::string(m.policy->name())},
           {"tau", m.tau},
+          {"widen_single", m.widen_single},
           {"epoch", m.epoch},
           {"width", m.spec ? m.spec->width() : 0},
           {"workers",
@@ -1050,7 +1063,8 @@ nlohmann::json policy_json(const model_state& m) {
           {"policy", m.policy_name},
           {"policy_source", m.policy_source},
           {"routing_with", std::string(m.policy->name())},
-          {"tau", m.tau}};
+          {"tau", m.tau},
+          {"widen_single", m.widen_single}};
 }
 
 // After a change: persist every admin policy, then answer. A write that fails (a full disk) does
@@ -1255,18 +1269,22 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
         return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
                                   "argument 'reset' must be a bool");
       if (r->get<bool>()) {
-        if (args.contains("policy") || args.contains("tau"))
+        if (args.contains("policy") || args.contains("tau") || args.contains("widen_single"))
           return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
-                                    "argument 'reset' goes without 'policy' and 'tau'");
+                                    "argument 'reset' goes without 'policy', 'tau' and "
+                                    "'widen_single'");
         const auto old_name = m->policy_name;
         const auto old_tau = m->tau;
+        const auto old_widen = m->widen_single;
         const auto old_source = m->policy_source;
         m->policy_name = m->cfg->policy;
         m->tau = m->cfg->tau;
+        m->widen_single = m->cfg->widen_single;
         m->policy_source = "config";
         if (auto s = rebuild_policy(st, *m); !s.ok()) {
           m->policy_name = old_name;
           m->tau = old_tau;
+          m->widen_single = old_widen;
           m->policy_source = old_source;
           (void)rebuild_policy(st, *m);
           return answer_admin_error(*st.ctx, *job, route_error_code::internal, s.message());
@@ -1281,28 +1299,35 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
     // change leaves the policy and tau as they were (issue 12 defect 7).
     const bool has_name = args.contains("policy") && !args["policy"].is_null();
     const bool has_tau = args.contains("tau") && !args["tau"].is_null();
+    const bool has_widen = args.contains("widen_single") && !args["widen_single"].is_null();
+    if (has_widen && !args["widen_single"].is_boolean())
+      return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+                                "argument 'widen_single': expected a bool");
     if (has_name && !args["policy"].is_string())
       return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
                                 "argument 'policy': expected a string");
     if (has_tau && !args["tau"].is_number())
       return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
                                 "argument 'tau': expected a number");
-    if (has_name || has_tau) {
+    if (has_name || has_tau || has_widen) {
       const std::string name = has_name ? args["policy"].get<std::string>() : m->policy_name;
       const double tau = has_tau ? args["tau"].get<double>() : static_cast<double>(m->tau);
+      const bool widen = has_widen ? args["widen_single"].get<bool>() : m->widen_single;
       if (auto s = check_tau(tau); !s.ok())
         return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
                                   "argument 'tau': " + s.message());
-      auto built = build_policy(*m, name, static_cast<float>(tau), m->set, m->pool.k());
+      auto built = build_policy(*m, name, static_cast<float>(tau), widen, m->set, m->pool.k());
       if (!built.ok())
         return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
                                   built.error().message());
       m->policy_name = name;
       m->tau = static_cast<float>(tau);
+      m->widen_single = widen;
       m->policy = std::move(built->policy);
       m->eldr_active = built->eldr_active;
       publish_readiness(st, *m);
-      spdlog::info("model {}: policy {} tau {}", m->cfg->name, m->policy_name, m->tau);
+      spdlog::info("model {}: policy {} tau {} widen_single {}", m->cfg->name, m->policy_name,
+                   m->tau, m->widen_single);
       m->policy_source = "admin";
       return answer_policy(st, *m, *job);
     }
@@ -1618,9 +1643,11 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
     m->cfg = &ctx->config.models[i];
     m->policy_name = cfg.policy;
     m->tau = cfg.tau;
+    m->widen_single = cfg.widen_single;
     if (auto p = persisted.find(cfg.name); p != persisted.end()) {
-      m->policy_name = p->second.first;
-      m->tau = p->second.second;
+      m->policy_name = p->second.policy;
+      m->tau = p->second.tau;
+      m->widen_single = p->second.widen_single.value_or(cfg.widen_single);
       m->policy_source = "admin";
       if (auto s = rebuild_policy(st, *m); !s.ok() || m->policy_name == "domain") {
         spdlog::error(
@@ -1628,6 +1655,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
             cfg.name, m->policy_name, m->tau, s.ok() ? "not servable" : s.message(), cfg.policy);
         m->policy_name = cfg.policy;
         m->tau = cfg.tau;
+        m->widen_single = cfg.widen_single;
         m->policy_source = "config";
       } else {
         spdlog::info(

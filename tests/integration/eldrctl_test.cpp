@@ -254,7 +254,7 @@ TEST_F(Eldrctl, StatusPrintsAlignedTables) {
   EXPECT_NE(line_starting(r.output, "route").find("tcp://127.0.0.1:5700"), std::string::npos);
   EXPECT_NE(line_starting(r.output, "metrics").find("http://127.0.0.1:9464/metrics"),
             std::string::npos);
-  // One row per model, columns aligned with the header.
+  // One row per model, columns aligned with the header: the figures an operator scans first.
   const std::string header = line_starting(r.output, "MODEL");
   const std::string row1 = line_starting(r.output, "qwen3-30b-a3b");
   const std::string row2 = line_starting(r.output, "m ");
@@ -263,12 +263,45 @@ TEST_F(Eldrctl, StatusPrintsAlignedTables) {
   EXPECT_EQ(header.find("POLICY"), row2.find("jsq")) << r.output;
   // Numbers are right-aligned: the last digit sits under the header's last letter.
   EXPECT_EQ(header.find("EPOCH") + 4, row1.find("12") + 1) << r.output;
-  EXPECT_EQ(header.find("ACTIVE") + 5, row1.find(" 7 ") + 1) << r.output;
-  // Fields this build does not know are shown, not dropped.
-  EXPECT_NE(header.find("SHINY_NEW_FIELD"), std::string::npos) << r.output;
-  EXPECT_NE(row2.find("yes"), std::string::npos) << r.output;
+  EXPECT_NE(row1.find("7/8"), std::string::npos) << r.output;  // active / registered
+  EXPECT_NE(header.find("STATE"), std::string::npos) << r.output;
+  EXPECT_NE(row2.find(" ok"), std::string::npos) << r.output;
+  // The default view fits 100 columns; fields this build does not know wait for --wide.
+  for (const std::string& line : lines_of(r.output))
+    EXPECT_LE(line.size(), 100u) << line;
+  EXPECT_EQ(r.output.find("SHINY_NEW_FIELD"), std::string::npos) << r.output;
   EXPECT_NE(line_starting(r.output, "routed").find("1234"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("replication"), std::string::npos) << r.output;
+  // --wide: every column, including the ones this build does not know.
+  const auto wide = ctl(node, "status --wide");
+  ASSERT_EQ(wide.exit_code, 0) << wide.output;
+  const std::string wide_header = line_starting(wide.output, "MODEL");
+  EXPECT_NE(wide_header.find("SHINY_NEW_FIELD"), std::string::npos) << wide.output;
+  EXPECT_NE(wide_header.find("DRAINING"), std::string::npos) << wide.output;
+  EXPECT_NE(line_starting(wide.output, "m ").find("yes"), std::string::npos) << wide.output;
+}
+
+// What the default view says about a model an operator must look at.
+TEST_F(Eldrctl, StatusNamesWhatIsWrongWithAModel) {
+  json degraded = status_result;
+  degraded["models"][0]["routing_with"] = "jsq";  // eldr wanted, no set of K: load only
+  degraded["models"][0]["workers"]["dead"] = 2;
+  degraded["models"][1]["workers"]["active"] = 0;
+  degraded["signature_cache"] = json::array(
+      {{{"model", "m"}, {"blocks", 10}, {"store", {{"degraded", true}, {"reason", "disk full"}}}}});
+  fake_admin_node node([&](const admin_request& r) -> std::optional<admin_reply> {
+    if (r.command == "status") return ok_reply(degraded);
+    return canned(r);
+  });
+  const auto r = ctl(node, "status");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(line_starting(r.output, "qwen3-30b-a3b").find("routing by jsq, 2 dead"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(line_starting(r.output, "m ").find("no active worker, store degraded"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("degraded: disk full"), std::string::npos) << r.output;
 }
 
 TEST_F(Eldrctl, JsonPrintsTheRawResult) {
@@ -597,6 +630,7 @@ TEST_F(Eldrctl, EveryCommandSendsItsArguments) {
       {"policy m", {"policy", {{"model", "m"}}}},
       {"policy m --set jsq --tau 0.25",
        {"policy", {{"model", "m"}, {"policy", "jsq"}, {"tau", 0.25}}}},
+      {"policy m --widen-single false", {"policy", {{"model", "m"}, {"widen_single", false}}}},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     const auto r = ctl(node, cases[i].first);

@@ -588,25 +588,36 @@ TEST_F(NodeTest, ImportOfAnotherModelsSetIsRefusedUnlessForced) {
 }
 
 // Issue 12: a policy set with eldrctl policy was lost on a restart while the epoch was kept.
+// Issue 16: widen_single is set the same way, shown in status, persisted and reset.
 TEST_F(NodeTest, APolicySetByTheOperatorSurvivesARestartUntilReset) {
   start();
   auto m = toy_status(*admin_);
   EXPECT_EQ(m["policy"], "eldr-adaptive");
   EXPECT_EQ(m["policy_source"], "config");
+  EXPECT_EQ(m["widen_single"], false) << m.dump();  // the toy config's
+  auto bad = admin_->call("policy", {{"model", "toy"}, {"widen_single", "no"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message().find("'widen_single': expected a bool"), std::string::npos);
   auto set = admin_->call("policy", {{"model", "toy"}, {"policy", "jsq"}, {"tau", 0.25}});
   ASSERT_TRUE(set.ok()) << set.error().to_string();
   EXPECT_EQ((*set)["policy_source"], "admin");
   EXPECT_EQ((*set)["persisted"], true) << set->dump();
+  auto widen = admin_->call("policy", {{"model", "toy"}, {"widen_single", true}});
+  ASSERT_TRUE(widen.ok()) << widen.error().to_string();
+  EXPECT_EQ((*widen)["widen_single"], true) << widen->dump();
+  EXPECT_EQ((*widen)["policy"], "jsq") << widen->dump();  // the other settings stay
   EXPECT_EQ(node_->stop(), 0);
   start();
   m = toy_status(*admin_);
   EXPECT_EQ(m["policy"], "jsq") << m.dump();
   EXPECT_FLOAT_EQ(m["tau"].get<float>(), 0.25f);
+  EXPECT_EQ(m["widen_single"], true) << m.dump();
   EXPECT_EQ(m["policy_source"], "admin");
   auto reset = admin_->call("policy", {{"model", "toy"}, {"reset", true}});
   ASSERT_TRUE(reset.ok()) << reset.error().to_string();
   EXPECT_EQ((*reset)["policy"], "eldr-adaptive");
   EXPECT_EQ((*reset)["policy_source"], "config");
+  EXPECT_EQ((*reset)["widen_single"], false);
   EXPECT_EQ(node_->stop(), 0);
   start();
   m = toy_status(*admin_);

@@ -12,7 +12,7 @@
 //     centroids swap MODEL EPOCH | centroids rollback MODEL
 //     refit MODEL                            exit 1 when the node rejects the candidate
 //     explain MODEL REQUEST_ID
-//     policy MODEL [--set NAME] [--tau T] | policy MODEL --reset
+//     policy MODEL [--set NAME] [--tau T] [--widen-single true|false] | policy MODEL --reset
 //                                            a change is persisted (survives a restart) until
 //                                            --reset returns the model to its config
 //
@@ -57,6 +57,7 @@ struct global_options {
   std::string node = "tcp://127.0.0.1:5702";
   int timeout_ms = 5000;
   bool json = false;
+  bool wide = false;                  // status: every column and counter, not the 100-column view
   std::string curve_server_key;       // the node's CURVE public key (Z85); "" = plain TCP
   std::string curve_secret_key_file;  // our own long-term CURVE key (allowlisted nodes)
 };
@@ -251,7 +252,9 @@ struct column {
 // An aligned table of objects: the preferred columns first (shown even when a row lacks them),
 // then every other key any row has, so fields a newer node adds are shown, not lost. Numeric
 // columns are right-aligned.
-void print_table(std::ostream& out, const json& rows, std::vector<column> cols, int indent = 0) {
+// With all_columns false only `cols` are shown (the compact views of `status`).
+void print_table(std::ostream& out, const json& rows, std::vector<column> cols, int indent = 0,
+                 bool all_columns = true) {
   std::vector<std::map<std::string, json>> flat;
   for (const json& row : rows) {
     std::vector<std::pair<std::string, json>> kv;
@@ -263,7 +266,8 @@ void print_table(std::ostream& out, const json& rows, std::vector<column> cols, 
     for (auto& entry : kv) {
       // Not a structured binding: clang 14 cannot capture one in a lambda (C++20 P1091).
       const std::string& k = entry.first;
-      if (std::none_of(cols.begin(), cols.end(), [&](const column& c) { return c.key == k; }))
+      if (all_columns &&
+          std::none_of(cols.begin(), cols.end(), [&](const column& c) { return c.key == k; }))
         cols.push_back({k, upper(k)});
       m[k] = std::move(entry.second);
     }
@@ -347,7 +351,7 @@ std::string uptime_text(const json& v) {
   return o.str();
 }
 
-void print_status(std::ostream& out, const json& r) {
+void print_status_wide(std::ostream& out, const json& r) {
   if (!r.is_object()) {
     print_object(out, r, {});
     return;
@@ -403,6 +407,170 @@ void print_status(std::ostream& out, const json& r) {
     out << "\n";
     print_object(out, rest, {});
   }
+}
+
+// The number at key (dotted), 0 when absent or not a number.
+double number_at(const json& v, const std::string& dotted) {
+  const json* at = &v;
+  size_t from = 0;
+  while (true) {
+    const size_t dot = dotted.find('.', from);
+    const std::string key =
+        dotted.substr(from, dot == std::string::npos ? dotted.npos : dot - from);
+    if (!at->is_object() || !at->contains(key)) return 0;
+    at = &(*at)[key];
+    if (dot == std::string::npos) break;
+    from = dot + 1;
+  }
+  return at->is_number() ? at->get<double>() : 0;
+}
+
+// The sum of an object's numbers (a per-cause breakdown), 0 when it is not an object.
+double sum_of(const json& v) {
+  double total = 0;
+  if (v.is_object())
+    for (const auto& e : v)
+      if (e.is_number()) total += e.get<double>();
+  return total;
+}
+
+// What an operator must look at for one model, "ok" when nothing: decisions made by load only,
+// no worker to route to, dead workers, a degraded signature store.
+std::string model_state_text(const json& m, const json& caches) {
+  std::vector<std::string> notes;
+  if (m.contains("routing_with") && m.contains("policy") && m["routing_with"] != m["policy"])
+    notes.push_back("routing by " + text(m["routing_with"]));
+  const double active = number_at(m, "workers.active"), dead = number_at(m, "workers.dead");
+  if (m.contains("workers") && active == 0) notes.push_back("no active worker");
+  if (dead > 0) notes.push_back(number_text(json(dead)) + " dead");
+  if (caches.is_array())
+    for (const json& c : caches)
+      if (c.is_object() && c.value("model", json()) == m.value("name", json()) &&
+          c.contains("store") && c["store"].is_object() && c["store"].value("degraded", false))
+        notes.push_back("store degraded");
+  std::string out;
+  for (const auto& n : notes)
+    out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? "ok" : out;
+}
+
+// `eldrctl status` for people: the figures an operator scans first, within 100 columns for
+// usual names; --wide prints everything (print_status_wide), --json the node's answer.
+void print_status(std::ostream& out, const json& r) {
+  if (!r.is_object()) {
+    print_object(out, r, {});
+    return;
+  }
+  json head = json::object();
+  for (const char* key : {"node", "endpoints"})
+    if (r.contains(key)) head[key] = r[key];
+  print_status_wide(out, head);
+  const json caches = r.value("signature_cache", json());
+  if (r.contains("models") && r["models"].is_array()) {
+    out << "\nmodels\n";
+    json rows = json::array();
+    for (const json& m : r["models"]) {
+      if (!m.is_object()) continue;
+      char tau[32], coverage[32];
+      std::snprintf(tau, sizeof tau, "%.2f", number_at(m, "tau"));
+      std::snprintf(coverage, sizeof coverage, "%.1f%%", 100.0 * number_at(m, "coverage"));
+      rows.push_back({{"name", m.value("name", json("?"))},
+                      {"k", m.value("k", json())},
+                      {"policy", m.value("policy", json())},
+                      {"tau", tau},
+                      {"epoch", m.value("epoch", json())},
+                      {"workers", number_text(json(number_at(m, "workers.active"))) + "/" +
+                                      number_text(json(number_at(m, "workers.registered")))},
+                      {"coverage", coverage},
+                      {"routed", number_at(m, "routed")},
+                      {"errors", number_at(m, "route_errors")},
+                      {"load_only", sum_of(m.value("fallbacks", json()))},
+                      {"state", model_state_text(m, caches)}});
+    }
+    if (rows.empty())
+      out << "  (none)\n";
+    else
+      print_table(out, rows,
+                  {{"name", "MODEL"},
+                   {"k", "K"},
+                   {"policy", "POLICY"},
+                   {"tau", "TAU"},
+                   {"epoch", "EPOCH"},
+                   {"workers", "ACTIVE"},
+                   {"coverage", "COVERAGE"},
+                   {"routed", "ROUTED"},
+                   {"errors", "ERRORS"},
+                   {"load_only", "LOAD_ONLY"},
+                   {"state", "STATE"}},
+                  2, false);
+  }
+  if (caches.is_array() && !caches.empty()) {
+    out << "\nsignature cache\n";
+    json rows = json::array();
+    for (const json& c : caches) {
+      if (!c.is_object()) continue;
+      const json store = c.value("store", json::object());
+      std::string state = store.is_object() && store.value("degraded", false)
+                              ? "degraded: " + text(store.value("reason", json("")))
+                              : "ok";
+      if (state.size() > 40) state = state.substr(0, 37) + "...";
+      rows.push_back({{"model", c.value("model", json("?"))},
+                      {"blocks", number_at(c, "blocks")},
+                      {"with_counts", number_at(c, "blocks_with_counts")},
+                      {"publishers", number_at(c, "publishers")},
+                      {"gaps", number_at(c, "ingest.gaps")},
+                      {"dropped", sum_of(c.contains("ingest") ? c["ingest"].value("dropped", json())
+                                                              : json())},
+                      {"store", state}});
+    }
+    print_table(out, rows,
+                {{"model", "MODEL"},
+                 {"blocks", "BLOCKS"},
+                 {"with_counts", "WITH_COUNTS"},
+                 {"publishers", "PUBLISHERS"},
+                 {"gaps", "GAPS"},
+                 {"dropped", "DROPPED"},
+                 {"store", "STORE"}},
+                2, false);
+  }
+  if (r.contains("cluster") && r["cluster"].is_object() && r["cluster"].contains("members")) {
+    out << "\ncluster\n";
+    print_table(out, r["cluster"]["members"],
+                {{"name", "NODE"}, {"address", "ADDRESS"}, {"roles", "ROLES"}, {"alive", "ALIVE"}},
+                2, false);
+  }
+  // Counters that moved; the ones still at 0 are counted, not listed.
+  if (r.contains("counters") && r["counters"].is_object() && !r["counters"].empty()) {
+    json moved = json::object();
+    size_t zero = 0;
+    for (const auto& [k, v] : r["counters"].items())
+      if (v.is_number() && v.get<double>() == 0)
+        ++zero;
+      else
+        moved[k] = v;
+    out << "\ncounters" << (zero ? " (" + std::to_string(zero) + " more at 0)" : "") << "\n";
+    if (!moved.empty()) print_object(out, moved, {}, 2);
+  }
+  // Sections this build does not know: small objects and scalars shown, tables counted.
+  json rest = json::object();
+  for (const auto& [k, v] : r.items()) {
+    if (k == "node" || k == "endpoints" || k == "models" || k == "counters" || k == "cluster" ||
+        k == "signature_cache" || k == "curve_public_key")
+      continue;
+    if (v.is_array() && !v.empty() && v[0].is_object())
+      rest[k] = std::to_string(v.size()) + " rows (--wide)";
+    else
+      rest[k] = v;
+  }
+  if (r.contains("curve_public_key"))
+    rest["curve"] = text(r["curve_public_key"]).empty() || r["curve_public_key"].is_null()
+                        ? json("off")
+                        : r["curve_public_key"];
+  if (!rest.empty()) {
+    out << "\n";
+    print_object(out, rest, {});
+  }
+  out << "\n(--wide: every column and counter; --json: the node's answer)\n";
 }
 
 void print_workers(std::ostream& out, const json& r) {
@@ -613,6 +781,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_flag("--json", g.json, "print the node's raw result as JSON instead of tables");
+  app.add_flag("--wide", g.wide,
+               "status: every column and counter (default: what an operator scans first, in 100 "
+               "columns)");
   app.add_option("--curve-server-key", g.curve_server_key,
                  "the node's CURVE public key (Z85), when its endpoints use CURVE")
       ->envname("ELDR_CURVE_SERVER_KEY");
@@ -666,12 +837,17 @@ int main(int argc, char** argv) {
       policy_cmd->add_option("--set", policy_name, "policy name (eldr-adaptive, eldr, jsq, ...)");
   auto* policy_tau =
       policy_cmd->add_option("--tau", tau, "band half-width")->check(CLI::NonNegativeNumber);
+  bool widen_single = true;
+  auto* policy_widen = policy_cmd->add_option(
+      "--widen-single", widen_single,
+      "true: a band of one worker is widened to the best two (the paper's rule); false: not");
   bool policy_reset = false;
   policy_cmd
       ->add_flag("--reset", policy_reset,
                  "back to the config's policy and tau (forget the change persisted by --set/--tau)")
       ->excludes(policy_set)
-      ->excludes(policy_tau);
+      ->excludes(policy_tau)
+      ->excludes(policy_widen);
 
   auto* keygen_cmd = app.add_subcommand(
       "keygen", "make a CURVE key pair: PREFIX.key (secret, mode 0600) and PREFIX.pub");
@@ -696,7 +872,8 @@ int main(int argc, char** argv) {
   if (const auto rc = eldr::parse_command_line(app, argc, argv)) return *rc;
 
   if (*keygen_cmd) return run_keygen(out_path);
-  if (*status_cmd) return run(g, "status", json::object(), print_status);
+  if (*status_cmd)
+    return run(g, "status", json::object(), g.wide ? print_status_wide : print_status);
   if (*workers_cmd) {
     json args = json::object();
     if (workers_model->count() > 0) args["model"] = model;
@@ -738,8 +915,10 @@ int main(int argc, char** argv) {
     json args = {{"model", model}};
     if (policy_set->count() > 0) args["policy"] = policy_name;
     if (policy_tau->count() > 0) args["tau"] = tau;
+    if (policy_widen->count() > 0) args["widen_single"] = widen_single;
     if (policy_reset) args["reset"] = true;
-    return run(g, "policy", std::move(args), keyed({"model", "policy", "tau", "policy_source"}));
+    return run(g, "policy", std::move(args),
+               keyed({"model", "policy", "tau", "widen_single", "policy_source"}));
   }
   return exit_usage;  // unreachable: require_subcommand
 }
