@@ -934,6 +934,11 @@ class LocalClusterTest(unittest.TestCase):
                 self.assertTrue(Path(f"/proc/{n['pid']}").exists())
             st = self.cluster("status", "--dir", str(d)).stdout
             self.assertEqual(st.count("alive pid"), 2, st)
+            # Readable: every line within 100 columns, each node's endpoints named (the eldrctl
+            # summary needs eldrctl beside eldr-node, which --bin does not give here).
+            for ln in st.splitlines():
+                self.assertLessEqual(len(ln), 100, ln)
+            self.assertEqual(st.count("  route   tcp://"), 2, st)
             self.cluster("kill", "2", "--dir", str(d), "--signal", "KILL")
             r = self.cluster("restart", "2", "--dir", str(d), "--timeout", "60")
             pid2 = json.loads(r.stdout)["pid"]
