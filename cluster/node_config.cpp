@@ -14,6 +14,7 @@
 #include "cluster/metrics_http.hpp"
 #include "core/file_io.hpp"
 #include "core/routing.hpp"
+#include "core/spelling.hpp"
 
 // toml++ is used header-only in this translation unit, without exceptions (parse() returns a
 // parse_result). Debian's libtomlplusplus.so is built with exceptions (namespace toml::v3::ex),
@@ -71,23 +72,6 @@ std::string joined(const Range& items) {
   for (std::string_view s : items)
     out += (out.empty() ? "" : ", ") + std::string(s);
   return out;
-}
-
-// Edit distance, to suggest the key a typo meant ("tua" -> "tau").
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j)
-    row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
 }
 
 const char* type_name(toml::node_type t) {
@@ -223,10 +207,8 @@ class table_reader {
       const std::string_view key = k.str();
       if (std::find(known.begin(), known.end(), key) != known.end()) continue;
       std::string message = key_path(key) + (v.is_table() ? ": unknown table" : ": unknown key");
-      const auto closest = std::min_element(known.begin(), known.end(), [&](auto a, auto b) {
-        return edit_distance(key, a) < edit_distance(key, b);
-      });
-      if (closest != known.end() && edit_distance(key, *closest) <= 2)
+      // A typo ("tua") names the key it meant ("tau").
+      if (const auto closest = closest_spelling(key, std::span(known.begin(), known.size())))
         message += " (did you mean " + key_path(*closest) + "?)";
       else
         message += "; valid: " + joined(known);

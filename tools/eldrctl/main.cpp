@@ -42,6 +42,7 @@
 #include "cluster/curve_keys.hpp"
 #include "core/centroid_file.hpp"
 #include "core/file_io.hpp"
+#include "core/spelling.hpp"
 #include "tools/cli.hpp"
 
 namespace {
@@ -93,39 +94,20 @@ std::string endpoint_hint(const std::string& node_error) {
          "tcp://127.0.0.1:5702; eldr-node prints all three in its ready line)";
 }
 
-// Levenshtein distance, for "did you mean" on a mistyped subcommand.
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j)
-    row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
 // When `word` is not one of `valid` (the subcommands at that level), the message that names the
 // closest one (within 2 edits) or lists them all; "" when it is valid.
 std::string unknown_subcommand(const std::string& context, const std::string& word,
                                const std::vector<std::string>& valid) {
   if (std::find(valid.begin(), valid.end(), word) != valid.end()) return "";
-  std::string best, all;
-  size_t best_distance = 3;
+  std::string all;
+  std::vector<std::string_view> names;
   for (const auto& v : valid) {
     all += (all.empty() ? "" : ", ") + v;
-    if (const size_t d = edit_distance(word, v); d < best_distance) {
-      best_distance = d;
-      best = v;
-    }
+    names.push_back(v);
   }
   std::string msg = "eldrctl: unknown command \"" + context + word + "\"";
-  if (!best.empty()) msg += "; did you mean \"" + context + best + "\"?";
+  if (const auto best = eldr::closest_spelling(word, names))
+    msg += "; did you mean \"" + context + std::string(*best) + "\"?";
   return msg + "\n  " + (context.empty() ? "commands" : context + "commands") + ": " + all;
 }
 
