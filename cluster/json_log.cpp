@@ -62,7 +62,7 @@ std::string json_log_line(std::chrono::system_clock::time_point time, std::strin
   const std::time_t secs = static_cast<std::time_t>(ms / 1000);
   std::tm utc{};
   gmtime_r(&secs, &utc);
-  char stamp[40];
+  char stamp[96];  // room for any int in every field, so GCC sees no truncation
   std::snprintf(stamp, sizeof stamp, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900,
                 utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
                 static_cast<int>(ms % 1000));
