@@ -42,8 +42,8 @@ TEST(NodeConfigPublishers, RefusesOutOfRangeNamingTheKey) {
             "eldr.toml: signature_cache.replay_timeout_ms: must be in 1..60000, got 0");
   EXPECT_EQ(error_of("[signature_cache]\nmax_publishers = 1\n" + model +
                      "kv_endpoints = [\"tcp://a:1\", \"tcp://b:1\"]\n"),
-            "eldr.toml: signature_cache.max_publishers: 1 is below the 2 kv_endpoints and "
-            "counts_endpoints of the models");
+            "eldr.toml: signature_cache.max_publishers: 1 is below the 2 publishers the models "
+            "configure (kv_endpoints, counts_endpoints, one per kv_events.bind)");
 }
 
 }  // namespace
