@@ -951,12 +951,20 @@ class Harness:
             raise Violation("%d publisher registrations acked 'subscribed': more than ZeroMQ's "
                             "socket cap allows, so acks do not mean a subscription exists" % acks)
         body = self.check_metrics()
-        p50 = self.route_p50()
-        self.note("publisher flood: /metrics %d bytes, route p50 %.2f -> %.2f ms" %
-                  (len(body), p50_before * 1000, p50 * 1000))
-        if p50 > max(3 * p50_before, 0.003):
-            raise Violation("route p50 %.2f ms after the flood (%.2f before)" %
-                            (p50 * 1000, p50_before * 1000))
+        # Up to three samples, as check_idle_cpu takes two windows: on a CI machine running other
+        # tests beside this one, a single sample of 40 routes can land in someone else's burst
+        # (7.5 ms once, against ~1-2 ms for the node alone after the flood).
+        bound = max(3 * p50_before, 0.003)
+        samples = []
+        for _ in range(3):
+            samples.append(self.route_p50())
+            if samples[-1] <= bound:
+                break
+        self.note("publisher flood: /metrics %d bytes, route p50 %.2f -> %s ms" %
+                  (len(body), p50_before * 1000, ", ".join("%.2f" % (x * 1000) for x in samples)))
+        if min(samples) > bound:
+            raise Violation("route p50 %.2f ms after the flood (%.2f before), in each of %d "
+                            "samples" % (min(samples) * 1000, p50_before * 1000, len(samples)))
         # 256 publishers nobody serves: ZeroMQ retries them with backoff and the metrics text
         # that lists them is rendered at most every 250 ms (~5% of a core under ASan; fixed
         # 100 ms retries and rendering on every 10 ms commit tick took 30-37%).
