@@ -116,6 +116,8 @@ TEST_F(EldrSim, SummaryVerdictReportsTheP99AndLosesWhenEitherLoses) {
   }
   ASSERT_EQ(rows.size(), 8u);
   const std::string md = read_all(dir_ / "v" / "summary.md");
+  const std::string verdicts = read_all(dir_ / "v" / "verdicts.csv");
+  int verdict_rows = 0;
   for (const char* rate : {"20.00", "60.00"}) {
     double b50 = 1e300, b99 = 1e300;
     for (const row& x : rows)
@@ -133,8 +135,19 @@ TEST_F(EldrSim, SummaryVerdictReportsTheP99AndLosesWhenEitherLoses) {
       const bool loses = x.p50 > b50 * 1.01 || x.p99 > b99 * 1.02;
       EXPECT_EQ(verdict.find("**loses**") != std::string::npos, loses) << verdict;
       EXPECT_EQ(verdict.find("does not lose") != std::string::npos, !loses) << verdict;
+      // verdicts.csv has the same verdict, one row per locality policy and rate.
+      const std::string csv_head = std::string(rate) + "," + x.policy + ",";
+      const std::size_t row_at = verdicts.find("\n" + csv_head);
+      ASSERT_NE(row_at, std::string::npos) << csv_head << "\n" << verdicts;
+      const std::string csv_row =
+          verdicts.substr(row_at + 1, verdicts.find('\n', row_at + 1) - row_at - 1);
+      EXPECT_EQ(csv_row.ends_with(",does not lose"), !loses) << csv_row;
+      EXPECT_EQ(csv_row.find(",loses on ") != std::string::npos, loses) << csv_row;
+      ++verdict_rows;
     }
   }
+  EXPECT_EQ(verdict_rows, 4);
+  EXPECT_EQ(std::count(verdicts.begin(), verdicts.end(), '\n'), 1 + verdict_rows) << verdicts;
 }
 
 TEST_F(EldrSim, HelpDocumentsEveryInterfaceFlag) {

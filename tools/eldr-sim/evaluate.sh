@@ -5,7 +5,8 @@
 # comparisons), and the eldr-adaptive matrix (issue 15): every workload at 5 rates from light to
 # saturated with 8 and 16 decode workers, named <workload>-<D> with workload one of task language
 # topics no-locality gptoss prefix esft held-out (e.g. task-16, esft-8; "adaptive" runs all 16),
-# plus sensitivity (cost model +-50%, tau, slack, refit interval) and seeds (held-out at 3 seeds).
+# plus sensitivity (cost model +-50%, tau, slack, refit interval) and seeds (held-out at 3 seeds);
+# adaptive-summary lays the matrix's verdicts side by side in OUT_DIR/adaptive.md.
 # Default: all. Each writes OUT_DIR/<table>/summary.{csv,md}, fit.json and PNG plots (gnuplot).
 set -eu
 build=${1:-build-release}
@@ -79,7 +80,38 @@ for t in $tables; do
               --out "$out/prefix" ;;
     esft) "$sim" --trace "$esft" --requests 7200 --rate 100,200 \
             --policies "$all" --seed 1 --plots --out "$out/esft" ;;
-    adaptive) for m in $matrix; do "$0" "$build" "$out" "$m"; done ;;
+    adaptive) for m in $matrix; do "$0" "$build" "$out" "$m"; done
+              "$0" "$build" "$out" adaptive-summary ;;
+    adaptive-summary)
+      # One table over the matrix's runs, from each run's verdicts.csv (eldr-sim computes the
+      # verdicts; this only lays them side by side): OUT_DIR/adaptive.md.
+      {
+        echo "| workload | D | rate | eldr p50 / p99 vs best | eldr-adaptive p50 / p99 vs best | adaptive's share of the clairvoyant median gain | eldr-adaptive |"
+        echo "|---|---|---|---|---|---|---|"
+        for m in $matrix; do
+          f="$out/$m/verdicts.csv"
+          [ -f "$f" ] || { echo "evaluate.sh: $f is missing: run the $m table first" >&2; exit 1; }
+          awk -F, -v w="${m%-*}" -v d="${m##*-}" '
+            function pct(x) { return sprintf("%+.1f%%", x) }
+            NR > 1 && $2 == "eldr" { e[$1] = pct($9) " / " pct($10) }
+            NR > 1 && $2 == "eldr-adaptive" {
+              rate[++n] = $1; a[$1] = pct($9) " / " pct($10)
+              s[$1] = ($12 == "" ? "-" : sprintf("%.0f%%", $12)); v[$1] = $13
+            }
+            END {
+              for (i = 1; i <= n; i++) {
+                r = rate[i]
+                printf "| %s | %s | %g | %s | %s | %s | %s |\n", (i == 1 ? w : ""), (i == 1 ? d : ""),
+                       r, (r in e ? e[r] : "-"), a[r], s[r], (v[r] == "does not lose" ? v[r] : "**" v[r] "**")
+              }
+            }' "$f"
+        done
+        for m in $matrix; do cat "$out/$m/verdicts.csv"; done | awk -F, '
+          $2 == "eldr-adaptive" { n++; if ($13 != "does not lose") l++ }
+          $2 == "eldr" { m++; if ($13 != "does not lose") k++ }
+          END { printf "\neldr-adaptive loses in %d of %d runs; eldr (the paper rule) in %d of %d.\n", l, n, k, m }'
+      } > "$out/adaptive.md"
+      echo "wrote $out/adaptive.md" ;;
     *-16|*-8) matrix "${t%-*}" "${t##*-}" ;;
     sensitivity)
       # The adaptive rule's own knobs and the cost model, on the held-out workload at a light,

@@ -6,7 +6,8 @@
 //            --decode-workers D --prefill-workers P --requests N --seed S --out DIR
 //
 // Writes DIR/summary.csv (one row per policy and rate), DIR/summary.md, DIR/fit.json (rho per
-// transform and the layer curve of the calibration fit) and DIR/timing.csv (host seconds).
+// transform and the layer curve of the calibration fit), DIR/timing.csv (host seconds) and
+// DIR/verdicts.csv (each locality policy against the best load balancer, per rate).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -15,8 +16,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/centroid_file.hpp"
@@ -106,51 +109,106 @@ void write_text(const std::filesystem::path& path, const std::string& text) {
 // best load balancer at the same rate.
 constexpr double median_tolerance = 0.01, p99_tolerance = 0.02;
 
-// One line per locality policy (every name starting with "eldr") at one rate: its median and p99
-// TPOT against the best of rr/random/jsq/p2c on each (the best may differ), the verdict -- "loses"
-// when either is worse than the best by more than its tolerance -- and the share of the
-// clairvoyant policy's median gain it captures. tpot: (p50, p99) per policy.
-std::string verdicts(double rate, const std::vector<std::string>& policies,
-                     const std::map<std::string, std::pair<double, double>>& tpot) {
-  std::string b50_name, b99_name;
-  double b50 = 0.0, b99 = 0.0;
+// One locality policy (a name starting with "eldr") at one rate against the best of
+// rr/random/jsq/p2c on median and on p99 TPOT (the best may differ): it "loses" when either is
+// worse than its best by more than its tolerance. With the clairvoyant policy in the run, the
+// share of the clairvoyant median gain it captures.
+struct verdict {
+  double rate = 0.0;
+  std::string policy;
+  double p50 = 0.0, p99 = 0.0;
+  std::string best50_name, best99_name;
+  double best50 = 0.0, best99 = 0.0;
+  bool lose50 = false, lose99 = false;
+  std::optional<double> clairvoyant_p50;
+
+  double vs_best50_pct() const { return 100.0 * (p50 / best50 - 1.0); }
+  double vs_best99_pct() const { return 100.0 * (p99 / best99 - 1.0); }
+  // Percent of the clairvoyant policy's median gain over the best balancer this policy captures;
+  // empty without the clairvoyant run or when the bound gains nothing.
+  std::optional<double> captured_pct() const {
+    if (!clairvoyant_p50) return std::nullopt;
+    const double bound = 1.0 - *clairvoyant_p50 / best50;
+    if (bound <= 0.0) return std::nullopt;
+    return 100.0 * (1.0 - p50 / best50) / bound;
+  }
+  const char* outcome() const {
+    return lose50 && lose99 ? "loses on median and p99"
+           : lose50         ? "loses on median"
+           : lose99         ? "loses on p99"
+                            : "does not lose";
+  }
+};
+
+// The verdicts at one rate, one per locality policy in `policies` order. tpot: (p50, p99) per
+// policy. Empty when no balancer ran.
+std::vector<verdict> verdicts_at(double rate, const std::vector<std::string>& policies,
+                                 const std::map<std::string, std::pair<double, double>>& tpot) {
+  verdict base;
+  base.rate = rate;
   for (const auto& [name, t] : tpot) {
     if (!is_balancer(name)) continue;
-    if (b50_name.empty() || t.first < b50) b50 = t.first, b50_name = name;
-    if (b99_name.empty() || t.second < b99) b99 = t.second, b99_name = name;
+    if (base.best50_name.empty() || t.first < base.best50)
+      base.best50 = t.first, base.best50_name = name;
+    if (base.best99_name.empty() || t.second < base.best99)
+      base.best99 = t.second, base.best99_name = name;
   }
-  if (b50_name.empty() || b50 <= 0.0 || b99 <= 0.0) return "";
-  auto relative = [](double v, double best) {
-    const double d = 100.0 * (v / best - 1.0);
-    return fmt(std::abs(d), 1) + (d <= 0.0 ? "% below" : "% above");
-  };
-  std::string out;
+  std::vector<verdict> out;
+  if (base.best50_name.empty() || base.best50 <= 0.0 || base.best99 <= 0.0) return out;
+  if (auto c = tpot.find("clairvoyant"); c != tpot.end()) base.clairvoyant_p50 = c->second.first;
   for (const std::string& name : policies) {
     if (name.rfind("eldr", 0) != 0) continue;
-    const auto [p50, p99] = tpot.at(name);
-    const bool lose50 = p50 > b50 * (1.0 + median_tolerance);
-    const bool lose99 = p99 > b99 * (1.0 + p99_tolerance);
-    out += "- " + fmt(rate, 1) + " req/s, " + name + ": median TPOT " + fmt(p50, 2) + " ms, " +
-           relative(p50, b50) + " the best load balancer (" + b50_name + ", " + fmt(b50, 2) +
-           "); p99 " + fmt(p99, 2) + " ms, " + relative(p99, b99) + " the best (" + b99_name +
-           ", " + fmt(b99, 2) + "): ";
-    if (lose50 || lose99)
-      out += std::string("**loses** on ") + (lose50 && lose99 ? "median and p99"
-                                             : lose50         ? "median"
-                                                              : "p99");
-    else
-      out += "does not lose";
-    out += " (tolerance " + fmt(100.0 * median_tolerance, 0) + "% median, " +
-           fmt(100.0 * p99_tolerance, 0) + "% p99)";
-    if (auto c = tpot.find("clairvoyant"); c != tpot.end()) {
-      const double gain = 1.0 - p50 / b50, bound = 1.0 - c->second.first / b50;
-      out += "; the clairvoyant policy's median is " + relative(c->second.first, b50) +
-             (bound > 0.0 ? ", of which it captures " + fmt(100.0 * gain / bound, 0) + "%"
-                          : std::string(", no gain to capture"));
-    }
-    out += ".\n";
+    verdict v = base;
+    v.policy = name;
+    std::tie(v.p50, v.p99) = tpot.at(name);
+    v.lose50 = v.p50 > v.best50 * (1.0 + median_tolerance);
+    v.lose99 = v.p99 > v.best99 * (1.0 + p99_tolerance);
+    out.push_back(std::move(v));
   }
   return out;
+}
+
+// summary.md's line for one verdict.
+std::string verdict_line(const verdict& v) {
+  auto relative = [](double value, double best) {
+    const double d = 100.0 * (value / best - 1.0);
+    return fmt(std::abs(d), 1) + (d <= 0.0 ? "% below" : "% above");
+  };
+  std::string out = "- " + fmt(v.rate, 1) + " req/s, " + v.policy + ": median TPOT " +
+                    fmt(v.p50, 2) + " ms, " + relative(v.p50, v.best50) +
+                    " the best load balancer (" + v.best50_name + ", " + fmt(v.best50, 2) +
+                    "); p99 " + fmt(v.p99, 2) + " ms, " + relative(v.p99, v.best99) +
+                    " the best (" + v.best99_name + ", " + fmt(v.best99, 2) + "): ";
+  if (v.lose50 || v.lose99)
+    out += std::string("**loses** on ") + (v.lose50 && v.lose99 ? "median and p99"
+                                           : v.lose50           ? "median"
+                                                                : "p99");
+  else
+    out += "does not lose";
+  out += " (tolerance " + fmt(100.0 * median_tolerance, 0) + "% median, " +
+         fmt(100.0 * p99_tolerance, 0) + "% p99)";
+  if (v.clairvoyant_p50) {
+    const auto share = v.captured_pct();
+    out += "; the clairvoyant policy's median is " + relative(*v.clairvoyant_p50, v.best50) +
+           (share ? ", of which it captures " + fmt(*share, 0) + "%"
+                  : std::string(", no gain to capture"));
+  }
+  return out + ".\n";
+}
+
+// verdicts.csv: the same verdicts, one row each, for tables that gather many runs
+// (tools/eldr-sim/evaluate.sh's matrix summary).
+const char* verdicts_csv_header =
+    "rate_rps,policy,tpot_p50_ms,tpot_p99_ms,best_p50_policy,best_p50_ms,best_p99_policy,"
+    "best_p99_ms,vs_best_p50_pct,vs_best_p99_pct,clairvoyant_p50_ms,captured_pct,verdict";
+
+std::string verdict_csv_row(const verdict& v) {
+  const auto share = v.captured_pct();
+  return fmt(v.rate, 2) + "," + v.policy + "," + fmt(v.p50) + "," + fmt(v.p99) + "," +
+         v.best50_name + "," + fmt(v.best50) + "," + v.best99_name + "," + fmt(v.best99) + "," +
+         fmt(v.vs_best50_pct(), 2) + "," + fmt(v.vs_best99_pct(), 2) + "," +
+         (v.clairvoyant_p50 ? fmt(*v.clairvoyant_p50) : "") + "," + (share ? fmt(*share, 1) : "") +
+         "," + v.outcome() + "\n";
 }
 
 // The gnuplot program behind --plots. Reads the .dat files written beside summary.csv.
@@ -613,6 +671,7 @@ int main(int argc, char** argv) {
       "experts/layer | load imbalance | throughput (tok/s) |\n|---|---|---|---|---|---|---|---|---|"
       "\n";
   std::string notes;  // per rate and locality policy: against the best load balancers (verdicts)
+  std::string verdicts_csv = std::string(verdicts_csv_header) + "\n";
   for (double rate : o.rates) {
     std::map<std::string, std::pair<double, double>> tpot;  // this rate's p50, p99 per policy
     for (std::size_t i = 0; i < w.requests.size(); ++i)
@@ -641,13 +700,17 @@ int main(int argc, char** argv) {
             fmt(m->load_imbalance, 3) + " | " + fmt(m->throughput_tokens_s, 0) + " |\n";
       tpot[name] = {m->tpot_p50_ms, m->tpot_p99_ms};
     }
-    notes += verdicts(rate, o.policies, tpot);
+    for (const verdict& v : verdicts_at(rate, o.policies, tpot)) {
+      notes += verdict_line(v);
+      verdicts_csv += verdict_csv_row(v);
+    }
   }
   if (!notes.empty()) md += "\n" + notes;
   const std::filesystem::path dir(o.out);
   write_text(dir / "summary.csv", csv);
   write_text(dir / "summary.md", md);
   write_text(dir / "timing.csv", timing);
+  write_text(dir / "verdicts.csv", verdicts_csv);
 
   // The calibration fit behind "eldr", when one was made.
   json fit;
