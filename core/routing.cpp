@@ -387,14 +387,15 @@ result<route_decision> locality_band_policy::pick(const route_input& in, uint32_
 // ---- the adaptive band ------------------------------------------------------------------------
 
 result<std::unique_ptr<adaptive_band_policy>> adaptive_band_policy::make(
-    std::shared_ptr<const centroid_set> centroids, float tau, bool widen_single, float load_slack) {
+    std::shared_ptr<const centroid_set> centroids, float tau, bool widen_single, float load_slack,
+    uint32_t group_min_load) {
   if (status s = check("eldr-adaptive", centroids.get(), tau); !s.ok()) return s;
   if (!std::isfinite(load_slack) || load_slack < 0.0f)
     return status::invalid_argument(
         "eldr-adaptive policy: load_slack must be finite and >= 0, got " +
         std::to_string(load_slack));
-  return std::unique_ptr<adaptive_band_policy>(
-      new adaptive_band_policy(std::move(centroids), tau, widen_single, load_slack));
+  return std::unique_ptr<adaptive_band_policy>(new adaptive_band_policy(
+      std::move(centroids), tau, widen_single, load_slack, group_min_load));
 }
 
 result<route_decision> adaptive_band_policy::pick(const route_input& in, uint32_t,
@@ -405,13 +406,18 @@ result<route_decision> adaptive_band_policy::pick(const route_input& in, uint32_
   const std::span<float> s = scores();
   const float half_width = tau();
 
-  // The load-admissible workers: at most floor(load_slack * m) above the lightest load m. The
-  // product is taken in double and capped, so a huge slack admits every worker, never wraps.
+  // The load-admissible workers: at most floor(load_slack * m) above the lightest load m, and none
+  // above it while m < group_min_load: one request more on a batch of one or two is a large share
+  // of its step, which the p99 pays where locality is weak (docs/evaluation.md, "Where grouping
+  // starts"). The product is taken in double and capped, so a huge slack admits every worker,
+  // never wraps.
   uint32_t lightest = std::numeric_limits<uint32_t>::max();
   for (uint32_t w = 0; w < workers(); ++w)
     if (eligible_at(in, w)) lightest = std::min(lightest, in.load[w]);
   const double allowance =
-      std::floor(static_cast<double>(load_slack_) * static_cast<double>(lightest));
+      lightest < group_min_load_
+          ? 0.0
+          : std::floor(static_cast<double>(load_slack_) * static_cast<double>(lightest));
   const uint32_t limit = static_cast<uint32_t>(
       std::min(static_cast<double>(std::numeric_limits<uint32_t>::max()), lightest + allowance));
   auto admissible = [&](uint32_t w) { return eligible_at(in, w) && in.load[w] <= limit; };
@@ -567,7 +573,7 @@ result<std::unique_ptr<routing_policy>> make_policy(std::string_view name,
       return std::unique_ptr<routing_policy>(std::move(made).value());
     }
     auto made = adaptive_band_policy::make(config.centroids, config.tau, config.widen_single,
-                                           config.load_slack);
+                                           config.load_slack, config.group_min_load);
     if (!made.ok()) return made.error();
     return std::unique_ptr<routing_policy>(std::move(made).value());
   }

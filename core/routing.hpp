@@ -67,6 +67,9 @@ struct route_trace {
 // "eldr-adaptive"'s default load slack (policy_config::load_slack); docs/evaluation.md has the
 // sensitivity study behind it.
 inline constexpr float default_load_slack = 0.5f;
+// "eldr-adaptive"'s default group_min_load (policy_config::group_min_load): below this lightest
+// load the rule does not group at all (docs/evaluation.md, "Where grouping starts").
+inline constexpr uint32_t default_group_min_load = 3;
 
 // Construction parameters for make_policy. Each policy reads only its own fields.
 struct policy_config {
@@ -84,6 +87,9 @@ struct policy_config {
   // "eldr-adaptive": how far above the least-loaded eligible worker's load a worker's load may be,
   // as a fraction of that load, for the worker to be in the band; finite and >= 0.
   float load_slack = default_load_slack;
+  // "eldr-adaptive": the lightest eligible load at which grouping starts; below it the allowance
+  // is 0 and the pick is the balancer's.
+  uint32_t group_min_load = default_group_min_load;
   // "domain": calibration requests per domain label; its size is the number of domains.
   std::vector<uint64_t> domain_counts;
 };
@@ -198,14 +204,15 @@ class locality_band_policy final : public centroid_policy {
 // the least-loaded eligible worker's, the slack growing with that load (docs/evaluation.md has the
 // measurements behind the rule and its default):
 //
-//   m     = min load over eligible workers;  a = floor(load_slack * m)
+//   m     = min load over eligible workers;  a = m >= group_min_load ? floor(load_slack * m) : 0
 //   C     = eligible workers with load <= m + a                 (the load-admissible set)
 //   band  = a == 0: all of C; a >= 1: members of C with s_k >= max over C of s - tau (widened
 //           to C's top two by score when it holds one worker, tau > 0 and widen_single)
 //   pick  = the least-loaded band member; ties to the worker this policy routed to least
 //           recently, then the higher score, then the lower index.
 //
-// At light load (a = 0) the request goes to a least-loaded worker, and among those to the one
+// At light load (a = 0: m below group_min_load, 3 by default, or floor(load_slack * m) = 0) the
+// request goes to a least-loaded worker, and among those to the one
 // that received a request longest ago -- whose requests are the closest to finishing, which is
 // what makes round-robin's p99 TPOT better than JSQ's lowest-index rule at light load. At heavy
 // load the slack admits the request's own region, as the paper's band does, while no worker ever
@@ -217,10 +224,11 @@ class adaptive_band_policy final : public centroid_policy {
   // Errors (invalid_argument): centroids is null; tau or load_slack NaN, infinite or negative.
   static result<std::unique_ptr<adaptive_band_policy>> make(
       std::shared_ptr<const centroid_set> centroids, float tau = 0.1f, bool widen_single = true,
-      float load_slack = default_load_slack);
+      float load_slack = default_load_slack, uint32_t group_min_load = default_group_min_load);
 
   std::string_view name() const override { return "eldr-adaptive"; }
   float load_slack() const { return load_slack_; }
+  uint32_t group_min_load() const { return group_min_load_; }
 
  protected:
   result<route_decision> pick(const route_input& in, uint32_t eligible_count,
@@ -228,12 +236,14 @@ class adaptive_band_policy final : public centroid_policy {
 
  private:
   adaptive_band_policy(std::shared_ptr<const centroid_set> centroids, float tau, bool widen_single,
-                       float load_slack)
+                       float load_slack, uint32_t group_min_load)
       : centroid_policy(std::move(centroids), tau, widen_single),
         load_slack_(load_slack),
+        group_min_load_(group_min_load),
         last_routed_(workers(), 0) {}
 
   float load_slack_;
+  uint32_t group_min_load_;
   // The policy's own decisions: last_routed_[w] is the number of the latest decision that chose w
   // (0 = never). Only a tie-break, so a decision the caller did not act on costs nothing.
   uint64_t decisions_ = 0;

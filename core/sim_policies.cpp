@@ -11,7 +11,7 @@ constexpr std::string_view valid_names =
     "rr, random, jsq, p2c, domain, eldr, eldr-online, eldr-adaptive, eldr-adaptive-online, "
     "clairvoyant, clairvoyant-adaptive; the eldr ones take /tau=X, "
     "/transform=count|sqrt|count_idf|binary, /kmeans=balanced|vanilla, /layers=selected|all, "
-    "the adaptive ones also /slack=X";
+    "the adaptive ones also /slack=X and /min-load=N";
 
 std::vector<std::string_view> split(std::string_view s, char sep) {
   std::vector<std::string_view> out;
@@ -174,6 +174,12 @@ result<sim_policy> policy_factory::build(std::string_view name) {
           slack < 0)
         return unknown("slack must be a number >= 0");
       pc.load_slack = slack;
+    } else if (key == "min-load" && adaptive) {
+      uint32_t min_load = 0;
+      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), min_load);
+      if (ec != std::errc() || ptr != value.data() + value.size())
+        return unknown("min-load must be a whole number >= 0");
+      pc.group_min_load = min_load;
     } else if (key == "transform") {
       auto t = parse_transform(value);
       if (!t.ok()) return unknown(t.error().message());

@@ -646,9 +646,10 @@ TEST(LocalityBand, ConcurrentInstallsAreSeenInOrder) {
 // ---- eldr-adaptive ------------------------------------------------------------------------------
 
 policy_config adaptive_config(std::shared_ptr<const centroid_set> set, float tau, bool widen,
-                              float slack) {
+                              float slack, uint32_t group_min_load = default_group_min_load) {
   policy_config c = eldr_config(std::move(set), tau, widen);
   c.load_slack = slack;
+  c.group_min_load = group_min_load;
   return c;
 }
 
@@ -730,6 +731,29 @@ TEST(AdaptiveBand, HeavyLoadGroupsByLocalityWithinTheSlack) {
   EXPECT_EQ(route_or_die(*no_slack, {&v, std::vector<uint32_t>{11, 10, 12, 14}, {}, -1}), 1u);
 }
 
+TEST(AdaptiveBand, GroupingStartsAtTheGroupMinLoad) {
+  // Worker 2 is the request's region but one request busier than the lightest. With m = 2 the
+  // slack would admit it (floor(0.5 * 2) = 1), but grouping starts at m = 3 by default: a
+  // least-loaded worker is picked. At m = 3 the slack (1) admits worker 2 and the band picks it.
+  const signature v = with_scores({0.1f, 0.1f, 0.6f, 0.1f});
+  auto p = make_or_die("eldr-adaptive", adaptive_config(axis_set(4), 0.1f, false, 0.5f));
+  EXPECT_EQ(p->name(), "eldr-adaptive");
+  route_trace trace;
+  auto d = p->route({&v, std::vector<uint32_t>{2, 2, 3, 2}, {}, -1}, &trace);
+  ASSERT_TRUE(d.ok());
+  EXPECT_NE(d->worker, 2u);
+  EXPECT_EQ(trace.load_limit, 2u);
+  d = p->route({&v, std::vector<uint32_t>{3, 3, 4, 3}, {}, -1}, &trace);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->worker, 2u);
+  EXPECT_EQ(trace.load_limit, 4u);
+  // group_min_load 0 groups from m = 2 (the rule before the threshold); a large one never groups.
+  auto early = make_or_die("eldr-adaptive", adaptive_config(axis_set(4), 0.1f, false, 0.5f, 0));
+  EXPECT_EQ(route_or_die(*early, {&v, std::vector<uint32_t>{2, 2, 3, 2}, {}, -1}), 2u);
+  auto never = make_or_die("eldr-adaptive", adaptive_config(axis_set(4), 0.1f, false, 0.5f, 1000));
+  EXPECT_NE(route_or_die(*never, {&v, std::vector<uint32_t>{30, 30, 31, 30}, {}, -1}), 2u);
+}
+
 TEST(AdaptiveBand, TiesGoToTheLeastRecentlyRoutedThenTheBetterScoreThenTheLowestIndex) {
   auto p = make_or_die("eldr-adaptive", adaptive_config(axis_set(3), 0.1f, true, 0.5f));
   const std::vector<uint32_t> load(3, 0);
@@ -771,13 +795,13 @@ TEST(AdaptiveBand, DrainedAndDeadWorkersAreNeitherPickedNorTheLightestLoad) {
 // A direct reading of the adaptive rule, with the recency state kept by the reference itself.
 uint32_t reference_adaptive_pick(const std::vector<float>& s, const std::vector<uint32_t>& load,
                                  const std::vector<uint8_t>& mask, float tau, bool widen,
-                                 float slack, const std::vector<uint64_t>& last,
+                                 float slack, uint32_t min_load, const std::vector<uint64_t>& last,
                                  uint32_t* band_size) {
   const uint32_t k = static_cast<uint32_t>(s.size());
   uint32_t m = std::numeric_limits<uint32_t>::max();
   for (uint32_t w = 0; w < k; ++w)
     if (mask[w]) m = std::min(m, load[w]);
-  const double a = std::floor(static_cast<double>(slack) * m);
+  const double a = m < min_load ? 0.0 : std::floor(static_cast<double>(slack) * m);
   std::vector<uint32_t> admissible;
   for (uint32_t w = 0; w < k; ++w)
     if (mask[w] && load[w] <= m + a) admissible.push_back(w);
@@ -812,6 +836,7 @@ TEST(AdaptiveBand, MatchesTheRuleOnRandomSituations) {
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   const float taus[] = {0.0f, 0.05f, 0.1f, 0.3f};
   const float slacks[] = {0.0f, 0.25f, 0.5f, 1.0f, 1e9f};
+  const uint32_t min_loads[] = {0, 1, 3, 5};
   for (int trial = 0; trial < 200; ++trial) {
     const uint32_t k = 2 + gen() % 15;
     const uint32_t width = 24;
@@ -825,10 +850,11 @@ TEST(AdaptiveBand, MatchesTheRuleOnRandomSituations) {
     const float tau = taus[trial % 4];
     const bool widen = (trial / 4) % 2 == 0;
     const float slack = slacks[trial % 5];
+    const uint32_t min_load = min_loads[(trial / 3) % 4];
     auto p =
         make_or_die("eldr-adaptive",
                     adaptive_config(std::make_shared<const centroid_set>(std::move(set).value()),
-                                    tau, widen, slack));
+                                    tau, widen, slack, min_load));
     std::vector<uint64_t> last(k, 0);
     // Several decisions per policy, so the recency state matters.
     for (uint64_t step = 1; step <= 6; ++step) {
@@ -846,7 +872,7 @@ TEST(AdaptiveBand, MatchesTheRuleOnRandomSituations) {
         x = static_cast<float>(x / std::sqrt(norm));
       std::vector<uint32_t> load(k);
       for (uint32_t& l : load)
-        l = gen() % 3 == 0 ? gen() % 3 : 4 + gen() % 12;
+        l = gen() % 3 == 0 ? gen() % 6 : 4 + gen() % 12;
       std::vector<uint8_t> mask(k);
       for (uint8_t& m : mask)
         m = u(gen) < 0.8f ? 1 : 0;
@@ -855,8 +881,8 @@ TEST(AdaptiveBand, MatchesTheRuleOnRandomSituations) {
       auto d = p->route({v.index.empty() ? nullptr : &v, load, mask, -1}, &trace);
       ASSERT_TRUE(d.ok()) << d.error().to_string();
       uint32_t band_size = 0;
-      const uint32_t want =
-          reference_adaptive_pick(trace.score, load, mask, tau, widen, slack, last, &band_size);
+      const uint32_t want = reference_adaptive_pick(trace.score, load, mask, tau, widen, slack,
+                                                    min_load, last, &band_size);
       EXPECT_EQ(d->worker, want) << "trial " << trial << " step " << step;
       EXPECT_EQ(d->band_size, band_size) << "trial " << trial << " step " << step;
       EXPECT_NE(mask[d->worker], 0);

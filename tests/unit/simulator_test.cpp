@@ -337,7 +337,16 @@ TEST(PolicyFactory, RejectsBadNamesAndAcceptsAblations) {
   const auto* band = dynamic_cast<const adaptive_band_policy*>(adaptive->policy.get());
   ASSERT_NE(band, nullptr);
   EXPECT_FLOAT_EQ(band->load_slack(), 0.25f);
+  EXPECT_EQ(band->group_min_load(), default_group_min_load);
   EXPECT_EQ(adaptive->policy->name(), "eldr-adaptive");
+  auto min_load = f.build("eldr-adaptive/min-load=5");
+  ASSERT_TRUE(min_load.ok());
+  const auto* b5 = dynamic_cast<const adaptive_band_policy*>(min_load->policy.get());
+  ASSERT_NE(b5, nullptr);
+  EXPECT_EQ(b5->group_min_load(), 5u);
+  for (const char* bad :
+       {"eldr-adaptive/min-load=-1", "eldr-adaptive/min-load=x", "eldr/min-load=3"})
+    EXPECT_FALSE(f.build(bad).ok()) << bad;
 }
 
 TEST(PolicyFactory, RejectsACentroidFileOfAnotherGeometry) {

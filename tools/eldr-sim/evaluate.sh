@@ -5,7 +5,8 @@
 # comparisons), and the eldr-adaptive matrix (issue 15): every workload at 5 rates from light to
 # saturated with 8 and 16 decode workers, named <workload>-<D> with workload one of task language
 # topics no-locality gptoss prefix esft held-out (e.g. task-16, esft-8; "adaptive" runs all 16),
-# plus sensitivity (cost model +-50%, tau, slack, refit interval) and seeds (held-out at 3 seeds);
+# plus sensitivity (cost model +-50%, tau, slack, where grouping starts, refit interval) and seeds
+# (held-out at 3 seeds);
 # adaptive-summary lays the matrix's verdicts side by side in OUT_DIR/adaptive.md.
 # Default: all. Each writes OUT_DIR/<table>/summary.{csv,md}, fit.json and PNG plots (gnuplot).
 set -eu
@@ -122,6 +123,15 @@ for t in $tables; do
         --refit-interval-s 1 --out "$out/sens-refit-1s"
       "$sim" $heldout --requests "$n" --rate 20,80,160 --policies rr,jsq,eldr,eldr-adaptive-online \
         --refit-interval-s 4 --out "$out/sens-refit-4s"
+      # Where grouping starts (group_min_load, /min-load=N): 0 groups from the lightest load 2
+      # (the rule before the threshold), 3 the default, 6 later; 16 and 8 workers, and the
+      # cheaper step (base 3.25 ms) that showed the 80 req/s p99 loss at 0.
+      g="rr,random,jsq,p2c,eldr-adaptive/min-load=0,eldr-adaptive,eldr-adaptive/min-load=6"
+      "$sim" $heldout --requests "$n" --rate 20,40,80,160 --policies "$g" --out "$out/sens-min-load-16"
+      "$sim" $heldout --requests "$n" --rate 10,20,40,80 --decode-workers 8 --policies "$g" \
+        --out "$out/sens-min-load-8"
+      "$sim" $heldout --requests "$n" --rate 80,160 --cost-base-ms 3.25 --policies "$g" \
+        --out "$out/sens-min-load-base-3.25"
       for c in "base-ms 3.25" "base-ms 9.75" "expert-ms 0.00175" "expert-ms 0.00525" \
                "sequence-ms 0.005" "sequence-ms 0.015" "kilotoken-ms 0.002" "kilotoken-ms 0.006"; do
         set -- $c
