@@ -877,6 +877,24 @@ nlohmann::json model_json(router_state& st, model_state& m) {
           {"tracked_requests", m.pool.tracked()}};
 }
 
+// The current centroid set's spec and provenance (`centroids.show`, the operator page).
+nlohmann::json spec_json(const model_state& m) {
+  nlohmann::json r = {{"model", m.cfg->name}, {"epoch", m.epoch}};
+  if (m.file) {
+    r["k"] = m.file->workers;
+    r["width"] = m.file->spec.width();
+    r["transform"] = std::string(to_string(m.file->spec.transform()));
+    r["layers"] = m.file->spec.layer_mask();
+    r["geometry"] = {m.file->spec.geometry().layers, m.file->spec.geometry().experts,
+                     m.file->spec.geometry().top_k};
+    r["source"] = m.file->provenance.source;
+    r["tool"] = m.file->provenance.tool;
+    r["rho"] = m.file->provenance.rho;
+    r["objective"] = m.file->provenance.objective;
+  }
+  return r;
+}
+
 nlohmann::json workers_json(router_state& st, model_state& m) {
   nlohmann::json rows = nlohmann::json::array();
   const int64_t now = st.ctx->now_ms();
@@ -1128,19 +1146,7 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
     answer_admin(*st.ctx, *job, {{"worker", *w}, {"state", std::string(to_string(snap->state))}});
   } else if (cmd == "centroids.show") {
     if (!need_model()) return;
-    nlohmann::json r = {{"model", m->cfg->name}, {"epoch", m->epoch}};
-    if (m->file) {
-      r["k"] = m->file->workers;
-      r["width"] = m->file->spec.width();
-      r["transform"] = std::string(to_string(m->file->spec.transform()));
-      r["layers"] = m->file->spec.layer_mask();
-      r["geometry"] = {m->file->spec.geometry().layers, m->file->spec.geometry().experts,
-                       m->file->spec.geometry().top_k};
-      r["source"] = m->file->provenance.source;
-      r["tool"] = m->file->provenance.tool;
-      r["rho"] = m->file->provenance.rho;
-      r["objective"] = m->file->provenance.objective;
-    }
+    nlohmann::json r = spec_json(*m);
     const uint32_t index = m->index;
     self->request(st.sigcache, caf::infinite, history_atom::value, index)
         .then(
@@ -1796,6 +1802,14 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
       },
       [=](worker_atom, worker_job_ptr job) { handle_worker(self, *job, true); },
       [=](admin_atom, admin_job_ptr job) { handle_admin(self, job); },
+      // The operator page's worker rows (the `workers` admin command's) and spec, per model.
+      [=](page_atom) -> caf::result<std::string> {
+        if (!local_sender(self)) return caf::sec::request_receiver_down;
+        nlohmann::json out = nlohmann::json::object();
+        for (auto& m : self->state.models)
+          out[m->cfg->name] = {{"workers", workers_json(self->state, *m)}, {"spec", spec_json(*m)}};
+        return out.dump();
+      },
       // The router's part of `status`: models as a JSON text.
       [=](admin_atom) -> caf::result<std::string> {
         if (!local_sender(self)) return caf::sec::request_receiver_down;
