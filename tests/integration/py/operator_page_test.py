@@ -9,7 +9,9 @@ synthetic workload. Once the node's own /api/status shows the workers and routed
 and the rendered DOM is checked against what the node reports at that moment: one worker row per
 registered worker with its live in-flight number, the model's current epoch among the stored ones,
 the routed count, sparkline SVGs with points, the publisher rows. Also: /api/unknown is 404 and a
-POST is refused, and the page loads nothing from another origin.
+POST is refused, and the page loads nothing from another origin. Then node 1 of a 2-node loopback
+cluster (deploy/local/eldr-cluster): one member row per member, the refit leader and its term as
+the node reports them.
 
 With --screenshot PATH, also writes a PNG of the page (docs/img/operator-page.png is made so:
 tools/operator-page-screenshot.sh).
@@ -17,7 +19,7 @@ tools/operator-page-screenshot.sh).
 Fails (exit 1, not a skip) when chromium is not installed: deploy/install-deps.sh installs it.
 Waits are bounded by deadlines on observable conditions.
 
-usage: operator_page_test.py --build-dir BUILD [--screenshot PATH] [--keep]
+usage: operator_page_test.py --build-dir BUILD [--screenshot PATH] [--no-cluster] [--keep]
 """
 import argparse
 import html.parser
@@ -117,11 +119,91 @@ def chromium_cmd(chromium, profile, extra, url):
         extra + [url]
 
 
+def stop(*procs):
+    """SIGTERM to each of our processes still running, SIGKILL after 30 s."""
+    for p in procs:
+        if p is not None and p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def dump_dom(chromium, profile, url, tmp, name):
+    r = subprocess.run(chromium_cmd(chromium, profile, ["--dump-dom"], url),
+                       capture_output=True, text=True, timeout=180)
+    if r.returncode != 0 or "<html" not in r.stdout:
+        fail("chromium --dump-dom %s: exit %d\n%s" % (url, r.returncode, r.stderr[-2000:]))
+    with open(os.path.join(tmp, name), "w") as f:
+        f.write(r.stdout)
+    dom = Dom()
+    dom.feed(r.stdout)
+    body = dom.find("body")[0]
+    if int(body["attrs"].get("data-rendered", "0")) < 1:
+        fail("the page at %s never rendered a snapshot; error line: %r" %
+             (url, [e["text"] for e in dom.find(id="error")]))
+    if dom.find(id="error")[0]["text"].strip():
+        fail("the page shows an error: %r" % dom.find(id="error")[0]["text"])
+    return dom, r.stdout
+
+
+def check_cluster(chromium, profile, tmp, src, build_dir):
+    """Node 1 of a 2-node loopback cluster (deploy/local/eldr-cluster): the members, the refit
+    leader and its term as the node reports them."""
+    script = os.path.join(src, "deploy", "local", "eldr-cluster")
+    cdir = os.path.join(tmp, "cluster")
+    r = subprocess.run(["bash", script, "start", "2", "--dir", cdir, "--bin",
+                        os.path.join(build_dir, "tools", "eldr-node"), "--timeout", "60"],
+                       capture_output=True, text=True, timeout=180)
+    try:
+        if r.returncode != 0:
+            fail("eldr-cluster start 2: %s%s" % (r.stdout, r.stderr))
+        n1 = json.loads(r.stdout.splitlines()[0])
+        port = int(n1["metrics"].split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+
+        def settled():
+            st = api(port, "/api/status")
+            c = st.get("cluster")
+            if (c and len(c["members"]) == 2 and all(m["alive"] for m in c["members"]) and
+                    c.get("refit", {}).get("leader") and c["refit"].get("term", 0) > 0):
+                return st
+            return None
+        poll("a 2-node cluster with a refit leader in /api/status", settled, 90)
+        dom, _ = dump_dom(chromium, profile, "http://127.0.0.1:%d/" % port, tmp, "cluster.html")
+        after = api(port, "/api/status")["cluster"]
+        section = dom.find("section", id="cluster")[0]
+        if "hidden" in section["attrs"]:
+            fail("the cluster section is hidden on a clustered node")
+        members = dom.find("tr", class_="member-row")
+        if len(members) != len(after["members"]):
+            fail("member rows: page %d, node %d" % (len(members), len(after["members"])))
+        for m in after["members"]:
+            if not any(m["name"] in row["text"] and m["address"] in row["text"] for row in members):
+                fail("member %s (%s) not shown" % (m["name"], m["address"]))
+        leader = [e for e in dom.find("div") if "cluster-leader" in classes(e)]
+        term = [e for e in dom.find("div") if "cluster-term" in classes(e)]
+        if not leader or leader[0]["text"].split()[-1] != after["refit"]["leader"]:
+            fail("leader: page %r, node %r" % (leader and leader[0]["text"],
+                                              after["refit"]["leader"]))
+        if not term or term[0]["text"].split()[-1] != str(after["refit"]["term"]):
+            fail("term: page %r, node %r" % (term and term[0]["text"], after["refit"]["term"]))
+        print("ok: cluster of %d, leader %s, term %d" %
+              (len(members), after["refit"]["leader"], after["refit"]["term"]), flush=True)
+    finally:
+        subprocess.run(["bash", script, "stop", "--dir", cdir], capture_output=True, timeout=120)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", required=True)
     ap.add_argument("--screenshot", help="also write a PNG of the page here")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--no-cluster", action="store_true", help="skip the 2-node cluster part")
+    ap.add_argument("--source-dir",
+                    default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                         ".."))
     args = ap.parse_args()
 
     chromium = shutil.which("chromium")
@@ -192,23 +274,9 @@ def main():
 
         profile = os.path.join(tmp, "chromium-profile")
         url = "http://127.0.0.1:%d/" % port
-        r = subprocess.run(chromium_cmd(chromium, profile, ["--dump-dom"], url),
-                           capture_output=True, text=True, timeout=180)
-        if r.returncode != 0 or "<html" not in r.stdout:
-            fail("chromium --dump-dom: exit %d\n%s" % (r.returncode, r.stderr[-2000:]))
+        dom, text = dump_dom(chromium, profile, url, tmp, "dom.html")
         # What the node reports now (a snapshot at most one interval newer than the page's).
         after = api(port, "/api/status")
-        dom = Dom()
-        dom.feed(r.stdout)
-        with open(os.path.join(tmp, "dom.html"), "w") as f:
-            f.write(r.stdout)
-
-        body = dom.find("body")[0]
-        if int(body["attrs"].get("data-rendered", "0")) < 1:
-            fail("the page never rendered a snapshot; error line: %r" %
-                 [e["text"] for e in dom.find(id="error")])
-        if dom.find(id="error")[0]["text"].strip():
-            fail("the page shows an error: %r" % dom.find(id="error")[0]["text"])
         if after["node"]["name"] not in dom.find(id="node-name")[0]["text"]:
             fail("node name not shown")
         sections = dom.find("section", data_model=MODEL)
@@ -257,7 +325,7 @@ def main():
         publishers = dom.find("tr", class_="publisher-row")
         if not publishers:
             fail("no publisher row (eldr-loadgen registers one)")
-        if "refit" not in r.stdout.lower():
+        if "refit" not in text.lower():
             fail("no refit part")
         print("ok: %d worker rows (in flight %r), epoch %d, %d routed shown, %d publisher rows"
               % (len(rows), in_flight, model["epoch"], routed_shown, len(publishers)), flush=True)
@@ -271,15 +339,11 @@ def main():
             if r.returncode != 0 or not os.path.exists(out):
                 fail("chromium --screenshot: exit %d\n%s" % (r.returncode, r.stderr[-2000:]))
             print("screenshot:", out)
+        stop(loadgen, node)
+        if not args.no_cluster:
+            check_cluster(chromium, profile, tmp, args.source_dir, args.build_dir)
     finally:
-        for p in (loadgen, node):
-            if p is not None and p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        stop(loadgen, node)
         if args.keep:
             print("kept:", tmp)
         else:
