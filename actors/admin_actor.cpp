@@ -3,8 +3,11 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <vector>
 
+#include "actors/operator_page.hpp"
 #include "core/version.hpp"
 
 namespace eldr {
@@ -75,9 +78,11 @@ void ask_json(caf::event_based_actor* self, const caf::actor& who, Atom atom,
             [then](caf::error&) { then(nullptr); });
 }
 
-void status(caf::event_based_actor* self, const node_context_ptr& ctx, const caf::actor& router,
-            const caf::actor& sigcache, const caf::actor& refit, const caf::actor& cluster,
-            admin_job_ptr job) {
+// `status` (eldrctl status --json) composed from every actor's part; `done` gets it. The one
+// implementation of the node's status: the admin command answers it, the operator page shows it.
+void compose_status(caf::event_based_actor* self, const node_context_ptr& ctx,
+                    const caf::actor& router, const caf::actor& sigcache, const caf::actor& refit,
+                    const caf::actor& cluster, std::function<void(nlohmann::json)> done) {
   ask_json(self, router, admin_atom::value, [=](nlohmann::json r) {
     ask_json(self, sigcache, cache_stats_atom::value, [=](nlohmann::json cache) {
       ask_json(self, cluster, admin_atom::value, [=](nlohmann::json members) {
@@ -112,7 +117,91 @@ void status(caf::event_based_actor* self, const node_context_ptr& ctx, const caf
             out["cluster"]["router"] = routing;
           }
           out["counters"] = counters;
-          answer_admin(*ctx, *job, out);
+          done(std::move(out));
+        });
+      });
+    });
+  });
+}
+
+void status(caf::event_based_actor* self, const node_context_ptr& ctx, const caf::actor& router,
+            const caf::actor& sigcache, const caf::actor& refit, const caf::actor& cluster,
+            admin_job_ptr job) {
+  compose_status(self, ctx, router, sigcache, refit, cluster,
+                 [ctx, job](nlohmann::json out) { answer_admin(*ctx, *job, std::move(out)); });
+}
+
+// The stored epochs of models [from, n) appended to `epochs`, one request at a time; then `done`.
+// Without a signature cache every list is empty.
+void ask_epochs(caf::event_based_actor* self, const caf::actor& sigcache, uint32_t from, uint32_t n,
+                std::shared_ptr<std::vector<std::vector<uint64_t>>> epochs,
+                std::function<void()> done) {
+  if (from >= n || !sigcache) {
+    epochs->resize(n);
+    return done();
+  }
+  self->request(sigcache, std::chrono::seconds(5), history_atom::value, from)
+      .then(
+          [=](std::vector<uint64_t> e) {
+            epochs->push_back(std::move(e));
+            ask_epochs(self, sigcache, from + 1, n, epochs, done);
+          },
+          [=](caf::error&) {
+            epochs->emplace_back();
+            ask_epochs(self, sigcache, from + 1, n, epochs, done);
+          });
+}
+
+// One operator-page sample (operator_page.hpp): the status plus, per model, its worker rows and
+// current spec, its stored epochs and its recent refit outcomes; the history's next point from the
+// route metrics and the rows' in-flight counts. The next tick is scheduled when this one is done,
+// so samples never pile up behind a slow actor.
+void page_sample(caf::event_based_actor* self, const node_context_ptr& ctx,
+                 const caf::actor& router, const caf::actor& sigcache, const caf::actor& refit,
+                 const caf::actor& cluster) {
+  auto next = [self, ctx] {
+    self->delayed_send(self, std::chrono::milliseconds(ctx->operator_page->interval_ms()),
+                       page_tick_atom::value);
+  };
+  compose_status(self, ctx, router, sigcache, refit, cluster, [=](nlohmann::json out) {
+    ask_json(self, router, page_atom::value, [=](nlohmann::json rows) {
+      ask_json(self, refit, page_atom::value, [=](nlohmann::json refits) {
+        ask_json(self, sigcache, page_atom::value, [=](nlohmann::json ingest) {
+          const auto& names = ctx->operator_page->models();
+          auto epochs = std::make_shared<std::vector<std::vector<uint64_t>>>();
+          ask_epochs(self, sigcache, 0, static_cast<uint32_t>(names.size()), epochs, [=]() mutable {
+            nlohmann::json page = nlohmann::json::object();
+            std::vector<route_totals> totals;
+            std::vector<std::vector<uint32_t>> in_flight(names.size());
+            for (size_t m = 0; m < names.size(); ++m) {
+              nlohmann::json part = {{"name", names[m]},
+                                     {"epochs", (*epochs)[m]},
+                                     {"workers", nlohmann::json::array()},
+                                     {"spec", nullptr},
+                                     {"refit", nullptr},
+                                     {"ingest", nullptr}};
+              if (rows.is_object() && rows.contains(names[m])) {
+                part["workers"] = rows[names[m]].value("workers", nlohmann::json::array());
+                part["spec"] = rows[names[m]].value("spec", nlohmann::json());
+              }
+              if (refits.is_object() && refits.contains(names[m])) part["refit"] = refits[names[m]];
+              if (ingest.is_object() && ingest.contains(names[m]))
+                part["ingest"] = ingest[names[m]];
+              for (const auto& w : part["workers"]) {
+                const auto i = w.value("worker", uint32_t{0});
+                if (i >= operator_history::max_workers) continue;
+                if (in_flight[m].size() <= i) in_flight[m].resize(i + 1, 0);
+                in_flight[m][i] = w.value("load", uint32_t{0});
+              }
+              page[names[m]] = std::move(part);
+              totals.push_back(ctx->metrics->route_totals_of(names[m]));
+            }
+            out["page"] = {{"models", std::move(page)},
+                           {"interval_ms", ctx->operator_page->interval_ms()}};
+            ctx->operator_page->record(ctx->now_ms(), totals, std::move(in_flight));
+            ctx->operator_page->set_status(out.dump());
+            next();
+          });
         });
       });
     });
@@ -130,7 +219,9 @@ caf::behavior admin(caf::event_based_actor* self, node_context_ptr ctx, caf::act
                                     "' to a node that has");
     self->send(who, admin_atom::value, job);
   };
+  if (ctx->operator_page) self->send(self, page_tick_atom::value);
   return {
+      [=](page_tick_atom) { page_sample(self, ctx, router, sigcache, refit, cluster); },
       [=](admin_atom, admin_job_ptr job) {
         const auto& cmd = job->request.command;
         if (cmd == "status") return status(self, ctx, router, sigcache, refit, cluster, job);

@@ -48,10 +48,15 @@ using tick_atom = caf::atom_constant<caf::atom("tick")>;
 // Router -> itself: an import waiting for a refit leader to be known (cluster).
 using import_retry_atom = caf::atom_constant<caf::atom("imretry")>;
 // Router -> itself: time to scrape a model's workers' metrics (model index), and one scrape's
-// outcome, posted from the scraper's thread (model, worker, issued_ms, ok, in_flight, kv_usage,
-// error message).
+// outcome, posted from the scraper's thread (model, worker, issued_ms, ok, running, waiting,
+// kv_usage, error message).
 using scrape_tick_atom = caf::atom_constant<caf::atom("scrtick")>;
 using scraped_atom = caf::atom_constant<caf::atom("scraped")>;
+// The operator page (operator_page.hpp): admin actor -> itself, every sample interval
+// (page_tick_atom); admin actor -> router (every model's worker rows) and -> refit actor (recent
+// refit outcomes), each answered with a JSON text.
+using page_tick_atom = caf::atom_constant<caf::atom("pagetick")>;
+using page_atom = caf::atom_constant<caf::atom("page")>;
 
 using route_job_ptr = std::shared_ptr<const route_job>;
 using worker_job_ptr = std::shared_ptr<const worker_job>;

@@ -15,6 +15,7 @@
 #include "actors/cluster_actor.hpp"
 #include "actors/load_monitor_actor.hpp"
 #include "actors/node_metrics.hpp"
+#include "actors/operator_page.hpp"
 #include "actors/readiness.hpp"
 #include "actors/refit_actor.hpp"
 #include "actors/router_actor.hpp"
@@ -285,14 +286,20 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
     model_names.push_back(m.name);
   auto board =
       std::make_shared<readiness_board>(std::move(model_names), has_router, config.clustered());
+  std::shared_ptr<operator_view> page;
   if (!config.metrics_address.empty()) {
     auto metrics = p->metrics;
+    std::vector<std::string> names;
+    for (const auto& m : config.models)
+      names.push_back(m.name);
+    page = std::make_shared<operator_view>(std::move(names));
     auto http = metrics_http_server::start(
         config.metrics_address, [metrics] { return metrics->render(); },
         [board, now = options.now_ms] {
           const auto v = board->evaluate(now());
           return metrics_http_server::readiness{v.ready, v.body};
-        });
+        },
+        [page](std::string_view path) { return page->page(path); });
     if (!http.ok())
       return status(http.error().code(), "endpoints.metrics: " + http.error().message());
     p->http = std::move(*http);
@@ -310,6 +317,7 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
   ctx->metrics_url = p->metrics_url;
   if (config.clustered()) ctx->trust = std::make_shared<cluster_trust>();
   ctx->readiness = board;
+  ctx->operator_page = page;
   node_context_ptr cctx = ctx;
 
   auto& sys = p->system;

@@ -20,6 +20,7 @@
 namespace eldr {
 
 class cluster_trust;
+class operator_view;
 
 struct node_context {
   node_config config;
@@ -35,6 +36,9 @@ struct node_context {
   // What GET /readyz answers (readiness.hpp): written by the actors, read by the HTTP thread.
   // Null in code that builds a context without one (tests).
   std::shared_ptr<readiness_board> readiness;
+  // What the operator page serves (operator_page.hpp): the admin actor samples into it, the HTTP
+  // thread reads it. Null when the metrics endpoint is off, and in tests.
+  std::shared_ptr<operator_view> operator_page;
 };
 using node_context_ptr = std::shared_ptr<const node_context>;
 

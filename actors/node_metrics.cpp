@@ -94,6 +94,24 @@ void node_metrics::route_decided(std::string_view model, uint32_t worker, uint32
   s.per_worker[worker]->inc();
 }
 
+route_totals node_metrics::route_totals_of(std::string_view model) const {
+  route_totals t;
+  std::lock_guard lock(impl_->mutex);
+  auto it = impl_->models.find(std::string(model));
+  if (it == impl_->models.end()) {
+    t.latency_bounds = latency_bounds;
+    t.latency_counts.assign(latency_bounds.size() + 1, 0);
+    return t;
+  }
+  const histogram_metric& lat = *it->second.node_latency;
+  t.latency_bounds.assign(lat.upper_bounds().begin(), lat.upper_bounds().end());
+  for (size_t i = 0; i <= t.latency_bounds.size(); ++i)
+    t.latency_counts.push_back(lat.bucket_count(i));
+  t.band_sum = it->second.band->sum();
+  t.routes = it->second.band->count();
+  return t;
+}
+
 void node_metrics::route_failed(route_error_code code) {
   auto* c = must(impl_->registry.counter("eldr_route_errors_total",
                                          "Route requests answered with an error_reply, per code.",

@@ -9,10 +9,20 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cluster/route_protocol.hpp"
 
 namespace eldr {
+
+// One model's route counters at an instant, cumulative since the node started: what the operator
+// page's history (operator_page.hpp) turns into rates and quantiles per interval.
+struct route_totals {
+  std::vector<double> latency_bounds;  // upper bounds (seconds) of the node-side latency histogram
+  std::vector<uint64_t> latency_counts;  // non-cumulative; latency_bounds.size() + 1 (+Inf last)
+  double band_sum = 0;                   // sum of the band sizes of every decision
+  uint64_t routes = 0;                   // decisions
+};
 
 class node_metrics {
  public:
@@ -55,6 +65,9 @@ class node_metrics {
   void set_section(const std::string& name, std::string text);
 
   std::string render() const;
+
+  // The model's route counters now (all zero before its first decision).
+  route_totals route_totals_of(std::string_view model) const;
 
   class impl;
 

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <deque>
 #include <nlohmann/json.hpp>
 
 #include "actors/cluster_protocol.hpp"
@@ -41,7 +42,14 @@ struct refit_state {
   uint64_t remote_points = 0;  // rows taken from other routers' samples (last refit)
   caf::actor local_cluster;    // this node's cluster actor: it holds this node's vote
   uint64_t campaigns = 0, campaigns_won = 0;
+  // Per model: refits run and accepted, and the last few outcomes (the operator page's).
+  struct outcomes {
+    uint64_t runs = 0, accepted = 0;
+    std::deque<nlohmann::json> recent;  // newest last, at most max_recent_outcomes
+  };
+  std::vector<outcomes> by_model;
 };
+constexpr size_t max_recent_outcomes = 8;
 using refit_actor_t = caf::stateful_actor<refit_state>;
 
 // Ends one refit: log, metrics, admin answer (when an operator asked), next timer.
@@ -50,6 +58,15 @@ void finish(refit_actor_t* self, uint32_t model, const admin_job_ptr& job, nlohm
   const auto& ctx = *self->state.ctx;
   const auto& cfg = ctx.config.models[model];
   ctx.metrics->refit_done(cfg.name, accepted);
+  auto& o = self->state.by_model[model];
+  ++o.runs;
+  o.accepted += accepted ? 1 : 0;
+  o.recent.push_back({{"uptime_s", (ctx.now_ms() - ctx.started_ms) / 1000.0},
+                      {"accepted", accepted},
+                      {"by_operator", job != nullptr},
+                      {"epoch", out.value("epoch", uint64_t{0})},
+                      {"reason", out.value("reason", std::string())}});
+  if (o.recent.size() > max_recent_outcomes) o.recent.pop_front();
   if (accepted)
     spdlog::info("model {}: refit accepted, epoch {}", cfg.name, out.value("epoch", 0));
   else
@@ -275,6 +292,7 @@ nlohmann::json leadership_json(const refit_state& st) {
 caf::behavior refit_behavior(refit_actor_t* self, node_context_ptr ctx, caf::actor router) {
   self->state.ctx = ctx;
   self->state.router = router;
+  self->state.by_model.resize(ctx->config.models.size());
   if (ctx->config.clustered()) {
     self->state.lead.emplace(ctx->config.name, true);
     self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
@@ -324,6 +342,19 @@ caf::behavior refit_behavior(refit_actor_t* self, node_context_ptr ctx, caf::act
           st.lead->step_down();
           evaluate_leadership(self);
         }
+      },
+      // The operator page's refit outcomes, per model.
+      [=](page_atom) -> caf::result<std::string> {
+        if (!local_sender(self)) return caf::sec::request_receiver_down;
+        const auto& st = self->state;
+        nlohmann::json out = nlohmann::json::object();
+        for (size_t m = 0; m < st.by_model.size(); ++m)
+          out[st.ctx->config.models[m].name] = {
+              {"runs", st.by_model[m].runs},
+              {"accepted", st.by_model[m].accepted},
+              {"interval_s", st.ctx->config.models[m].refit_interval_s},
+              {"recent", st.by_model[m].recent}};
+        return out.dump();
       },
       // The refit's part of `status`.
       [=](admin_atom) -> caf::result<std::string> {

@@ -91,6 +91,7 @@ struct model_state {
   std::vector<std::optional<http_url>> metrics_urls;
   std::vector<std::string> metrics_url_text;  // as registered, for the workers listing
   std::vector<std::string> scrape_error;  // the last failed scrape's reason ("" after a good one)
+  std::vector<std::optional<vllm_load>> scraped;  // the last good scrape (workers listing)
 
   explicit model_state(load_view p) : pool(std::move(p)) {}
 };
@@ -877,6 +878,24 @@ nlohmann::json model_json(router_state& st, model_state& m) {
           {"tracked_requests", m.pool.tracked()}};
 }
 
+// The current centroid set's spec and provenance (`centroids.show`, the operator page).
+nlohmann::json spec_json(const model_state& m) {
+  nlohmann::json r = {{"model", m.cfg->name}, {"epoch", m.epoch}};
+  if (m.file) {
+    r["k"] = m.file->workers;
+    r["width"] = m.file->spec.width();
+    r["transform"] = std::string(to_string(m.file->spec.transform()));
+    r["layers"] = m.file->spec.layer_mask();
+    r["geometry"] = {m.file->spec.geometry().layers, m.file->spec.geometry().experts,
+                     m.file->spec.geometry().top_k};
+    r["source"] = m.file->provenance.source;
+    r["tool"] = m.file->provenance.tool;
+    r["rho"] = m.file->provenance.rho;
+    r["objective"] = m.file->provenance.objective;
+  }
+  return r;
+}
+
 nlohmann::json workers_json(router_state& st, model_state& m) {
   nlohmann::json rows = nlohmann::json::array();
   const int64_t now = st.ctx->now_ms();
@@ -899,6 +918,11 @@ nlohmann::json workers_json(router_state& st, model_state& m) {
       row["scrapes"] = w.scrapes;
       row["scrapes_failed"] = w.scrapes_failed;
       row["scrape_error"] = m.scrape_error[w.index];
+      // The engine's own view at the last good scrape (null before one).
+      const auto& seen = w.index < m.scraped.size() ? m.scraped[w.index] : std::nullopt;
+      row["running"] = seen ? nlohmann::json(seen->running) : nlohmann::json(nullptr);
+      row["waiting"] = seen ? nlohmann::json(seen->waiting) : nlohmann::json(nullptr);
+      row["kv_usage"] = seen ? nlohmann::json(seen->kv_usage) : nlohmann::json(nullptr);
     }
   }
   return rows;
@@ -1128,19 +1152,7 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
     answer_admin(*st.ctx, *job, {{"worker", *w}, {"state", std::string(to_string(snap->state))}});
   } else if (cmd == "centroids.show") {
     if (!need_model()) return;
-    nlohmann::json r = {{"model", m->cfg->name}, {"epoch", m->epoch}};
-    if (m->file) {
-      r["k"] = m->file->workers;
-      r["width"] = m->file->spec.width();
-      r["transform"] = std::string(to_string(m->file->spec.transform()));
-      r["layers"] = m->file->spec.layer_mask();
-      r["geometry"] = {m->file->spec.geometry().layers, m->file->spec.geometry().experts,
-                       m->file->spec.geometry().top_k};
-      r["source"] = m->file->provenance.source;
-      r["tool"] = m->file->provenance.tool;
-      r["rho"] = m->file->provenance.rho;
-      r["objective"] = m->file->provenance.objective;
-    }
+    nlohmann::json r = spec_json(*m);
     const uint32_t index = m->index;
     self->request(st.sigcache, caf::infinite, history_atom::value, index)
         .then(
@@ -1351,9 +1363,11 @@ void set_metrics_url(model_state& m, uint32_t worker, const std::string& url) {
     m.metrics_urls.resize(k);
     m.metrics_url_text.resize(k);
     m.scrape_error.resize(k);
+    m.scraped.resize(k);
   }
   if (worker >= k) return;
   m.scrape_error[worker].clear();
+  m.scraped[worker].reset();
   m.metrics_url_text[worker] = url;
   m.metrics_urls[worker].reset();
   // Validated by the worker protocol's decoder; a peer's copy went through it too.
@@ -1373,25 +1387,26 @@ void scrape_model(router_actor_t* self, model_state& m) {
     const caf::actor me = caf::actor_cast<caf::actor>(self);
     const uint64_t key = (uint64_t{model} << 32) | w;
     // Skipped while the previous scrape of this worker runs: a slow worker is never queued twice.
-    (void)st.scraper->scrape(key, *m.metrics_urls[w], m.cfg->name,
-                             [me, model, w, now](uint64_t, result<vllm_load> r) {
-                               if (r.ok())
-                                 caf::anon_send(me, scraped_atom::value, model, w, now, true,
-                                                r->in_flight(), r->kv_usage, std::string());
-                               else
-                                 caf::anon_send(me, scraped_atom::value, model, w, now, false,
-                                                uint32_t{0}, 0.0f, r.error().to_string());
-                             });
+    (void)st.scraper->scrape(
+        key, *m.metrics_urls[w], m.cfg->name, [me, model, w, now](uint64_t, result<vllm_load> r) {
+          if (r.ok())
+            caf::anon_send(me, scraped_atom::value, model, w, now, true, r->running, r->waiting,
+                           r->kv_usage, std::string());
+          else
+            caf::anon_send(me, scraped_atom::value, model, w, now, false, uint32_t{0}, uint32_t{0},
+                           0.0f, r.error().to_string());
+        });
   }
 }
 
 void on_scraped(router_actor_t* self, uint32_t model, uint32_t worker, int64_t issued_ms, bool ok,
-                uint32_t in_flight, float kv_usage, const std::string& error) {
+                const vllm_load& load, const std::string& error) {
   auto& st = self->state;
   if (model >= st.models.size()) return;
   auto& m = *st.models[model];
   if (worker >= m.pool.k() || worker >= m.metrics_urls.size() || !m.metrics_urls[worker]) return;
-  st.ctx->metrics->worker_scraped(m.cfg->name, worker, ok, in_flight, kv_usage);
+  const uint32_t in_flight = load.in_flight();
+  st.ctx->metrics->worker_scraped(m.cfg->name, worker, ok, in_flight, load.kv_usage);
   if (!ok) {
     if (m.scrape_error[worker].empty() || m.scrape_error[worker] != error)
       spdlog::warn("model {}: worker {}'s metrics not scraped: {}", m.cfg->name, worker, error);
@@ -1402,6 +1417,7 @@ void on_scraped(router_actor_t* self, uint32_t model, uint32_t worker, int64_t i
   if (!m.scrape_error[worker].empty())
     spdlog::info("model {}: worker {}'s metrics scraped again", m.cfg->name, worker);
   m.scrape_error[worker].clear();
+  if (worker < m.scraped.size()) m.scraped[worker] = load;
   (void)m.pool.on_scrape(worker, in_flight, issued_ms, st.ctx->now_ms());
   publish_readiness(st, m);
 }
@@ -1682,8 +1698,12 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
                            scrape_tick_atom::value, index);
       },
       [=](scraped_atom, uint32_t model, uint32_t worker, int64_t issued_ms, bool ok,
-          uint32_t in_flight, float kv_usage, const std::string& error) {
-        on_scraped(self, model, worker, issued_ms, ok, in_flight, kv_usage, error);
+          uint32_t running, uint32_t waiting, float kv_usage, const std::string& error) {
+        vllm_load load;
+        load.running = running;
+        load.waiting = waiting;
+        load.kv_usage = kv_usage;
+        on_scraped(self, model, worker, issued_ms, ok, load, error);
       },
       [=](route_atom, route_job_ptr job) {
         auto* m = self->state.find(job->request.model);
@@ -1796,6 +1816,14 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
       },
       [=](worker_atom, worker_job_ptr job) { handle_worker(self, *job, true); },
       [=](admin_atom, admin_job_ptr job) { handle_admin(self, job); },
+      // The operator page's worker rows (the `workers` admin command's) and spec, per model.
+      [=](page_atom) -> caf::result<std::string> {
+        if (!local_sender(self)) return caf::sec::request_receiver_down;
+        nlohmann::json out = nlohmann::json::object();
+        for (auto& m : self->state.models)
+          out[m->cfg->name] = {{"workers", workers_json(self->state, *m)}, {"spec", spec_json(*m)}};
+        return out.dump();
+      },
       // The router's part of `status`: models as a JSON text.
       [=](admin_atom) -> caf::result<std::string> {
         if (!local_sender(self)) return caf::sec::request_receiver_down;

@@ -955,6 +955,39 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
         if (model >= st.models.size()) return {};
         return st.models[model].cache->centroid_epochs();
       },
+      // The operator page's ingest per publisher, per model: the first max_page_publishers
+      // publishers (the page's size stays bounded however many follow), and how many in all.
+      [=](page_atom) -> caf::result<std::string> {
+        if (!local_sender(self)) return caf::sec::request_receiver_down;
+        constexpr size_t max_page_publishers = 64;
+        auto& st = self->state;
+        nlohmann::json out = nlohmann::json::object();
+        for (size_t m = 0; m < st.models.size(); ++m) {
+          const auto& mc = st.models[m];
+          nlohmann::json rows = nlohmann::json::array();
+          size_t total = 0;
+          for (const auto* list : {&mc.events->kv_metrics(), &mc.events->counts_metrics()}) {
+            for (const publisher_metrics& p : *list) {
+              if (total++ >= max_page_publishers) continue;
+              uint64_t dropped = 0;
+              for (uint64_t d : p.dropped)
+                dropped += d;
+              rows.push_back({{"publisher", p.name},
+                              {"kind", list == &mc.events->kv_metrics() ? "kv" : "counts"},
+                              {"messages", p.messages},
+                              {"block_events", p.block_events},
+                              {"gaps", p.gaps},
+                              {"gaps_unfilled", p.gaps_unfilled},
+                              {"replayed", p.replayed},
+                              {"restarts", p.restarts},
+                              {"dropped", dropped}});
+            }
+          }
+          out[st.ctx->config.models[m].name] = {{"publishers", std::move(rows)},
+                                                {"publishers_total", total}};
+        }
+        return out.dump();
+      },
       [=](cache_stats_atom) -> caf::result<std::string> {
         if (!local_sender(self)) return caf::sec::request_receiver_down;
         auto& st = self->state;

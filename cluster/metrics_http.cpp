@@ -150,16 +150,30 @@ std::optional<request_line> parse_request_line(std::string_view line) {
 
 // The response to a complete request head (request line + headers; headers are not needed).
 std::string respond(std::string_view head, const metrics_http_server::render_fn& render,
-                    const metrics_http_server::ready_fn& ready) {
+                    const metrics_http_server::ready_fn& ready,
+                    const metrics_http_server::page_fn& pages) {
   const auto req = parse_request_line(head.substr(0, head.find('\n')));
   if (!req) return error_response(400);
   const bool head_only = req->method == "HEAD";
   const bool is_metrics = req->path == "/metrics";
   const bool is_health = req->path == "/healthz";
   const bool is_ready = req->path == "/readyz" && ready;
-  if (!is_metrics && !is_health && !is_ready) return error_response(404, head_only);
+  const bool is_page = pages && (req->path == "/" || req->path.starts_with("/api/"));
+  if (!is_metrics && !is_health && !is_ready && !is_page) return error_response(404, head_only);
   if (req->method != "GET" && !head_only) return error_response(405, false, "Allow: GET, HEAD\r\n");
   if (is_health) return make_response(200, "text/plain; charset=utf-8", "ok", head_only);
+  if (is_page) {
+    std::optional<metrics_http_server::page> p;
+    try {
+      p = pages(req->path);
+    } catch (...) {
+      return error_response(500, head_only);
+    }
+    if (!p) return error_response(404, head_only);
+    // Snapshots of live state: never cached; a JSON body is never sniffed as HTML.
+    return make_response(200, p->content_type, p->body, head_only,
+                         "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n");
+  }
   if (is_ready) {
     metrics_http_server::readiness r;
     try {
@@ -216,6 +230,7 @@ struct metrics_http_server::impl {
   uint16_t bound_port = 0;
   render_fn render;
   ready_fn ready_check;
+  page_fn pages;
   std::atomic<bool> stopping{false};
   std::vector<connection> conns;
   // Out of file descriptors: the listener stays readable but accept() keeps failing, so it is
@@ -262,7 +277,8 @@ bool metrics_http_server::impl::on_readable(connection& c, clock_type::time_poin
     c.in.append(buf, static_cast<size_t>(n));
     const size_t end = head_end(c.in);
     if (end != std::string::npos && end <= max_request_bytes) {
-      start_response(c, respond(std::string_view(c.in).substr(0, end), render, ready_check), now);
+      start_response(c, respond(std::string_view(c.in).substr(0, end), render, ready_check, pages),
+                     now);
       return on_writable(c, now);
     }
     // Garbage is refused as soon as its first line is complete, not after 8 KiB or the timeout.
@@ -393,7 +409,8 @@ uint16_t metrics_http_server::port() const {
 
 result<std::unique_ptr<metrics_http_server>> metrics_http_server::start(const std::string& address,
                                                                         render_fn render,
-                                                                        ready_fn ready) {
+                                                                        ready_fn ready,
+                                                                        page_fn pages) {
   if (!render) return status::invalid_argument("metrics server: no render function");
   auto hp = parse_host_port(address);
   if (!hp.ok()) return status::invalid_argument("metrics server address " + hp.error().message());
@@ -448,6 +465,7 @@ result<std::unique_ptr<metrics_http_server>> metrics_http_server::start(const st
     return status::io_error("metrics server " + address + ": eventfd: " + os_error(errno));
   p->render = std::move(render);
   p->ready_check = std::move(ready);
+  p->pages = std::move(pages);
   impl* raw = p.get();
   p->thread = std::thread([raw] { raw->run(); });
   return std::unique_ptr<metrics_http_server>(new metrics_http_server(std::move(p)));

@@ -15,6 +15,11 @@
 // function), 404 for another path, 405 for another method, 400 for anything that is not an
 // HTTP/1.x request line.
 //
+// Optionally, read-only pages: `/` and every path under `/api/` are handed to the page function
+// (the node's operator page, actors/operator_page.hpp), 404 when it has none for the path. The
+// function must be cheap and bounded (it runs on the server's thread, between other clients):
+// the node's hands out snapshots it rendered earlier, never waiting on an actor.
+//
 // Thread safety: start() and the destructor from one thread; render() is called on the server's
 // thread, one call at a time, so it must be safe to run concurrently with the rest of the program;
 // so is ready().
@@ -23,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -54,14 +60,22 @@ class metrics_http_server {
     std::string json;
   };
   using ready_fn = std::function<readiness()>;
+  // `/` and `/api/...`: the body and its content type for a path (no query string), or nullopt
+  // (404). An exception escaping it is answered 500.
+  struct page {
+    std::string content_type;
+    std::string body;
+  };
+  using page_fn = std::function<std::optional<page>(std::string_view path)>;
 
   // Binds `address` ("127.0.0.1:9700"; port 0 picks a free port, see port()), listens and starts
   // the server thread. Errors: invalid_argument (malformed address, empty render), io_error (the
   // name does not resolve, or socket/bind/listen fail -- e.g. the port is taken), naming the
   // address and the OS's reason.
-  // `ready` may be empty: /readyz is then 404.
+  // `ready` may be empty: /readyz is then 404; `pages` too: `/` and `/api/...` are then 404.
   static result<std::unique_ptr<metrics_http_server>> start(const std::string& address,
-                                                            render_fn render, ready_fn ready = {});
+                                                            render_fn render, ready_fn ready = {},
+                                                            page_fn pages = {});
 
   // Stops the thread (wakes its poll(); no waiting on timeouts), closes every socket.
   ~metrics_http_server();

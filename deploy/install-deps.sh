@@ -25,6 +25,8 @@ packages=(
   python3-venv python3-pip python3-setuptools python3-wheel
   # plots
   gnuplot-nox
+  # the operator page's test and screenshot (tests/integration/py/operator_page_test.py)
+  chromium
 )
 
 missing=()

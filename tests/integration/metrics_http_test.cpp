@@ -3,7 +3,7 @@
 // it alive under bad clients: an idle or half-sent connection does not delay another client, an
 // oversized request is refused without stopping the server, idle connections are closed at the
 // read deadline, a flood of connections evicts the oldest, and destruction does not wait for
-// connected clients.
+// connected clients. And the optional read-only pages (`/`, `/api/...`, GET and HEAD only).
 #include "cluster/metrics_http.hpp"
 
 #include <arpa/inet.h>
@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -232,6 +233,51 @@ TEST(MetricsHttp, ErrorsForOtherPathsMethodsAndGarbage) {
   EXPECT_TRUE(closed);
 
   EXPECT_EQ(get(port, "/metrics").code, 200);  // and the server goes on
+}
+
+TEST(MetricsHttp, PagesServeTheRootAndApiPathsOnlyReadOnly) {
+  std::atomic<int> asked{0};  // calls of the page function (it runs on the server's thread)
+  auto s = metrics_http_server::start(
+      "127.0.0.1:0", [] { return metrics_text; }, {},
+      [&](std::string_view path) -> std::optional<metrics_http_server::page> {
+        ++asked;
+        if (path == "/") return metrics_http_server::page{"text/html; charset=utf-8", "<html>"};
+        if (path == "/api/status") return metrics_http_server::page{"application/json", "{}"};
+        if (path == "/api/boom") throw std::runtime_error("snapshot broken");
+        return std::nullopt;
+      });
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  const uint16_t port = (*s)->port();
+  http_response r = get(port, "/");
+  EXPECT_EQ(r.code, 200);
+  EXPECT_EQ(r.body, "<html>");
+  EXPECT_TRUE(has_header(r, "Content-Type: text/html; charset=utf-8")) << r.head;
+  EXPECT_TRUE(has_header(r, "Cache-Control: no-store")) << r.head;
+  r = get(port, "/api/status?x=1");  // the query string is not the page function's business
+  EXPECT_EQ(r.code, 200);
+  EXPECT_EQ(r.body, "{}");
+  EXPECT_TRUE(has_header(r, "Content-Type: application/json")) << r.head;
+  EXPECT_TRUE(has_header(r, "X-Content-Type-Options: nosniff")) << r.head;
+  r = request(port, "HEAD /api/status HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(r.code, 200);
+  EXPECT_EQ(r.body, "");
+  EXPECT_TRUE(has_header(r, "Content-Length: 2")) << r.head;
+  EXPECT_EQ(get(port, "/api/unknown").code, 404);
+  EXPECT_EQ(get(port, "/api/boom").code, 500);
+  // Read-only: another method is refused before the page function is asked.
+  const int asked_before = asked.load();
+  const http_response post =
+      request(port, "POST /api/status HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+  EXPECT_EQ(post.code, 405);
+  EXPECT_TRUE(has_header(post, "Allow: GET, HEAD")) << post.head;
+  EXPECT_EQ(request(port, "DELETE / HTTP/1.1\r\n\r\n").code, 405);
+  EXPECT_EQ(asked.load(), asked_before);
+  // Other paths never reach it; the node's own endpoints stay what they were.
+  EXPECT_EQ(get(port, "/index.html").code, 404);
+  EXPECT_EQ(get(port, "/apistatus").code, 404);
+  EXPECT_EQ(asked.load(), asked_before);
+  EXPECT_EQ(get(port, "/metrics").body, metrics_text);
+  EXPECT_EQ(get(port, "/healthz").code, 200);
 }
 
 TEST(MetricsHttp, RenderFailureIsAnsweredWith500) {

@@ -140,6 +140,10 @@ TEST(NodeScrape, RoutingFollowsScrapedLoadAndADeadEndpointLeavesTheCandidateSet)
       << worker_row(node, 0).dump();
   EXPECT_EQ(worker_row(node, 0).value("metrics_url", ""), w0.url());
   EXPECT_GE(worker_row(node, 0).value("scrapes", 0u), 1u);
+  // The engine's own split of it, as the workers listing (and the operator page) shows it.
+  EXPECT_EQ(worker_row(node, 0).value("running", 0u), 30u);
+  EXPECT_EQ(worker_row(node, 0).value("waiting", 0u), 20u);
+  EXPECT_FLOAT_EQ(worker_row(node, 0).value("kv_usage", 0.0f), 0.25f);
   for (int i = 0; i < 5; ++i)
     EXPECT_EQ(route_once(node, "a" + std::to_string(i)), 1);
 
