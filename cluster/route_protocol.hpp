@@ -34,16 +34,18 @@ struct route_protocol_limits {
   uint32_t max_warnings = 16;             // route_reply warnings
 };
 
-// A prefill worker (or its proxy) asks where to decode one request.
+// A prefill worker (or its proxy) asks where to decode one request. Every member has a default
+// (`{}` at least), so that designated initializers naming only some of them, as in README.md,
+// compile cleanly under -Wextra (-Wmissing-field-initializers); the same in worker_protocol.hpp.
 struct route_request {
-  std::string id;                      // caller-chosen, echoed in the reply; non-empty
-  std::string model;                   // the model whose decode pool serves the request; non-empty
-  std::vector<uint64_t> block_hashes;  // the prompt's KV blocks, in prompt order
+  std::string id{};     // caller-chosen, echoed in the reply; non-empty
+  std::string model{};  // the model whose decode pool serves the request; non-empty
+  std::vector<uint64_t> block_hashes{};  // the prompt's KV blocks, in prompt order
   // Counts of the blocks the prefill computed itself (prefix hits come from the signature cache),
   // as an eldr-counts message, so block counts have exactly one encoding on the wire.
-  std::optional<counts_message> counts;
-  std::optional<uint32_t> label;  // domain index, for the "domain" oracle policy (tests)
-  bool explain = false;           // ask for band, scores, tau and policy in the reply
+  std::optional<counts_message> counts{};
+  std::optional<uint32_t> label{};  // domain index, for the "domain" oracle policy (tests)
+  bool explain = false;             // ask for band, scores, tau and policy in the reply
 };
 
 struct route_band_member {

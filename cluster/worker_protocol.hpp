@@ -34,21 +34,21 @@ struct worker_protocol_limits {
 // belongs to worker k) announces where it takes KV caches over and how much it can hold. A second
 // registration of the same index replaces the first (a restarted worker).
 struct worker_register {
-  std::string id;  // optional correlation id, echoed in the ack ("" = none)
-  std::string model;
+  std::string id{};  // optional correlation id, echoed in the ack ("" = none)
+  std::string model{};
   uint32_t worker = 0;
-  std::string endpoint;   // where prefill hands the KV cache over; non-empty
-  uint32_t capacity = 0;  // max concurrent decode requests; 0 = unbounded
+  std::string endpoint{};  // where prefill hands the KV cache over; non-empty
+  uint32_t capacity = 0;   // max concurrent decode requests; 0 = unbounded
   // The worker's Prometheus metrics URL (vLLM's /metrics), which the node scrapes for its
   // authoritative load (docs/vllm.md); "" = none: the worker pushes load_reports instead. Decoded
   // only when parse_http_url (cluster/http_url.hpp) accepts it.
-  std::string metrics_url;
+  std::string metrics_url{};
 };
 
 // "load_report": the worker's own view of its load, which corrects the router's count.
 struct load_report {
-  std::string id;
-  std::string model;
+  std::string id{};
+  std::string model{};
   uint32_t worker = 0;
   uint32_t in_flight = 0;  // requests admitted and not finished (running + waiting)
   uint32_t running = 0;    // informational
@@ -59,17 +59,17 @@ struct load_report {
 
 // "finished": requests the worker completed (or aborted). Each id is applied once.
 struct finished_requests {
-  std::string id;
-  std::string model;
+  std::string id{};
+  std::string model{};
   uint32_t worker = 0;
-  std::vector<std::string> requests;
+  std::vector<std::string> requests{};
 };
 
 // "worker_drain": the worker asks to stop (drain = true) or resume (false) receiving requests;
 // requests in flight finish normally.
 struct worker_drain {
-  std::string id;
-  std::string model;
+  std::string id{};
+  std::string model{};
   uint32_t worker = 0;
   bool drain = true;
 };
@@ -77,10 +77,10 @@ struct worker_drain {
 // "publisher_register": a vLLM KV-event publisher (tcp endpoint of its PUB socket, optional
 // replay ROUTER endpoint) that the signature cache should subscribe to, for `model`.
 struct publisher_register {
-  std::string id;
-  std::string model;
-  std::string endpoint;
-  std::string replay_endpoint;  // "" = none
+  std::string id{};
+  std::string model{};
+  std::string endpoint{};
+  std::string replay_endpoint{};  // "" = none
 };
 
 using worker_message =

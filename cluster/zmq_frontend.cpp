@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -179,8 +180,9 @@ class zmq_frontend::impl {
   }
 
   status bind_all() {
+    size_t c = 0;
     try {
-      for (size_t c = 0; c < frontend_channel_count; ++c) {
+      for (; c < frontend_channel_count; ++c) {
         if (opt.endpoints[c].empty()) continue;
         auto s = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::router);
         s->set(zmq::sockopt::linger, 0);
@@ -208,7 +210,18 @@ class zmq_frontend::impl {
         routers[c] = std::move(s);
       }
     } catch (const zmq::error_t& e) {
-      return status::invalid_argument(std::string("cannot bind a node endpoint: ") + e.what());
+      // Name the configuration key and the endpoint: "Address already in use" alone does not say
+      // which of the three ports another process (often a second eldr-node) holds.
+      const std::string key =
+          std::string("endpoints.") + to_string(static_cast<frontend_channel>(c));
+      const std::string hint = e.num() == EADDRINUSE
+                                   ? " (the port is taken: another eldr-node or another program "
+                                     "listens there; change " +
+                                         key + " or stop it)"
+                                   : "";
+      const std::string message =
+          key + ": cannot bind " + opt.endpoints[c] + ": " + e.what() + hint;
+      return e.num() == EADDRINUSE ? status::io_error(message) : status::invalid_argument(message);
     }
     wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd < 0) return status::io_error("eventfd failed");

@@ -9,13 +9,13 @@ packages=(
   g++ cmake ninja-build make pkg-config git clang clang-format libclang-rt-14-dev
   # libraries (see ../shared/reference/toolchain-notes.md for what each is for)
   libcaf-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev librocksdb-dev libspdlog-dev libfmt-dev
-  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev
   # OpenSSL's headers (actors/tls_error_queue.cpp) and its CLI (the TLS tests' certificates)
   libssl-dev openssl
   # HTTP client for scraping vLLM's /metrics (the load monitor)
   libcpp-httplib-dev
   # Python peers used by integration tests and the Python client (Debian's /usr/bin/python3)
-  python3 python3-zmq python3-msgpack python3-numpy python3-scipy python3-yaml
+  python3 python3-zmq python3-msgpack python3-numpy python3-yaml
   # eldr-proxy, eldr-record and the fake vLLM engines of the tests (asyncio HTTP)
   python3-aiohttp
   # eldr-proxy: vLLM's sha256_cbor prefix-caching block hash (the same CBOR library vLLM uses)
@@ -27,6 +27,8 @@ packages=(
   gnuplot-nox
   # the operator page's test and screenshot (tests/integration/py/operator_page_test.py)
   chromium
+  # cpack -G DEB (cmake/EldrPackage.cmake): dpkg-shlibdeps for Depends, file to find the programs
+  dpkg-dev file
 )
 
 missing=()

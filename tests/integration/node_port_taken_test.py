@@ -1,0 +1,151 @@
+#!/usr/bin/python3
+"""Integration test: an eldr-node started on a port another process holds says which
+configuration key and port are taken and exits non-zero, cleanly (issue 16).
+
+    node_port_taken_test.py --build-dir BUILD      # exit 0 passes, 77 = eldr-node not built
+
+For each of endpoints.route, .worker, .admin (ZeroMQ ROUTER sockets) and endpoints.metrics (HTTP)
+the test holds a listening TCP socket on 127.0.0.1 (port 0, so the kernel picks a free one),
+starts eldr-node with that endpoint on the held port and the others on port 0, and checks: the
+exit code is 1 (a start-up failure, not a signal, not 2 = invalid configuration), within the
+timeout, no "ready" line, and stderr names the key, the port and "in use". Then the real case:
+a second eldr-node on the first one's route port.
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import unittest
+
+NODE = None
+TIMEOUT_S = 60
+
+
+def hold_port():
+    """A listening socket on 127.0.0.1 with a kernel-chosen port (the caller closes it)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    return s, s.getsockname()[1]
+
+
+def read_ready(proc):
+    """The endpoints of the node's "eldr-node ready {json}" line (stdout also carries its log);
+    {} when it exits first."""
+    for line in proc.stdout:
+        if line.startswith("eldr-node ready "):
+            return json.loads(line[len("eldr-node ready "):])
+    return {}
+
+
+def node_args(tmp, **override):
+    args = {"--route": "tcp://127.0.0.1:0", "--worker": "tcp://127.0.0.1:0",
+            "--admin": "tcp://127.0.0.1:0", "--metrics": "127.0.0.1:0"}
+    args.update(override)
+    out = [NODE, "--data-dir", os.path.join(tmp, "data")]
+    for k, v in args.items():
+        out += [k, v]
+    return out
+
+
+class PortTakenTest(unittest.TestCase):
+    def run_node(self, argv):
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S,
+                           stdin=subprocess.DEVNULL)
+        return r.returncode, r.stdout, r.stderr
+
+    def check_taken(self, flag, key, value_of_port):
+        held, port = hold_port()
+        try:
+            with tempfile.TemporaryDirectory(prefix="eldr-port-taken-") as tmp:
+                rc, out, err = self.run_node(node_args(tmp, **{flag: value_of_port(port)}))
+        finally:
+            held.close()
+        self.assertEqual(rc, 1, f"{key} on a taken port: exit {rc}\nstdout: {out}\nstderr: {err}")
+        self.assertNotIn("eldr-node ready", out)
+        self.assertIn(key, err, err)
+        self.assertIn(str(port), err, err)
+        self.assertIn("in use", err, err)
+        # One message, not a crash dump.
+        self.assertNotIn("terminate called", err)
+
+    def test_route_port_taken(self):
+        self.check_taken("--route", "endpoints.route", lambda p: f"tcp://127.0.0.1:{p}")
+
+    def test_worker_port_taken(self):
+        self.check_taken("--worker", "endpoints.worker", lambda p: f"tcp://127.0.0.1:{p}")
+
+    def test_admin_port_taken(self):
+        self.check_taken("--admin", "endpoints.admin", lambda p: f"tcp://127.0.0.1:{p}")
+
+    def test_metrics_port_taken(self):
+        self.check_taken("--metrics", "endpoints.metrics", lambda p: f"127.0.0.1:{p}")
+
+    def test_cluster_listen_port_taken(self):
+        # CAF's middleman port (cluster.listen), which needs a cluster secret.
+        held, port = hold_port()
+        try:
+            with tempfile.TemporaryDirectory(prefix="eldr-port-taken-") as tmp:
+                secret = os.path.join(tmp, "cluster.secret")
+                with open(secret, "w") as f:
+                    f.write("s" * 32 + "\n")
+                config = os.path.join(tmp, "eldr.toml")
+                with open(config, "w") as f:
+                    f.write(f'[cluster]\nsecret_file = "{secret}"\n\n[[models]]\nname = "m"\n')
+                rc, out, err = self.run_node(node_args(tmp) + [
+                    "--config", config, "--cluster-listen", f"127.0.0.1:{port}"])
+        finally:
+            held.close()
+        self.assertEqual(rc, 1, f"exit {rc}\nstdout: {out}\nstderr: {err}")
+        self.assertNotIn("eldr-node ready", out)
+        self.assertIn("cluster.listen", err, err)
+        self.assertIn(str(port), err, err)
+        self.assertNotIn("terminate called", err)
+
+    def test_second_node_on_the_first_ones_ports(self):
+        with tempfile.TemporaryDirectory(prefix="eldr-port-taken-") as tmp:
+            ready = os.path.join(tmp, "ready.json")
+            first = subprocess.Popen(node_args(os.path.join(tmp, "a")) + ["--ready-file", ready],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True, stdin=subprocess.DEVNULL)
+            try:
+                # The ready line is printed once every endpoint is bound (no sleep: read it).
+                bound = read_ready(first)
+                self.assertIn("route", bound, "the first node did not start")
+                route_port = bound["route"].rsplit(":", 1)[1]
+                rc, out, err = self.run_node(node_args(os.path.join(tmp, "b"),
+                                                       **{"--route": bound["route"]}))
+                self.assertEqual(rc, 1, f"exit {rc}\nstdout: {out}\nstderr: {err}")
+                self.assertIn("endpoints.route", err)
+                self.assertIn(route_port, err)
+                self.assertIn("in use", err)
+                self.assertIsNone(first.poll(), "the first node must keep serving")
+            finally:
+                first.terminate()
+                try:
+                    first.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    first.kill()
+                    first.wait()
+                first.stdout.close()
+            self.assertEqual(first.returncode, 0)
+
+
+def main():
+    global NODE
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build-dir", required=True)
+    args, rest = parser.parse_known_args()
+    NODE = os.path.join(args.build_dir, "tools", "eldr-node", "eldr-node")
+    if not os.access(NODE, os.X_OK):
+        print(f"SKIP: {NODE} is not built", file=sys.stderr)
+        return 77
+    prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
+    return 0 if prog.result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
