@@ -6,8 +6,8 @@
 # saturated with 8 and 16 decode workers, named <workload>-<D> with workload one of task language
 # topics no-locality gptoss prefix esft held-out (e.g. task-16, esft-8; "adaptive" runs all 16),
 # plus sensitivity (cost model +-50%, tau, slack, where grouping starts, refit interval) and seeds
-# (held-out at 3 seeds);
-# adaptive-summary lays the matrix's verdicts side by side in OUT_DIR/adaptive.md.
+# (held-out at 3 seeds); adaptive-summary and sensitivity-summary lay their verdicts side by side
+# in OUT_DIR/adaptive.md and OUT_DIR/sensitivity.md.
 # Default: all. Each writes OUT_DIR/<table>/summary.{csv,md}, fit.json and PNG plots (gnuplot).
 set -eu
 build=${1:-build-release}
@@ -144,6 +144,22 @@ for t in $tables; do
           --rate 20,40,80,160,320 --policies rr,random,jsq,p2c,eldr,eldr-adaptive \
           --out "$out/seed-$s"
       done ;;
+    sensitivity-summary)
+      # Every locality policy's verdict in the sensitivity and seed runs, from their
+      # verdicts.csv: OUT_DIR/sensitivity.md.
+      {
+        echo "| run | rate | policy | p50 / p99 vs best balancer | verdict |"
+        echo "|---|---|---|---|---|"
+        for d in "$out"/sens-* "$out"/seed-*; do
+          f="$d/verdicts.csv"
+          [ -f "$f" ] || { echo "evaluate.sh: $f is missing: run sensitivity and seeds first" >&2; exit 1; }
+          r=$(basename "$d")
+          awk -F, -v r="$r" 'NR > 1 {
+              printf "| %s | %g | %s | %+.1f%% / %+.1f%% | %s |\n", r, $1, $2, $9, $10,
+                     ($13 == "does not lose" ? $13 : "**" $13 "**") }' "$f"
+        done
+      } > "$out/sensitivity.md"
+      echo "wrote $out/sensitivity.md" ;;
     *) echo "evaluate.sh: unknown table $t" >&2; exit 1 ;;
   esac
 done
