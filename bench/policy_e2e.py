@@ -89,7 +89,7 @@ def stop_node(proc):
 
 
 def order(rows, key):
-    return [p for p in sorted(rows, key=lambda p: rows[p][key])]
+    return sorted(rows, key=lambda p: rows[p][key])
 
 
 results = {}
