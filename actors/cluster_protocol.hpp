@@ -48,9 +48,11 @@ using peer_sample_atom = caf::atom_constant<caf::atom("esample")>;
 // A candidate's refit actor -> every member's cluster actor (its own included): (candidate, term)
 // -> bool, the member's vote for that term (core/leadership.hpp's vote_box).
 using vote_atom = caf::atom_constant<caf::atom("evote")>;
-// A router -> the refit leader's router: (model, encoded centroid file) -> the epoch it was
-// installed as. In a cluster only the leader numbers epochs, so imports go through it.
-using import_atom = caf::atom_constant<caf::atom("eimport")>;
+// A router -> the refit leader's router: (model, command, encoded centroid file, epoch) -> (the
+// epoch the set was installed as, the stored epoch it came from or 0). In a cluster only the
+// leader numbers epochs, so every change of the current set goes through it: "import" (the
+// file), "swap" (a stored epoch) and "rollback" (core/centroid_history.hpp).
+using set_change_atom = caf::atom_constant<caf::atom("esetchg")>;
 
 // One node as the others know it. The actor handles are those of the roles it holds (invalid
 // otherwise); they are sent only to nodes that proved the secret.

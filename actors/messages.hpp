@@ -37,6 +37,8 @@ using publishers_tick_atom = caf::atom_constant<caf::atom("pubtick")>;
 // Signature cache housekeeping and centroid history.
 using commit_atom = caf::atom_constant<caf::atom("commit")>;
 using store_set_atom = caf::atom_constant<caf::atom("storeset")>;
+// (model, epoch, make_current) -> the stored set of that epoch; make_current also makes it the
+// store's current epoch (a swap on a node outside a cluster).
 using load_set_atom = caf::atom_constant<caf::atom("loadset")>;
 using history_atom = caf::atom_constant<caf::atom("history")>;
 using cache_stats_atom = caf::atom_constant<caf::atom("cstats")>;
@@ -45,8 +47,9 @@ using refit_atom = caf::atom_constant<caf::atom("refit")>;
 using sample_atom = caf::atom_constant<caf::atom("sample")>;
 using install_atom = caf::atom_constant<caf::atom("install")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
-// Router -> itself: an import waiting for a refit leader to be known (cluster).
-using import_retry_atom = caf::atom_constant<caf::atom("imretry")>;
+// Router -> itself: a change of the current set (import, swap, rollback) waiting for a refit
+// leader to be known (cluster).
+using set_change_retry_atom = caf::atom_constant<caf::atom("scretry")>;
 // Router -> itself: time to scrape a model's workers' metrics (model index), and one scrape's
 // outcome, posted from the scraper's thread (model, worker, issued_ms, ok, running, waiting,
 // kv_usage, error message).

@@ -19,6 +19,7 @@
 #include "cluster/http_url.hpp"
 #include "cluster/metrics_scraper.hpp"
 #include "core/bounded_lru.hpp"
+#include "core/centroid_history.hpp"
 #include "core/file_io.hpp"
 #include "core/hash_ring.hpp"
 #include "core/leadership.hpp"
@@ -75,6 +76,10 @@ struct model_state {
   // leader's publishes; docs/cluster.md).
   epoch_fence fence;
   uint64_t fenced = 0;  // announcements refused (stale term or old epoch)
+  // The installs that made sets current, for `centroids rollback` (persisted in data_dir), and
+  // the cause of the newest install, which an announcement to the peers carries.
+  centroid_history history;
+  std::string last_cause;
   std::deque<explained> recent;
   route_trace trace;
   uint64_t routed = 0, failed = 0, resigned = 0, unsigned_routes = 0, swaps = 0;
@@ -131,7 +136,7 @@ struct router_state {
   std::string leader;
   uint64_t leader_term = 0;
   std::map<std::string, caf::actor> routers_by_name;
-  uint64_t imports_forwarded = 0;
+  uint64_t changes_forwarded = 0;  // imports, swaps, rollbacks sent to the refit leader
   // The decode workers' vLLM /metrics, fetched off the actor's thread; made at the first
   // registration with a metrics_url. Results come back as scraped_atom messages.
   std::unique_ptr<metrics_scraper> scraper;
@@ -290,6 +295,67 @@ void publish_readiness(const router_state& st, const model_state& m) {
                                  needs_centroids(m.policy_name), m.eldr_active);
 }
 
+// --- Rollback history persistence ---
+//
+// Each model's centroid_history survives a restart in data_dir/centroid-history.json,
+// {"format": "eldr-centroid-history", "version": 1, "models": {"<name>": "<history text>"}}
+// (core/centroid_history.hpp's text), replaced atomically after each install. A file that does not
+// read is logged and ignored: the history then starts from the set installed at start-up.
+
+std::string history_file_path(const node_config& c) {
+  return (std::filesystem::path(c.data_dir) / "centroid-history.json").string();
+}
+
+void persist_histories(const router_state& st) {
+  nlohmann::json models = nlohmann::json::object();
+  for (const auto& m : st.models)
+    models[m->cfg->name] = m->history.encode();
+  const std::string text =
+      nlohmann::json{{"format", "eldr-centroid-history"}, {"version", 1}, {"models", models}}.dump(
+          2) +
+      "\n";
+  std::error_code ec;
+  std::filesystem::create_directories(st.ctx->config.data_dir, ec);
+  const auto s =
+      write_file_atomic(history_file_path(st.ctx->config),
+                        std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+  // Installs are rare (imports, refits, swaps): every failure is worth its line.
+  if (!s.ok())
+    spdlog::error("{}: rollback history not persisted (a restart forgets it): {}",
+                  history_file_path(st.ctx->config), s.message());
+}
+
+std::map<std::string, centroid_history> read_histories(const node_config& c) {
+  std::map<std::string, centroid_history> out;
+  const std::string path = history_file_path(c);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return out;
+  auto bytes = read_file(path, 4u << 20);
+  if (!bytes.ok()) {
+    spdlog::error("{}: not read ({}); rollback history starts afresh", path,
+                  bytes.error().message());
+    return out;
+  }
+  const auto doc = nlohmann::json::parse(bytes->begin(), bytes->end(), nullptr, false);
+  if (doc.is_discarded() || !doc.is_object() ||
+      doc.value("format", "") != "eldr-centroid-history" || !doc.contains("models") ||
+      !doc["models"].is_object()) {
+    spdlog::error("{}: not an eldr-centroid-history file; rollback history starts afresh", path);
+    return out;
+  }
+  for (const auto& [name, text] : doc["models"].items()) {
+    auto h = text.is_string() ? centroid_history::parse(text.get<std::string>())
+                              : result<centroid_history>(status::invalid_argument("not a string"));
+    if (!h.ok()) {
+      spdlog::error("{}: model {}: {}; its rollback history starts afresh", path, name,
+                    h.error().message());
+      continue;
+    }
+    out.emplace(name, std::move(*h));
+  }
+  return out;
+}
+
 // The K a model's pool has once `file` is installed: the set's when the config leaves K open.
 uint32_t k_after_install(const model_state& m, const centroid_file& file) {
   return m.cfg->workers == 0 ? file.workers : m.pool.k();
@@ -306,9 +372,11 @@ status check_policy_accepts(const model_state& m, const centroid_file& file) {
   return {};
 }
 
-// Makes `file` (stored as `epoch`) the model's current set. Everything that can fail is done
-// before the model changes: on error the model is as it was.
-status install(router_state& st, model_state& m, const centroid_file& file, uint64_t epoch) {
+// Makes `file` (stored as `epoch`) the model's current set, recorded in its rollback history with
+// `cause` ("import", "refit", "swap", "rollback", "peer", "start"). Everything that can fail is
+// done before the model changes: on error the model is as it was.
+status install(router_state& st, model_state& m, const centroid_file& file, uint64_t epoch,
+               std::string_view cause) {
   auto made = centroid_set::make(file.workers, file.spec.width(), file.centroids, epoch);
   if (!made.ok()) return made.error();
   auto set = std::make_shared<const centroid_set>(std::move(*made));
@@ -344,16 +412,23 @@ status install(router_state& st, model_state& m, const centroid_file& file, uint
   m.policy = std::move(built->policy);
   m.eldr_active = built->eldr_active;
   publish_readiness(st, m);
+  m.last_cause = std::string(cause);
+  if (m.history.record({epoch, content_digest(file), m.last_cause, st.ctx->now_ms()}))
+    spdlog::info("model {}: epoch {} undoes the newest change of the current set", m.cfg->name,
+                 epoch);
+  // At start-up the models are persisted together once all are made.
+  if (m.index < st.models.size() && st.models[m.index].get() == &m) persist_histories(st);
   return {};
 }
 
 // Tells the other routers that `m` now routes with `epoch` (they install it when it is newer
-// than theirs).
+// than theirs), and why, so that their rollback histories follow this one's.
 void announce_epoch(caf::event_based_actor* self, const router_state& st, const model_state& m) {
   if (st.peers.empty() || !m.file) return;
   const auto bytes = encode_centroid_file(*m.file);
   for (const auto& p : st.peers)
-    self->send(p, epoch_atom::value, m.cfg->name, m.epoch, m.fence.highest_term(), bytes);
+    self->send(p, epoch_atom::value, m.cfg->name, m.epoch, m.fence.highest_term(), bytes,
+               m.last_cause);
 }
 
 // Can `file` become the model's set? K must match a fixed pool, and no registered worker may lie
@@ -930,10 +1005,10 @@ nlohmann::json workers_json(router_state& st, model_state& m) {
 
 // Runs `file` through the store (new epoch) and installs it, then calls done(epoch or error).
 using install_done = std::function<void(result<uint64_t>)>;
-// `term`: the refit leader's term, in which the new epoch is numbered (core/leadership.hpp's
-// next_epoch); 0 outside a cluster.
-void store_and_install(router_actor_t* self, model_state& m, centroid_file file, std::string what,
-                       install_done done, uint64_t term) {
+// `cause` goes to the rollback history (install); `what` to the log. `term`: the refit leader's
+// term, in which the new epoch is numbered (core/leadership.hpp's next_epoch); 0 outside a cluster.
+void store_and_install(router_actor_t* self, model_state& m, centroid_file file, std::string cause,
+                       std::string what, install_done done, uint64_t term) {
   m.fence.observe_term(term);
   if (auto s = check_installable(m, file); !s.ok()) return done(s);
   if (auto s = check_policy_accepts(m, file); !s.ok()) return done(s);
@@ -946,7 +1021,7 @@ void store_and_install(router_actor_t* self, model_state& m, centroid_file file,
   if (!self->state.sigcache) {
     // No store on this node: the set lives in the routers' memories (and their snapshots).
     const uint64_t epoch = *at_least;
-    if (auto s = install(self->state, m, file, epoch); !s.ok()) return done(s);
+    if (auto s = install(self->state, m, file, epoch, cause); !s.ok()) return done(s);
     (void)m.fence.offer(term, epoch);
     spdlog::info("model {}: {} installed as epoch {}", m.cfg->name, what, epoch);
     announce_epoch(self, self->state, m);
@@ -965,7 +1040,8 @@ void store_and_install(router_actor_t* self, model_state& m, centroid_file file,
               return done(status::failed_precondition(
                   "the store numbered the set " + std::to_string(epoch) + ", outside term " +
                   std::to_string(term) + " (it holds a newer term's epoch)"));
-            if (auto s = install(self->state, mm, stored->file, epoch); !s.ok()) return done(s);
+            if (auto s = install(self->state, mm, stored->file, epoch, cause); !s.ok())
+              return done(s);
             (void)mm.fence.offer(term, epoch);
             spdlog::info("model {}: {} installed as epoch {}", mm.cfg->name, what, epoch);
             announce_epoch(self, self->state, mm);
@@ -974,13 +1050,23 @@ void store_and_install(router_actor_t* self, model_state& m, centroid_file file,
           [=](caf::error& e) { done(status::io_error(self->system().render(e))); });
 }
 
+// The admin error code for a failed change: a refused input is malformed, a missing epoch or
+// nothing to undo is not_found, the rest is internal.
+route_error_code admin_code_for(const status& s) {
+  switch (s.code()) {
+    case status_code::invalid_argument:
+      return route_error_code::malformed;
+    case status_code::not_found:
+      return route_error_code::not_found;
+    default:
+      return route_error_code::internal;
+  }
+}
+
 install_done answer_with_epoch(router_actor_t* self, admin_job_ptr job) {
   return [self, job](result<uint64_t> r) {
     if (!r.ok())
-      return answer_admin_error(*self->state.ctx, *job,
-                                r.error().code() == status_code::invalid_argument
-                                    ? route_error_code::malformed
-                                    : route_error_code::internal,
+      return answer_admin_error(*self->state.ctx, *job, admin_code_for(r.error()),
                                 r.error().message());
     answer_admin(*self->state.ctx, *job, {{"epoch", *r}});
   };
@@ -996,56 +1082,147 @@ install_done deliver_epoch(caf::typed_response_promise<uint64_t> rp) {
   };
 }
 
-// How long an import waits for a refit leader to be known (an election under way) before it is
-// refused.
-constexpr int64_t import_wait_ms = 5000;
+// The text of an error another actor delivered with caf::make_error(code, text): the text, not
+// CAF's rendering of the whole error (which an operator should not have to read).
+std::string error_text(router_actor_t* self, const caf::error& e) {
+  const auto& ctx = e.context();
+  if (ctx.size() >= 1 && ctx.match_element<std::string>(ctx.size() - 1))
+    return ctx.get_as<std::string>(ctx.size() - 1);
+  return self->system().render(e);
+}
 
-// An import in a cluster: numbered and published by the refit leader (this node's router when this
-// node leads, else the leader's router, asked over the cluster), so that two imports at two
-// routers can never get one epoch number. Waits up to import_wait_ms for a leader to be known.
-void import_via_leader(router_actor_t* self, uint32_t index, admin_job_ptr job,
-                       std::vector<uint8_t> bytes, int64_t deadline_ms) {
+// A change of the current set that the refit leader makes (or this node outside a cluster):
+// its outcome is the epoch the set was installed as and the stored epoch it came from (0 for an
+// import), or the error.
+using change_done = std::function<void(result<uint64_t> epoch, uint64_t source)>;
+
+// "epoch 9 is not stored; stored epochs: 1, 2" (not_found), or ok when `epoch` is among them.
+status check_stored(uint64_t epoch, const std::vector<uint64_t>& epochs) {
+  if (std::find(epochs.begin(), epochs.end(), epoch) != epochs.end()) return {};
+  std::string stored;
+  for (uint64_t s : epochs)
+    stored += (stored.empty() ? "" : ", ") + std::to_string(s);
+  return status::not_found("epoch " + std::to_string(epoch) +
+                           " is not stored; stored epochs: " + (stored.empty() ? "none" : stored));
+}
+
+// On the refit leader (term > 0): makes the change, numbering a new epoch in the term. A swap or
+// rollback re-publishes the stored set as a new epoch rather than going back to its number: the
+// routers' fences accept only newer epochs (docs/cluster.md), and every router then records the
+// change alike (core/centroid_history.hpp).
+void change_as_leader(router_actor_t* self, model_state& m, const std::string& command,
+                      const std::vector<uint8_t>& bytes, uint64_t epoch, uint64_t term,
+                      change_done done) {
+  if (command == "import") {
+    auto file = parse_centroid_file(std::span<const uint8_t>(bytes.data(), bytes.size()), "import");
+    if (!file.ok()) return done(file.error(), 0);
+    return store_and_install(
+        self, m, std::move(*file), "import", "imported set",
+        [done](result<uint64_t> r) { done(std::move(r), 0); }, term);
+  }
+  uint64_t source = epoch;
+  if (command == "rollback") {
+    auto previous = m.history.previous();
+    if (!previous.ok()) return done(previous.error(), 0);
+    source = previous->epoch;
+  }
+  if (!self->state.sigcache)
+    return done(status::failed_precondition(
+                    "the refit leader " + self->state.ctx->config.name +
+                    " has no signature-cache role, so it keeps no stored sets to " + command +
+                    " to; give the refit role to nodes that also hold the signature cache"),
+                0);
+  const uint32_t index = m.index;
+  self->request(self->state.sigcache, caf::infinite, history_atom::value, index)
+      .then(
+          [=](std::vector<uint64_t> epochs) {
+            if (auto s = check_stored(source, epochs); !s.ok())
+              return done(command == "rollback"
+                              ? status::not_found("the set rollback returns to (epoch " +
+                                                  std::to_string(source) +
+                                                  ") is no longer stored: " + s.message())
+                              : s,
+                          0);
+            self->request(self->state.sigcache, caf::infinite, load_set_atom::value, index, source,
+                          false)
+                .then(
+                    [=](stored_set_ptr s) {
+                      store_and_install(
+                          self, *self->state.models[index], s->file, command,
+                          command + " to the set of epoch " + std::to_string(source),
+                          [done, source](result<uint64_t> r) { done(std::move(r), source); }, term);
+                    },
+                    [=](caf::error& e) { done(status::not_found(error_text(self, e)), 0); });
+          },
+          [=](caf::error& e) { done(status::io_error(error_text(self, e)), 0); });
+}
+
+// How long a change waits for a refit leader to be known (an election under way) before it is
+// refused.
+constexpr int64_t leader_wait_ms = 5000;
+
+// A change of the current set in a cluster (import, swap, rollback): made by the refit leader
+// (this node's router when this node leads, else the leader's router, asked over the cluster), so
+// that two changes at two routers can never get one epoch number and every router's history
+// follows the same sequence. Waits up to leader_wait_ms for a leader to be known.
+void change_via_leader(router_actor_t* self, uint32_t index, admin_job_ptr job, std::string command,
+                       std::vector<uint8_t> bytes, uint64_t epoch, int64_t deadline_ms) {
   auto& st = self->state;
   auto& m = *st.models[index];
+  auto answer = [self, job](result<uint64_t> r, uint64_t source, const std::string& leader) {
+    if (!r.ok())
+      return answer_admin_error(*self->state.ctx, *job, admin_code_for(r.error()),
+                                r.error().message());
+    nlohmann::json out{{"epoch", *r}, {"numbered_by", leader}};
+    if (source != 0) out["set_of_epoch"] = source;
+    answer_admin(*self->state.ctx, *job, out);
+  };
   if (!st.leader.empty() && st.leader == st.ctx->config.name) {
-    auto file = parse_centroid_file(std::span<const uint8_t>(bytes.data(), bytes.size()), "import");
-    if (!file.ok())
-      return answer_admin_error(*st.ctx, *job, route_error_code::malformed, file.error().message());
-    return store_and_install(self, m, std::move(*file), "imported set",
-                             answer_with_epoch(self, job), st.leader_term);
+    const std::string me = st.leader;
+    return change_as_leader(
+        self, m, command, bytes, epoch, st.leader_term,
+        [answer, me](result<uint64_t> r, uint64_t source) { answer(std::move(r), source, me); });
   }
   auto it = st.leader.empty() ? st.routers_by_name.end() : st.routers_by_name.find(st.leader);
   if (it == st.routers_by_name.end()) {
     if (st.ctx->now_ms() < deadline_ms) {
-      self->delayed_send(self, std::chrono::milliseconds(100), import_retry_atom::value, index, job,
-                         std::move(bytes), deadline_ms);
+      self->delayed_send(self, std::chrono::milliseconds(100), set_change_retry_atom::value, index,
+                         job, std::move(command), std::move(bytes), epoch, deadline_ms);
       return;
     }
     return answer_admin_error(
         *st.ctx, *job, route_error_code::internal,
-        "no refit leader is known after " + std::to_string(import_wait_ms / 1000) +
-            " s: in a cluster only the refit leader numbers epochs (it needs a node with the "
-            "router and refit roles that sees a majority of the members); nothing was imported");
+        "no refit leader is known after " + std::to_string(leader_wait_ms / 1000) +
+            " s: in a cluster only the refit leader changes the current set (it needs a node "
+            "with the router and refit roles that sees a majority of the members); nothing "
+            "changed");
   }
-  ++st.imports_forwarded;
+  ++st.changes_forwarded;
   const std::string leader = st.leader;
-  self->request(it->second, std::chrono::seconds(10), import_atom::value, m.cfg->name,
-                std::move(bytes))
-      .then(
-          [=](uint64_t epoch) {
-            answer_admin(*self->state.ctx, *job, {{"epoch", epoch}, {"numbered_by", leader}});
-          },
-          [=](caf::error& e) {
-            answer_admin_error(*self->state.ctx, *job, route_error_code::internal,
-                               "the refit leader " + leader +
-                                   " did not import the set: " + self->system().render(e));
-          });
+  self->request(it->second, std::chrono::seconds(10), set_change_atom::value, m.cfg->name, command,
+                std::move(bytes), epoch)
+      .then([=](uint64_t installed, uint64_t source) { answer(installed, source, leader); },
+            [=](caf::error& e) {
+              // The leader's refusal keeps its code in the text ("not_found: ..."): the operator
+              // gets the same answer as from the leader itself.
+              const std::string text = error_text(self, e);
+              const auto code = text.rfind("not_found: ", 0) == 0 ? route_error_code::not_found
+                                : text.rfind("invalid_argument: ", 0) == 0
+                                    ? route_error_code::malformed
+                                    : route_error_code::internal;
+              answer_admin_error(
+                  *self->state.ctx, *job, code,
+                  "the refit leader " + leader + " did not " + command + ": " + text);
+            });
 }
 
-// Makes a stored epoch current (swap, rollback).
-void swap_to(router_actor_t* self, model_state& m, uint64_t epoch, admin_job_ptr job) {
+// Makes a stored epoch current on a node outside a cluster (swap, rollback); `cause` goes to the
+// rollback history.
+void swap_to(router_actor_t* self, model_state& m, uint64_t epoch, std::string cause,
+             admin_job_ptr job) {
   const uint32_t index = m.index;
-  self->request(self->state.sigcache, caf::infinite, load_set_atom::value, index, epoch)
+  const uint64_t from = m.epoch;
+  self->request(self->state.sigcache, caf::infinite, load_set_atom::value, index, epoch, true)
       .then(
           [=](stored_set_ptr s) {
             auto& mm = *self->state.models[index];
@@ -1057,17 +1234,18 @@ void swap_to(router_actor_t* self, model_state& m, uint64_t epoch, admin_job_ptr
               answer_admin_error(*self->state.ctx, *job, route_error_code::malformed, c.message());
               return;
             }
-            if (auto c = install(self->state, mm, s->file, s->epoch); !c.ok()) {
+            if (auto c = install(self->state, mm, s->file, s->epoch, cause); !c.ok()) {
               answer_admin_error(*self->state.ctx, *job, route_error_code::internal, c.to_string());
               return;
             }
-            spdlog::info("model {}: swapped to stored epoch {}", mm.cfg->name, s->epoch);
+            spdlog::info("model {}: {} to stored epoch {} (from {})", mm.cfg->name, cause, s->epoch,
+                         from);
             announce_epoch(self, self->state, mm);
-            answer_admin(*self->state.ctx, *job, {{"epoch", s->epoch}});
+            answer_admin(*self->state.ctx, *job, {{"epoch", s->epoch}, {"from_epoch", from}});
           },
           [=](caf::error& e) {
-            answer_admin_error(*self->state.ctx, *job, route_error_code::malformed,
-                               self->system().render(e));
+            answer_admin_error(*self->state.ctx, *job, route_error_code::not_found,
+                               error_text(self, e));
           });
 }
 
@@ -1153,6 +1331,11 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
   } else if (cmd == "centroids.show") {
     if (!need_model()) return;
     nlohmann::json r = spec_json(*m);
+    // What rollback would undo, newest last (the stored epochs are under "history").
+    nlohmann::json changes = nlohmann::json::array();
+    for (const auto& c : m->history.changes())
+      changes.push_back({{"epoch", c.epoch}, {"cause", c.cause}, {"at_ms", c.at_ms}});
+    r["changes"] = std::move(changes);
     const uint32_t index = m->index;
     self->request(st.sigcache, caf::infinite, history_atom::value, index)
         .then(
@@ -1184,57 +1367,54 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
       spdlog::warn("model {}: importing a set anyway (--force): {}", m->cfg->name, fits.message());
     }
     if (!st.ctx->config.clustered())
-      return store_and_install(self, *m, std::move(*file), "imported set",
+      return store_and_install(self, *m, std::move(*file), "import", "imported set",
                                answer_with_epoch(self, job), 0);
-    import_via_leader(self, m->index, job, std::vector<uint8_t>(bin.begin(), bin.end()),
-                      st.ctx->now_ms() + import_wait_ms);
-  } else if (cmd == "centroids.swap") {
+    change_via_leader(self, m->index, job, "import", std::vector<uint8_t>(bin.begin(), bin.end()),
+                      0, st.ctx->now_ms() + leader_wait_ms);
+  } else if (cmd == "centroids.swap" || cmd == "centroids.rollback") {
     if (!need_model()) return;
-    auto e = uint_arg(args, "epoch");
-    if (!e.ok() || !*e)
-      return answer_admin_error(
-          *st.ctx, *job, route_error_code::malformed,
-          e.ok() ? "argument 'epoch' (uint) is required" : e.error().message());
+    const bool swap = cmd == "centroids.swap";
+    uint64_t epoch = 0;
+    if (swap) {
+      auto e = uint_arg(args, "epoch");
+      if (!e.ok() || !*e)
+        return answer_admin_error(
+            *st.ctx, *job, route_error_code::malformed,
+            e.ok() ? "argument 'epoch' (uint) is required" : e.error().message());
+      epoch = **e;
+    }
+    if (st.ctx->config.clustered())
+      return change_via_leader(self, m->index, job, swap ? "swap" : "rollback", {}, epoch,
+                               st.ctx->now_ms() + leader_wait_ms);
+    if (!st.sigcache)
+      return answer_admin_error(*st.ctx, *job, route_error_code::internal,
+                                "this node has no signature-cache role, so it keeps no stored "
+                                "sets");
+    if (!swap) {
+      // Undo the newest change of the current set (core/centroid_history.hpp), whatever its
+      // epoch number.
+      auto previous = m->history.previous();
+      if (!previous.ok())
+        return answer_admin_error(*st.ctx, *job, route_error_code::not_found,
+                                  previous.error().message());
+      epoch = previous->epoch;
+    }
     // An epoch that is not stored is named with the ones that are, so the operator can pick.
     const uint32_t index = m->index;
-    const uint64_t epoch = **e;
     self->request(st.sigcache, caf::infinite, history_atom::value, index)
         .then(
             [=](std::vector<uint64_t> epochs) {
-              if (std::find(epochs.begin(), epochs.end(), epoch) == epochs.end()) {
-                std::string stored;
-                for (uint64_t s : epochs)
-                  stored += (stored.empty() ? "" : ", ") + std::to_string(s);
-                return answer_admin_error(*self->state.ctx, *job, route_error_code::malformed,
-                                          "epoch " + std::to_string(epoch) +
-                                              " is not stored; stored epochs: " +
-                                              (stored.empty() ? std::string("none") : stored));
-              }
-              swap_to(self, *self->state.models[index], epoch, job);
+              if (auto s = check_stored(epoch, epochs); !s.ok())
+                return answer_admin_error(*self->state.ctx, *job, route_error_code::not_found,
+                                          swap ? s.message()
+                                               : "the set rollback returns to (epoch " +
+                                                     std::to_string(epoch) +
+                                                     ") is no longer stored: " + s.message());
+              swap_to(self, *self->state.models[index], epoch, swap ? "swap" : "rollback", job);
             },
             [=](caf::error& err) {
               answer_admin_error(*self->state.ctx, *job, route_error_code::internal,
-                                 self->system().render(err));
-            });
-  } else if (cmd == "centroids.rollback") {
-    if (!need_model()) return;
-    const uint32_t index = m->index;
-    const uint64_t current = m->epoch;
-    self->request(st.sigcache, caf::infinite, history_atom::value, index)
-        .then(
-            [=](std::vector<uint64_t> epochs) {
-              uint64_t previous = 0;
-              for (uint64_t e : epochs)
-                if (e < current && e > previous) previous = e;
-              if (previous == 0)
-                return answer_admin_error(
-                    *self->state.ctx, *job, route_error_code::malformed,
-                    "no stored epoch older than the current one (" + std::to_string(current) + ")");
-              swap_to(self, *self->state.models[index], previous, job);
-            },
-            [=](caf::error& e) {
-              answer_admin_error(*self->state.ctx, *job, route_error_code::internal,
-                                 self->system().render(e));
+                                 error_text(self, err));
             });
   } else if (cmd == "explain") {
     if (!need_model()) return;
@@ -1549,9 +1729,10 @@ std::vector<pool_snapshot> snapshot_pools(router_state& st) {
 
 // Installs a peer's centroid set when the fence accepts it (a newer epoch of a current term),
 // and stores it under the same epoch on this node, so that a restart is warm and the next local
-// epoch number is above it.
+// epoch number is above it. `cause` is the change as the announcing router recorded it ("peer"
+// for a snapshot), so that this router's rollback history follows.
 void adopt_epoch(router_actor_t* self, model_state& m, uint64_t epoch, uint64_t term,
-                 const std::vector<uint8_t>& bytes, const char* why) {
+                 const std::vector<uint8_t>& bytes, const char* why, const std::string& cause) {
   if (bytes.empty()) return;
   if (!m.fence.has_epoch() && m.epoch > 0) m.fence = epoch_fence(0, m.epoch);
   const auto verdict = m.fence.offer(term, epoch);
@@ -1574,7 +1755,7 @@ void adopt_epoch(router_actor_t* self, model_state& m, uint64_t epoch, uint64_t 
     spdlog::warn("model {}: epoch {} {} does not fit: {}", m.cfg->name, epoch, why, s.message());
     return;
   }
-  if (auto s = install(self->state, m, *file, epoch); !s.ok()) return;
+  if (auto s = install(self->state, m, *file, epoch, cause); !s.ok()) return;
   ++self->state.peer_epochs;
   spdlog::info("model {}: installed epoch {} (term {}) {}", m.cfg->name, epoch, term, why);
   if (self->state.sigcache) {
@@ -1598,7 +1779,7 @@ void merge_pools(router_actor_t* self, const std::vector<pool_snapshot>& pools) 
   for (const auto& p : pools) {
     auto* m = st.find(p.model);
     if (!m) continue;
-    adopt_epoch(self, *m, p.epoch, p.term, p.centroids, "from a peer's snapshot");
+    adopt_epoch(self, *m, p.epoch, p.term, p.centroids, "from a peer's snapshot", "peer");
     for (const auto& w : p.workers) {
       if (w.worker >= m->pool.k()) {
         if (m->cfg->workers != 0 || m->set || w.worker >= m->cfg->max_workers) continue;
@@ -1645,6 +1826,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
   st.decisions.emplace(std::move(*decisions));
   if (ctx->config.clustered()) rebuild_ring(st, {});  // this node's shard until peers join
   const auto persisted = read_persisted_policies(ctx->config);
+  auto histories = read_histories(ctx->config);
   for (uint32_t i = 0; i < ctx->config.models.size(); ++i) {
     const auto& cfg = ctx->config.models[i];
     load_view_options lo;
@@ -1680,8 +1862,9 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
             cfg.name, m->policy_name, m->tau, policy_file_path(ctx->config), cfg.policy, cfg.tau);
       }
     }
+    if (auto h = histories.find(cfg.name); h != histories.end()) m->history = std::move(h->second);
     if (init[i].current) {
-      if (auto s = install(st, *m, *init[i].current, init[i].current->epoch); !s.ok())
+      if (auto s = install(st, *m, *init[i].current, init[i].current->epoch, "start"); !s.ok())
         spdlog::error("model {}: stored centroid set not installed: {}", cfg.name, s.to_string());
     }
     if (!m->policy) (void)rebuild_policy(st, *m);
@@ -1689,6 +1872,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
     st.models.push_back(std::move(m));
     self->send(self, scrape_tick_atom::value, i);
   }
+  persist_histories(st);
   return {
       [=](scrape_tick_atom, uint32_t index) {
         auto& s = self->state;
@@ -1749,11 +1933,11 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         merge_pools(self, pools);
       },
       [=](epoch_atom, const std::string& model, uint64_t epoch, uint64_t term,
-          const std::vector<uint8_t>& file) {
+          const std::vector<uint8_t>& file, const std::string& cause) {
         auto& s = self->state;
         if (!trusted_sender(self, s.ctx->trust.get())) return untrusted(self);
         auto* m = s.find(model);
-        if (m) adopt_epoch(self, *m, epoch, term, file, "announced by a peer router");
+        if (m) adopt_epoch(self, *m, epoch, term, file, "announced by a peer router", cause);
       },
       // A refit leader's term: publishes from older terms are refused from now on, and imports
       // go to that leader.
@@ -1769,14 +1953,16 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
           s.leader.clear();  // this node's refit actor stepped down
         }
       },
-      [=](import_retry_atom, uint32_t index, admin_job_ptr job, std::vector<uint8_t>& bytes,
-          int64_t deadline_ms) {
+      [=](set_change_retry_atom, uint32_t index, admin_job_ptr job, std::string& command,
+          std::vector<uint8_t>& bytes, uint64_t epoch, int64_t deadline_ms) {
         if (self->current_sender() != self->ctrl() || index >= self->state.models.size()) return;
-        import_via_leader(self, index, std::move(job), std::move(bytes), deadline_ms);
+        change_via_leader(self, index, std::move(job), std::move(command), std::move(bytes), epoch,
+                          deadline_ms);
       },
-      // Another router's import, for this node to number as the refit leader.
-      [=](import_atom, const std::string& model,
-          const std::vector<uint8_t>& bytes) -> caf::result<uint64_t> {
+      // Another router's change of the current set (import, swap, rollback), for this node to
+      // make as the refit leader.
+      [=](set_change_atom, const std::string& model, const std::string& command,
+          const std::vector<uint8_t>& bytes, uint64_t epoch) -> caf::result<uint64_t, uint64_t> {
         auto& s = self->state;
         if (!trusted_sender(self, s.ctx->trust.get())) {
           untrusted(self);
@@ -1784,16 +1970,21 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         }
         auto* m = s.find(model);
         if (!m) return caf::make_error(caf::sec::runtime_error, "no model named '" + model + "'");
+        if (command != "import" && command != "swap" && command != "rollback")
+          return caf::make_error(caf::sec::runtime_error, "no change named '" + command + "'");
         if (s.leader != s.ctx->config.name)
           return caf::make_error(caf::sec::runtime_error,
                                  "this node is not the refit leader (the leader is " +
                                      (s.leader.empty() ? std::string("unknown") : s.leader) + ")");
-        auto file =
-            parse_centroid_file(std::span<const uint8_t>(bytes.data(), bytes.size()), "import");
-        if (!file.ok()) return caf::make_error(caf::sec::runtime_error, file.error().message());
-        auto rp = self->make_response_promise<uint64_t>();
-        store_and_install(self, *m, std::move(*file), "imported set (forwarded)", deliver_epoch(rp),
-                          s.leader_term);
+        auto rp = self->make_response_promise<uint64_t, uint64_t>();
+        change_as_leader(
+            self, *m, command, bytes, epoch, s.leader_term,
+            [rp](result<uint64_t> r, uint64_t source) mutable {
+              if (r.ok())
+                rp.deliver(*r, source);
+              else
+                rp.deliver(caf::make_error(caf::sec::runtime_error, r.error().to_string()));
+            });
         return rp;
       },
       // The refit leader's sample of this router's live signatures (a copy).
@@ -1842,7 +2033,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
                               {"shards", s.ring ? s.ring->size() : 0},
                               {"shard_requests", s.shard_requests},
                               {"shard_local_requests", s.shard_local_requests},
-                              {"imports_forwarded", s.imports_forwarded},
+                              {"changes_forwarded", s.changes_forwarded},
                               {"refit_leader", s.leader},
                               {"refit_leader_term", s.leader_term},
                               {"shard_failovers", s.shard_failovers},
@@ -1878,7 +2069,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
                                  "term " + std::to_string(term) + " is stale (current term " +
                                      std::to_string(m.fence.highest_term()) + ")");
         auto rp = self->make_response_promise<uint64_t>();
-        store_and_install(self, m, s->file, "refit", deliver_epoch(rp), term);
+        store_and_install(self, m, s->file, "refit", "refit", deliver_epoch(rp), term);
         return rp;
       },
   };

@@ -935,8 +935,9 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
           return caf::make_error(caf::sec::runtime_error, w.to_string());
         return epoch;
       },
-      // A stored epoch, made current.
-      [=](load_set_atom, uint32_t model, uint64_t epoch) -> caf::result<stored_set_ptr> {
+      // A stored epoch (made the current one on request).
+      [=](load_set_atom, uint32_t model, uint64_t epoch,
+          bool make_current) -> caf::result<stored_set_ptr> {
         auto& st = self->state;
         if (model >= st.models.size()) return caf::sec::invalid_argument;
         auto& cache = *st.models[model].cache;
@@ -946,8 +947,9 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
                                  "epoch " + std::to_string(epoch) + " is not stored");
         auto f = parse_centroid_file(*bytes, "stored epoch " + std::to_string(epoch));
         if (!f.ok()) return caf::make_error(caf::sec::runtime_error, f.error().to_string());
-        if (auto r = cache.rollback_to(epoch); !r.ok())
-          return caf::make_error(caf::sec::runtime_error, r.to_string());
+        if (make_current)
+          if (auto r = cache.rollback_to(epoch); !r.ok())
+            return caf::make_error(caf::sec::runtime_error, r.to_string());
         return stored_set_ptr(std::make_shared<const stored_set>(stored_set{epoch, std::move(*f)}));
       },
       [=](history_atom, uint32_t model) -> std::vector<uint64_t> {

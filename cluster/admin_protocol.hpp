@@ -11,8 +11,8 @@
 //   centroids.show {model}                  -> {epoch, k, width, transform, layers, history}
 //   centroids.export {model, epoch?}        -> bin (a centroid file, docs/centroid-file.md)
 //   centroids.import {model, file: bin}     -> {epoch}   (validated; refused files change nothing)
-//   centroids.swap {model, epoch}           -> {epoch}   (make a stored epoch current)
-//   centroids.rollback {model}              -> {epoch}   (the previous epoch)
+//   centroids.swap {model, epoch}           -> {epoch, ...} (make a stored epoch current)
+//   centroids.rollback {model}              -> {epoch, ...} (undo the newest change of the set)
 //   refit          {model}                  -> {accepted, epoch, reason, ...}
 //   explain        {model, request}         -> the recorded decision of a recent request
 //   policy         {model, policy?, tau?}   -> {policy, tau} (set when given, else show)

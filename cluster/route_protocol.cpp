@@ -122,6 +122,8 @@ const char* to_string(route_error_code code) {
       return "overloaded";
     case route_error_code::internal:
       return "internal";
+    case route_error_code::not_found:
+      return "not_found";
   }
   return "unknown";
 }

@@ -95,6 +95,7 @@ enum class route_error_code : uint8_t {
   no_eligible_worker = 5,  // every worker of the pool is drained, dead or full
   overloaded = 6,          // the node sheds load (pending-request limit)
   internal = 7,            // a bug or an environment failure on the node
+  not_found = 8,           // an admin command names a thing that is not there (a stored epoch)
 };
 
 // "malformed", "too_large", ..., "unknown" for values outside the enum.

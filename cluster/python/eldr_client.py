@@ -150,6 +150,7 @@ ERROR_CODES = {
     5: "no_eligible_worker",
     6: "overloaded",
     7: "internal",
+    8: "not_found",
 }
 
 _U64 = (1 << 64) - 1

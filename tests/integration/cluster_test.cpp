@@ -3,6 +3,7 @@
 // polls a condition (membership, a counter); nothing assumes how long propagation takes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -456,7 +457,88 @@ TEST_F(ClusterTest, ConcurrentImportsAtTwoRoutersGetDistinctEpochsOfTheLeadersTe
   const uint64_t newest = std::max(epochs[0], epochs[1]);
   EXPECT_TRUE(every_router_at(newest)) << "epoch " << newest << " did not reach every router";
   const auto n2 = status(*nodes_[1]);
-  EXPECT_EQ(n2["cluster"]["router"].value("imports_forwarded", uint64_t{0}), 1u) << n2.dump();
+  EXPECT_EQ(n2["cluster"]["router"].value("changes_forwarded", uint64_t{0}), 1u) << n2.dump();
+}
+
+// Issue 16: swap and rollback acted on the one router asked. In a cluster they go through the
+// refit leader, which re-publishes the stored set as a new epoch of its term, so every router
+// follows; rollback undoes the newest change (core/centroid_history.hpp), asked at any router.
+TEST_F(ClusterTest, SwapAndRollbackReachEveryRouterThroughTheLeader) {
+  start_three();
+  register_workers(*nodes_[0]);
+  ASSERT_TRUE(eventually([&] {
+    for (auto& n : nodes_)
+      if (refit_leader(status(*n)).first != "n1") return false;
+    return true;
+  })) << "the nodes do not agree on n1 as the refit leader";
+  centroid_file a = toy_centroids();
+  centroid_file b = a;
+  std::rotate(b.centroids.begin(), b.centroids.begin() + 16, b.centroids.end());
+  auto call = [&](size_t node, const std::string& cmd, nlohmann::json args) {
+    auto c = admin_client::connect(nodes_[node]->admin());
+    EXPECT_TRUE(c.ok());
+    args["model"] = "m";
+    return (*c)->call(cmd, args);
+  };
+  // The centroids every router's store holds for `epoch` (adopted sets are stored).
+  auto exported_everywhere = [&](uint64_t epoch, const centroid_file& want) {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      bool same = eventually([&] {
+        auto ex = call(i, "centroids.export", {{"epoch", epoch}});
+        if (!ex.ok() || !ex->is_binary()) return false;
+        auto f = parse_centroid_file(ex->get_binary(), "export");
+        return f.ok() && f->centroids == want.centroids;
+      });
+      if (!same) return false;
+    }
+    return true;
+  };
+  auto ia =
+      call(1, "centroids.import", {{"file", nlohmann::json::binary(encode_centroid_file(a))}});
+  ASSERT_TRUE(ia.ok()) << ia.error().to_string();
+  auto ib =
+      call(2, "centroids.import", {{"file", nlohmann::json::binary(encode_centroid_file(b))}});
+  ASSERT_TRUE(ib.ok()) << ib.error().to_string();
+  const uint64_t ea = (*ia)["epoch"], eb = (*ib)["epoch"];
+  ASSERT_TRUE(every_router_at(eb));
+
+  // Rollback at a router that does not lead: back to a's set, as a new epoch everywhere.
+  auto rb = call(2, "centroids.rollback", {});
+  ASSERT_TRUE(rb.ok()) << rb.error().to_string();
+  const uint64_t er = (*rb)["epoch"];
+  EXPECT_GT(er, eb);
+  EXPECT_EQ((*rb)["set_of_epoch"], ea) << rb->dump();
+  EXPECT_EQ((*rb)["numbered_by"], "n1") << rb->dump();
+  EXPECT_TRUE(every_router_at(er));
+  EXPECT_TRUE(exported_everywhere(er, a));
+
+  // Swap at another router to b's stored epoch: every router again.
+  auto sw = call(1, "centroids.swap", {{"epoch", eb}});
+  ASSERT_TRUE(sw.ok()) << sw.error().to_string();
+  const uint64_t es = (*sw)["epoch"];
+  EXPECT_GT(es, er);
+  EXPECT_EQ((*sw)["set_of_epoch"], eb);
+  EXPECT_TRUE(every_router_at(es));
+  EXPECT_TRUE(exported_everywhere(es, b));
+
+  // A swap to an epoch nobody stores is refused by the leader, naming what is stored.
+  auto missing = call(2, "centroids.swap", {{"epoch", 999}});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message().find("epoch 999 is not stored; stored epochs: "),
+            std::string::npos)
+      << missing.error().message();
+
+  // Rollback at the leader undoes the swap, and then there is nothing left to undo (the rollback
+  // undid the import of b).
+  rb = call(0, "centroids.rollback", {});
+  ASSERT_TRUE(rb.ok()) << rb.error().to_string();
+  EXPECT_EQ((*rb)["set_of_epoch"], er);
+  EXPECT_TRUE(every_router_at((*rb)["epoch"].get<uint64_t>()));
+  EXPECT_TRUE(exported_everywhere((*rb)["epoch"].get<uint64_t>(), a));
+  auto none = call(1, "centroids.rollback", {});
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.error().message().find("nothing to undo"), std::string::npos)
+      << none.error().message();
 }
 
 // A clustered node alone (no seeds) is a majority of one: it elects itself and imports.

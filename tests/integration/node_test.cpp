@@ -306,6 +306,41 @@ TEST_F(NodeTest, SwapRollbackAndExportKeepEpochsMonotonic) {
   EXPECT_FALSE(admin_->call("centroids.swap", {{"model", "toy"}, {"epoch", 99}}).ok());
 }
 
+// Issue 16: "rollback" meant "a lower epoch number" -- after `swap 1` from 2 it said there was
+// nothing older. It now undoes the newest change of the current set, walking back one change at a
+// time, and the history survives a restart.
+TEST_F(NodeTest, RollbackUndoesTheNewestChangeAcrossARestart) {
+  start();
+  register_workers();
+  EXPECT_EQ(import(toy_centroids()), 1u);
+  EXPECT_EQ(import(toy_centroids(1)), 2u);
+  auto sw = admin_->call("centroids.swap", {{"model", "toy"}, {"epoch", 1}});
+  ASSERT_TRUE(sw.ok()) << sw.error().to_string();
+  EXPECT_EQ((*sw)["from_epoch"], 2);
+  auto show = admin_->call("centroids.show", {{"model", "toy"}});
+  ASSERT_TRUE(show.ok());
+  ASSERT_EQ((*show)["changes"].size(), 3u) << show->dump();
+  EXPECT_EQ((*show)["changes"][2]["cause"], "swap") << show->dump();
+  EXPECT_EQ(must_route(request_for("h1", 1, {1100}, true)).epoch, 1u);
+  EXPECT_EQ(node_->stop(), 0);
+  start();
+  register_workers();
+  auto rb = admin_->call("centroids.rollback", {{"model", "toy"}});
+  ASSERT_TRUE(rb.ok()) << rb.error().to_string();
+  EXPECT_EQ((*rb)["epoch"], 2) << "the rollback should undo the swap to 1";
+  auto r = must_route(request_for("h2", 1, {1101}, true));
+  EXPECT_EQ(r.epoch, 2u);
+  EXPECT_EQ(r.worker, 0u);  // epoch 2: worker w serves home (w + 1) % 4
+  rb = admin_->call("centroids.rollback", {{"model", "toy"}});
+  ASSERT_TRUE(rb.ok()) << rb.error().to_string();
+  EXPECT_EQ((*rb)["epoch"], 1) << "the next rollback undoes the import of 2";
+  rb = admin_->call("centroids.rollback", {{"model", "toy"}});
+  ASSERT_FALSE(rb.ok());
+  EXPECT_NE(rb.error().message().find("nothing to undo"), std::string::npos)
+      << rb.error().message();
+  EXPECT_EQ(must_route(request_for("h3", 1, {1102}, true)).epoch, 1u);
+}
+
 TEST_F(NodeTest, HotSwapUnderLoadFailsNoDecisionAndNeverGoesBack) {
   start();
   register_workers();

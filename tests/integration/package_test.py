@@ -122,6 +122,37 @@ class PackageTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
+    def test_postinst_creates_the_user_the_units_run_as(self):
+        # The package's own postinst, run as dpkg runs it for an install into another root
+        # (DPKG_ROOT), twice (an upgrade configures again): it must create the system user and
+        # group "eldr" with the units' home, once.
+        if not shutil.which("systemd-sysusers"):
+            self.fail("systemd-sysusers is missing (Debian's systemd package): the postinst needs it")
+        control = os.path.join(self.tmp.name, "control")
+        r = run(["dpkg-deb", "-e", self.deb, control])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        postinst = os.path.join(control, "postinst")
+        self.assertTrue(os.access(postinst, os.X_OK), "the package's postinst is not executable")
+        root = os.path.join(self.tmp.name, "postinst-root")
+        shutil.copytree(self.root, root, symlinks=True)
+        os.makedirs(os.path.join(root, "etc"), exist_ok=True)
+        env = dict(os.environ, DPKG_ROOT=root)
+        for attempt in range(2):
+            r = subprocess.run(["sh", postinst, "configure", ""], env=env, capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, f"run {attempt}: {r.stderr}")
+            self.assertNotIn("could not create", r.stderr)
+        passwd = [l.split(":") for l in Path(root, "etc", "passwd").read_text().splitlines()]
+        users = [u for u in passwd if u[0] == "eldr"]
+        self.assertEqual(len(users), 1, passwd)
+        uid, home = int(users[0][2]), users[0][5]
+        self.assertLess(uid, 1000, "not a system user")
+        unit = Path(SRC, "deploy", "systemd", "eldr-node.service").read_text()
+        self.assertIn("User=eldr", unit)
+        self.assertEqual(home, "/var/lib/eldr")
+        groups = [g.split(":")[0] for g in Path(root, "etc", "group").read_text().splitlines()]
+        self.assertEqual(groups.count("eldr"), 1, groups)
+
     def assert_in_package(self, path, why):
         self.assertIn(path, self.contents, f"{path} ({why}) is not in {os.path.basename(self.deb)}")
 

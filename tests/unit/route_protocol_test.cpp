@@ -150,6 +150,7 @@ TEST(RouteProtocol, FallbackAndWarningsRoundTripAndAreLimited) {
 
 TEST(RouteProtocol, ErrorCodesAreNamedAndMapped) {
   EXPECT_STREQ(to_string(route_error_code::no_eligible_worker), "no_eligible_worker");
+  EXPECT_STREQ(to_string(route_error_code::not_found), "not_found");
   EXPECT_STREQ(to_string(static_cast<route_error_code>(200)), "unknown");
   EXPECT_EQ(route_error_code_for(status::out_of_range("x")), route_error_code::too_large);
   EXPECT_EQ(route_error_code_for(status::not_found("x")), route_error_code::unknown_type);

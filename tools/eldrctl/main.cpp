@@ -67,11 +67,13 @@ struct global_options {
 // (cluster/client.hpp); anything else (timeout, refused connection, a corrupt answer) failed
 // before the node could answer. The exit code tells the two apart for scripts.
 bool is_node_error(const eldr::status& s) {
-  for (int code = 1; code <= 7; ++code) {
+  // Every code this build names ("unknown" for the rest, which is also what a code newer than this
+  // build prints as).
+  for (int code = 1; code <= UINT8_MAX; ++code) {
     const std::string name = eldr::to_string(static_cast<eldr::route_error_code>(code));
     if (s.message().rfind(name + ": ", 0) == 0) return true;
   }
-  return s.message().rfind("unknown: ", 0) == 0;  // a code newer than this build
+  return false;
 }
 
 struct outcome {
@@ -802,10 +804,15 @@ int main(int argc, char** argv) {
   bool force = false;
   import_cmd->add_flag("--force", force,
                        "import a set fitted for another model name or geometry (refused without)");
-  auto* swap_cmd = centroids->add_subcommand("swap", "make a stored epoch current");
+  auto* swap_cmd = centroids->add_subcommand(
+      "swap", "make a stored epoch current (in a cluster: on every router, through the leader)");
   swap_cmd->add_option("model", model, "model")->required();
   swap_cmd->add_option("epoch", epoch, "epoch")->required();
-  auto* rollback_cmd = centroids->add_subcommand("rollback", "go back to the previous epoch");
+  auto* rollback_cmd = centroids->add_subcommand(
+      "rollback",
+      "undo the newest change of the current set (an import, refit, swap or rollback's "
+      "predecessor), whatever its epoch number: after `swap M 1` from 2 it goes back to 2; "
+      "repeat to walk further back (in a cluster: on every router, through the leader)");
   rollback_cmd->add_option("model", model, "model")->required();
 
   auto* refit_cmd = app.add_subcommand("refit", "fit new centroids from recent traffic");
@@ -871,9 +878,10 @@ int main(int argc, char** argv) {
   if (*import_cmd) return run_import(g, model, file, force);
   if (*swap_cmd)
     return run(g, "centroids.swap", {{"model", model}, {"epoch", epoch}},
-               keyed({"model", "epoch"}));
+               keyed({"model", "epoch", "from_epoch", "set_of_epoch", "numbered_by"}));
   if (*rollback_cmd)
-    return run(g, "centroids.rollback", {{"model", model}}, keyed({"model", "epoch"}));
+    return run(g, "centroids.rollback", {{"model", model}},
+               keyed({"model", "epoch", "from_epoch", "set_of_epoch", "numbered_by"}));
   if (*refit_cmd) {
     // A rejected candidate is the node refusing the command (README: exit 1), with its reason on
     // stderr; the figures are printed either way.
