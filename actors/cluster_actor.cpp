@@ -186,6 +186,7 @@ uint32_t known_members(const cluster_state& st) {
 
 void tell_watchers(cluster_actor_t* self) {
   auto members = live_members(self->state);
+  self->state.ctx->metrics->cluster_members(static_cast<uint32_t>(members.size() + 1));
   // /readyz: membership is formed once this node sees a majority of the members it knows (the
   // condition refit leadership needs, core/leadership.hpp).
   if (const auto& board = self->state.ctx->readiness) {

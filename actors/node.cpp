@@ -232,6 +232,12 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
   // and for the ROUTERs, so that a subscription within max_publishers never hits it.
   fo.max_sockets = static_cast<int>(2 * config.max_publishers + 16);
   fo.replay_timeout_ms = static_cast<int>(config.replay_timeout_ms);
+  // Bound now, not at the signature cache's first subscription: a taken port fails the start and
+  // names its key, like the channels' ports.
+  for (size_t m = 0; m < config.models.size() && has_cache; ++m)
+    if (!config.models[m].kv_bind.empty())
+      fo.publisher_binds.emplace_back("models[" + std::to_string(m) + "].kv_events.bind",
+                                      config.models[m].kv_bind);
   if (!config.security.curve_secret_key_file.empty()) {
     auto keys = read_curve_secret_key(config.security.curve_secret_key_file);
     if (!keys.ok())

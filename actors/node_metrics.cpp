@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/metrics.hpp"
+#include "core/version.hpp"
 
 namespace eldr {
 namespace {
@@ -73,7 +74,12 @@ class node_metrics::impl {
   }
 };
 
-node_metrics::node_metrics() : impl_(std::make_unique<impl>()) {}
+node_metrics::node_metrics() : impl_(std::make_unique<impl>()) {
+  // The info-metric idiom: the value is always 1, the version is a label to join on.
+  must(impl_->registry.gauge("eldr_build_info", "eldr's build: its version, as a label.",
+                             {{"version", std::string(version)}}))
+      ->set(1);
+}
 node_metrics::~node_metrics() = default;
 
 void node_metrics::route_decided(std::string_view model, uint32_t worker, uint32_t band_size,
@@ -181,6 +187,20 @@ void node_metrics::cluster_event(std::string_view event) {
   must(impl_->registry.counter("eldr_cluster_events_total", "Cluster membership events, by kind.",
                                {{"event", std::string(event)}}))
       ->inc();
+}
+
+void node_metrics::cluster_members(uint32_t up) {
+  must(impl_->registry.gauge("eldr_cluster_members",
+                             "Cluster members this node sees up, itself included."))
+      ->set(static_cast<double>(up));
+}
+
+void node_metrics::cluster_leadership(bool self_leads, uint64_t term) {
+  must(impl_->registry.gauge("eldr_cluster_is_leader", "1 on the refit leader, else 0."))
+      ->set(self_leads ? 1 : 0);
+  must(impl_->registry.gauge("eldr_cluster_term",
+                             "Term of the refit leader as this node knows it (0: none known)."))
+      ->set(static_cast<double>(term));
 }
 
 void node_metrics::cache_committed(std::string_view model, double seconds) {

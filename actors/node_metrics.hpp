@@ -1,6 +1,7 @@
 // node_metrics: the node's Prometheus metrics, declared once (core/metrics.hpp registry) and
 // exported over HTTP by cluster/metrics_http. Actors call these named events; labelled series
 // (per model, per worker) are created on first use and cached, so the hot path only increments.
+// eldr_build_info{version} 1 is there from construction.
 //
 // Thread-safe: any actor thread may record, the HTTP thread renders.
 #pragma once
@@ -53,6 +54,11 @@ class node_metrics {
   // Membership: "join", "down", "refused" (a join without the secret), "untrusted" (a cluster
   // message from a node that never proved it).
   void cluster_event(std::string_view event);
+  // Cluster only (a standalone node exports none of these): the members this node sees up, itself
+  // included (set at every membership change), and the refit leadership as this node sees it:
+  // whether it leads, and the leader's term (0 while no leader is known).
+  void cluster_members(uint32_t up);
+  void cluster_leadership(bool self_leads, uint64_t term);
   // One group commit of a model's signature cache as the actor sees it: expiry, staging of the
   // changed blocks and the hand-over to the background writer (seconds). It runs between two
   // signatures, so it is time route requests wait.

@@ -197,6 +197,13 @@ void fit_and_install(refit_actor_t* self, uint32_t model, admin_job_ptr job, ref
   }
 }
 
+// The leadership gauges (node_metrics::cluster_leadership), refreshed wherever it may change.
+void export_leadership(const refit_state& st) {
+  if (!st.lead) return;
+  const auto& l = st.lead->leader();
+  st.ctx->metrics->cluster_leadership(st.lead->is_leader(), l ? l->term : 0);
+}
+
 // Tells this node's router and every member's refit actor and router that this node leads under
 // `term`, so that a deposed leader's publishes are refused.
 void announce_term(refit_actor_t* self, uint64_t term) {
@@ -227,7 +234,9 @@ void campaign(refit_actor_t* self, uint64_t term) {
   const uint32_t known = st.known;
   auto conclude = [self, term, granted, known] {
     auto& s = self->state;
-    if (!s.lead->campaign_result(term, *granted, known)) {
+    const bool won = s.lead->campaign_result(term, *granted, known);
+    export_leadership(s);
+    if (!won) {
       spdlog::info("refit: campaign for term {} ended with {} of {} votes", term, *granted, known);
       return;
     }
@@ -263,6 +272,7 @@ void evaluate_leadership(refit_actor_t* self) {
   const bool was = st.lead->is_leader();
   const auto d = st.lead->evaluate(visible, st.known);
   st.rule_leader = d.leader;
+  export_leadership(st);
   if (d.campaign) return campaign(self, d.term);
   if (d.self_leads) {
     // Announced at every membership change, so that members that joined since hear it too.
@@ -295,6 +305,7 @@ caf::behavior refit_behavior(refit_actor_t* self, node_context_ptr ctx, caf::act
   self->state.by_model.resize(ctx->config.models.size());
   if (ctx->config.clustered()) {
     self->state.lead.emplace(ctx->config.name, true);
+    export_leadership(self->state);
     self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
   }
   for (uint32_t m = 0; m < ctx->config.models.size(); ++m)
@@ -317,6 +328,7 @@ caf::behavior refit_behavior(refit_actor_t* self, node_context_ptr ctx, caf::act
           announce_term(self, st.lead->term());
         else if (st.local_cluster && st.lead->campaign_term() == 0)
           evaluate_leadership(self);
+        export_leadership(st);
         self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
       },
       // From this node's cluster actor only (it also holds this node's vote).
@@ -335,6 +347,7 @@ caf::behavior refit_behavior(refit_actor_t* self, node_context_ptr ctx, caf::act
             st.lead->is_leader() && term == st.lead->term() && name != st.lead->self();
         if (st.lead->observe_leader(name, term))
           spdlog::warn("refit: {} leads from term {}; this node steps down", name, term);
+        export_leadership(st);
         self->send(st.router, leader_atom::value, name, term);
         if (same_term_claim && st.lead->is_leader()) {
           // Another node claimed our term while it could not see us (a partition, or both

@@ -127,6 +127,10 @@ class zmq_frontend::impl {
   uint64_t backlog_bytes = 0;
   uint64_t backlog_count = 0;
 
+  // Publisher SUB sockets bound by bind_all, by subscription endpoint ("bind:ENDPOINT"), until
+  // their subscribe() takes them; owned by the frontend thread once it runs.
+  std::map<std::string, std::unique_ptr<zmq::socket_t>> prebound;
+
   // One followed publisher; owned by the frontend thread.
   struct sub_socket {
     uint32_t id = 0;
@@ -179,6 +183,19 @@ class zmq_frontend::impl {
     return {};
   }
 
+  // Names the configuration key and the endpoint: "Address already in use" alone does not say
+  // which port another process (often a second eldr-node) holds.
+  static status bind_error(const std::string& key, const std::string& endpoint,
+                           const zmq::error_t& e) {
+    const std::string hint = e.num() == EADDRINUSE
+                                 ? " (the port is taken: another eldr-node or another program "
+                                   "listens there; change " +
+                                       key + " or stop it)"
+                                 : "";
+    const std::string message = key + ": cannot bind " + endpoint + ": " + e.what() + hint;
+    return e.num() == EADDRINUSE ? status::io_error(message) : status::invalid_argument(message);
+  }
+
   status bind_all() {
     size_t c = 0;
     try {
@@ -210,18 +227,18 @@ class zmq_frontend::impl {
         routers[c] = std::move(s);
       }
     } catch (const zmq::error_t& e) {
-      // Name the configuration key and the endpoint: "Address already in use" alone does not say
-      // which of the three ports another process (often a second eldr-node) holds.
-      const std::string key =
-          std::string("endpoints.") + to_string(static_cast<frontend_channel>(c));
-      const std::string hint = e.num() == EADDRINUSE
-                                   ? " (the port is taken: another eldr-node or another program "
-                                     "listens there; change " +
-                                         key + " or stop it)"
-                                   : "";
-      const std::string message =
-          key + ": cannot bind " + opt.endpoints[c] + ": " + e.what() + hint;
-      return e.num() == EADDRINUSE ? status::io_error(message) : status::invalid_argument(message);
+      return bind_error(std::string("endpoints.") + to_string(static_cast<frontend_channel>(c)),
+                        opt.endpoints[c], e);
+    }
+    for (const auto& [key, endpoint] : opt.publisher_binds) {
+      try {
+        auto s = new_sub();
+        s->bind(endpoint);
+        spdlog::info("KV-event publishers may connect to {}", s->get(zmq::sockopt::last_endpoint));
+        prebound[std::string(kv_bind_prefix) + endpoint] = std::move(s);
+      } catch (const zmq::error_t& e) {
+        return bind_error(key, endpoint, e);
+      }
     }
     wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd < 0) return status::io_error("eventfd failed");
@@ -436,7 +453,7 @@ class zmq_frontend::impl {
                                     e.what());
   }
 
-  std::unique_ptr<zmq::socket_t> make_sub(const std::string& endpoint) {
+  std::unique_ptr<zmq::socket_t> new_sub() {
     auto s = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::sub);
     s->set(zmq::sockopt::rcvhwm, 100000);
     // A publisher that is down is retried with backoff (100 ms doubling to 2 s) instead of ZeroMQ's
@@ -448,6 +465,17 @@ class zmq_frontend::impl {
     s->set(zmq::sockopt::maxmsgsize, opt.max_publisher_message_bytes);
     s->set(zmq::sockopt::linger, 0);
     s->set(zmq::sockopt::subscribe, "");
+    return s;
+  }
+
+  std::unique_ptr<zmq::socket_t> make_sub(const std::string& endpoint) {
+    // Bound at start (frontend_options::publisher_binds): taken once.
+    if (auto it = prebound.find(endpoint); it != prebound.end()) {
+      auto s = std::move(it->second);
+      prebound.erase(it);
+      return s;
+    }
+    auto s = new_sub();
     // "bind:ENDPOINT": publishers connect to the node (vLLM's connecting ZmqEventPublisher).
     if (std::string_view(endpoint).substr(0, kv_bind_prefix.size()) == kv_bind_prefix) {
       s->bind(endpoint.substr(kv_bind_prefix.size()));

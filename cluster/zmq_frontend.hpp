@@ -24,6 +24,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cluster/admin_protocol.hpp"
@@ -136,6 +137,10 @@ struct frontend_options {
   // A replay that has not answered for this long ends as failed (the gap then resynchronises).
   int replay_timeout_ms = 2000;
   frontend_curve_options curve;
+  // Publisher endpoints bound at start, like the channels (models[].kv_events.bind), by the
+  // configuration key that names each, so that a taken port fails the start and names the key.
+  // The later subscribe() of kv_bind_prefix + endpoint takes the bound socket.
+  std::vector<std::pair<std::string, std::string>> publisher_binds;  // (key, endpoint)
 };
 
 struct frontend_callbacks {

@@ -241,6 +241,38 @@ def build():
                      [(f"sum by (type) (rate(eldr_worker_messages_total{{{INST}}}[{RATE}]))",
                        "{{type}}")], "ops"), 12, 8)
 
+    # ------------------------------------------------------------------------------ workers
+    L.row("Decode workers: vLLM /metrics scrapes")
+    # Only workers registered with a metrics_url are scraped; the others push load_reports and
+    # have none of these series.
+    L.add(timeseries("Scraped load per worker", "Running + waiting requests in each decode "
+                     "worker's last good scrape of its vLLM /metrics (eldr_worker_scraped_load): "
+                     "the load the router balances on for workers registered with a "
+                     "metrics_url. Workers that push load_reports instead have no series here.",
+                     [(f"max by (model, worker) (eldr_worker_scraped_load{{{SEL}}})",
+                       "{{model}} worker {{worker}}")], "short", decimals=0,
+                     legend_calcs=("mean", "max", "lastNotNull")), 12, 8)
+    L.add(timeseries("KV-cache usage per worker", "KV-cache usage (0..1) in each worker's last "
+                     "good scrape (eldr_worker_kv_cache_usage, vLLM's kv_cache_usage_perc).",
+                     [(f"max by (model, worker) (eldr_worker_kv_cache_usage{{{SEL}}})",
+                       "{{model}} worker {{worker}}")], "percentunit",
+                     thresholds=steps((None, GREEN), (0.8, YELLOW), (0.95, RED)), decimals=0),
+          12, 8)
+    L.add(timeseries("Scrapes by result", "Scrapes of the workers' vLLM /metrics per second, by "
+                     "worker and result (eldr_worker_scrapes_total): failed ones keep the last "
+                     "good values, and a worker whose scrapes fail for worker_timeout_ms is dead.",
+                     [(f"sum by (model, worker, result) (rate(eldr_worker_scrapes_total{{{SEL}}}"
+                       f"[{RATE}]))", "{{model}} worker {{worker}} {{result}}")], "ops",
+                     stack=True), 12, 8)
+    L.add(timeseries("Scrape age per worker", "Age of each worker's last good scrape as of the "
+                     "last scrape round (eldr_worker_scrape_age_seconds): it climbs while "
+                     "scrapes fail; near scrape_interval_ms when all is well. eldr exports no "
+                     "per-scrape latency: a slow endpoint shows here as a higher age.",
+                     [(f"max by (model, worker) (eldr_worker_scrape_age_seconds{{{SEL}}})",
+                       "{{model}} worker {{worker}}")], "s",
+                     thresholds=steps((None, GREEN), (5, YELLOW), (30, RED)),
+                     legend_calcs=("lastNotNull", "max")), 12, 8)
+
     # ------------------------------------------------------------------------------ locality
     L.row("Locality: coverage, fallbacks, warnings")
     L.add(timeseries("Signature coverage by model", "Share of route request blocks whose "
@@ -384,11 +416,42 @@ def build():
     L.add(timeseries("Shard requests", "Shard requests per second, local and remote.",
                      [(f"sum by (shard) (rate(eldr_shard_request_seconds_count{{{INST}}}"
                        f"[{RATE}]))", "{{shard}}")], "reqps", stack=True), 10, 8)
+    L.add(stat("Members up", "The fewest cluster members any selected node sees up, itself "
+               "included (eldr_cluster_members). Below the cluster's size: a node is down or "
+               "cut off; 'Members seen per node' shows which.",
+               f"min(eldr_cluster_members{{{INST}}})", "none", steps((None, "blue")),
+               decimals=0), 6, 5)
+    L.add(stat("Refit leaders", "Nodes that lead refits (eldr_cluster_is_leader): exactly 1 in a "
+               "healthy cluster; 0 while none has a majority of the members.",
+               f"sum(eldr_cluster_is_leader{{{INST}}})", "none",
+               steps((None, RED), (1, GREEN), (2, RED)), decimals=0), 6, 5)
+    L.add(stat("Leader's term", "The refit leader's term, the highest any selected node knows "
+               "(eldr_cluster_term). It rises at every change of leader; epochs are numbered "
+               "inside it.", f"max(eldr_cluster_term{{{INST}}})", "none", steps((None, "blue")),
+               decimals=0), 6, 5)
+    L.add(stat("eldr versions", "eldr-node instances per version (eldr_build_info): more than "
+               "one value during a rolling upgrade.",
+               f"count by (version) (eldr_build_info{{{INST}}})", "none", steps((None, "blue")),
+               legend="{{version}}", decimals=0, graph=False), 6, 5)
+    L.add(state_timeline("Refit leader", "Which node leads refits over time "
+                         "(eldr_cluster_is_leader): leader or follower, per instance.",
+                         f"max by (instance) (eldr_cluster_is_leader{{{INST}}})", "{{instance}}",
+                         [{"type": "value", "options": {
+                             "0": {"text": "follower", "color": "transparent", "index": 0},
+                             "1": {"text": "leader", "color": GREEN, "index": 1}}}]), 8, 8)
+    L.add(timeseries("Members seen per node", "Cluster members each node sees up, itself "
+                     "included (eldr_cluster_members): nodes that disagree are partitioned.",
+                     [(f"max by (instance) (eldr_cluster_members{{{INST}}})", "{{instance}}")],
+                     "none", decimals=0, legend_calcs=("lastNotNull", "min")), 8, 8)
+    L.add(timeseries("Term per node", "The refit leader's term as each node knows it "
+                     "(eldr_cluster_term; 0 while a node knows no leader).",
+                     [(f"max by (instance) (eldr_cluster_term{{{INST}}})", "{{instance}}")],
+                     "none", decimals=0, legend_calcs=("lastNotNull",)), 8, 8)
     L.add(timeseries("Membership events", "Cluster membership events (eldr_cluster_events_total)"
                      ": join, down, refused (a join without the cluster secret), untrusted (a "
                      "message from a node that never proved it), leader (this node won refit "
-                     "leadership for a new term). eldr exports no gauge of the members, the "
-                     "leader or the term: `eldrctl status` shows them.",
+                     "leadership for a new term). `eldrctl status` names the members and the "
+                     "leader.",
                      [(f"sum by (event) (increase(eldr_cluster_events_total{{{INST}}}[{RATE}]))",
                        "{{event}}")], "none", bars=True, decimals=0, legend_calcs=EVENTS),
           24, 8)

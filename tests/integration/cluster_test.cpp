@@ -8,12 +8,16 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "cluster/client.hpp"
 #include "core/centroid_file.hpp"
 #include "core/expert_counts.hpp"
 #include "core/leadership.hpp"
+#include "core/version.hpp"
 #include "tests/support/cluster_status.hpp"
 #include "tests/support/node_process.hpp"
 #include "tests/support/process.hpp"
@@ -90,7 +94,7 @@ class ClusterTest : public ::testing::Test {
     std::string s = "[node]\nname = \"" + name + "\"\ndata_dir = \"" + dir_.sub(name + "-data") +
                     "\"\n" + roles +
                     "[endpoints]\nroute = \"tcp://127.0.0.1:0\"\nworker = \"tcp://127.0.0.1:0\"\n"
-                    "admin = \"tcp://127.0.0.1:0\"\nmetrics = \"\"\n"
+                    "admin = \"tcp://127.0.0.1:0\"\nmetrics = \"127.0.0.1:0\"\n"
                     "[runtime]\nlog_level = \"warn\"\n"
                     "[cluster]\nlisten = \"127.0.0.1:0\"\nheartbeat_ms = 100\n"
                     "connection_timeout_ms = 600\nreconnect_ms = 100\nsecret_file = \"" +
@@ -192,6 +196,43 @@ TEST_F(ClusterTest, NodesJoinThroughASeedAndFormAFullMesh) {
   for (const auto& m : s["cluster"]["members"])
     names.insert(m["name"].get<std::string>());
   EXPECT_EQ(names, (std::set<std::string>{"n1", "n2", "n3"}));
+}
+
+// The value of an unlabelled series in a node's /metrics; nullopt when absent or unreadable.
+std::optional<double> gauge(const node_process& n, const std::string& name) {
+  const auto r = testing::run_command("curl -s --max-time 5 " + n.metrics());
+  std::istringstream in(r.output);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+  return std::nullopt;
+}
+
+// /metrics tells the operator what status does: the members each node sees, which one leads
+// refits (exactly one) and under which term (the same everywhere), and the build.
+TEST_F(ClusterTest, MetricsShowMembersLeaderAndTerm) {
+  start_three();
+  ASSERT_TRUE(eventually([&] {
+    int leaders = 0;
+    std::set<double> terms;
+    for (const auto& n : nodes_) {
+      const auto members = gauge(*n, "eldr_cluster_members");
+      const auto leads = gauge(*n, "eldr_cluster_is_leader");
+      const auto term = gauge(*n, "eldr_cluster_term");
+      if (!members || *members != 3 || !leads || !term || *term < 1) return false;
+      leaders += *leads == 1 ? 1 : 0;
+      terms.insert(*term);
+    }
+    return leaders == 1 && terms.size() == 1;
+  })) << "the nodes' /metrics do not agree on 3 members and one leader with one term";
+  // The leader the gauges name is the one status names.
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    EXPECT_EQ(gauge(*nodes_[i], "eldr_cluster_is_leader"),
+              status(*nodes_[i])["cluster"]["refit"].value("self_leads", false) ? 1.0 : 0.0)
+        << "n" << i + 1;
+  const auto text = testing::run_command("curl -s --max-time 5 " + nodes_[0]->metrics()).output;
+  EXPECT_NE(text.find("eldr_build_info{version=\"" + std::string(version) + "\"} 1"),
+            std::string::npos)
+      << text;
 }
 
 TEST_F(ClusterTest, ANodeWithoutTheSecretIsRefusedAndLearnsNothing) {

@@ -5,7 +5,8 @@
 
 Without --build-dir only the tests that need no node run (PromqlTest, DashboardShapeTest: the
 PromQL reader and the dashboard's structure). With it, a real eldr-node is started on free
-ports (port 0), driven the way a deployment drives it (decode workers register, routes with
+ports (port 0), driven the way a deployment drives it (decode workers register, one of them
+with a metrics_url the test serves in vLLM's format so that the scrape families exist, routes with
 and without counts, a KV-event publisher with a gap and a malformed message, a refit, a
 centroid import, an unknown model) so that every labelled family has samples, and every metric
 every dashboard query reads must be exported by its /metrics (a family with HELP/TYPE lines
@@ -16,6 +17,7 @@ tests/CMakeLists.txt: unit.grafana_dashboard (no node) and integration.grafana_d
 Exit 77 (CTest's skip) when --build-dir holds no eldr-node. Needs Debian's python3-zmq and
 python3-msgpack.
 """
+import http.server
 import json
 import os
 import re
@@ -23,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 from pathlib import Path
@@ -325,8 +328,30 @@ def dashboard_metrics():
     return out
 
 
-# Families only a node in a cluster exports (membership events need members).
-CLUSTER_ONLY = {"eldr_cluster_events_total"}
+# Families only a node in a cluster exports (membership events need members; a standalone node
+# exports no membership or leadership gauges).
+CLUSTER_ONLY = {"eldr_cluster_events_total", "eldr_cluster_members", "eldr_cluster_is_leader",
+                "eldr_cluster_term"}
+
+# vLLM's /metrics as a decode worker serves it: what the node scrapes for a worker registered
+# with a metrics_url (cluster/metrics_scraper).
+VLLM_METRICS = (b'# TYPE vllm:num_requests_running gauge\n'
+                b'vllm:num_requests_running{engine="0",model_name="served"} 3.0\n'
+                b'# TYPE vllm:num_requests_waiting gauge\n'
+                b'vllm:num_requests_waiting{engine="0",model_name="served"} 1.0\n'
+                b'vllm:kv_cache_usage_perc{engine="0",model_name="served"} 0.25\n')
+
+
+class VllmMetricsHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(VLLM_METRICS)))
+        self.end_headers()
+        self.wfile.write(VLLM_METRICS)
+
+    def log_message(self, *args):
+        pass
 
 # Labels Prometheus adds to every scraped series (the target's), not eldr-node.
 TARGET_LABELS = {"instance", "job"}
@@ -523,6 +548,7 @@ class LiveNodeTest(unittest.TestCase):
         cls.tmp = Path(tempfile.mkdtemp(prefix="eldr-grafana-"))
         cls.ctx = zmq.Context()
         cls.node = None
+        cls.vllm = None
         cls.cluster_dir = None
         try:
             cls.single = cls.drive_single_node()
@@ -535,6 +561,9 @@ class LiveNodeTest(unittest.TestCase):
     def tearDownClass(cls):
         if cls.node is not None:
             cls.node.stop()
+        if cls.vllm is not None:
+            cls.vllm.shutdown()
+            cls.vllm.server_close()
         if getattr(cls, "pub", None) is not None:
             cls.pub.close()
         if cls.cluster_dir is not None:
@@ -575,10 +604,16 @@ class LiveNodeTest(unittest.TestCase):
         worker = live.Client(cls.ctx, ep("worker"))
         route = live.Client(cls.ctx, ep("route"))
         admin = live.Admin(cls.ctx, ep("admin"))
+        # Worker 0 is scraped (its vLLM /metrics, served here), the others push load_reports.
+        cls.vllm = http.server.ThreadingHTTPServer(("127.0.0.1", 0), VllmMetricsHandler)
+        threading.Thread(target=cls.vllm.serve_forever, daemon=True).start()
+        metrics_url = "http://127.0.0.1:%d/metrics" % cls.vllm.server_address[1]
         try:
             for w in range(live.K):
+                scraped = {"metrics_url": metrics_url} if w == 0 else {}
                 ack = worker.call(live.worker_msg("worker_register", worker=w,
-                                                  endpoint="tcp://10.9.0.%d:9" % w, capacity=0))
+                                                  endpoint="tcp://10.9.0.%d:9" % w, capacity=0,
+                                                  **scraped))
                 assert ack and ack.get("type") == "worker_ack", ack
             # A publisher of KV events: one batch, one gap (replayed), one malformed message.
             cls.pub = live.Publisher(cls.ctx)
@@ -619,7 +654,9 @@ class LiveNodeTest(unittest.TestCase):
             "eldr_route_decisions_total", "eldr_route_errors_total", "eldr_route_fallbacks_total",
             "eldr_route_warnings_total", "eldr_refits_total", "eldr_centroid_swaps_total",
             "eldr_ingest_messages_total", "eldr_ingest_gaps_total", "eldr_ingest_dropped_total",
-            "eldr_worker_messages_total", "eldr_sigcache_commit_seconds_bucket"],
+            "eldr_worker_messages_total", "eldr_sigcache_commit_seconds_bucket",
+            "eldr_worker_scrapes_total", "eldr_worker_scraped_load", "eldr_worker_kv_cache_usage",
+            "eldr_worker_scrape_age_seconds"],
             exported=dashboard_metrics() - CLUSTER_ONLY)
 
     @classmethod
@@ -632,7 +669,7 @@ class LiveNodeTest(unittest.TestCase):
                             "--timeout", "60"], capture_output=True, text=True, timeout=180)
         assert r.returncode == 0, "eldr-cluster start 2: %s%s" % (r.stdout, r.stderr)
         n1 = json.loads(r.stdout.splitlines()[0])
-        return cls.wait_for(n1["metrics"], ["eldr_cluster_events_total"])
+        return cls.wait_for(n1["metrics"], sorted(CLUSTER_ONLY))
 
     def test_the_node_exports_what_the_docs_list(self):
         # If the node's families were not read (an empty or changed page), every check below

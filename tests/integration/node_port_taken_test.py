@@ -8,8 +8,9 @@ For each of endpoints.route, .worker, .admin (ZeroMQ ROUTER sockets) and endpoin
 the test holds a listening TCP socket on 127.0.0.1 (port 0, so the kernel picks a free one),
 starts eldr-node with that endpoint on the held port and the others on port 0, and checks: the
 exit code is 1 (a start-up failure, not a signal, not 2 = invalid configuration), within the
-timeout, no "ready" line, and stderr names the key, the port and "in use". Then the real case:
-a second eldr-node on the first one's route port.
+timeout, no "ready" line, and stderr names the key, the port and "in use". The same for a
+model's models[].kv_events.bind (a ZeroMQ SUB socket the node binds) and cluster.listen. Then
+the real case: a second eldr-node on the first one's route port.
 """
 import argparse
 import json
@@ -103,6 +104,26 @@ class PortTakenTest(unittest.TestCase):
         self.assertNotIn("eldr-node ready", out)
         self.assertIn("cluster.listen", err, err)
         self.assertIn(str(port), err, err)
+        self.assertNotIn("terminate called", err)
+
+    def test_kv_events_bind_port_taken(self):
+        # A model's KV-event SUB socket (models[].kv_events.bind) is bound at start like the
+        # endpoints: a taken port fails the start and names the key, not a log line later.
+        held, port = hold_port()
+        try:
+            with tempfile.TemporaryDirectory(prefix="eldr-port-taken-") as tmp:
+                config = os.path.join(tmp, "eldr.toml")
+                with open(config, "w") as f:
+                    f.write('[[models]]\nname = "m"\n'
+                            f'kv_events.bind = "tcp://127.0.0.1:{port}"\n')
+                rc, out, err = self.run_node(node_args(tmp) + ["--config", config])
+        finally:
+            held.close()
+        self.assertEqual(rc, 1, f"exit {rc}\nstdout: {out}\nstderr: {err}")
+        self.assertNotIn("eldr-node ready", out)
+        self.assertIn("models[0].kv_events.bind", err, err)
+        self.assertIn(str(port), err, err)
+        self.assertIn("in use", err, err)
         self.assertNotIn("terminate called", err)
 
     def test_second_node_on_the_first_ones_ports(self):

@@ -2,7 +2,8 @@
 // SUB socket exists, or refused with ZeroMQ's reason (an endpoint it refuses, its socket cap);
 // the same endpoint twice is one socket; a replay asks the publisher's ROUTER with vLLM's
 // [empty, seq8] request and delivers each batch and the end marker, and a ROUTER that never
-// answers ends the replay as failed after replay_timeout_ms. Waits poll with deadlines.
+// answers ends the replay as failed after replay_timeout_ms; publisher endpoints to bind are bound
+// at start. Waits poll with deadlines.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -207,6 +208,41 @@ TEST(ZmqFrontendSubscribe, ReplayDeliversBatchesAndTheEndOrTimesOut) {
   std::lock_guard lock(r.mutex);
   EXPECT_TRUE(r.replayed[4].end);
   EXPECT_FALSE(r.replayed[4].ok);
+}
+
+// A publisher endpoint to bind (models[].kv_events.bind) is bound by start(), like the channels:
+// a taken port fails the start naming the key and the port; a free one is subscribed to later
+// as "bind:ENDPOINT" on the socket start() bound. (The port is freed and bound again: another
+// process could take it in between, as with any free-port probe.)
+TEST(ZmqFrontendSubscribe, PublisherBindsAreBoundAtStart) {
+  zmq::context_t ctx;
+  zmq::socket_t holder(ctx, zmq::socket_type::pub);
+  holder.set(zmq::sockopt::linger, 0);
+  holder.bind("tcp://127.0.0.1:*");
+  const std::string taken = holder.get(zmq::sockopt::last_endpoint);
+  auto options = [](const std::string& endpoint) {
+    frontend_options o;
+    o.endpoints[static_cast<size_t>(frontend_channel::route)] = "tcp://127.0.0.1:0";
+    o.publisher_binds = {{"models[0].kv_events.bind", endpoint}};
+    return o;
+  };
+  auto refused = zmq_frontend::start(options(taken), {});
+  ASSERT_FALSE(refused.ok());
+  const std::string message = refused.error().message();
+  EXPECT_NE(message.find("models[0].kv_events.bind: cannot bind " + taken), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("in use"), std::string::npos) << message;
+
+  // Once free, the port is bound at start, and the subscription takes that socket: a second
+  // bind of the same port would be refused (address in use).
+  holder.close();
+  auto f = zmq_frontend::start(options(taken), {});
+  ASSERT_TRUE(f.ok()) << f.error().to_string();
+  recorder r;
+  (*f)->subscribe(r.request(std::string(kv_bind_prefix) + taken));
+  ASSERT_TRUE(eventually([&] { return r.answers() == 1; }));
+  std::lock_guard lock(r.mutex);
+  EXPECT_TRUE(r.done[0].ok()) << r.done[0].error().to_string();
 }
 
 }  // namespace

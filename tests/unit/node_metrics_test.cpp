@@ -1,6 +1,8 @@
 // node_metrics: the shard request histogram keeps local and remote shards apart, in the
-// route-latency buckets, in Prometheus text.
+// route-latency buckets, in Prometheus text; build and cluster gauges.
 #include "actors/node_metrics.hpp"
+
+#include "core/version.hpp"
 
 #include <gtest/gtest.h>
 
@@ -48,6 +50,25 @@ TEST(NodeMetrics, WorkerScrapesAreCountedByResultWithTheLastGoodValues) {
   m.worker_scrape_age("q", 3, 0.25);
   EXPECT_TRUE(
       has_line("\n" + m.render(), "eldr_worker_scrape_age_seconds{model=\"q\",worker=\"3\"} 0.25"));
+}
+
+// A standalone node: the build, and no cluster gauges (nothing sets them).
+TEST(NodeMetrics, BuildInfoFromTheStartAndClusterGaugesOnlyOnceSet) {
+  node_metrics m;
+  std::string text = "\n" + m.render();
+  EXPECT_TRUE(has_line(text, "eldr_build_info{version=\"" + std::string(version) + "\"} 1"))
+      << text;
+  EXPECT_EQ(text.find("eldr_cluster_"), std::string::npos) << text;
+  m.cluster_members(3);
+  m.cluster_leadership(true, 7);
+  text = "\n" + m.render();
+  EXPECT_TRUE(has_line(text, "eldr_cluster_members 3")) << text;
+  EXPECT_TRUE(has_line(text, "eldr_cluster_is_leader 1")) << text;
+  EXPECT_TRUE(has_line(text, "eldr_cluster_term 7")) << text;
+  m.cluster_leadership(false, 8);
+  text = "\n" + m.render();
+  EXPECT_TRUE(has_line(text, "eldr_cluster_is_leader 0")) << text;
+  EXPECT_TRUE(has_line(text, "eldr_cluster_term 8")) << text;
 }
 
 }  // namespace

@@ -7,7 +7,9 @@ its emulated decode workers and a KV-event publisher, imports its centroid set a
 synthetic workload. Once the node's own /api/status shows the workers and routed requests, and
 /api/history has points with traffic, Debian's `chromium --headless=new --dump-dom` loads `GET /`
 and the rendered DOM is checked against what the node reports at that moment: one worker row per
-registered worker with its live in-flight number, the model's current epoch among the stored ones,
+registered worker with its live in-flight number (workers that push load_reports marked "not
+scraped", with a tooltip, where scraped workers show running / waiting), the model's current epoch
+among the stored ones,
 the routed count, sparkline SVGs with points, the publisher rows. Also: /api/unknown is 404 and a
 POST is refused, and the page loads nothing from another origin. Then node 1 of a 2-node loopback
 cluster (deploy/local/eldr-cluster): one member row per member, the refit leader and its term as
@@ -297,6 +299,13 @@ def main():
         for x in rows:
             if "active" not in x["text"] and "full" not in x["text"]:
                 fail("worker row without a live state: %r" % x["text"])
+        # loadgen's workers push load_reports: their running / waiting, KV cache and scraped
+        # cells say "not scraped" with a tooltip instead of a bare "-".
+        unscraped = [w for w in reported if "scrapes" not in w]
+        marked = [e for e in dom.find("td", class_="not-scraped") if e["attrs"].get("title")]
+        if len(marked) != 3 * len(unscraped):
+            fail("not-scraped cells with a tooltip: %d, expected 3 for each of %d workers that "
+                 "push load_reports" % (len(marked), len(unscraped)))
 
         model = [m for m in after["models"] if m["name"] == MODEL][0]
         epoch_fact = [e for e in dom.find("div") if "model-epoch" in classes(e)]
@@ -327,8 +336,9 @@ def main():
             fail("no publisher row (eldr-loadgen registers one)")
         if "refit" not in text.lower():
             fail("no refit part")
-        print("ok: %d worker rows (in flight %r), epoch %d, %d routed shown, %d publisher rows"
-              % (len(rows), in_flight, model["epoch"], routed_shown, len(publishers)), flush=True)
+        print("ok: %d worker rows (in flight %r, %d marked not scraped), epoch %d, %d routed "
+              "shown, %d publisher rows" % (len(rows), in_flight, len(unscraped), model["epoch"],
+                                            routed_shown, len(publishers)), flush=True)
 
         if args.screenshot:
             out = os.path.abspath(args.screenshot)
