@@ -97,6 +97,13 @@ struct model_state {
   std::vector<std::string> metrics_url_text;  // as registered, for the workers listing
   std::vector<std::string> scrape_error;  // the last failed scrape's reason ("" after a good one)
   std::vector<std::optional<vllm_load>> scraped;  // the last good scrape (workers listing)
+  // Per worker slot: the running/waiting/KV usage of the newest pushed load_report (informational:
+  // the load view counts its in_flight), and that report's seq; for the listing and the page.
+  struct reported_load {
+    vllm_load load;
+    uint64_t seq = 0;
+  };
+  std::vector<std::optional<reported_load>> reported;
 
   explicit model_state(load_view p) : pool(std::move(p)) {}
 };
@@ -998,6 +1005,15 @@ nlohmann::json workers_json(router_state& st, model_state& m) {
       row["running"] = seen ? nlohmann::json(seen->running) : nlohmann::json(nullptr);
       row["waiting"] = seen ? nlohmann::json(seen->waiting) : nlohmann::json(nullptr);
       row["kv_usage"] = seen ? nlohmann::json(seen->kv_usage) : nlohmann::json(nullptr);
+      row["load_source"] = "scrape";
+    } else if (w.index < m.reported.size() && m.reported[w.index]) {
+      // A worker that pushes load_reports: its own figures from the newest one.
+      auto& row = rows.back();
+      const auto& r = m.reported[w.index]->load;
+      row["running"] = r.running;
+      row["waiting"] = r.waiting;
+      row["kv_usage"] = r.kv_usage;
+      row["load_source"] = "report";
     }
   }
   return rows;
@@ -1655,6 +1671,11 @@ void handle_worker(router_actor_t* self, const worker_job& job, bool answer) {
         } else if constexpr (std::is_same_v<T, load_report>) {
           if (auto s = m->pool.on_report(msg.worker, msg.in_flight, msg.seq, now); !s.ok())
             return fail(route_error_code::malformed, msg.id, s.message());
+          if (m->reported.size() <= msg.worker) m->reported.resize(msg.worker + 1);
+          auto& last = m->reported[msg.worker];
+          if (!last || msg.seq >= last->seq)
+            last = model_state::reported_load{
+                vllm_load{msg.running, msg.waiting, std::clamp(msg.kv_usage, 0.0f, 1.0f)}, msg.seq};
           ack(msg.id, *m, msg.worker);
         } else if constexpr (std::is_same_v<T, finished_requests>) {
           if (msg.worker >= m->pool.k())

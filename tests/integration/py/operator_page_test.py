@@ -7,8 +7,8 @@ its emulated decode workers and a KV-event publisher, imports its centroid set a
 synthetic workload. Once the node's own /api/status shows the workers and routed requests, and
 /api/history has points with traffic, Debian's `chromium --headless=new --dump-dom` loads `GET /`
 and the rendered DOM is checked against what the node reports at that moment: one worker row per
-registered worker with its live in-flight number (workers that push load_reports marked "not
-scraped", with a tooltip, where scraped workers show running / waiting), the model's current epoch
+registered worker with its live in-flight number and running / waiting (from the load_reports
+loadgen's workers push; their scraped cell says "not scraped", with a tooltip), the model's current epoch
 among the stored ones,
 the routed count, sparkline SVGs with points, the publisher rows. Also: /api/unknown is 404 and a
 POST is refused, and the page loads nothing from another origin. Then node 1 of a 2-node loopback
@@ -27,6 +27,7 @@ import argparse
 import html.parser
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -299,13 +300,21 @@ def main():
         for x in rows:
             if "active" not in x["text"] and "full" not in x["text"]:
                 fail("worker row without a live state: %r" % x["text"])
-        # loadgen's workers push load_reports: their running / waiting, KV cache and scraped
-        # cells say "not scraped" with a tooltip instead of a bare "-".
+        # loadgen's workers push load_reports with running / waiting: the node lists those
+        # (load_source "report"), the page shows them, and only the scraped cell says
+        # "not scraped", with a tooltip, instead of a bare "-".
         unscraped = [w for w in reported if "scrapes" not in w]
+        if not unscraped or any(w.get("load_source") != "report" or w.get("running") is None
+                                for w in unscraped):
+            fail("workers that push load_reports should list load_source 'report' and running: %r"
+                 % unscraped)
         marked = [e for e in dom.find("td", class_="not-scraped") if e["attrs"].get("title")]
-        if len(marked) != 3 * len(unscraped):
-            fail("not-scraped cells with a tooltip: %d, expected 3 for each of %d workers that "
+        if len(marked) != len(unscraped):
+            fail("not-scraped cells with a tooltip: %d, expected 1 for each of %d workers that "
                  "push load_reports" % (len(marked), len(unscraped)))
+        if not any(re.search(r"\d+ / \d+", x["text"]) for x in rows):
+            fail("no worker row shows running / waiting from its reports: %r"
+                 % [x["text"] for x in rows])
 
         model = [m for m in after["models"] if m["name"] == MODEL][0]
         epoch_fact = [e for e in dom.find("div") if "model-epoch" in classes(e)]
