@@ -1,0 +1,251 @@
+// load_exchange: routers share load as cumulative per-worker totals and authorities publish one
+// vector per interval (docs/cluster.md, "Scaling out"). Checked here: the authority's in_flight
+// against the exact count of requests running; a lost or reordered delta converges at the next;
+// a report resets the base and anchors every router; a router restart is folded into the base; a
+// router sees its own decisions at once and its peers' one interval later; liveness; bad input.
+#include "core/load_exchange.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+namespace eldr {
+namespace {
+
+load_delta delta(const std::string& router, uint64_t seq, const decision_ledger& l,
+                 uint64_t incarnation = 1) {
+  load_delta d;
+  d.router = router;
+  d.incarnation = incarnation;
+  d.seq = seq;
+  for (uint32_t w = 0; w < l.totals().size(); ++w)
+    if (l.total(w) > 0) d.totals.emplace_back(w, l.total(w));
+  return d;
+}
+
+TEST(DecisionLedger, CountsPerWorkerAndRefusesUnknownWorkers) {
+  decision_ledger l(2);
+  ASSERT_TRUE(l.on_route(1).ok());
+  ASSERT_TRUE(l.on_route(1).ok());
+  EXPECT_EQ(l.total(0), 0u);
+  EXPECT_EQ(l.total(1), 2u);
+  EXPECT_FALSE(l.on_route(2).ok());
+  l.resize(3);
+  EXPECT_TRUE(l.on_route(2).ok());
+  l.resize(1);  // never shrinks
+  EXPECT_EQ(l.totals().size(), 3u);
+}
+
+// Two routers that both know the authority from the start (first deltas at totals 0), random
+// decisions and finishes, a delta lost now and then: after each complete round the authority's
+// in_flight equals the requests really running.
+TEST(LoadAuthority, InFlightIsExactAfterEachRoundDespiteLostDeltas) {
+  load_authority auth("a", 0);
+  for (uint32_t w = 0; w < 3; ++w)
+    auth.add_worker(w, 0);
+  std::vector<decision_ledger> ledgers(2, decision_ledger(3));
+  std::vector<uint64_t> seq(2, 0);
+  const std::vector<std::string> names = {"r1", "r2"};
+  for (size_t r = 0; r < 2; ++r)
+    auth.on_delta(delta(names[r], ++seq[r], ledgers[r]));
+  std::vector<int64_t> running(3, 0);
+  std::mt19937 rng(7);
+  for (int round = 0; round < 200; ++round) {
+    for (int i = 0; i < 10; ++i) {
+      const size_t r = rng() % 2;
+      const uint32_t w = rng() % 3;
+      ASSERT_TRUE(ledgers[r].on_route(w).ok());
+      ++running[w];
+    }
+    for (uint32_t w = 0; w < 3; ++w) {
+      const uint32_t done = running[w] > 0 ? rng() % (running[w] + 1) : 0;
+      auth.on_finished(w, done);
+      running[w] -= done;
+    }
+    // One delta in five is lost; the last round delivers everything.
+    for (size_t r = 0; r < 2; ++r) {
+      const auto d = delta(names[r], ++seq[r], ledgers[r]);
+      if (round == 199 || rng() % 5 != 0) auth.on_delta(d);
+    }
+    if (round % 10 == 9 || round == 199) {
+      // After a round whose deltas all arrived, the figure is exact.
+      bool complete = true;
+      for (size_t r = 0; r < 2; ++r)
+        complete = complete && auth.publish(0).included.at(names[r]) == seq[r];
+      if (!complete) continue;
+      for (uint32_t w = 0; w < 3; ++w)
+        EXPECT_EQ(auth.in_flight(w), running[w]) << "round " << round << " worker " << w;
+    }
+  }
+  for (uint32_t w = 0; w < 3; ++w)
+    EXPECT_EQ(auth.in_flight(w), running[w]) << "worker " << w;
+}
+
+TEST(LoadAuthority, AReorderedDeltaIsIgnoredAndTheNextOneCatchesUp) {
+  load_authority auth("a", 0);
+  auth.add_worker(0, 0);
+  decision_ledger l(1);
+  auth.on_delta(delta("r", 1, l));
+  (void)l.on_route(0);
+  const auto d2 = delta("r", 2, l);
+  (void)l.on_route(0);
+  const auto d3 = delta("r", 3, l);
+  auth.on_delta(d3);
+  EXPECT_EQ(auth.in_flight(0), 2u);
+  auth.on_delta(d2);  // late: older than the one applied
+  EXPECT_EQ(auth.in_flight(0), 2u);
+  EXPECT_EQ(auth.counters().deltas_stale, 1u);
+}
+
+// A report is authoritative: the base becomes its in_flight, every router is anchored at its
+// current total, and finished events count from there; a stale report is only a heartbeat.
+TEST(LoadAuthority, AReportResetsTheBaseAndAnchorsEveryRouter) {
+  load_authority auth("a", 1000);
+  auth.add_worker(0, 0);
+  decision_ledger l(1);
+  auth.on_delta(delta("r", 1, l));
+  for (int i = 0; i < 5; ++i)
+    (void)l.on_route(0);
+  auth.on_delta(delta("r", 2, l));
+  EXPECT_EQ(auth.in_flight(0), 5u);
+  auth.on_report(0, 3, 10, 500);  // the worker says 3 (two finished events were lost)
+  EXPECT_EQ(auth.in_flight(0), 3u);
+  (void)l.on_route(0);
+  auth.on_delta(delta("r", 3, l));
+  auth.on_finished(0, 1);
+  EXPECT_EQ(auth.in_flight(0), 3u);
+  auth.on_report(0, 9, 9, 600);  // older seq: not applied
+  EXPECT_EQ(auth.in_flight(0), 3u);
+  EXPECT_EQ(auth.counters().reports_stale, 1u);
+  auth.on_finished(0, 10);  // more finished than running: never below zero
+  EXPECT_EQ(auth.in_flight(0), 0u);
+  // Liveness follows the reports, stale ones included (a heartbeat).
+  EXPECT_TRUE(auth.publish(1600).workers.at(0).alive);
+  EXPECT_FALSE(auth.publish(1601).workers.at(0).alive);
+}
+
+TEST(LoadAuthority, ARouterRestartKeepsItsRunningRequestsInTheBase) {
+  load_authority auth("a", 0);
+  auth.add_worker(0, 0);
+  decision_ledger before(1);
+  auth.on_delta(delta("r", 1, before, 1));
+  for (int i = 0; i < 4; ++i)
+    (void)before.on_route(0);
+  auth.on_delta(delta("r", 2, before, 1));
+  EXPECT_EQ(auth.in_flight(0), 4u);
+  decision_ledger after(1);  // restarted: totals from 0, a new incarnation, seq from 1
+  (void)after.on_route(0);
+  auth.on_delta(delta("r", 1, after, 2));
+  EXPECT_EQ(auth.in_flight(0), 5u);
+  EXPECT_EQ(auth.counters().incarnations, 1u);
+}
+
+// A router seen for the first time after it made decisions (an authority that took over): those
+// are left to the worker's next report, not counted twice.
+TEST(LoadAuthority, ARouterFirstSeenLateIsAnchoredAtItsFirstTotals) {
+  load_authority auth("a", 0);
+  auth.add_worker(0, 0);
+  decision_ledger l(1);
+  for (int i = 0; i < 7; ++i)
+    (void)l.on_route(0);
+  auth.on_report(0, 7, 1, 0);
+  auth.on_delta(delta("r", 40, l));
+  EXPECT_EQ(auth.in_flight(0), 7u);
+  (void)l.on_route(0);
+  auth.on_delta(delta("r", 41, l));
+  EXPECT_EQ(auth.in_flight(0), 8u);
+}
+
+TEST(LoadAuthority, MessagesForWorkersItDoesNotHoldAreCountedAndIgnored) {
+  load_authority auth("a", 0);
+  auth.add_worker(0, 0);
+  decision_ledger l(3);
+  (void)l.on_route(2);
+  auth.on_delta(delta("r", 1, l));
+  auth.on_report(5, 1, 1, 0);
+  auth.on_finished(5, 1);
+  EXPECT_EQ(auth.counters().unknown_worker, 3u);
+  EXPECT_EQ(auth.publish(0).workers.size(), 1u);
+}
+
+// The router's side: its own decisions count at once, its peer's once the authority's next vector
+// includes them; an older vector is ignored.
+TEST(LoadOverlay, OwnDecisionsAtOncePeersWithinOneInterval) {
+  load_authority auth("a", 0);
+  auth.add_worker(0, 0);
+  auth.add_worker(1, 0);
+  decision_ledger mine(2), peer(2);
+  load_overlay view;
+  uint64_t my_seq = 0, peer_seq = 0;
+  auto send_mine = [&] {
+    const auto d = delta("me", ++my_seq, mine);
+    view.sent("a", my_seq, mine.totals());
+    auth.on_delta(d);
+  };
+  send_mine();
+  auth.on_delta(delta("peer", ++peer_seq, peer));
+  ASSERT_TRUE(view.on_vector(auth.publish(0), "me"));
+  std::vector<uint32_t> load(2, 99);
+  std::vector<uint8_t> covered(2, 0);
+  view.compose(mine, load, covered);
+  EXPECT_EQ(load, (std::vector<uint32_t>{0, 0}));
+  EXPECT_EQ(covered, (std::vector<uint8_t>{1, 1}));
+
+  (void)mine.on_route(0);
+  (void)peer.on_route(1);
+  (void)peer.on_route(1);
+  view.compose(mine, load, covered);
+  EXPECT_EQ(load, (std::vector<uint32_t>{1, 0}));  // the peer's not yet
+  send_mine();
+  auth.on_delta(delta("peer", ++peer_seq, peer));
+  const auto v = auth.publish(0);
+  (void)mine.on_route(0);  // after the send: not in the vector, added by the overlay
+  ASSERT_TRUE(view.on_vector(v, "me"));
+  view.compose(mine, load, covered);
+  EXPECT_EQ(load, (std::vector<uint32_t>{2, 2}));
+  auto older = v;
+  older.seq = 1;
+  older.workers[1].in_flight = 50;
+  EXPECT_FALSE(view.on_vector(older, "me"));
+  view.compose(mine, load, covered);
+  EXPECT_EQ(load[1], 2u);
+}
+
+// A vector lost on the way: the router keeps the older one plus its own decisions since that
+// one's included delta, and the next vector puts it right.
+TEST(LoadOverlay, ALostVectorConvergesAtTheNext) {
+  load_authority auth("a", 0);
+  auth.add_worker(0, 0);
+  decision_ledger mine(1);
+  load_overlay view;
+  uint64_t seq = 0;
+  auto send = [&] {
+    ++seq;
+    view.sent("a", seq, mine.totals());
+    auth.on_delta(delta("me", seq, mine));
+  };
+  send();
+  ASSERT_TRUE(view.on_vector(auth.publish(0), "me"));
+  std::vector<uint32_t> load(1, 0);
+  std::vector<uint8_t> covered(1, 0);
+  for (int interval = 0; interval < 5; ++interval) {
+    (void)mine.on_route(0);
+    (void)mine.on_route(0);
+    auth.on_finished(0, 1);
+    send();
+    const auto v = auth.publish(0);
+    if (interval != 2) {
+      ASSERT_TRUE(view.on_vector(v, "me"));  // interval 2's vector is lost
+    }
+    view.compose(mine, load, covered);
+    if (interval != 2) {
+      EXPECT_EQ(load[0], auth.in_flight(0)) << "interval " << interval;
+    }
+  }
+  EXPECT_EQ(load[0], 5u);  // 10 routed, 5 finished
+}
+
+}  // namespace
+}  // namespace eldr
