@@ -28,6 +28,8 @@ void register_cluster_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<shard_sign_request>("eldr::shard_sign_request");
   cfg.add_message_type<shard_sign_reply>("eldr::shard_sign_reply");
   cfg.add_message_type<handoff_block>("eldr::handoff_block");
+  cfg.add_message_type<load_delta_msg>("eldr::load_delta_msg");
+  cfg.add_message_type<load_vector_msg>("eldr::load_vector_msg");
   // Raw bytes (encoded worker messages and centroid files).
   cfg.add_message_type<std::vector<uint8_t>>("std::vector<uint8_t>");
 }

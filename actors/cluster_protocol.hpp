@@ -36,6 +36,11 @@ using peer_worker_atom = caf::atom_constant<caf::atom("eworker")>;
 using pool_sync_atom = caf::atom_constant<caf::atom("esync")>;
 using epoch_atom = caf::atom_constant<caf::atom("eepoch")>;
 using flush_atom = caf::atom_constant<caf::atom("eflush")>;
+// cluster.load_sharing = "authority": router -> a worker's authority (load_delta_msg), authority
+// -> every router (load_vector_msg), and a router's own interval timer.
+using load_delta_atom = caf::atom_constant<caf::atom("eldelta")>;
+using load_vector_atom = caf::atom_constant<caf::atom("elvector")>;
+using load_tick_atom = caf::atom_constant<caf::atom("eltick")>;
 // Router -> signature-cache shards: sum some blocks' counts, or store the counts a request carried
 // (one-way, to every owner of their blocks).
 using shard_sign_atom = caf::atom_constant<caf::atom("eshsign")>;
@@ -113,6 +118,41 @@ struct shared_decision {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shared_decision& x) {
   return f(caf::meta::type_name("eldr::shared_decision"), x.request, x.worker, x.epoch);
+}
+
+// cluster.load_sharing = "authority" (core/load_exchange.hpp): a router's cumulative decision
+// totals for one authority's workers (load_delta), and an authority's load vector (load_vector),
+// flattened for the wire; parallel vectors of equal length (checked on receipt).
+struct load_delta_msg {
+  std::string model;
+  std::string router;
+  uint64_t incarnation = 0;
+  uint64_t seq = 0;
+  std::vector<uint32_t> workers;
+  std::vector<uint64_t> totals;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, load_delta_msg& x) {
+  return f(caf::meta::type_name("eldr::load_delta_msg"), x.model, x.router, x.incarnation, x.seq,
+           x.workers, x.totals);
+}
+
+struct load_vector_msg {
+  std::string model;
+  std::string authority;
+  uint64_t seq = 0;
+  std::vector<uint32_t> workers;
+  std::vector<uint32_t> in_flight;
+  std::vector<uint8_t> alive;
+  std::vector<std::string> routers;
+  std::vector<uint64_t> included;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, load_vector_msg& x) {
+  return f(caf::meta::type_name("eldr::load_vector_msg"), x.model, x.authority, x.seq, x.workers,
+           x.in_flight, x.alive, x.routers, x.included);
 }
 
 // One registered decode worker as a router sees it, for a router that joins late.

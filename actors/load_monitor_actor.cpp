@@ -82,7 +82,13 @@ caf::behavior load_monitor(caf::stateful_actor<monitor_state>* self, node_contex
         // Every router of the cluster keeps its own load view: the local one applies the
         // message and answers the worker, the others get the message's bytes and apply them
         // silently. A finished event is applied once per router (by request id).
-        if (!self->state.peer_routers.empty()) {
+        // With load authorities (cluster.load_sharing = "authority") this node alone applies its
+        // workers' reports and finished events; the others learn registrations and drains, the
+        // pool's shape, and the load from this node's vectors.
+        const bool shared_with_peers = ctx->config.cluster.load_sharing != "authority" ||
+                                       std::holds_alternative<worker_register>(job->message) ||
+                                       std::holds_alternative<worker_drain>(job->message);
+        if (shared_with_peers && !self->state.peer_routers.empty()) {
           const auto bytes = encode_worker_message(job->message);
           for (const auto& r : self->state.peer_routers)
             self->send(r, peer_worker_atom::value, bytes);

@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <unordered_map>
 
 #include "actors/cluster_protocol.hpp"
@@ -23,6 +24,7 @@
 #include "core/file_io.hpp"
 #include "core/hash_ring.hpp"
 #include "core/leadership.hpp"
+#include "core/load_exchange.hpp"
 #include "core/load_view.hpp"
 #include "core/random.hpp"
 #include "core/refit.hpp"
@@ -105,6 +107,25 @@ struct model_state {
   };
   std::vector<std::optional<reported_load>> reported;
 
+  // cluster.load_sharing = "authority" (core/load_exchange.hpp): this router's decisions per
+  // worker; the authorities' vectors over them; the load authority for the workers that talk to
+  // this node (made at the first local registration) and the finished ids it applied; which node
+  // is each worker's authority (learned from the vectors); per authority, the last delta seq, the
+  // totals it carried and when (an unchanged delta is resent at most every delta_resend_ms).
+  decision_ledger ledger;
+  load_overlay overlay;
+  std::optional<load_authority> authority;
+  std::optional<bounded_lru<std::string, bool>> finished_seen;
+  std::map<uint32_t, std::string> authority_of;
+  struct delta_stream {
+    uint64_t seq = 0;
+    std::vector<uint64_t> totals;
+    int64_t sent_ms = 0;
+  };
+  std::map<std::string, delta_stream> deltas_out;
+  std::vector<load_vector_entry> last_published;
+  int64_t published_ms = 0;
+
   explicit model_state(load_view p) : pool(std::move(p)) {}
 };
 
@@ -130,6 +151,12 @@ struct router_state {
   std::map<uint32_t, std::vector<shared_decision>> outbox;
   bool flush_armed = false;
   uint64_t peer_decisions = 0, peer_worker_messages = 0, peer_epochs = 0, untrusted = 0;
+  // cluster.load_sharing = "authority": on, this incarnation (its decision totals restart from 0
+  // when the node restarts), and what went through it.
+  bool authority_mode = false;
+  uint64_t incarnation = 0;
+  uint64_t deltas_sent = 0, deltas_applied = 0, vectors_sent = 0, vectors_applied = 0;
+  uint64_t load_messages_refused = 0;  // malformed or for a model/worker this node lacks
   // Cluster: the signature cache is sharded by block hash over the live signature-cache nodes
   // (this one included when it holds the role), R copies of each block's counts.
   std::optional<hash_ring> ring;
@@ -631,7 +658,11 @@ void decide(router_actor_t* self, model_state& m, const route_job_ptr& job,
   st.ctx->edge->reply(job->from, encode_route_reply(reply));
   st.decisions->put(std::to_string(m.index) + "/" + req.id, remembered{d->worker, reply.epoch},
                     now);
-  if (!st.peers.empty()) {
+  if (st.authority_mode) {
+    // Counted in this router's totals, which reach the worker's authority every interval.
+    m.ledger.resize(m.pool.k());
+    (void)m.ledger.on_route(d->worker);
+  } else if (!st.peers.empty()) {
     st.outbox[m.index].push_back(shared_decision{req.id, d->worker, reply.epoch});
     if (!st.flush_armed) {
       st.flush_armed = true;
@@ -1595,6 +1626,112 @@ void scrape_model(router_actor_t* self, model_state& m) {
   }
 }
 
+// --- Load authorities (cluster.load_sharing = "authority", core/load_exchange.hpp) ---
+
+// Finished ids an authority remembers so that a resent one is counted once; the same bound and
+// lifetime as the load view's tracked ids.
+constexpr uint32_t authority_finished_ids = 1u << 16;
+constexpr int64_t authority_finished_ttl_ms = 10 * 60 * 1000;
+// An unchanged delta is resent this often (a lost one is then repaired), and an unchanged vector
+// republished (it is also the workers' heartbeat at the other routers).
+constexpr int64_t delta_resend_ms = 500;
+constexpr int64_t vector_republish_ms = 250;
+
+// This node is the authority of `worker` (its messages reach this node's load monitor).
+void become_authority(router_state& st, model_state& m, uint32_t worker, int64_t now) {
+  if (!m.authority) {
+    m.authority.emplace(st.ctx->config.name, m.cfg->worker_timeout_ms);
+    // Both figures are >= 1, so make() cannot fail.
+    auto seen =
+        bounded_lru<std::string, bool>::make(authority_finished_ids, authority_finished_ttl_ms);
+    m.finished_seen.emplace(std::move(*seen));
+  }
+  m.authority->add_worker(worker, now);
+  m.authority_of[worker] = st.ctx->config.name;
+}
+
+// A vector (this node's own or a peer's): the loads it covers, with this router's decisions since
+// the delta it includes, go into the load view.
+void apply_vector(router_state& st, model_state& m, const load_vector& v) {
+  if (!m.overlay.on_vector(v, st.ctx->config.name)) return;
+  ++st.vectors_applied;
+  for (const auto& e : v.workers)
+    if (e.worker < m.pool.k()) m.authority_of[e.worker] = v.authority;
+  m.ledger.resize(m.pool.k());
+  std::vector<uint32_t> load(m.pool.k(), 0);
+  std::vector<uint8_t> covered(m.pool.k(), 0);
+  m.overlay.compose(m.ledger, load, covered);
+  const int64_t now = st.ctx->now_ms();
+  for (const auto& e : v.workers)
+    if (e.worker < covered.size() && covered[e.worker] != 0)
+      (void)m.pool.on_shared(e.worker, load[e.worker], covered[e.worker] == 1, now);
+  publish_readiness(st, m);
+}
+
+// Every load_sync_ms: this router's totals to each authority (when they changed, or to repair a
+// lost one), and this node's vector to every router (when it changed, or as a heartbeat).
+void load_tick(router_actor_t* self) {
+  auto& st = self->state;
+  const int64_t now = st.ctx->now_ms();
+  const std::string& me = st.ctx->config.name;
+  for (auto& mp : st.models) {
+    auto& m = *mp;
+    m.ledger.resize(m.pool.k());
+    std::map<std::string, load_delta> out;
+    for (const auto& [w, a] : m.authority_of)
+      if (m.ledger.total(w) > 0) out[a].totals.emplace_back(w, m.ledger.total(w));
+    for (auto& [a, d] : out) {
+      auto& stream = m.deltas_out[a];
+      std::vector<uint64_t> totals(m.ledger.totals().begin(), m.ledger.totals().end());
+      if (totals == stream.totals && now - stream.sent_ms < delta_resend_ms) continue;
+      d.router = me;
+      d.incarnation = st.incarnation;
+      d.seq = ++stream.seq;
+      stream.totals = std::move(totals);
+      stream.sent_ms = now;
+      m.overlay.sent(a, d.seq, m.ledger.totals());
+      if (a == me) {
+        if (m.authority) m.authority->on_delta(d);
+        continue;
+      }
+      auto r = st.routers_by_name.find(a);
+      if (r == st.routers_by_name.end()) continue;  // gone: its vectors stop, the view times out
+      load_delta_msg msg{m.cfg->name, me, d.incarnation, d.seq, {}, {}};
+      for (const auto& [w, t] : d.totals) {
+        msg.workers.push_back(w);
+        msg.totals.push_back(t);
+      }
+      self->send(r->second, load_delta_atom::value, std::move(msg));
+      ++st.deltas_sent;
+    }
+    if (!m.authority) continue;
+    const load_vector v = m.authority->publish(now);
+    const bool changed = v.workers.size() != m.last_published.size() ||
+                         !std::equal(v.workers.begin(), v.workers.end(), m.last_published.begin(),
+                                     [](const load_vector_entry& x, const load_vector_entry& y) {
+                                       return x.worker == y.worker && x.in_flight == y.in_flight &&
+                                              x.alive == y.alive;
+                                     });
+    if (!changed && now - m.published_ms < vector_republish_ms) continue;
+    m.last_published = v.workers;
+    m.published_ms = now;
+    apply_vector(st, m, v);
+    load_vector_msg msg{m.cfg->name, v.authority, v.seq, {}, {}, {}, {}, {}};
+    for (const auto& e : v.workers) {
+      msg.workers.push_back(e.worker);
+      msg.in_flight.push_back(e.in_flight);
+      msg.alive.push_back(e.alive ? 1 : 0);
+    }
+    for (const auto& [r, seq] : v.included) {
+      msg.routers.push_back(r);
+      msg.included.push_back(seq);
+    }
+    for (const auto& p : st.peers)
+      self->send(p, load_vector_atom::value, msg);
+    st.vectors_sent += st.peers.size();
+  }
+}
+
 void on_scraped(router_actor_t* self, uint32_t model, uint32_t worker, int64_t issued_ms, bool ok,
                 const vllm_load& load, const std::string& error) {
   auto& st = self->state;
@@ -1615,6 +1752,11 @@ void on_scraped(router_actor_t* self, uint32_t model, uint32_t worker, int64_t i
   m.scrape_error[worker].clear();
   if (worker < m.scraped.size()) m.scraped[worker] = load;
   (void)m.pool.on_scrape(worker, in_flight, issued_ms, st.ctx->now_ms());
+  // Scrapes are in issue order: their issue time orders them as a report's seq would.
+  if (m.authority)
+    m.authority->on_report(worker, in_flight,
+                           static_cast<uint64_t>(std::max<int64_t>(issued_ms, 0)),
+                           st.ctx->now_ms());
   publish_readiness(st, m);
 }
 
@@ -1662,7 +1804,10 @@ void handle_worker(router_actor_t* self, const worker_job& job, bool answer) {
               !s.ok())
             return fail(route_error_code::malformed, msg.id, s.message());
           if (m->policy->workers() != m->pool.k()) (void)rebuild_policy(st, *m);
-          set_metrics_url(*m, msg.worker, msg.metrics_url);
+          // With load authorities, only the worker's authority scrapes it.
+          set_metrics_url(*m, msg.worker,
+                          st.authority_mode && !answer ? std::string() : msg.metrics_url);
+          if (st.authority_mode && answer) become_authority(st, *m, msg.worker, now);
           if (answer)
             spdlog::info("model {}: decode worker {} registered at {} (capacity {}{})", msg.model,
                          msg.worker, msg.endpoint, msg.capacity,
@@ -1671,6 +1816,7 @@ void handle_worker(router_actor_t* self, const worker_job& job, bool answer) {
         } else if constexpr (std::is_same_v<T, load_report>) {
           if (auto s = m->pool.on_report(msg.worker, msg.in_flight, msg.seq, now); !s.ok())
             return fail(route_error_code::malformed, msg.id, s.message());
+          if (m->authority) m->authority->on_report(msg.worker, msg.in_flight, msg.seq, now);
           if (m->reported.size() <= msg.worker) m->reported.resize(msg.worker + 1);
           auto& last = m->reported[msg.worker];
           if (!last || msg.seq >= last->seq)
@@ -1680,8 +1826,14 @@ void handle_worker(router_actor_t* self, const worker_job& job, bool answer) {
         } else if constexpr (std::is_same_v<T, finished_requests>) {
           if (msg.worker >= m->pool.k())
             return fail(route_error_code::malformed, msg.id, "unknown worker");
-          for (const auto& r : msg.requests)
+          for (const auto& r : msg.requests) {
             m->pool.on_finished(msg.worker, r, now);
+            // The authority counts every request of its worker once, whichever router routed it.
+            if (m->authority && m->finished_seen && !m->finished_seen->contains(r, now)) {
+              m->finished_seen->put(r, true, now);
+              m->authority->on_finished(msg.worker, 1);
+            }
+          }
           ack(msg.id, *m, msg.worker);
         } else if constexpr (std::is_same_v<T, worker_drain>) {
           auto s = msg.drain ? m->pool.drain(msg.worker) : m->pool.undrain(msg.worker);
@@ -1846,6 +1998,13 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
                                                               ctx->config.cluster.decision_ttl_ms);
   st.decisions.emplace(std::move(*decisions));
   if (ctx->config.clustered()) rebuild_ring(st, {});  // this node's shard until peers join
+  st.authority_mode = ctx->config.clustered() && ctx->config.cluster.load_sharing == "authority";
+  if (st.authority_mode) {
+    // A restarted router counts from 0 again: a new incarnation tells the authorities so.
+    std::random_device rd;
+    st.incarnation = (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(ctx->now_ms());
+    self->send(self, load_tick_atom::value);
+  }
   const auto persisted = read_persisted_policies(ctx->config);
   auto histories = read_histories(ctx->config);
   for (uint32_t i = 0; i < ctx->config.models.size(); ++i) {
@@ -1922,6 +2081,49 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         sign_and_route(self, *m, std::move(job), 0);
       },
       [=](flush_atom) { flush_decisions(self); },
+      [=](load_tick_atom) {
+        auto& s = self->state;
+        if (self->current_sender() != self->ctrl()) return;
+        load_tick(self);
+        self->delayed_send(self, std::chrono::milliseconds(s.ctx->config.cluster.load_sync_ms),
+                           load_tick_atom::value);
+      },
+      // A router's decision totals for workers this node is the authority of.
+      [=](load_delta_atom, const load_delta_msg& msg) {
+        auto& s = self->state;
+        if (!trusted_sender(self, s.ctx->trust.get())) return untrusted(self);
+        auto* m = s.find(msg.model);
+        if (!m || !m->authority || msg.workers.size() != msg.totals.size() || msg.seq == 0) {
+          ++s.load_messages_refused;
+          return;
+        }
+        load_delta d{msg.router, msg.incarnation, msg.seq, {}};
+        d.totals.reserve(msg.workers.size());
+        for (size_t i = 0; i < msg.workers.size(); ++i)
+          d.totals.emplace_back(msg.workers[i], msg.totals[i]);
+        m->authority->on_delta(d);
+        ++s.deltas_applied;
+      },
+      // An authority's load vector.
+      [=](load_vector_atom, const load_vector_msg& msg) {
+        auto& s = self->state;
+        if (!trusted_sender(self, s.ctx->trust.get())) return untrusted(self);
+        auto* m = s.find(msg.model);
+        if (!m || msg.workers.size() != msg.in_flight.size() ||
+            msg.workers.size() != msg.alive.size() || msg.routers.size() != msg.included.size() ||
+            msg.authority.empty() || msg.authority == s.ctx->config.name) {
+          ++s.load_messages_refused;
+          return;
+        }
+        load_vector v;
+        v.authority = msg.authority;
+        v.seq = msg.seq;
+        for (size_t i = 0; i < msg.workers.size(); ++i)
+          v.workers.push_back({msg.workers[i], msg.in_flight[i], msg.alive[i] != 0});
+        for (size_t i = 0; i < msg.routers.size(); ++i)
+          v.included[msg.routers[i]] = msg.included[i];
+        apply_vector(s, *m, v);
+      },
       [=](members_atom, const std::vector<member_info>& members, uint32_t) {
         if (!trusted_sender(self, self->state.ctx->trust.get())) return;
         on_members(self, members);
@@ -2048,6 +2250,12 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
                               {"retried_routes", s.retried},
                               {"peer_routers", s.peers.size()},
                               {"peer_decisions", s.peer_decisions},
+                              {"load_sharing", s.authority_mode ? "authority" : "decisions"},
+                              {"load_deltas_sent", s.deltas_sent},
+                              {"load_deltas_applied", s.deltas_applied},
+                              {"load_vectors_sent", s.vectors_sent},
+                              {"load_vectors_applied", s.vectors_applied},
+                              {"load_messages_refused", s.load_messages_refused},
                               {"peer_worker_messages", s.peer_worker_messages},
                               {"peer_epochs", s.peer_epochs},
                               {"untrusted_messages", s.untrusted},

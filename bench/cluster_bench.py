@@ -63,6 +63,9 @@ ap.add_argument("--imports", type=int, default=10)
 ap.add_argument("--throughput-routers", default="1,2,3")
 ap.add_argument("--throughput-rate", type=int, default=30000)
 ap.add_argument("--throughput-duration", type=float, default=5)
+ap.add_argument("--load-sharing", default="decisions",
+                help="cluster.load_sharing modes the throughput case runs, side by side "
+                     "(decisions,authority)")
 ap.add_argument("--shard-rate", type=int, default=500)
 ap.add_argument("--shard-threads", type=int, default=1,
                 help="runtime.threads of every node in the shard runs (3 processes on 2 cores)")
@@ -140,13 +143,14 @@ def cpu_of(pid):
         return float("nan")
 
 
-def Cluster(n, netns=False, sync_ms=None, attempts=3, extra=()):
+def Cluster(n, netns=False, sync_ms=None, attempts=3, extra=(), load_sharing=None):
     """A started cluster; a start that fails (e.g. a port of the temporary directory's range is
     taken by another process on this shared machine) is retried in a fresh directory. `extra`:
     more `eldr-cluster start` options (--roles-of, --threads)."""
     for k in range(attempts):
         try:
-            return ClusterOnce(n, netns=netns, sync_ms=sync_ms, extra=extra)
+            return ClusterOnce(n, netns=netns, sync_ms=sync_ms, extra=extra,
+                               load_sharing=load_sharing)
         except RuntimeError as e:
             if k + 1 == attempts:
                 raise
@@ -154,7 +158,7 @@ def Cluster(n, netns=False, sync_ms=None, attempts=3, extra=()):
 
 
 class ClusterOnce:
-    def __init__(self, n, netns=False, sync_ms=None, extra=()):
+    def __init__(self, n, netns=False, sync_ms=None, extra=(), load_sharing=None):
         self.n = n
         self.netns = netns
         self.dir = tempfile.mkdtemp(prefix="eldr-cluster-bench-")
@@ -164,11 +168,15 @@ class ClusterOnce:
             out = self.script("start", str(n), "--bin", args.bin_dir, "--timeout", "60",
                               *(["--netns"] if netns else []), *extra)
             self.nodes = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+            keys = ""
             if sync_ms is not None and sync_ms != 5:
+                keys += "load_sync_ms = %d\n" % sync_ms
+            if load_sharing is not None and load_sharing != "decisions":
+                keys += "load_sharing = \"%s\"\n" % load_sharing
+            if keys:
                 for i in range(1, n + 1):
                     p = os.path.join(self.dir, "n%d" % i, "eldr.toml")
-                    t = open(p).read().replace("[cluster]\n",
-                                               "[cluster]\nload_sync_ms = %d\n" % sync_ms, 1)
+                    t = open(p).read().replace("[cluster]\n", "[cluster]\n" + keys, 1)
                     open(p, "w").write(t)
                 for i in range(1, n + 1):
                     self.restart(i)
@@ -450,10 +458,12 @@ def epoch():
 # ------------------------------------------------------------------------------- throughput
 def throughput():
     rows = []
+    modes = args.load_sharing.split(",")
     for rep in range(args.repeat):
-        for n in [int(x) for x in args.throughput_routers.split(",")]:
-            log("throughput: %d routers at %d req/s (run %d)" % (n, args.throughput_rate, rep + 1))
-            with Cluster(n) as c:
+        for mode, n in [(m, int(x)) for m in modes for x in args.throughput_routers.split(",")]:
+            log("throughput: %d routers at %d req/s, load_sharing %s (run %d)"
+                % (n, args.throughput_rate, mode, rep + 1))
+            with Cluster(n, load_sharing=mode) as c:
                 admins = [nd["admin"] for nd in c.nodes]
                 base = [loadgen_bin, "--node", admins[0], "--routers", ",".join(admins),
                         "--synthetic", args.preset, "--decode-workers",
@@ -467,7 +477,10 @@ def throughput():
                 node_cpu = sum(b - a for a, b in zip(cpu0, cpu1))
                 wall = r["wall_s"]
                 cores = (node_cpu + r["loadgen_cpu_s"]) / wall if wall > 0 else float("nan")
-                rows.append({"routers": n, "run": rep + 1, "offered": args.throughput_rate,
+                rows.append({"routers": n, "load_sharing": mode, "run": rep + 1,
+                             "offered": args.throughput_rate,
+                             "node_cpu_us_per_reply": node_cpu / r["replied"] * 1e6
+                             if r["replied"] else float("nan"),
                              "route_rps": r["route_rps"], "replied": r["replied"],
                              "sent": r["sent"], "errors": r["errors"],
                              "route_p50_us": r["route_p50_us"], "route_p99_us": r["route_p99_us"],
@@ -481,16 +494,17 @@ def throughput():
           "shared by the nodes and the generator; medians of %d run(s))"
           % (args.throughput_rate, args.throughput_duration, args.repeat))
     print()
-    print("| routers | replies/s | errors | rtt p50 µs | rtt p99 µs | node CPU s | loadgen CPU s | "
-          "cores used | replies/s per core used | replies/s per node core |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for n in sorted({r["routers"] for r in rows}):
-        g = [r for r in rows if r["routers"] == n]
+    print("| load sharing | routers | replies/s | errors | rtt p50 µs | rtt p99 µs | node CPU s | "
+          "node CPU µs per reply | loadgen CPU s | cores used | replies/s per core used | "
+          "replies/s per node core |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for mode, n in sorted({(r["load_sharing"], r["routers"]) for r in rows}):
+        g = [r for r in rows if r["routers"] == n and r["load_sharing"] == mode]
         m = lambda k: median([r[k] for r in g])  # noqa: E731
-        print("| %d | %.0f | %d | %.0f | %.0f | %.2f | %.2f | %.2f | %.0f | %.0f |" % (
-            n, m("route_rps"), max(r["errors"] for r in g), m("route_p50_us"), m("route_p99_us"),
-            m("node_cpu_s"), m("loadgen_cpu_s"), m("cores_used"), m("replies_per_core"),
-            m("replies_per_node_core")))
+        print("| %s | %d | %.0f | %d | %.0f | %.0f | %.2f | %.0f | %.2f | %.2f | %.0f | %.0f |" % (
+            mode, n, m("route_rps"), max(r["errors"] for r in g), m("route_p50_us"),
+            m("route_p99_us"), m("node_cpu_s"), m("node_cpu_us_per_reply"), m("loadgen_cpu_s"),
+            m("cores_used"), m("replies_per_core"), m("replies_per_node_core")))
     print()
 
 

@@ -50,6 +50,7 @@ constexpr uint64_t max_reply_backlog_bytes = uint64_t{1} << 40;  // beyond: a ty
 constexpr std::string_view known_roles[] = {"router", "signature-cache", "load-monitor", "refit"};
 constexpr std::string_view known_log_levels[] = {"trace", "debug", "info", "warn", "error", "off"};
 constexpr std::string_view known_log_formats[] = {"text", "json"};
+constexpr std::string_view known_load_sharing[] = {"decisions", "authority"};
 
 std::string quoted(std::string_view s) {
   return "\"" + std::string(s) + "\"";
@@ -334,8 +335,8 @@ status read_document(const toml::table& root, node_config& c) {
   read_section("cluster", [&](const table_reader& r) {
     e(r.check_known({"listen", "advertise", "seeds", "secret_file", "heartbeat_ms",
                      "connection_timeout_ms", "reconnect_ms", "replication", "vnodes",
-                     "load_sync_ms", "decision_ttl_ms", "max_decisions", "tls_certificate",
-                     "tls_key", "tls_ca_file"}));
+                     "load_sync_ms", "load_sharing", "decision_ttl_ms", "max_decisions",
+                     "tls_certificate", "tls_key", "tls_ca_file"}));
     cluster_config& k = c.cluster;
     e(r.read("listen", k.listen));
     e(r.read("advertise", k.advertise));
@@ -347,6 +348,7 @@ status read_document(const toml::table& root, node_config& c) {
     e(r.read("replication", k.replication));
     e(r.read("vnodes", k.vnodes));
     e(r.read("load_sync_ms", k.load_sync_ms));
+    e(r.read("load_sharing", k.load_sharing));
     e(r.read("decision_ttl_ms", k.decision_ttl_ms));
     e(r.read("max_decisions", k.max_decisions));
     e(r.read("tls_certificate", k.tls_certificate));
@@ -567,6 +569,11 @@ status validate_cluster(const node_config& c) {
                                std::to_string(k.vnodes)));
   e(at_least("cluster.load_sync_ms", k.load_sync_ms, 1u));
   e(at_least("cluster.decision_ttl_ms", k.decision_ttl_ms, 1u));
+  // The node a worker talks to is its load authority, which lives in the node's router.
+  if (k.load_sharing == "authority" && c.has_role("load-monitor") && !c.has_role("router"))
+    e(status::invalid_argument(
+        "cluster.load_sharing: \"authority\" needs the router role on every load-monitor node "
+        "(node.roles): the node a decode worker talks to is that worker's load authority"));
   if (k.max_decisions < 1 || k.max_decisions > (1u << 24))
     e(status::invalid_argument("cluster.max_decisions: must be in 1..16777216, got " +
                                std::to_string(k.max_decisions)));
@@ -657,6 +664,11 @@ status validate_node_config(const node_config& c) {
       std::end(known_log_levels))
     e(status::invalid_argument("runtime.log_level: unknown level " + quoted(c.log_level) +
                                "; valid: " + joined(known_log_levels)));
+  if (std::find(std::begin(known_load_sharing), std::end(known_load_sharing),
+                c.cluster.load_sharing) == std::end(known_load_sharing))
+    e(status::invalid_argument("cluster.load_sharing: unknown mode " +
+                               quoted(c.cluster.load_sharing) +
+                               "; valid: " + joined(known_load_sharing)));
   if (std::find(std::begin(known_log_formats), std::end(known_log_formats), c.log_format) ==
       std::end(known_log_formats))
     e(status::invalid_argument("runtime.log_format: unknown format " + quoted(c.log_format) +

@@ -77,9 +77,11 @@ void load_authority::on_delta(const load_delta& d) {
     }
     uint64_t& mine = r.totals[w];
     if (total < mine) continue;  // totals only grow within an incarnation: a bad sender
-    // A router first seen here already made decisions this authority never heard of: they are in
-    // the worker's next report, not here (anchored at the first totals).
-    if (first_seen && !wv->second.anchor.count(d.router)) wv->second.anchor[d.router] = total;
+    // A router first seen here after the worker reported (an authority that took over) made
+    // decisions the report already counts, or that the next one will: anchored at its first
+    // totals. Before any report the base is 0 and every decision counts from the first.
+    if (first_seen && wv->second.reported && !wv->second.anchor.count(d.router))
+      wv->second.anchor[d.router] = total;
     mine = total;
   }
 }

@@ -21,7 +21,9 @@
 //
 // A router that restarts starts its totals again from 0 under a new incarnation: the authority
 // folds the old incarnation's contribution into the base (those requests are still running) and
-// anchors the new one at 0. Drift from lost finished events or a router that died is corrected by
+// anchors the new one at 0. A router the authority first hears of after a worker's report (an
+// authority that took over) is anchored at its first totals for that worker; before any report,
+// at 0. Drift from lost finished events or a router that died is corrected by
 // the worker's next report, as in a single node's load_view.
 //
 // Nothing here does I/O or reads a clock (times are passed in). Thread safety: none; one owner.

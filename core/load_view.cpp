@@ -230,6 +230,17 @@ status load_view::on_scrape(uint32_t worker, uint32_t in_flight, int64_t issued_
   return {};
 }
 
+status load_view::on_shared(uint32_t worker, uint32_t in_flight, bool alive, int64_t now_ms) {
+  if (worker >= k()) return bad_worker(worker, k());
+  slot& s = slots_[worker];
+  if (!s.registered) return unregistered(worker);
+  if (alive) s.last_report_ms = now_ms;
+  load_[worker] = in_flight;
+  dirty_ = true;
+  ++counters_.shared;
+  return {};
+}
+
 status load_view::on_scrape_failed(uint32_t worker) {
   if (worker >= k()) return bad_worker(worker, k());
   ++slots_[worker].scrapes_failed;

@@ -77,6 +77,7 @@ struct load_view_counters {
   uint64_t scrapes = 0;           // scraped loads applied (on_scrape)
   uint64_t scrapes_stale = 0;     // scrapes issued before the worker's latest registration: ignored
   uint64_t scrapes_failed = 0;    // failed scrapes noted (on_scrape_failed)
+  uint64_t shared = 0;            // loads applied from a load authority's vector (on_shared)
   uint64_t tracked_evicted = 0;   // tracked ids forgotten because max_tracked was reached
   uint64_t tracked_expired = 0;   // tracked ids forgotten because older than tracked_ttl_ms
 };
@@ -178,6 +179,11 @@ class load_view {
   // worker's latest registration belongs to an earlier instance: ignored (counted in
   // scrapes_stale; returns ok). Errors as on_report.
   status on_scrape(uint32_t worker, uint32_t in_flight, int64_t issued_ms, int64_t now_ms);
+  // The worker's load as the cluster's load authority for it published it (core/load_exchange.hpp,
+  // cluster.load_sharing = "authority"), this router's own decisions since included: load :=
+  // in_flight. A heartbeat when the authority hears the worker (alive), else liveness is left to
+  // time out. Seq is untouched. Counted in shared. Errors as on_report.
+  status on_shared(uint32_t worker, uint32_t in_flight, bool alive, int64_t now_ms);
   // A scrape of the worker failed (unreachable, timeout, bad body): counted only. Liveness is not
   // touched, so a worker whose scrapes keep failing goes dead report_timeout_ms after its last
   // heartbeat, as a silent reporting worker does. Errors: worker >= k() (invalid_argument).

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -101,7 +102,7 @@ class ClusterTest : public ::testing::Test {
                     dir_.sub(secret) + "\"\nseeds = [";
     for (size_t i = 0; i < seeds.size(); ++i)
       s += (i ? ", \"" : "\"") + seeds[i] + "\"";
-    return s + "]\n" + models_toml;
+    return s + "]\n" + cluster_extra_ + models_toml;
   }
 
   node_process& start(const std::string& name, const std::vector<std::string>& seeds,
@@ -179,6 +180,7 @@ class ClusterTest : public ::testing::Test {
 
   temp_dir dir_{"eldr-cluster-test"};
   std::vector<std::unique_ptr<node_process>> nodes_;
+  std::string cluster_extra_;  // more [cluster] keys for every node
 };
 
 route_request request(const std::string& id) {
@@ -299,6 +301,63 @@ TEST_F(ClusterTest, ARetryAtAnotherRouterGetsTheSameDecisionAndCountsOnce) {
       auto l = loads(*n);
       return l.size() == 4 && l[0] + l[1] + l[2] + l[3] == 0;
     }));
+}
+
+// cluster.load_sharing = "authority" (docs/cluster.md, "Scaling out"): no decision and no load
+// report or finished event crosses to the other routers, yet each router sees the others' load:
+// n1, where the workers talk, is their authority; n2 and n3 send it their decision totals and
+// route by its vectors. Requests carry no counts, so the decisions are by load alone.
+TEST_F(ClusterTest, WithLoadAuthoritiesRoutersSeeEachOthersLoadWithoutSharingDecisions) {
+  cluster_extra_ = "load_sharing = \"authority\"\n";
+  start_three();
+  register_workers(*nodes_[0]);
+  auto route_at = [&](size_t node, const std::string& id) -> route_reply {
+    auto c = route_client::connect(nodes_[node]->route());
+    EXPECT_TRUE(c.ok());
+    auto r = (*c)->route(request(id));
+    EXPECT_TRUE(r.ok() && std::holds_alternative<route_reply>(*r));
+    return r.ok() && std::holds_alternative<route_reply>(*r) ? std::get<route_reply>(*r)
+                                                             : route_reply{};
+  };
+  auto loads_become = [&](size_t node, std::vector<uint32_t> want) {
+    return eventually([&] { return loads(*nodes_[node]) == want; });
+  };
+  // Every router must first know the pool (registrations still reach every router).
+  for (size_t i = 0; i < 3; ++i)
+    ASSERT_TRUE(loads_become(i, {0, 0, 0, 0})) << "node " << i;
+  std::map<uint32_t, std::vector<std::string>> on;
+  for (int i = 0; i < 8; ++i) {
+    const std::string id = "b" + std::to_string(i);
+    on[route_at(1, id).worker].push_back(id);
+  }
+  ASSERT_EQ(on.size(), 4u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(loads_become(i, {2, 2, 2, 2}))
+        << "node " << i << ": " << ::testing::PrintToString(loads(*nodes_[i]));
+  // Workers 0 and 1 finish theirs, told to their authority only.
+  auto w = worker_client::connect(nodes_[0]->worker());
+  ASSERT_TRUE(w.ok());
+  for (uint32_t k : {0u, 1u})
+    ASSERT_TRUE((*w)->call(finished_requests{"", "m", k, on[k]}).ok());
+  ASSERT_TRUE(loads_become(2, {0, 0, 2, 2})) << ::testing::PrintToString(loads(*nodes_[2]));
+  // n3 has routed nothing yet: it fills the two idle workers because it sees n2's requests.
+  for (int i = 0; i < 4; ++i)
+    EXPECT_LT(route_at(2, "c" + std::to_string(i)).worker, 2u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(loads_become(i, {2, 2, 2, 2}))
+        << "node " << i << ": " << ::testing::PrintToString(loads(*nodes_[i]));
+  for (size_t i = 0; i < 3; ++i) {
+    const auto r = status(*nodes_[i])["cluster"]["router"];
+    EXPECT_EQ(r.value("load_sharing", ""), "authority") << r.dump();
+    EXPECT_EQ(r.value("peer_decisions", uint64_t{1}), 0u) << r.dump();
+    EXPECT_EQ(r.value("load_messages_refused", uint64_t{1}), 0u) << r.dump();
+    if (i > 0) {
+      // Only the four registrations crossed.
+      EXPECT_EQ(r.value("peer_worker_messages", uint64_t{0}), 4u) << r.dump();
+      EXPECT_GT(r.value("load_vectors_applied", uint64_t{0}), 0u) << r.dump();
+    }
+  }
+  EXPECT_GT(status(*nodes_[0])["cluster"]["router"].value("load_deltas_applied", uint64_t{0}), 0u);
 }
 
 TEST_F(ClusterTest, KillingARouterUnderLoadLeavesNoRequestWithoutADecision) {

@@ -158,6 +158,17 @@ TEST(LoadAuthority, ARouterFirstSeenLateIsAnchoredAtItsFirstTotals) {
   EXPECT_EQ(auth.in_flight(0), 8u);
 }
 
+// Routers and authority start together and the worker never reports (a pushed report or scrape
+// may come late): every decision counts from the first delta on.
+TEST(LoadAuthority, BeforeAnyReportARouterFirstSeenCountsFromZero) {
+  load_authority auth("a", 0);
+  auth.add_worker(0, 0);
+  decision_ledger l(1);
+  (void)l.on_route(0);
+  auth.on_delta(delta("r", 1, l));
+  EXPECT_EQ(auth.in_flight(0), 1u);
+}
+
 TEST(LoadAuthority, MessagesForWorkersItDoesNotHoldAreCountedAndIgnored) {
   load_authority auth("a", 0);
   auth.add_worker(0, 0);

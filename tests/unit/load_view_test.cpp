@@ -515,6 +515,25 @@ TEST(LoadView, ScrapeIsAHeartbeatAndFailuresLetTheWorkerDie) {
   EXPECT_FALSE(v.on_scrape_failed(2).ok());
 }
 
+// A load authority's vector (cluster.load_sharing = "authority") sets the load and, when the
+// authority hears the worker, is a heartbeat; when it does not, the worker times out here too.
+TEST(LoadView, SharedLoadSetsTheLoadAndIsAHeartbeatOnlyWhenAlive) {
+  load_view_options o;
+  o.report_timeout_ms = 100;
+  load_view v = registered_pool(2, o);
+  ASSERT_TRUE(v.on_route("a", 0, 10).ok());
+  ASSERT_TRUE(v.on_shared(0, 7, true, 90).ok());
+  EXPECT_EQ(v.load()[0], 7u);
+  ASSERT_TRUE(v.on_route("b", 0, 95).ok());
+  EXPECT_EQ(v.load()[0], 8u);
+  ASSERT_TRUE(v.on_shared(1, 3, false, 150).ok());
+  EXPECT_EQ(v.load()[1], 3u);
+  EXPECT_EQ(v.state(0, 150), worker_state::active);
+  EXPECT_EQ(v.state(1, 150), worker_state::dead);
+  EXPECT_EQ(v.counters().shared, 2u);
+  EXPECT_FALSE(v.on_shared(2, 0, true, 150).ok());
+}
+
 TEST(LoadView, ScrapeOfAnEarlierInstanceIsIgnored) {
   load_view v = registered_pool(1);
   ASSERT_TRUE(v.register_worker(0, "w0", 0, 50).ok());  // restarted at 50

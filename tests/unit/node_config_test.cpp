@@ -523,6 +523,17 @@ TEST(NodeConfig, IntervalKeysHaveAMinimumNamedInTheError) {
                      "load_sync_ms = 0\n" +
                      one_model()),
             "eldr.toml: cluster.load_sync_ms: must be >= 1, got 0");
+  EXPECT_EQ(
+      error_of("[cluster]\nlisten = \"127.0.0.1:0\"\nsecret_file = \"s\"\n"
+               "load_sharing = \"gossip\"\n" +
+               one_model()),
+      "eldr.toml: cluster.load_sharing: unknown mode \"gossip\"; valid: decisions, authority");
+  auto authority = parse_node_config(
+      "[cluster]\nlisten = \"127.0.0.1:0\"\nsecret_file = \"s\"\nload_sharing = \"authority\"\n" +
+          one_model(),
+      origin);
+  ASSERT_TRUE(authority.ok()) << authority.error().to_string();
+  EXPECT_EQ(authority->cluster.load_sharing, "authority");
 }
 
 TEST(NodeConfig, ScrapeIntervalIsBoundedByTheWorkerTimeout) {
