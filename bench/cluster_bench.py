@@ -63,6 +63,9 @@ ap.add_argument("--imports", type=int, default=10)
 ap.add_argument("--throughput-routers", default="1,2,3")
 ap.add_argument("--throughput-rate", type=int, default=30000)
 ap.add_argument("--throughput-duration", type=float, default=5)
+ap.add_argument("--throughput-loadgen-args", default="",
+                help="more eldr-loadgen options for the throughput case, e.g. '--prompt-pool 0' "
+                     "(no prefix hits, so no signature shard lookups)")
 ap.add_argument("--load-sharing", default="decisions",
                 help="cluster.load_sharing modes the throughput case runs, side by side "
                      "(decisions,authority)")
@@ -468,7 +471,8 @@ def throughput():
                 base = [loadgen_bin, "--node", admins[0], "--routers", ",".join(admins),
                         "--synthetic", args.preset, "--decode-workers",
                         str(args.decode_workers), "--route-only", "--policies", "eldr", "--json",
-                        "--quiet"]
+                        "--quiet", "--output-tokens", str(args.output_tokens), "--prompt-max",
+                        str(args.prompt_max)] + args.throughput_loadgen_args.split()
                 run_loadgen(base + ["--rate", "1000", "--duration", "2"])  # warm-up
                 cpu0 = [cpu_of(c.pid(i)) for i in range(1, n + 1)]
                 r = run_loadgen(base + ["--rate", str(args.throughput_rate), "--duration",
