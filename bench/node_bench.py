@@ -18,10 +18,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(root, "tests", "support", "py"))
+import eldr_testing  # noqa: E402
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--build", default=os.path.join(root, "build-release"))
 ap.add_argument("--rates", default="5000,10000,15000,20000")
@@ -40,17 +43,14 @@ loadgen_bin = os.path.join(args.build, "tools/eldr-loadgen/eldr-loadgen")
 
 def start_node(data):
     ready = os.path.join(data, "ready.json")
-    p = subprocess.Popen([node_bin, "--data-dir", os.path.join(data, "db"),
-                          "--route", "tcp://127.0.0.1:0", "--worker", "tcp://127.0.0.1:0",
-                          "--admin", "tcp://127.0.0.1:0", "--metrics", "127.0.0.1:0",
-                          "--ready-file", ready],
+    p = subprocess.Popen(eldr_testing.loopback_node_argv(node_bin, os.path.join(data, "db"))
+                         + ["--ready-file", ready],
                          stdout=subprocess.DEVNULL, stderr=open(os.path.join(data, "node.log"), "w"))
-    for _ in range(600):
-        if os.path.exists(ready) and os.path.getsize(ready) > 0:
-            return p, json.load(open(ready))
-        if p.poll() is not None:
-            sys.exit("eldr-node exited; see " + os.path.join(data, "node.log"))
-        time.sleep(0.05)
+    ep = eldr_testing.wait_ready_file(ready, p, 30)  # 600 polls 50 ms apart, as before
+    if ep is not None:
+        return p, ep
+    if p.poll() is not None:
+        sys.exit("eldr-node exited; see " + os.path.join(data, "node.log"))
     sys.exit("eldr-node did not become ready")
 
 

@@ -25,7 +25,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "support", "py"))
+import eldr_testing  # noqa: E402
 
 CASES = {
     "held-out": {"args": ["--synthetic", "qwen-language", "--output-tokens", "64", "--seed", "11"],
@@ -64,28 +68,15 @@ def start_node(work):
     ready_file = os.path.join(work, "ready.json")
     log = open(os.path.join(work, "node.log"), "w")
     proc = subprocess.Popen(
-        [node_bin, "--data-dir", os.path.join(work, "data"), "--route", "tcp://127.0.0.1:0",
-         "--worker", "tcp://127.0.0.1:0", "--admin", "tcp://127.0.0.1:0", "--metrics", "",
-         "--ready-file", ready_file], stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            sys.exit("policy_e2e: eldr-node exited %d (log in %s)" % (proc.returncode, work))
-        if os.path.exists(ready_file):  # written atomically: present means complete
-            with open(ready_file) as f:
-                return proc, json.load(f)
-        time.sleep(0.05)  # polling a file the node writes once; not synchronising with a peer
+        eldr_testing.loopback_node_argv(node_bin, os.path.join(work, "data"), metrics="")
+        + ["--ready-file", ready_file], stdout=log, stderr=subprocess.STDOUT)
+    ready = eldr_testing.wait_ready_file(ready_file, proc, 60)
+    if ready is not None:
+        return proc, ready
+    if proc.poll() is not None:
+        sys.exit("policy_e2e: eldr-node exited %d (log in %s)" % (proc.returncode, work))
     proc.kill()
     sys.exit("policy_e2e: eldr-node did not get ready in 60 s")
-
-
-def stop_node(proc):
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def order(rows, key):
@@ -105,7 +96,7 @@ for case in args.only.split(","):
              ",".join(policies), "--time-scale", "%g" % args.time_scale, "--json", "--quiet"],
             capture_output=True, text=True)
     finally:
-        stop_node(proc)
+        eldr_testing.stop_process(proc, timeout=30)
     if lg.returncode != 0:
         sys.exit("policy_e2e: eldr-loadgen exited %d: %s (node log in %s)"
                  % (lg.returncode, lg.stderr[-2000:], work))

@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,10 @@ import time
 import urllib.request
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(root, "tests", "support", "py"))
+import eldr_testing  # noqa: E402
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--build", default=os.path.join(root, "build-release"))
 ap.add_argument("--duration", type=float, default=600)
@@ -66,18 +69,14 @@ for b in (node_bin, loadgen_bin):
 
 def start_node(data):
     ready = os.path.join(data, "ready.json")
-    p = subprocess.Popen([node_bin, "--data-dir", os.path.join(data, "db"),
-                          "--route", "tcp://127.0.0.1:0", "--worker", "tcp://127.0.0.1:0",
-                          "--admin", "tcp://127.0.0.1:0", "--metrics", "127.0.0.1:0",
-                          "--ready-file", ready],
+    p = subprocess.Popen(eldr_testing.loopback_node_argv(node_bin, os.path.join(data, "db"))
+                         + ["--ready-file", ready],
                          stdout=subprocess.DEVNULL, stderr=open(os.path.join(data, "node.log"), "w"))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if os.path.exists(ready) and os.path.getsize(ready) > 0:
-            return p, json.load(open(ready))
-        if p.poll() is not None:
-            sys.exit("eldr-node exited; see " + os.path.join(data, "node.log"))
-        time.sleep(0.05)  # polling the ready file with a deadline
+    ep = eldr_testing.wait_ready_file(ready, p, 60)
+    if ep is not None:
+        return p, ep
+    if p.poll() is not None:
+        sys.exit("eldr-node exited; see " + os.path.join(data, "node.log"))
     sys.exit("eldr-node did not become ready in 60 s")
 
 
@@ -179,11 +178,7 @@ try:
     lg = json.loads(r.stdout)
 finally:
     stop.set()
-    node.send_signal(signal.SIGTERM)
-    try:
-        node.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        node.kill()
+    eldr_testing.stop_process(node, timeout=60)
 
 pol = lg.get("policies", {}).get("eldr", {})
 # eldr-loadgen fits and prepares before its first route: the run's clock starts at the first

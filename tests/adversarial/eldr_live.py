@@ -9,20 +9,19 @@ scripted vLLM KV-event publisher (XPUB + replay ROUTER) the node can be told to 
 Needs Debian's python3-zmq and python3-msgpack: run with /usr/bin/python3. Waits are bounded by
 deadlines on observable conditions, never sleeps used as synchronisation.
 """
-import json
 import math
 import os
-import random
-import select
-import signal
-import socket
 import struct
 import subprocess
+import sys
 import threading
 import time
 
 import msgpack
 import zmq
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support", "py"))
+import eldr_testing  # noqa: E402
 
 U64 = (1 << 64) - 1
 MODEL = "toy"
@@ -198,42 +197,13 @@ class Node:
         log.flush()
         cmd = self.wrapper + [self.binary, "--config", self.config_path]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=self.env)
-        deadline = time.monotonic() + timeout
-        buf = b""
-        fd = self.proc.stdout.fileno()
-        while time.monotonic() < deadline:
-            r, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-            if not r:
-                break
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                log.write(line + b"\n")
-                if line.startswith(b"eldr-node ready "):
-                    self.ready = json.loads(line[len(b"eldr-node ready "):])
-                    log.flush()
-                    threading.Thread(target=self._drain, args=(fd, log), daemon=True).start()
-                    return self
-        log.flush()
+        self.ready = eldr_testing.read_ready_line(self.proc, "eldr-node", log, timeout)
+        if self.ready is not None:
+            return self
         self.proc.kill()
         self.proc.wait()
         raise Violation("eldr-node did not become ready within %.0f s (exit %s); log: %s\n%s" %
                         (timeout, self.proc.returncode, self.log_path, self.log_tail()))
-
-    def _drain(self, fd, log):
-        while True:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            log.write(chunk)
-            log.flush()
-        log.close()
 
     @property
     def pid(self):
@@ -251,18 +221,13 @@ class Node:
     def stop(self, timeout=60.0):
         if not self.alive():
             return self.proc.returncode if self.proc else None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        if not eldr_testing.stop_process(self.proc, timeout):
             raise Violation("eldr-node did not stop within %.0f s of SIGTERM" % timeout)
+        return self.proc.returncode
 
     def kill(self):
-        if self.alive():
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
+        if self.proc is not None:
+            eldr_testing.kill_process(self.proc)
 
     def rss_kb(self):
         try:
@@ -401,17 +366,7 @@ def metrics_hostport(endpoint):
 def http_get(endpoint, path="/metrics", timeout=5.0):
     """(status, body bytes) of one GET; raises OSError on failure."""
     host, port = metrics_hostport(endpoint).rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=timeout) as s:
-        s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % path).encode())
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/") else 0
-    return status, body
+    return eldr_testing.http_get(host, port, path, timeout)
 
 
 # ---------------------------------------------------------------------------------------------

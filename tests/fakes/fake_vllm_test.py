@@ -24,6 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.dont_write_bytecode = True  # keep the source tree clean
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "support", "py"))
+import eldr_testing  # noqa: E402
 import fake_vllm as fv  # noqa: E402
 
 DATA = os.environ.get("ELDR_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
@@ -77,9 +79,11 @@ class Instance:
         return status, json.loads(data)
 
     def stop(self):
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
+        # A fake that ignores SIGTERM for 10 s fails the test (and is killed, not left behind).
+        stopped = eldr_testing.stop_process(self.proc, timeout=10)
         self.log.close()
+        if not stopped:
+            raise AssertionError("the fake vLLM did not exit within 10 s of SIGTERM")
 
 
 def parse_sse(raw):

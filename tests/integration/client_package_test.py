@@ -11,7 +11,6 @@ markers <!-- cpp-client-snippet:begin --> and <!-- cpp-client-snippet:end -->, s
 cannot drift from what compiles. Nothing of BUILD is rebuilt; the consumer is small.
 """
 import argparse
-import json
 import os
 import re
 import shutil
@@ -20,6 +19,10 @@ import sys
 import tempfile
 import unittest
 from pathlib import Path
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support", "py"))
+import eldr_testing  # noqa: E402
 
 BUILD = SRC = None
 BEGIN = "<!-- cpp-client-snippet:begin -->"
@@ -95,28 +98,17 @@ class ClientPackageTest(unittest.TestCase):
         if not os.access(node, os.X_OK):
             self.skipTest("eldr-node is not built: the consumer built, not run")
         proc = subprocess.Popen(
-            [node, "--data-dir", os.path.join(self.tmp.name, "data"), "--route",
-             "tcp://127.0.0.1:0", "--worker", "tcp://127.0.0.1:0", "--admin",
-             "tcp://127.0.0.1:0", "--metrics", ""],
+            eldr_testing.loopback_node_argv(node, os.path.join(self.tmp.name, "data"), metrics=""),
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
             stdin=subprocess.DEVNULL)
         try:
-            ready = {}
-            for line in proc.stdout:  # its log comes first; the ready line once it serves
-                if line.startswith("eldr-node ready "):
-                    ready = json.loads(line[len("eldr-node ready "):])
-                    break
+            ready = eldr_testing.ready_from_lines(proc.stdout)  # its log comes first
             self.assertIn("route", ready, "eldr-node did not start")
             r = run([consumer, ready["route"], ready["worker"]], timeout=60)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertIn("routed consumer-1 to worker 0 at tcp://10.0.0.3:5600", r.stdout)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            eldr_testing.stop_process(proc, timeout=30)
             proc.stdout.close()
         self.assertEqual(proc.returncode, 0)
 

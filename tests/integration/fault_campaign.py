@@ -22,7 +22,6 @@ Env: ELDR_FAULT_SEED, ELDR_FAULT_CYCLES. Exit 0 when every check held, 1 on a vi
 when neither works.
 """
 import argparse
-import json
 import os
 import random
 import re
@@ -36,6 +35,8 @@ import zmq
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "adversarial"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support", "py"))
+import eldr_testing  # noqa: E402
 from eldr_live import (K, MODEL, Admin, Client, Node, Publisher, Violation, admin_msg,  # noqa
                        counts_message, find_binary, node_toml, rng_hash, route_request,
                        stored, toy_centroid_file, worker_msg)
@@ -440,8 +441,7 @@ def namespace_wrapper(mount_dir, size_mb):
         line = p.stdout.readline()
         if line.strip() == b"mounted":
             return p, ["nsenter", "-t", str(p.pid)] + ns + ["--"]
-        p.kill()
-        p.wait()
+        eldr_testing.kill_process(p)
     return None
 
 
@@ -527,8 +527,7 @@ def phase_full_disk(args, root):
     finally:
         c.kill()
         c.pub.close()
-        holder.kill()
-        holder.wait()
+        eldr_testing.kill_process(holder)
 
 
 def main():

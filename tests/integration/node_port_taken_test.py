@@ -13,33 +13,18 @@ model's models[].kv_events.bind (a ZeroMQ SUB socket the node binds) and cluster
 the real case: a second eldr-node on the first one's route port.
 """
 import argparse
-import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import unittest
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support", "py"))
+import eldr_testing  # noqa: E402
+
 NODE = None
 TIMEOUT_S = 60
-
-
-def hold_port():
-    """A listening socket on 127.0.0.1 with a kernel-chosen port (the caller closes it)."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
-    s.listen(1)
-    return s, s.getsockname()[1]
-
-
-def read_ready(proc):
-    """The endpoints of the node's "eldr-node ready {json}" line (stdout also carries its log);
-    {} when it exits first."""
-    for line in proc.stdout:
-        if line.startswith("eldr-node ready "):
-            return json.loads(line[len("eldr-node ready "):])
-    return {}
 
 
 def node_args(tmp, **override):
@@ -59,7 +44,7 @@ class PortTakenTest(unittest.TestCase):
         return r.returncode, r.stdout, r.stderr
 
     def check_taken(self, flag, key, value_of_port):
-        held, port = hold_port()
+        held, port = eldr_testing.hold_port()
         try:
             with tempfile.TemporaryDirectory(prefix="eldr-port-taken-") as tmp:
                 rc, out, err = self.run_node(node_args(tmp, **{flag: value_of_port(port)}))
@@ -87,7 +72,7 @@ class PortTakenTest(unittest.TestCase):
 
     def test_cluster_listen_port_taken(self):
         # CAF's middleman port (cluster.listen), which needs a cluster secret.
-        held, port = hold_port()
+        held, port = eldr_testing.hold_port()
         try:
             with tempfile.TemporaryDirectory(prefix="eldr-port-taken-") as tmp:
                 secret = os.path.join(tmp, "cluster.secret")
@@ -109,7 +94,7 @@ class PortTakenTest(unittest.TestCase):
     def test_kv_events_bind_port_taken(self):
         # A model's KV-event SUB socket (models[].kv_events.bind) is bound at start like the
         # endpoints: a taken port fails the start and names the key, not a log line later.
-        held, port = hold_port()
+        held, port = eldr_testing.hold_port()
         try:
             with tempfile.TemporaryDirectory(prefix="eldr-port-taken-") as tmp:
                 config = os.path.join(tmp, "eldr.toml")
@@ -134,7 +119,7 @@ class PortTakenTest(unittest.TestCase):
                                      text=True, stdin=subprocess.DEVNULL)
             try:
                 # The ready line is printed once every endpoint is bound (no sleep: read it).
-                bound = read_ready(first)
+                bound = eldr_testing.ready_from_lines(first.stdout)
                 self.assertIn("route", bound, "the first node did not start")
                 route_port = bound["route"].rsplit(":", 1)[1]
                 rc, out, err = self.run_node(node_args(os.path.join(tmp, "b"),
@@ -145,12 +130,7 @@ class PortTakenTest(unittest.TestCase):
                 self.assertIn("in use", err)
                 self.assertIsNone(first.poll(), "the first node must keep serving")
             finally:
-                first.terminate()
-                try:
-                    first.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    first.kill()
-                    first.wait()
+                eldr_testing.stop_process(first, timeout=30)
                 first.stdout.close()
             self.assertEqual(first.returncode, 0)
 

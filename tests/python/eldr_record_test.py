@@ -21,10 +21,12 @@ import unittest
 
 sys.dont_write_bytecode = True  # run from the source tree: leave no __pycache__ in it
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path[:0] = [os.path.join(ROOT, "cluster", "python"), os.path.join(ROOT, "tools", "eldr-record")]
+sys.path[:0] = [os.path.join(ROOT, "cluster", "python"), os.path.join(ROOT, "tools", "eldr-record"),
+                os.path.join(ROOT, "tests", "support", "py")]
 
 import numpy as np  # noqa: E402
 
+import eldr_testing  # noqa: E402
 import eldr_trace  # noqa: E402
 from eldr_record import journal as jr  # noqa: E402
 
@@ -72,13 +74,7 @@ class FakeVllm:
             return json.load(r)
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        eldr_testing.stop_process(self.proc, timeout=30)
         self.log.close()
 
 
@@ -335,11 +331,7 @@ class RecordTest(unittest.TestCase):
         prompts = self.write("p.jsonl", prompts_for(self.esft, self.esft.requests[:2]))
         r = self.record(self.fake.url, prompts, self.path("a"), model="other", check=3)
         self.assertIn("does not serve model 'other' (it serves 'deepseek-v2-lite')", r.stderr)
-        import socket
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()                              # nothing listens there now
+        port = eldr_testing.free_port()  # nothing listens there now
         r = self.record("http://127.0.0.1:%d" % port, prompts, self.path("b"), check=3)
         self.assertIn("cannot reach vLLM at http://127.0.0.1:%d" % port, r.stderr)
 

@@ -10,7 +10,6 @@ is the model name used throughout; the node then shows that set as current.
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -19,8 +18,10 @@ import unittest
 sys.dont_write_bytecode = True  # run from the source tree: leave no __pycache__ in it
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "support", "py"))
 
 import eldr_record_test as rt  # noqa: E402  (its fake vLLM driver, paths and polling)
+import eldr_testing  # noqa: E402
 
 MODEL = "deepseek-v2-lite"
 BUILD = None
@@ -34,13 +35,7 @@ class RecordFitImportTest(unittest.TestCase):
 
     def tearDown(self):
         for p, log in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            eldr_testing.stop_process(p, timeout=60)
             log.close()
         self.tmpdir.cleanup()
 

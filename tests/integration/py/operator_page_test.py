@@ -29,12 +29,15 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support",
+                                "py"))
+import eldr_testing  # noqa: E402
 
 WORKERS = 6
 MODEL = "default"
@@ -45,18 +48,9 @@ def fail(msg):
     sys.exit(1)
 
 
-def http(port, method, path, timeout=5.0):
+def http(port, method, path):
     """(status, body bytes) of one request to the node's metrics port."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(("%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % (method, path)).encode())
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), body
+    return eldr_testing.http_request("127.0.0.1", port, path, method)
 
 
 def api(port, path):
@@ -125,13 +119,8 @@ def chromium_cmd(chromium, profile, extra, url):
 def stop(*procs):
     """SIGTERM to each of our processes still running, SIGKILL after 30 s."""
     for p in procs:
-        if p is not None and p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        if p is not None:
+            eldr_testing.stop_process(p, timeout=30)
 
 
 def dump_dom(chromium, profile, url, tmp, name):
@@ -224,17 +213,14 @@ def main():
     try:
         ready = os.path.join(tmp, "ready.json")
         node = subprocess.Popen(
-            [node_bin, "--data-dir", os.path.join(tmp, "db"), "--route", "tcp://127.0.0.1:0",
-             "--worker", "tcp://127.0.0.1:0", "--admin", "tcp://127.0.0.1:0",
-             "--metrics", "127.0.0.1:0", "--ready-file", ready],
+            eldr_testing.loopback_node_argv(node_bin, os.path.join(tmp, "db"))
+            + ["--ready-file", ready],
             stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "node.log"), "w"))
-
-        def node_ready():
+        ep = eldr_testing.wait_ready_file(ready, node, 60, interval=0.2)
+        if ep is None:
             if node.poll() is not None:
                 fail("eldr-node exited (%s); see %s" % (node.returncode, tmp))
-            return os.path.exists(ready) and os.path.getsize(ready) > 0
-        poll("eldr-node ready", node_ready, 60)
-        ep = json.load(open(ready))
+            fail("eldr-node ready: not within 60 s")
         port = int(ep["metrics"].split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
 
         # Read-only, and nothing under /api but what exists.

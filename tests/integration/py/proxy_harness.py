@@ -7,14 +7,10 @@ with one centroid per task label, and the node's configuration.
 Debian's python3-zmq, python3-msgpack, python3-numpy; waits are bounded by deadlines.
 """
 import collections
-import json
 import os
-import select
-import signal
 import subprocess
 import sys
 import threading
-import time
 
 import msgpack
 import numpy as np
@@ -23,6 +19,8 @@ import zmq
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "cluster", "python"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support", "py"))
+import eldr_testing  # noqa: E402
 import eldr_trace  # noqa: E402
 PYTHON = "/usr/bin/python3"
 PROXY = os.path.join(ROOT, "tools", "eldr-proxy", "eldr-proxy")
@@ -45,42 +43,13 @@ class ReadyProcess:
     def start(self, timeout=60.0):
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=log, env=self.env)
-        fd = self.proc.stdout.fileno()
-        deadline = time.monotonic() + timeout
-        buf = b""
-        want = (self.prefix + " ready ").encode()
-        while time.monotonic() < deadline:
-            r, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-            if not r:
-                break
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                log.write(line + b"\n")
-                if line.startswith(want):
-                    self.ready = json.loads(line[len(want):])
-                    log.flush()
-                    threading.Thread(target=self._drain, args=(fd, log), daemon=True).start()
-                    return self
+        self.ready = eldr_testing.read_ready_line(self.proc, self.prefix, log, timeout)
+        if self.ready is not None:
+            return self
         log.close()
         self.kill()
         raise AssertionError("%s did not become ready within %.0f s; log %s:\n%s"
                              % (self.cmd[:2], timeout, self.log_path, self.tail()))
-
-    def _drain(self, fd, log):
-        while True:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            log.write(chunk)
-            log.flush()
-        log.close()
 
     def tail(self, n=40):
         try:
@@ -90,17 +59,12 @@ class ReadyProcess:
             return ""
 
     def kill(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc is not None:
+            eldr_testing.kill_process(self.proc)
 
     def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        if self.proc is not None:
+            eldr_testing.stop_process(self.proc, timeout=30)
 
 
 class RouteTap:

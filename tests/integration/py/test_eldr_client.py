@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import queue
-import socket
 import sys
 import threading
 import time
@@ -28,7 +27,10 @@ import zmq
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "..", "cluster", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support",
+                                "py"))
 import eldr_client as ec  # noqa: E402
+import eldr_testing  # noqa: E402
 
 BIG = 18446744073709539271  # above INT64_MAX: must travel as uint64
 
@@ -315,10 +317,7 @@ def test_route_pipelined():
 
 def test_unreachable():
     # A port nothing listens on: the request queues in the DEALER and the call times out.
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    port = eldr_testing.free_port()
     for cls in (ec.RouteClient, ec.WorkerClient, ec.AdminClient):
         c = cls("tcp://127.0.0.1:%d" % port, timeout_ms=150)
         try:
