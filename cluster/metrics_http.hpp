@@ -1,7 +1,13 @@
 // metrics_http: a minimal HTTP/1.1 server for Prometheus scrapes and probes -- GET /metrics (text
 // exposition format 0.0.4), GET /healthz ("ok": liveness, the process answers; nothing else is
 // consulted, so it stays cheap) and GET /readyz (readiness: 200 or 503 with a JSON body, from the
-// ready function) -- so that eldr-node needs no HTTP library.
+// ready function).
+//
+// Why not cpp-httplib's server (the node links cpp-httplib for its scraper, a client): its server
+// gives each connection a pool thread that blocks in reads until a timeout, so slow or idle
+// clients can hold every thread and stall the scrape that matters; the bounds below (one thread,
+// oldest connection evicted, a deadline on every request) are what a node exposed to a cluster
+// network needs, and tests/fuzz's live node checks them.
 //
 // One background thread multiplexes the listening socket and every connection with poll(). It is
 // built to survive hostile or broken clients without growing memory or stalling other clients:

@@ -215,8 +215,10 @@ TEST(ZmqFrontendSubscribe, ReplayDeliversBatchesAndTheEndOrTimesOut) {
 // as "bind:ENDPOINT" on the socket start() bound. (The port is freed and bound again: another
 // process could take it in between, as with any free-port probe.)
 TEST(ZmqFrontendSubscribe, PublisherBindsAreBoundAtStart) {
-  zmq::context_t ctx;
-  zmq::socket_t holder(ctx, zmq::socket_type::pub);
+  // The holder has a context of its own: closing a ZeroMQ socket releases its port later, on
+  // the context's I/O thread, and terminating the context waits for that.
+  zmq::context_t holder_ctx;
+  zmq::socket_t holder(holder_ctx, zmq::socket_type::pub);
   holder.set(zmq::sockopt::linger, 0);
   holder.bind("tcp://127.0.0.1:*");
   const std::string taken = holder.get(zmq::sockopt::last_endpoint);
@@ -236,6 +238,7 @@ TEST(ZmqFrontendSubscribe, PublisherBindsAreBoundAtStart) {
   // Once free, the port is bound at start, and the subscription takes that socket: a second
   // bind of the same port would be refused (address in use).
   holder.close();
+  holder_ctx.close();
   auto f = zmq_frontend::start(options(taken), {});
   ASSERT_TRUE(f.ok()) << f.error().to_string();
   recorder r;

@@ -1334,7 +1334,9 @@ struct node_restore {
   // Connects to `node` and records its policy for `model`.
   status record(const std::string& node, const std::string& m) {
     client_options co;
-    co.timeout_ms = 5000;
+    // The same client restores the node after the run, when a node may still be draining the
+    // run's queues (and a swap in a cluster goes through the refit leader and its store).
+    co.timeout_ms = 30000;
     auto a = admin_client::connect(node, co);
     if (!a.ok()) return a.error();
     auto p = (*a)->call("policy", {{"model", m}});
@@ -1403,8 +1405,14 @@ struct node_restore {
         if (!back.ok())
           failed(what + ": " + back.error().message());
         else {
-          say(o, "restored the " + what);
-          out.restored.push_back(what);
+          // In a cluster the leader re-publishes the set as a new epoch (docs/cluster.md).
+          const std::string renumbered =
+              back->is_object() && back->contains("set_of_epoch")
+                  ? " (in the cluster: the set of epoch " + std::to_string(epoch_before) +
+                        " as epoch " + std::to_string(back->value("epoch", uint64_t{0})) + ")"
+                  : "";
+          say(o, "restored the " + what + renumbered);
+          out.restored.push_back(what + renumbered);
         }
       }
     }
