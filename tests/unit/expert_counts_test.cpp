@@ -134,13 +134,16 @@ TEST(ExpertCounts, RejectsBadInput) {
   EXPECT_FALSE(count_blocks(g, ids, 0, 4, 256).ok());
 }
 
-// A token names k distinct experts per layer: a repeat is refused, also when 256 or more picks of
-// one expert would wrap a byte around to a plausible count (255 tokens x top-8 of expert 0).
+// A token names k distinct experts per layer, so no count exceeds the block's tokens: a count that
+// does is refused (the check the counts message's decoder and eldr_client make, no stricter), also
+// when 256 or more picks of one expert would wrap a byte around to a plausible count (255 tokens
+// x top-8 of expert 0).
 TEST(ExpertCounts, FromTokensRefusesRepeatedIdsInATopKRow) {
   const model_geometry g{2, 16, 2};
   auto ids = random_ids(g, 4, 9);
   ASSERT_TRUE(block_counts::from_tokens(g, ids, 0, 4).ok());
-  ids[2 * 2 + 1] = ids[2 * 2];  // token 1, layer 0: both picks the same expert
+  for (uint32_t t = 0; t < 4; ++t)  // layer 0: every token picks expert 3 twice (8 > 4 tokens)
+    ids[t * 4] = ids[t * 4 + 1] = 3;
   auto r = block_counts::from_tokens(g, ids, 0, 4);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message().find("repeated ids"), std::string::npos);

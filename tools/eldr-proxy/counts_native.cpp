@@ -16,10 +16,10 @@
 //       written when has_seq is nonzero. On success returns 0 and sets *out to *out_len bytes
 //       (the MessagePack counts message) owned by *handle, valid until the caller passes the
 //       handle to eldr_counts_free. Otherwise returns 1 (the input is refused: geometry, sizes,
-//       an id >= experts, an expert repeated in a token's top-k row, more than 4096 blocks) or
-//       2 (out of memory), leaves *handle and *out null and writes a NUL-terminated message into
-//       error (truncated to error_len bytes). Never throws, never aborts on input. Thread-safe:
-//       no state.
+//       an id >= experts, a count over the block's tokens (ids repeated in top-k rows), more
+//       than 4096 blocks) or 2 (out of memory), leaves *handle and *out null and writes a
+//       NUL-terminated message into error (truncated to error_len bytes). Never throws, never
+//       aborts on input. Thread-safe: no state.
 //   void eldr_counts_free(void* handle)     a null handle is ignored
 #include <cstdint>
 #include <cstdlib>

@@ -49,9 +49,10 @@ class NativeCounts:
         """The packed counts message (an eldr_client.Packed) of ids (tokens, layers, top_k),
         numpy, any integer dtype, cut into blocks of block_size tokens, with one hash and parent
         (None: no parent) per block: its data is msgpack.packb(eldr_client.counts_message(
-        layers, experts, top_k, TopkIds(hashes, parents, ids, block_size), seq)). Raises ValueError on
-        what counts_message refuses (geometry, shapes, ids >= experts, repeated ids in a
-        token's top-k row, more than 4096 blocks); MemoryError when the library runs out."""
+        layers, experts, top_k, TopkIds(hashes, parents, ids, block_size), seq)). Raises
+        ValueError on what counts_message refuses (geometry, shapes, ids >= experts, repeated
+        ids in a token's top-k row, more than 4096 blocks); MemoryError when the library runs
+        out."""
         ids = np.asarray(ids)
         if ids.ndim != 3 or ids.shape[1:] != (layers, top_k):
             raise ValueError("ids: shape %s, expected (tokens, %d, %d)"
