@@ -1,8 +1,9 @@
 # What `cmake --install` puts where (docs/operations.md, "Installing"), by component:
 #   node     bin/eldr-node, bin/eldrctl                                (the Docker image's part)
 #   tools    bin/eldr-fit, eldr-sim, eldr-loadgen, eldr-sigcache
-#   python   lib/python3/dist-packages/ (eldr-client, eldr-record, eldr-proxy as plain modules)
-#            and their launchers bin/eldr-record, bin/eldr-proxy
+#   python   lib/python3/dist-packages/ (eldr-client, eldr-record, eldr-proxy as plain modules,
+#            and libeldr_counts_native.so beside them, which eldr_proxy_native.py loads) and
+#            their launchers bin/eldr-record, bin/eldr-proxy
 #   systemd  lib/systemd/system/eldr-node{,@}.service, lib/sysusers.d/eldr.conf
 #   doc      share/doc/eldr/ (README.md, docs/*.md, eldr-node.example.toml)
 #   dev      include/eldr/, lib/libeldr_{core,client}.a, lib/cmake/eldr/ (find_package(eldr))
@@ -31,6 +32,10 @@ file(GLOB eldr_proxy_py ${PROJECT_SOURCE_DIR}/tools/eldr-proxy/eldr_proxy*.py)
 file(GLOB eldr_record_py ${PROJECT_SOURCE_DIR}/tools/eldr-record/eldr_record/*.py)
 install(FILES ${eldr_client_py} ${eldr_proxy_py} DESTINATION ${ELDR_PYTHON_DIR} COMPONENT python)
 install(FILES ${eldr_record_py} DESTINATION ${ELDR_PYTHON_DIR}/eldr_record COMPONENT python)
+# eldr-proxy's compiled counts conversion, beside eldr_proxy_native.py, which looks for it there.
+if(TARGET eldr_counts_native)
+  install(TARGETS eldr_counts_native LIBRARY DESTINATION ${ELDR_PYTHON_DIR} COMPONENT python)
+endif()
 file(RELATIVE_PATH ELDR_BIN_TO_PYTHON "/p/${CMAKE_INSTALL_BINDIR}" "/p/${ELDR_PYTHON_DIR}")
 foreach(script IN ITEMS eldr_record eldr_proxy)
   string(REPLACE "_" "-" ELDR_LAUNCHER_NAME ${script})

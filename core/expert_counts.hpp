@@ -34,7 +34,8 @@ class block_counts {
   block_counts() = default;
 
   // Counts the choices of tokens [begin, end) of a token-major id array (see add_token_counts).
-  // Errors: end - begin not in 1..255, ids >= E, a range outside the array.
+  // Errors: end - begin not in 1..255, ids >= E, an expert picked by more of the block's
+  // tokens than it has (a token repeating an id in its top-k row), a range outside the array.
   static result<block_counts> from_tokens(const model_geometry& g,
                                           std::span<const expert_id> experts, uint32_t begin,
                                           uint32_t end);

@@ -374,13 +374,39 @@ def counts_message(layers, experts, top_k, blocks, seq=None):
     return msg
 
 
+class Packed:
+    """A field value already packed as one MessagePack value (`data`, bytes), placed in the
+    message as it is: a counts message made by eldr-proxy's compiled conversion
+    (eldr_proxy_native) is one, its data equal to msgpack.packb of counts_message's dict. Nothing
+    checks that the bytes are one value: only wrap what a packer made."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data):
+        self.data = bytes(data)  # no copy of a bytes object
+
+
 def encode(msg_type, fields):
-    """One wire message: the envelope plus `fields` (None values are left out: optional)."""
+    """One wire message: the envelope plus `fields` (None values are left out: optional). A
+    Packed value goes in as its bytes; the message is byte for byte what msgpack.packb makes of
+    the unpacked values."""
     m = {"version": PROTOCOL_VERSION, "type": msg_type}
     for k, v in fields.items():
         if v is not None:
             m[k] = v
-    return msgpack.packb(m, use_bin_type=True)
+    if not any(isinstance(v, Packed) for v in m.values()):
+        return msgpack.packb(m, use_bin_type=True)
+    n = len(m)  # a map header as msgpack writes it: fixmap, map16, map32
+    if n < 16:
+        parts = [bytes([0x80 | n])]
+    elif n < 1 << 16:
+        parts = [b"\xde" + n.to_bytes(2, "big")]
+    else:
+        parts = [b"\xdf" + n.to_bytes(4, "big")]
+    for k, v in m.items():
+        parts.append(msgpack.packb(k, use_bin_type=True))
+        parts.append(v.data if isinstance(v, Packed) else msgpack.packb(v, use_bin_type=True))
+    return b"".join(parts)
 
 
 def decode(payload, expected_types):

@@ -238,6 +238,20 @@ class PackageTest(unittest.TestCase):
             self.assert_in_package("/usr/lib/cmake/eldr/" + f, "find_package(eldr)")
         self.assert_in_package("/usr/include/eldr/cluster/client.hpp", "the C++ client header")
 
+    def test_proxy_finds_its_compiled_counts_conversion(self):
+        lib = "/usr/lib/python3/dist-packages/libeldr_counts_native.so"
+        self.assert_in_package(lib, "eldr-proxy's compiled counts conversion")
+        # The unpacked eldr_proxy_native loads it from beside itself (no $ELDR_COUNTS_NATIVE).
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("PYTHONPATH", "ELDR_COUNTS_NATIVE")}
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env["PYTHONPATH"] = os.path.join(self.root, "usr", "lib", "python3", "dist-packages")
+        code = ("import eldr_proxy_native as n; native, note = n.load(); "
+                "print(note); raise SystemExit(0 if native else 1)")
+        r = run([sys.executable, "-c", code], env=env, cwd=self.tmp.name)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn(os.path.join(self.root, lib.lstrip("/")), r.stdout)
+
     def test_unpacked_programs_run(self):
         bindir = os.path.join(self.root, "usr", "bin")
         for p in PROGRAMS:

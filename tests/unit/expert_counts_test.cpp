@@ -134,6 +134,30 @@ TEST(ExpertCounts, RejectsBadInput) {
   EXPECT_FALSE(count_blocks(g, ids, 0, 4, 256).ok());
 }
 
+// A token names k distinct experts per layer, so no count exceeds the block's tokens: a count that
+// does is refused (the check the counts message's decoder and eldr_client make, no stricter), also
+// when 256 or more picks of one expert would wrap a byte around to a plausible count (255 tokens
+// x top-8 of expert 0).
+TEST(ExpertCounts, FromTokensRefusesRepeatedIdsInATopKRow) {
+  const model_geometry g{2, 16, 2};
+  auto ids = random_ids(g, 4, 9);
+  ASSERT_TRUE(block_counts::from_tokens(g, ids, 0, 4).ok());
+  for (uint32_t t = 0; t < 4; ++t)  // layer 0: every token picks expert 3 twice (8 > 4 tokens)
+    ids[t * 4] = ids[t * 4 + 1] = 3;
+  auto r = block_counts::from_tokens(g, ids, 0, 4);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("repeated ids"), std::string::npos);
+  const model_geometry wide_k{1, 16, 8};
+  const std::vector<expert_id> zeros(255 * 8, 0);  // expert 0 picked 2,040 = 7 * 256 + 248 times
+  EXPECT_FALSE(block_counts::from_tokens(wide_k, zeros, 0, 255).ok());
+  const model_geometry many{1, 4096, 1};  // sparse: 3 of 4,096 experts, ascending
+  const std::vector<expert_id> sparse = {4095, 7, 300};
+  auto s = block_counts::from_tokens(many, sparse, 0, 3);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->ids(), (std::vector<expert_id>{7, 300, 4095}));
+  EXPECT_EQ(s->counts(), (std::vector<uint8_t>{1, 1, 1}));
+}
+
 // Models of more than 256 experts (Kimi K2: 384, Qwen3-Next: 512): ids above 255 are counted,
 // stored and validated like any other.
 TEST(ExpertCountsWide, DenseAndBlockCountsAgreeAt384And512Experts) {

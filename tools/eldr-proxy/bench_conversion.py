@@ -7,14 +7,22 @@ Stages, timed separately (median and p90 of --reps runs, after warm-up):
   decode      vLLM's base64 .npy string -> array (eldr_routed_experts.decode)
   select      MoE-layer selection and prompt cut (CountsBuilder.prompt_ids: eldr_routed_experts'
               MoeLayerMap, which also checks that the dense layers are zeros)
-  counts      array -> eldr counts message (CountsBuilder.message: eldr_client.counts_message
-              with a TopkIds): the routed-experts-to-counts conversion proper
+  counts      array -> eldr counts message (CountsBuilder.message): the routed-experts-to-counts
+              conversion proper, with numpy (eldr_client.counts_message with a TopkIds) and
+              with the compiled library (eldr_proxy_native: libeldr_counts_native.so), each
+              timed on the same input in every rep and reported side by side (counts_numpy,
+              counts_native); the two messages are checked to be the same bytes
   hashes      vLLM's sha256_cbor block hashes of the prompt (BlockHasher("vllm"))
-  encode      the whole route_request packed with msgpack (what goes on the wire)
-  all         decode + select + counts + hashes (the proxy's conversion stage)
+  encode      the whole route_request packed (what goes on the wire), per conversion
+  all         decode + select + counts + hashes (the proxy's conversion stage), per conversion
+
+--conversion numpy or native times one of the two; both (the default) needs the library, found
+as eldr-proxy finds it ($ELDR_COUNTS_NATIVE, else beside eldr_proxy_native.py) or at --native-lib
+(in a build tree: build/tools/eldr-proxy/libeldr_counts_native.so).
 
 usage: bench_conversion.py [--tokens 4096] [--layers 48] [--experts 128] [--top-k 8]
                            [--block-size 16] [--dense 1] [--reps 200] [--cpu] [--json]
+                           [--conversion both|numpy|native] [--native-lib PATH]
 """
 import argparse
 import base64
@@ -34,6 +42,8 @@ sys.path.insert(0, _HERE)
 
 import eldr_proxy_hashes as block_hashes  # noqa: E402
 import eldr_proxy_counts as rex  # noqa: E402
+import eldr_proxy_native  # noqa: E402
+import msgpack  # noqa: E402
 from eldr_client import normalize_hash, route_request  # noqa: E402
 
 
@@ -52,7 +62,20 @@ def main():
                          "by the time spent waiting for a core)")
     ap.add_argument("--no-malloc-tuning", action="store_true",
                     help="leave glibc's malloc thresholds alone (eldr-proxy sets them)")
+    ap.add_argument("--conversion", choices=("both", "numpy", "native"), default="both")
+    ap.add_argument("--native-lib", help="libeldr_counts_native.so (default: as eldr-proxy "
+                    "finds it)")
     a = ap.parse_args()
+    kinds = ("numpy", "native") if a.conversion == "both" else (a.conversion,)
+    native = None
+    if "native" in kinds:
+        path = a.native_lib or eldr_proxy_native.library_path()
+        try:
+            native = eldr_proxy_native.NativeCounts(path)
+        except (OSError, TypeError) as e:
+            sys.stderr.write("bench_conversion: the compiled conversion does not load (%s): "
+                             "give --native-lib or --conversion numpy\n" % e)
+            return 2
     if not a.no_malloc_tuning:
         rex.keep_large_allocations()
     T, L, E, k, bs = a.tokens, a.layers, a.experts, a.top_k, a.block_size
@@ -64,11 +87,17 @@ def main():
     np.save(buf, full, allow_pickle=False)
     routed = base64.b64encode(buf.getvalue()).decode()
     token_ids = rng.integers(0, 150000, size=T).tolist()
-    builder = rex.CountsBuilder(L, E, k, "%d-%d" % (a.dense, a.dense + L - 1), bs)
+    spec = "%d-%d" % (a.dense, a.dense + L - 1)
+    builders = {"numpy": rex.CountsBuilder(L, E, k, spec, bs),
+                "native": rex.CountsBuilder(L, E, k, spec, bs, native=native)}
     hasher = block_hashes.BlockHasher("vllm", "0")
 
     clock = time.thread_time if a.cpu else time.perf_counter
-    times = {s: [] for s in ("decode", "select", "counts", "hashes", "encode", "all")}
+    stages = ["decode", "select", "hashes"]
+    for kind in kinds:
+        stages += ["counts_" + kind, "encode_" + kind, "all_" + kind]
+    times = {s: [] for s in stages}
+    builder = builders[kinds[0]]
     for rep in range(a.reps + 10):
         t0 = clock()
         arr = builder.decode(routed)
@@ -77,21 +106,31 @@ def main():
         t2 = clock()
         hashes = hasher.hashes(token_ids, bs)
         t3 = clock()
-        msg = builder.message(sel, hashes)
-        t4 = clock()
-        wire = route_request("bench-%d" % rep, "m", [normalize_hash(h) for h in hashes], msg)
-        t5 = clock()
+        wires = {}
+        for kind in kinds:
+            t4 = clock()
+            msg = builders[kind].message(sel, hashes)
+            t5 = clock()
+            wires[kind] = route_request("bench-%d" % rep, "m", [normalize_hash(h) for h in hashes],
+                                        msg)
+            t6 = clock()
+            if rep >= 10:
+                times["counts_" + kind].append(t5 - t4)
+                times["encode_" + kind].append(t6 - t5)
+                times["all_" + kind].append(t3 - t0 + t5 - t4)
+        if len(set(wires.values())) != 1:
+            sys.stderr.write("bench_conversion: the numpy and native route_requests differ\n")
+            return 1
         if rep < 10:
             continue  # warm-up
         times["decode"].append(t1 - t0)
         times["select"].append(t2 - t1)
         times["hashes"].append(t3 - t2)
-        times["counts"].append(t4 - t3)
-        times["encode"].append(t5 - t4)
-        times["all"].append(t4 - t0)
+    wire = wires[kinds[0]]
+    n_blocks = len(msgpack.unpackb(wire, raw=False)["counts"]["blocks"])
     res = {"clock": "thread CPU" if a.cpu else "wall", "tokens": T, "layers": L, "experts": E,
-           "top_k": k, "block_size": bs,
-           "blocks": len(msg["blocks"]), "route_request_bytes": len(wire), "reps": a.reps}
+           "top_k": k, "block_size": bs, "conversion": a.conversion,
+           "blocks": n_blocks, "route_request_bytes": len(wire), "reps": a.reps}
     for s, v in times.items():
         v.sort()
         res[s + "_p50_ms"] = round(statistics.median(v) * 1e3, 3)
@@ -102,7 +141,7 @@ def main():
     print("%d tokens, L=%d E=%d k=%d, block %d: %d blocks, route_request %d bytes (%s time)"
           % (T, L, E, k, bs, res["blocks"], res["route_request_bytes"], res["clock"]))
     for s in times:
-        print("  %-7s p50 %8.3f ms   p90 %8.3f ms" % (s, res[s + "_p50_ms"], res[s + "_p90_ms"]))
+        print("  %-13s p50 %8.3f ms   p90 %8.3f ms" % (s, res[s + "_p50_ms"], res[s + "_p90_ms"]))
     return 0
 
 

@@ -51,6 +51,7 @@ import eldr_proxy_hashes as block_hashes  # noqa: E402
 from eldr_proxy_metrics import ProxyMetrics  # noqa: E402
 from eldr_proxy_counts import (CountsBuilder, CountsError,  # noqa: E402
                                keep_large_allocations, moe_layer_spec)
+import eldr_proxy_native  # noqa: E402
 
 log = logging.getLogger("eldr-proxy")
 
@@ -232,9 +233,12 @@ class Config:
             moe_layer_spec(spec, ns.layers, ns.top_k)
         except ValueError as e:
             raise UsageError(flag, "%r: %s" % (spec, e)) from None
+        # The compiled conversion when its library is found (eldr_proxy_native), else numpy:
+        # serve() says which, once, and /metrics shows it (eldr_proxy_counts_native).
+        native, self.counts_note = eldr_proxy_native.load()
         try:
             self.counts = CountsBuilder(ns.layers, ns.experts, ns.top_k, spec, self.block_size,
-                                        MAX_ROUTE_BLOCKS)
+                                        MAX_ROUTE_BLOCKS, native)
         except ValueError as e:  # what remains is the counts encoder's bound on E
             raise UsageError("--experts", str(e)) from None
         source = ns.block_hash or ("vllm" if ns.hash_seed is not None else "proxy")
@@ -562,7 +566,8 @@ class Proxy:
         self.in_flight = 0
         self.metrics = ProxyMetrics(
             lambda: self.in_flight,
-            lambda: {**self.prefill.health_values(), **self.decode.health_values()})
+            lambda: {**self.prefill.health_values(), **self.decode.health_values()},
+            lambda: 0 if config.counts.native is None else 1)
         self.session = None
         self.router = None
         self.workers = None
@@ -1046,7 +1051,8 @@ async def serve(config, stop):
     ready = {"listen": "http://%s:%d" % (host if ":" not in host else "[%s]" % host, bound[1]),
              "pid": os.getpid(), "event_loop": type(asyncio.get_running_loop()).__module__,
              "model": config.model, "block_hash": config.hasher.source,
-             "prefill": config.prefill, "decode": config.decode, "eldr": config.eldr}
+             "prefill": config.prefill, "decode": config.decode, "eldr": config.eldr,
+             "counts": "numpy" if config.counts.native is None else "native"}
     line = json.dumps(ready)
     if config.ready_file:
         tmp = config.ready_file + ".tmp"
@@ -1054,6 +1060,10 @@ async def serve(config, stop):
             f.write(line + "\n")
         os.replace(tmp, config.ready_file)
     print("eldr-proxy ready " + line, flush=True)
+    if config.counts.native is None:
+        log.warning("%s", config.counts_note)
+    else:
+        log.info("%s", config.counts_note)
     if config.hasher.source != "vllm":
         log.warning("block hashes are %s-side, not vLLM's: eldr's signature cache keeps their "
                     "counts only as orphans (signature_cache.orphan_counts_grace_ms); give "

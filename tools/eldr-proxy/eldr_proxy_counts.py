@@ -6,8 +6,10 @@ and telling vLLM's layer indices of the MoE layers from the dense ones (rows of 
 DeepSeek's first_k_dense_replace) is eldr_routed_experts' job, shared with eldr-record, so both
 tools take the same --moe-layers values ("1-26", "0,2,4-9", "all", "auto"). The conversion
 itself (grouping tokens into blocks and counting each block's experts per layer) is
-eldr_client.counts_message with a TopkIds: one encoder, whole-array numpy operations. This module
-holds the proxy's fixed settings and turns every failure into a CountsError with a metric label.
+eldr_client.counts_message with a TopkIds: one encoder, whole-array numpy operations; or, when
+the compiled library is loaded (eldr_proxy_native), eldr's C++ counting and encoder, which make
+the same bytes in less CPU time (BENCHMARKS.md). This module holds the proxy's fixed settings
+and turns every failure into a CountsError with a metric label.
 """
 import eldr_routed_experts as rex
 from eldr_client import TopkIds, counts_message
@@ -54,9 +56,11 @@ def moe_layer_spec(spec, layers, top_k):
 class CountsBuilder:
     """The proxy's fixed conversion settings: eldr's geometry, vLLM's MoE layers (a
     --moe-layers spec; the layer map is made from the first response, as eldr-record does, and
-    every later response is checked against it), block size."""
+    every later response is checked against it), block size. native: an
+    eldr_proxy_native.NativeCounts to convert with, or None for numpy."""
 
-    def __init__(self, layers, experts, top_k, moe_spec, block_size, max_blocks=4096):
+    def __init__(self, layers, experts, top_k, moe_spec, block_size, max_blocks=4096,
+                 native=None):
         counts_message(layers, experts, top_k, [])  # the encoder's own geometry rules
         if not 1 <= block_size <= 255:
             raise ValueError("block size %d: an eldr block holds 1..255 tokens" % block_size)
@@ -65,6 +69,7 @@ class CountsBuilder:
         self.block_size = block_size
         self.max_blocks = max_blocks
         self.layer_map = None
+        self.native = native
 
     @staticmethod
     def decode(value):
@@ -104,12 +109,17 @@ class CountsBuilder:
         """The counts message of the prompt's blocks. ids: (tokens, L, k) of the MoE layers;
         hashes: one per block (ceil(tokens / block_size)), from BlockHasher.hashes. At most
         max_blocks blocks (the route protocol's limit): a longer prompt is signed by its first
-        max_blocks blocks. Raises CountsError."""
+        max_blocks blocks. With numpy, counts_message's dict; with the compiled library, the
+        same message packed (eldr_client.Packed: route() places its bytes as they are). Raises
+        CountsError."""
         n_blocks = min(len(hashes), self.max_blocks)
         ids = ids[:n_blocks * self.block_size]
         hashes = hashes[:n_blocks]
         parents = [None] + hashes[:-1]
         try:
+            if self.native is not None:
+                return self.native.message(self.layers, self.experts, self.top_k, hashes,
+                                           parents, ids, self.block_size)
             return counts_message(self.layers, self.experts, self.top_k,
                                   TopkIds(hashes, parents, ids, self.block_size))
         except ValueError as e:

@@ -141,7 +141,7 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 class ProxyMetrics:
     """Every metric eldr-proxy exports (docs/eldr-proxy.md, "Metrics")."""
 
-    def __init__(self, in_flight, upstream_health):
+    def __init__(self, in_flight, upstream_health, counts_native=lambda: 0):
         r = self.registry = []
         self.requests = Counter(
             r, "eldr_proxy_requests_total",
@@ -201,6 +201,11 @@ class ProxyMetrics:
             r, "eldr_proxy_upstream_healthy",
             "1 when the proxy sends to the instance, 0 while it is marked down", ("role", "index"),
             read=upstream_health)
+        self.counts_native = Gauge(
+            r, "eldr_proxy_counts_native",
+            "1 when routed experts become counts with the compiled library "
+            "(libeldr_counts_native.so), 0 when with numpy (slower: the library "
+            "was not found, see the start-up log)", read=counts_native)
         self.latency = Histogram(
             r, "eldr_proxy_stage_seconds",
             "time of each stage of a request: prefill, conversion (routed experts to hashes and "

@@ -216,6 +216,10 @@ async def scenario(args, tmp):
         proxy.start()
         purl = proxy.ready["listen"]
         check(proxy.ready["block_hash"] == "vllm", "hash source: %r" % proxy.ready)
+        # CTest gives the compiled counts conversion's path: the counts eldr receives below
+        # (equal to the trace's) are then made by it.
+        want = "native" if os.environ.get("ELDR_COUNTS_NATIVE", "off") != "off" else "numpy"
+        check(proxy.ready["counts"] == want, "counts conversion: %r" % proxy.ready)
         admin = aio.AsyncAdminClient(node.endpoint("admin"), timeout_ms=10000)
         session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
         try:
