@@ -176,3 +176,34 @@ def hold_port(host="127.0.0.1"):
     s.bind((host, 0))
     s.listen(1)
     return s, s.getsockname()[1]
+
+
+class Skip(Exception):
+    """Raised by a test function that cannot run here (the message says why):
+    run_test_functions counts it as skipped, not failed."""
+
+
+def run_test_functions(namespace):
+    """The small runner of the script-style unit tests: calls every callable named test_* in
+    `namespace` (a module's globals()), in name order, printing PASS, SKIP (a Skip raised) or FAIL
+    with its traceback for each. Returns the exit code: 0 when none failed, else 1."""
+    import traceback
+    failures = skips = 0
+    for name, fn in sorted(namespace.items()):
+        if not name.startswith("test_") or not callable(fn):
+            continue
+        try:
+            fn()
+            print("PASS", name)
+        except Skip as e:
+            skips += 1
+            print("SKIP", name, "-", e)
+        except Exception:  # noqa: BLE001 - report every failing test
+            failures += 1
+            print("FAIL", name)
+            traceback.print_exc()
+    if failures:
+        print("%d tests failed" % failures)
+        return 1
+    print("all tests passed (%d skipped)" % skips)
+    return 0

@@ -13,7 +13,6 @@ usage: ELDR_COUNTS_NATIVE=path/to/libeldr_counts_native.so eldr_proxy_native_tes
 import ctypes
 import os
 import sys
-import traceback
 
 import msgpack
 import numpy as np
@@ -23,6 +22,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "cluster", "python"))
 sys.path.insert(0, os.path.join(ROOT, "tools", "eldr-proxy"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support", "py"))
+import eldr_testing  # noqa: E402
 import eldr_client as ec  # noqa: E402
 import eldr_trace  # noqa: E402
 import eldr_proxy_counts as rex  # noqa: E402
@@ -37,8 +38,7 @@ def check(cond, what):
         raise AssertionError(what)
 
 
-class Skip(Exception):
-    pass
+Skip = eldr_testing.Skip
 
 
 def shared_data():
@@ -312,25 +312,7 @@ def main():
               % eldr_proxy_native.ENV)
         return 1
     NATIVE = native
-    failures = skips = 0
-    for name, fn in sorted(globals().items()):
-        if not name.startswith("test_") or not callable(fn):
-            continue
-        try:
-            fn()
-            print("PASS", name)
-        except Skip as e:
-            skips += 1
-            print("SKIP", name, "-", e)
-        except Exception:  # noqa: BLE001 - report every failing test
-            failures += 1
-            print("FAIL", name)
-            traceback.print_exc()
-    if failures:
-        print("%d tests failed" % failures)
-        return 1
-    print("all tests passed (%d skipped)" % skips)
-    return 0
+    return eldr_testing.run_test_functions(globals())
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import os
 import random
 import struct
 import sys
-import traceback
 
 import numpy as np
 
@@ -25,6 +24,8 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "cluster", "python"))
 sys.path.insert(0, os.path.join(ROOT, "tools", "eldr-proxy"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "fakes"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support", "py"))
+import eldr_testing  # noqa: E402
 import eldr_proxy_hashes as block_hashes  # noqa: E402
 import eldr_proxy  # noqa: E402
 import eldr_trace  # noqa: E402
@@ -36,8 +37,7 @@ def check(cond, what):
         raise AssertionError(what)
 
 
-class Skip(Exception):
-    pass
+Skip = eldr_testing.Skip
 
 
 def shared_data():
@@ -448,25 +448,7 @@ def test_upstream_bodies_are_bounded():
 
 
 def main():
-    failures = skips = 0
-    for name, fn in sorted(globals().items()):
-        if not name.startswith("test_") or not callable(fn):
-            continue
-        try:
-            fn()
-            print("PASS", name)
-        except Skip as e:
-            skips += 1
-            print("SKIP", name, "-", e)
-        except Exception:  # noqa: BLE001 - report every failing test
-            failures += 1
-            print("FAIL", name)
-            traceback.print_exc()
-    if failures:
-        print("%d tests failed" % failures)
-        return 1
-    print("all tests passed (%d skipped)" % skips)
-    return 0
+    return eldr_testing.run_test_functions(globals())
 
 
 if __name__ == "__main__":
