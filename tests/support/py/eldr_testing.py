@@ -207,3 +207,18 @@ def run_test_functions(namespace):
         return 1
     print("all tests passed (%d skipped)" % skips)
     return 0
+
+
+def check(cond, what):
+    """The script-style tests' assertion: raises AssertionError(what) unless cond."""
+    if not cond:
+        raise AssertionError(what)
+
+
+def shared_data(root):
+    """The recorded traces' folder: $ELDR_SHARED_DATA, else ../shared/data beside the checkout
+    `root`. Raises Skip when it is not there."""
+    d = os.environ.get("ELDR_SHARED_DATA") or os.path.join(root, "..", "shared", "data")
+    if not os.path.isdir(d):
+        raise Skip("no shared data at %s (set ELDR_SHARED_DATA)" % d)
+    return d

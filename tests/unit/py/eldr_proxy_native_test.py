@@ -33,19 +33,12 @@ import eldr_proxy_native  # noqa: E402
 NATIVE = None  # set in main()
 
 
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
-
-
+check = eldr_testing.check
 Skip = eldr_testing.Skip
 
 
 def shared_data():
-    d = os.environ.get("ELDR_SHARED_DATA") or os.path.join(ROOT, "..", "shared", "data")
-    if not os.path.isdir(d):
-        raise Skip("no shared data at %s (set ELDR_SHARED_DATA)" % d)
-    return d
+    return eldr_testing.shared_data(ROOT)
 
 
 def numpy_bytes(L, E, k, hashes, parents, ids, bs, seq=None):
