@@ -472,7 +472,11 @@ def throughput():
                         "--synthetic", args.preset, "--decode-workers",
                         str(args.decode_workers), "--route-only", "--policies", "eldr", "--json",
                         "--quiet", "--output-tokens", str(args.output_tokens), "--prompt-max",
-                        str(args.prompt_max)] + args.throughput_loadgen_args.split()
+                        str(args.prompt_max),
+                        # The cluster is thrown away after the run: no epoch to restore (a
+                        # restore waits for the refit leader, which an overloaded cluster may
+                        # be electing again).
+                        "--keep-centroids"] + args.throughput_loadgen_args.split()
                 run_loadgen(base + ["--rate", "1000", "--duration", "2"])  # warm-up
                 cpu0 = [cpu_of(c.pid(i)) for i in range(1, n + 1)]
                 r = run_loadgen(base + ["--rate", str(args.throughput_rate), "--duration",
