@@ -1,0 +1,95 @@
+// router_actor_internal: the router actor's own files (router_actor.cpp, router_admin.cpp,
+// router_load.cpp, router_peers.cpp) and what they call in each other. Everything here sends or
+// receives CAF messages; the logic they wire lives in the plain modules beside them
+// (router_files, model_policy, route_decision, router_status, shard_gather).
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "actors/router/router_state.hpp"
+
+namespace eldr::router {
+
+using router_actor_t = caf::stateful_actor<router_state>;
+
+// --- router_actor.cpp ---
+
+// Signs `job` (the node's signature cache, or the cluster's shards) and decides it.
+void sign_and_route(router_actor_t* self, model_state& m, route_job_ptr job, int attempt);
+
+// Counts a message from a peer that did not prove the cluster secret.
+void untrusted(router_actor_t* self);
+
+// --- router_admin.cpp ---
+
+void handle_admin(router_actor_t* self, const admin_job_ptr& job);
+
+// An install's outcome: the epoch, or the error.
+using install_done = std::function<void(result<uint64_t>)>;
+
+// Runs `file` through the store (a new epoch, numbered in the refit leader's `term`; 0 outside a
+// cluster) and installs it, then calls done. `cause` goes to the rollback history, `what` to the
+// log.
+void store_and_install(router_actor_t* self, model_state& m, centroid_file file, std::string cause,
+                       std::string what, install_done done, uint64_t term);
+
+// The outcome of a change of the current set: the epoch installed and the stored epoch it came
+// from (0 for an import), or the error.
+using change_done = std::function<void(result<uint64_t> epoch, uint64_t source)>;
+
+// On the refit leader: makes `command` ("import" of `bytes`, "swap" to `epoch`, "rollback").
+void change_as_leader(router_actor_t* self, model_state& m, const std::string& command,
+                      const std::vector<uint8_t>& bytes, uint64_t epoch, uint64_t term,
+                      change_done done);
+
+// In a cluster: the change made by the refit leader (this router or the leader's, asked over the
+// cluster), answering `job`; waits for a leader until `deadline_ms`.
+void change_via_leader(router_actor_t* self, uint32_t index, admin_job_ptr job, std::string command,
+                       std::vector<uint8_t> bytes, uint64_t epoch, int64_t deadline_ms);
+
+// An install's outcome delivered to the actor that asked for it.
+install_done deliver_epoch(caf::typed_response_promise<uint64_t> rp);
+
+// --- router_load.cpp ---
+
+// Scrapes the metrics URL of every registered worker of `m` that has one (off the actor's
+// thread; the results come back as scraped_atom).
+void scrape_model(router_actor_t* self, model_state& m);
+void on_scraped(router_actor_t* self, uint32_t model, uint32_t worker, int64_t issued_ms, bool ok,
+                const vllm_load& load, const std::string& error);
+
+// A worker-protocol message; `answer`: false for a copy another node's load monitor answered.
+void handle_worker(router_actor_t* self, const worker_job& job, bool answer);
+
+// cluster.load_sharing = "authority": every load_sync_ms, this router's totals to each authority
+// and this node's vectors to every router; and a vector (own or a peer's) applied.
+void load_tick(router_actor_t* self);
+void apply_vector(router_state& st, model_state& m, const load_vector& v);
+
+// --- router_peers.cpp ---
+
+// Tells the other routers that `m` now routes with its epoch, and why.
+void announce_epoch(caf::event_based_actor* self, const router_state& st, const model_state& m);
+
+// Rebuilds the ring of signature-cache shards from the live members (and this node).
+void rebuild_ring(router_state& st, const std::vector<member_info>& members);
+
+// Sends the decisions queued since the last flush to every peer router.
+void flush_decisions(router_actor_t* self);
+
+// Installs a peer's set when the fence accepts it, and stores it under the same epoch.
+void adopt_epoch(router_actor_t* self, model_state& m, uint64_t epoch, uint64_t term,
+                 const std::vector<uint8_t>& bytes, const char* why, const std::string& cause);
+
+// A late or returning router learns the workers and the newest set from its peers.
+void merge_pools(router_actor_t* self, const std::vector<pool_snapshot>& pools);
+
+// The cluster's live members: peers, routers by name, the shard ring.
+void on_members(router_actor_t* self, const std::vector<member_info>& members);
+
+}  // namespace eldr::router

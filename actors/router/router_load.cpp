@@ -1,0 +1,287 @@
+// router_load: the decode workers' load as the router learns it -- their worker-protocol messages
+// (register, load_report, finished, drain), their vLLM /metrics scraped every scrape_interval_ms,
+// and, with cluster.load_sharing = "authority", the load exchange between routers
+// (core/load_exchange.hpp): decision totals to each worker's authority, one load vector per
+// model per interval back.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "actors/router/model_policy.hpp"
+#include "actors/router/router_actor_internal.hpp"
+#include "cluster/worker_protocol.hpp"
+
+namespace eldr::router {
+
+// --- Load from the workers' own metrics (docs/vllm.md, "Load") ---
+//
+// A worker that registered a metrics_url is scraped every scrape_interval_ms; each result goes to
+// the load view (on_scrape: authoritative load plus this router's routes since the scrape was
+// issued, and a heartbeat; a failure is only counted, so a worker whose scrapes keep failing
+// leaves the candidate set after worker_timeout_ms). Workers without one push load_reports.
+
+void set_metrics_url(model_state& m, uint32_t worker, const std::string& url) {
+  const size_t k = m.pool.k();
+  if (m.metrics_urls.size() < k) {
+    m.metrics_urls.resize(k);
+    m.metrics_url_text.resize(k);
+    m.scrape_error.resize(k);
+    m.scraped.resize(k);
+  }
+  if (worker >= k) return;
+  m.scrape_error[worker].clear();
+  m.scraped[worker].reset();
+  m.metrics_url_text[worker] = url;
+  m.metrics_urls[worker].reset();
+  // Validated by the worker protocol's decoder; a peer's copy went through it too.
+  if (auto u = parse_http_url(url); !url.empty() && u.ok()) m.metrics_urls[worker] = *u;
+}
+
+void scrape_model(router_actor_t* self, model_state& m) {
+  auto& st = self->state;
+  const int64_t now = st.ctx->now_ms();
+  const uint32_t model = m.index;
+  for (uint32_t w = 0; w < m.metrics_urls.size() && w < m.pool.k(); ++w) {
+    if (!m.metrics_urls[w] || m.pool.state(w, now) == worker_state::unregistered) continue;
+    if (auto snap = m.pool.snapshot(w, now); snap.ok() && snap->last_scrape_age_ms >= 0)
+      st.ctx->metrics->worker_scrape_age(m.cfg->name, w,
+                                         static_cast<double>(snap->last_scrape_age_ms) / 1000.0);
+    if (!st.scraper) st.scraper = std::make_unique<metrics_scraper>();
+    const caf::actor me = caf::actor_cast<caf::actor>(self);
+    const uint64_t key = (uint64_t{model} << 32) | w;
+    // Skipped while the previous scrape of this worker runs: a slow worker is never queued twice.
+    (void)st.scraper->scrape(
+        key, *m.metrics_urls[w], m.cfg->name, [me, model, w, now](uint64_t, result<vllm_load> r) {
+          if (r.ok())
+            caf::anon_send(me, scraped_atom::value, model, w, now, true, r->running, r->waiting,
+                           r->kv_usage, std::string());
+          else
+            caf::anon_send(me, scraped_atom::value, model, w, now, false, uint32_t{0}, uint32_t{0},
+                           0.0f, r.error().to_string());
+        });
+  }
+}
+
+// --- Load authorities (cluster.load_sharing = "authority", core/load_exchange.hpp) ---
+
+// Finished ids an authority remembers so that a resent one is counted once; the same bound and
+// lifetime as the load view's tracked ids.
+constexpr uint32_t authority_finished_ids = 1u << 16;
+constexpr int64_t authority_finished_ttl_ms = 10 * 60 * 1000;
+// An unchanged delta is resent this often (a lost one is then repaired), and an unchanged vector
+// republished (it is also the workers' heartbeat at the other routers).
+constexpr int64_t delta_resend_ms = 500;
+constexpr int64_t vector_republish_ms = 250;
+
+// This node is the authority of `worker` (its messages reach this node's load monitor).
+void become_authority(router_state& st, model_state& m, uint32_t worker, int64_t now) {
+  if (!m.authority) {
+    m.authority.emplace(st.ctx->config.name, m.cfg->worker_timeout_ms);
+    // Both figures are >= 1, so make() cannot fail.
+    auto seen =
+        bounded_lru<std::string, bool>::make(authority_finished_ids, authority_finished_ttl_ms);
+    m.finished_seen.emplace(std::move(*seen));
+  }
+  m.authority->add_worker(worker, now);
+  m.authority_of[worker] = st.ctx->config.name;
+}
+
+// A vector (this node's own or a peer's): the loads it covers, with this router's decisions since
+// the delta it includes, go into the load view.
+void apply_vector(router_state& st, model_state& m, const load_vector& v) {
+  if (!m.overlay.on_vector(v, st.ctx->config.name)) return;
+  ++st.vectors_applied;
+  for (const auto& e : v.workers)
+    if (e.worker < m.pool.k()) m.authority_of[e.worker] = v.authority;
+  m.ledger.resize(m.pool.k());
+  std::vector<uint32_t> load(m.pool.k(), 0);
+  std::vector<uint8_t> covered(m.pool.k(), 0);
+  m.overlay.compose(m.ledger, load, covered);
+  const int64_t now = st.ctx->now_ms();
+  for (const auto& e : v.workers)
+    if (e.worker < covered.size() && covered[e.worker] != 0)
+      (void)m.pool.on_shared(e.worker, load[e.worker], covered[e.worker] == 1, now);
+  publish_readiness(st, m);
+}
+
+// Every load_sync_ms: this router's totals to each authority (when they changed, or to repair a
+// lost one), and this node's vector to every router (when it changed, or as a heartbeat).
+void load_tick(router_actor_t* self) {
+  auto& st = self->state;
+  const int64_t now = st.ctx->now_ms();
+  const std::string& me = st.ctx->config.name;
+  for (auto& mp : st.models) {
+    auto& m = *mp;
+    m.ledger.resize(m.pool.k());
+    std::map<std::string, load_delta> out;
+    for (const auto& [w, a] : m.authority_of)
+      if (m.ledger.total(w) > 0) out[a].totals.emplace_back(w, m.ledger.total(w));
+    for (auto& [a, d] : out) {
+      auto& stream = m.deltas_out[a];
+      std::vector<uint64_t> totals(m.ledger.totals().begin(), m.ledger.totals().end());
+      if (totals == stream.totals && now - stream.sent_ms < delta_resend_ms) continue;
+      d.router = me;
+      d.incarnation = st.incarnation;
+      d.seq = ++stream.seq;
+      stream.totals = std::move(totals);
+      stream.sent_ms = now;
+      m.overlay.sent(a, d.seq, m.ledger.totals());
+      if (a == me) {
+        if (m.authority) m.authority->on_delta(d);
+        continue;
+      }
+      auto r = st.routers_by_name.find(a);
+      if (r == st.routers_by_name.end()) continue;  // gone: its vectors stop, the view times out
+      load_delta_msg msg{m.cfg->name, me, d.incarnation, d.seq, {}, {}};
+      for (const auto& [w, t] : d.totals) {
+        msg.workers.push_back(w);
+        msg.totals.push_back(t);
+      }
+      self->send(r->second, load_delta_atom::value, std::move(msg));
+      ++st.deltas_sent;
+    }
+    if (!m.authority) continue;
+    const load_vector v = m.authority->publish(now);
+    const bool changed = v.workers.size() != m.last_published.size() ||
+                         !std::equal(v.workers.begin(), v.workers.end(), m.last_published.begin(),
+                                     [](const load_vector_entry& x, const load_vector_entry& y) {
+                                       return x.worker == y.worker && x.in_flight == y.in_flight &&
+                                              x.alive == y.alive;
+                                     });
+    if (!changed && now - m.published_ms < vector_republish_ms) continue;
+    m.last_published = v.workers;
+    m.published_ms = now;
+    apply_vector(st, m, v);
+    load_vector_msg msg{m.cfg->name, v.authority, v.seq, {}, {}, {}, {}, {}};
+    for (const auto& e : v.workers) {
+      msg.workers.push_back(e.worker);
+      msg.in_flight.push_back(e.in_flight);
+      msg.alive.push_back(e.alive ? 1 : 0);
+    }
+    for (const auto& [r, seq] : v.included) {
+      msg.routers.push_back(r);
+      msg.included.push_back(seq);
+    }
+    for (const auto& p : st.peers)
+      self->send(p, load_vector_atom::value, msg);
+    st.vectors_sent += st.peers.size();
+  }
+}
+
+void on_scraped(router_actor_t* self, uint32_t model, uint32_t worker, int64_t issued_ms, bool ok,
+                const vllm_load& load, const std::string& error) {
+  auto& st = self->state;
+  if (model >= st.models.size()) return;
+  auto& m = *st.models[model];
+  if (worker >= m.pool.k() || worker >= m.metrics_urls.size() || !m.metrics_urls[worker]) return;
+  const uint32_t in_flight = load.in_flight();
+  st.ctx->metrics->worker_scraped(m.cfg->name, worker, ok, in_flight, load.kv_usage);
+  if (!ok) {
+    if (m.scrape_error[worker].empty() || m.scrape_error[worker] != error)
+      spdlog::warn("model {}: worker {}'s metrics not scraped: {}", m.cfg->name, worker, error);
+    m.scrape_error[worker] = error;
+    (void)m.pool.on_scrape_failed(worker);
+    return;
+  }
+  if (!m.scrape_error[worker].empty())
+    spdlog::info("model {}: worker {}'s metrics scraped again", m.cfg->name, worker);
+  m.scrape_error[worker].clear();
+  if (worker < m.scraped.size()) m.scraped[worker] = load;
+  (void)m.pool.on_scrape(worker, in_flight, issued_ms, st.ctx->now_ms());
+  // Scrapes are in issue order: their issue time orders them as a report's seq would.
+  if (m.authority)
+    m.authority->on_report(worker, in_flight,
+                           static_cast<uint64_t>(std::max<int64_t>(issued_ms, 0)),
+                           st.ctx->now_ms());
+  publish_readiness(st, m);
+}
+
+// `answer`: false for a message another node's load monitor received and answered (its copy
+// only updates this router's load view).
+void handle_worker(router_actor_t* self, const worker_job& job, bool answer) {
+  auto& st = self->state;
+  const int64_t now = st.ctx->now_ms();
+  auto fail = [&](route_error_code code, const std::string& id, std::string message) {
+    if (answer) st.ctx->edge->reply_error(job.from, id, code, std::move(message));
+  };
+  auto ack = [&](const std::string& id, model_state& m, uint32_t worker) {
+    if (!answer) return;
+    worker_ack a;
+    a.id = id;
+    auto snap = m.pool.snapshot(worker, now);
+    a.state = snap.ok() ? std::string(to_string(snap->state)) : "unregistered";
+    a.epoch = m.epoch;
+    st.ctx->edge->reply(job.from, encode_worker_ack(a));
+  };
+  std::visit(
+      [&](const auto& msg) {
+        using T = std::decay_t<decltype(msg)>;
+        model_state* m = st.find(msg.model);
+        if (!m)
+          return fail(route_error_code::unknown_model, msg.id,
+                      "no model named '" + msg.model + "'");
+        // Whatever the message changed, /readyz sees it once the handler returns.
+        struct publish_on_return {
+          const router_state& st;
+          const model_state& m;
+          ~publish_on_return() { publish_readiness(st, m); }
+        } publish{st, *m};
+        if constexpr (std::is_same_v<T, worker_register>) {
+          if (msg.worker >= m->pool.k()) {
+            const bool open_k = m->cfg->workers == 0 && !m->set;
+            if (!open_k || msg.worker >= m->cfg->max_workers)
+              return fail(route_error_code::malformed, msg.id,
+                          "worker " + std::to_string(msg.worker) + " is outside model '" +
+                              msg.model + "''s pool of " + std::to_string(m->pool.k()));
+            if (auto s = m->pool.resize(msg.worker + 1); !s.ok())
+              return fail(route_error_code::internal, msg.id, s.message());
+          }
+          if (auto s = m->pool.register_worker(msg.worker, msg.endpoint, msg.capacity, now);
+              !s.ok())
+            return fail(route_error_code::malformed, msg.id, s.message());
+          if (m->policy->workers() != m->pool.k()) (void)rebuild_policy(*m);
+          // With load authorities, only the worker's authority scrapes it.
+          set_metrics_url(*m, msg.worker,
+                          st.authority_mode && !answer ? std::string() : msg.metrics_url);
+          if (st.authority_mode && answer) become_authority(st, *m, msg.worker, now);
+          if (answer)
+            spdlog::info("model {}: decode worker {} registered at {} (capacity {}{})", msg.model,
+                         msg.worker, msg.endpoint, msg.capacity,
+                         msg.metrics_url.empty() ? "" : ", load scraped from " + msg.metrics_url);
+          ack(msg.id, *m, msg.worker);
+        } else if constexpr (std::is_same_v<T, load_report>) {
+          if (auto s = m->pool.on_report(msg.worker, msg.in_flight, msg.seq, now); !s.ok())
+            return fail(route_error_code::malformed, msg.id, s.message());
+          if (m->authority) m->authority->on_report(msg.worker, msg.in_flight, msg.seq, now);
+          if (m->reported.size() <= msg.worker) m->reported.resize(msg.worker + 1);
+          auto& last = m->reported[msg.worker];
+          if (!last || msg.seq >= last->seq)
+            last = model_state::reported_load{
+                vllm_load{msg.running, msg.waiting, std::clamp(msg.kv_usage, 0.0f, 1.0f)}, msg.seq};
+          ack(msg.id, *m, msg.worker);
+        } else if constexpr (std::is_same_v<T, finished_requests>) {
+          if (msg.worker >= m->pool.k())
+            return fail(route_error_code::malformed, msg.id, "unknown worker");
+          for (const auto& r : msg.requests) {
+            m->pool.on_finished(msg.worker, r, now);
+            // The authority counts every request of its worker once, whichever router routed it.
+            if (m->authority && m->finished_seen && !m->finished_seen->contains(r, now)) {
+              m->finished_seen->put(r, true, now);
+              m->authority->on_finished(msg.worker, 1);
+            }
+          }
+          ack(msg.id, *m, msg.worker);
+        } else if constexpr (std::is_same_v<T, worker_drain>) {
+          auto s = msg.drain ? m->pool.drain(msg.worker) : m->pool.undrain(msg.worker);
+          if (!s.ok()) return fail(route_error_code::malformed, msg.id, s.message());
+          spdlog::info("model {}: worker {} {}", msg.model, msg.worker,
+                       msg.drain ? "drains" : "undrains");
+          ack(msg.id, *m, msg.worker);
+        } else {
+          fail(route_error_code::unknown_type, msg.id, "not a router message");
+        }
+      },
+      job.message);
+}
+
+}  // namespace eldr::router

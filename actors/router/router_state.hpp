@@ -1,0 +1,185 @@
+// router_state: what the router holds, per model (model_state) and for the node (router_state).
+// Plain data shared by the router's modules in actors/router/: the plain ones (router_files,
+// model_policy, route_decision, router_status, shard_gather) take it without an actor system, so
+// unit tests drive them; the actor's own files (router_actor.cpp, router_admin.cpp,
+// router_load.cpp, router_peers.cpp) wire it to CAF messages.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/cluster_protocol.hpp"
+#include "actors/messages.hpp"
+#include "actors/node_context.hpp"
+#include "cluster/http_url.hpp"
+#include "cluster/metrics_scraper.hpp"
+#include "core/bounded_lru.hpp"
+#include "core/centroid_file.hpp"
+#include "core/centroid_history.hpp"
+#include "core/hash_ring.hpp"
+#include "core/leadership.hpp"
+#include "core/load_exchange.hpp"
+#include "core/load_view.hpp"
+#include "core/refit.hpp"
+#include "core/route_fallback.hpp"
+#include "core/routing.hpp"
+
+namespace eldr::router {
+
+inline int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// One past decision, for `eldrctl explain`.
+struct explained {
+  std::string request;
+  uint32_t worker = 0;
+  uint64_t epoch = 0;
+  std::string policy;
+  float tau = 0.0f;
+  uint32_t covered = 0, total = 0;
+  float best_score = 0.0f, worker_score = 0.0f;
+  bool widened = false;
+  std::string fallback;  // why the decision was by load only ("" when it was not)
+  std::vector<uint32_t> candidates;
+  std::vector<float> scores;   // s_k of every worker ("eldr", "eldr-adaptive"), else empty
+  std::vector<uint32_t> load;  // in-flight per worker at the decision
+};
+
+struct model_state {
+  uint32_t index = 0;
+  const model_config* cfg = nullptr;
+  load_view pool;
+  std::string policy_name;  // as configured or set by `eldrctl policy`
+  float tau = 0.1f;
+  bool widen_single = true;  // the band's widening of a one-worker band (core/routing.hpp)
+  // "config", or "admin" when `eldrctl policy` set policy_name/tau/widen_single: an admin change
+  // is persisted (data_dir/router-policy.json) and wins over the config at the next start.
+  std::string policy_source = "config";
+  std::unique_ptr<routing_policy> policy;  // what routes now
+  bool eldr_active = false;                // policy is the locality band over `set`
+  std::optional<centroid_file> file;
+  centroid_set_ptr set;
+  spec_ptr spec;
+  uint64_t epoch = 0;
+  std::optional<signature_sample> sample;  // width of spec; reset when the width changes
+  // Cluster: which published epochs this router accepts (a refit leader's term fences a stale
+  // leader's publishes; docs/cluster.md).
+  epoch_fence fence;
+  uint64_t fenced = 0;  // announcements refused (stale term or old epoch)
+  // The installs that made sets current, for `centroids rollback` (persisted in data_dir), and
+  // the cause of the newest install, which an announcement to the peers carries.
+  centroid_history history;
+  std::string last_cause;
+  std::deque<explained> recent;
+  route_trace trace;
+  uint64_t routed = 0, failed = 0, resigned = 0, unsigned_routes = 0, swaps = 0;
+  uint64_t covered_blocks = 0, total_blocks = 0;
+  // Loud fallbacks (core/route_fallback.hpp): decisions by load only per reason, requests whose
+  // counts were of another geometry (the documented name, counts_geometry), and one log limiter
+  // per reason so that a misconfigured client cannot flood the log.
+  std::array<uint64_t, fallback_reason_count> fallbacks{};
+  uint64_t counts_geometry = 0;
+  std::array<log_limiter, fallback_reason_count> fallback_log;
+
+  // Per worker slot: the metrics URL it registered (scraped every scrape_interval_ms), or none
+  // (it pushes load_reports). Grows with the pool; cleared when a worker registers without one.
+  std::vector<std::optional<http_url>> metrics_urls;
+  std::vector<std::string> metrics_url_text;  // as registered, for the workers listing
+  std::vector<std::string> scrape_error;  // the last failed scrape's reason ("" after a good one)
+  std::vector<std::optional<vllm_load>> scraped;  // the last good scrape (workers listing)
+  // Per worker slot: the running/waiting/KV usage of the newest pushed load_report (informational:
+  // the load view counts its in_flight), and that report's seq; for the listing and the page.
+  struct reported_load {
+    vllm_load load;
+    uint64_t seq = 0;
+  };
+  std::vector<std::optional<reported_load>> reported;
+
+  // cluster.load_sharing = "authority" (core/load_exchange.hpp): this router's decisions per
+  // worker; the authorities' vectors over them; the load authority for the workers that talk to
+  // this node (made at the first local registration) and the finished ids it applied; which node
+  // is each worker's authority (learned from the vectors); per authority, the last delta seq, the
+  // totals it carried and when (an unchanged delta is resent at most every delta_resend_ms).
+  decision_ledger ledger;
+  load_overlay overlay;
+  std::optional<load_authority> authority;
+  std::optional<bounded_lru<std::string, bool>> finished_seen;
+  std::map<uint32_t, std::string> authority_of;
+  struct delta_stream {
+    uint64_t seq = 0;
+    std::vector<uint64_t> totals;
+    int64_t sent_ms = 0;
+  };
+  std::map<std::string, delta_stream> deltas_out;
+  std::vector<load_vector_entry> last_published;
+  int64_t published_ms = 0;
+
+  explicit model_state(load_view p) : pool(std::move(p)) {}
+};
+
+// A decision remembered for retries: the same request id gets the same worker and epoch.
+struct remembered {
+  uint32_t worker = 0;
+  uint64_t epoch = 0;
+};
+
+struct router_state {
+  node_context_ptr ctx;
+  caf::actor sigcache;
+  std::vector<std::unique_ptr<model_state>> models;
+  uint64_t unknown_model = 0;
+  // Decisions by "<model index>/<request id>", this router's and its peers': a client that
+  // retries a route (after a timeout, possibly at another router) gets the first decision again,
+  // and the load is counted once.
+  std::optional<bounded_lru<std::string, remembered>> decisions;
+  uint64_t retried = 0;
+  // Cluster: the other routers, this router's decisions not yet sent to them (by model), and
+  // what came from them.
+  std::vector<caf::actor> peers;
+  std::map<uint32_t, std::vector<shared_decision>> outbox;
+  bool flush_armed = false;
+  uint64_t peer_decisions = 0, peer_worker_messages = 0, peer_epochs = 0, untrusted = 0;
+  // cluster.load_sharing = "authority": on, this incarnation (its decision totals restart from 0
+  // when the node restarts), and what went through it.
+  bool authority_mode = false;
+  uint64_t incarnation = 0;
+  uint64_t deltas_sent = 0, deltas_applied = 0, vectors_sent = 0, vectors_applied = 0;
+  uint64_t load_messages_refused = 0;  // malformed or for a model/worker this node lacks
+  // Cluster: the signature cache is sharded by block hash over the live signature-cache nodes
+  // (this one included when it holds the role), R copies of each block's counts.
+  std::optional<hash_ring> ring;
+  std::vector<caf::actor> shards;       // by ring member index
+  std::optional<uint32_t> local_shard;  // this node's ring member index, when it holds a cache
+  uint64_t shard_requests = 0, shard_failovers = 0, shard_failures = 0, shard_store_messages = 0;
+  uint64_t shard_local_requests = 0;    // of shard_requests, to this node's own shard
+  std::vector<uint32_t> shard_scratch;  // a shard's reply, unpacked
+  // Cluster: the refit leader as last announced ("" until one is), and the live routers by node
+  // name. Only the leader numbers epochs (core/leadership.hpp), so imports go through it.
+  std::string leader;
+  uint64_t leader_term = 0;
+  std::map<std::string, caf::actor> routers_by_name;
+  uint64_t changes_forwarded = 0;  // imports, swaps, rollbacks sent to the refit leader
+  // The decode workers' vLLM /metrics, fetched off the actor's thread; made at the first
+  // registration with a metrics_url. Results come back as scraped_atom messages.
+  std::unique_ptr<metrics_scraper> scraper;
+
+  model_state* find(const std::string& name) {
+    for (auto& m : models)
+      if (m->cfg->name == name) return m.get();
+    return nullptr;
+  }
+};
+
+}  // namespace eldr::router

@@ -1,0 +1,95 @@
+// shard_gather: see shard_gather.hpp.
+#include "actors/router/shard_gather.hpp"
+
+#include <unordered_map>
+
+#include "core/shard_plan.hpp"
+#include "core/signature.hpp"
+
+namespace eldr::router {
+
+shard_gather_ptr start_gather(const model_state& m, route_job_ptr job, int attempt,
+                              bool counts_usable, std::vector<uint64_t>& asked) {
+  auto g = std::make_shared<shard_gather>();
+  g->job = std::move(job);
+  g->spec = m.eldr_active ? m.spec : nullptr;
+  if (g->spec) {
+    g->layers = g->spec->layer_mask();
+    g->acc.assign(g->spec->width(), 0);
+  }
+  g->model = m.index;
+  g->attempt = attempt;
+  const auto& req = g->job->request;
+  std::unordered_map<uint64_t, const counts_block*> carried;
+  if (req.counts && counts_usable)
+    for (const auto& b : req.counts->blocks)
+      carried.emplace(b.hash, &b);
+  for (uint64_t h : req.block_hashes) {
+    const auto it = carried.find(h);
+    if (it == carried.end()) {
+      asked.push_back(h);
+      continue;
+    }
+    ++g->covered;
+    if (!g->spec) continue;
+    if (auto s = add_masked_counts(*g->spec, it->second->counts, g->acc); !s.ok())
+      g->problem = s.message();
+  }
+  return g;
+}
+
+void merge_shard(shard_gather& g, const shard_sign_reply& r, std::vector<uint32_t>& scratch) {
+  g.covered += r.covered;
+  if (!r.problem.empty()) g.problem = r.problem;
+  if (!g.spec || r.sums.empty()) return;
+  const uint32_t e = g.spec->geometry().experts;
+  if (r.experts != e || !unpack_sums(r.sums, r.value_bytes, scratch) ||
+      !add_common_layers(r.layer_mask, scratch, g.layers, e, g.acc))
+    g.problem = "a shard's counts have another geometry";
+}
+
+sign_result finish_gather(const shard_gather& g) {
+  sign_result out;
+  out.spec = g.spec;
+  out.covered = g.covered;
+  out.problem = g.problem;
+  if (g.spec && g.covered > 0) {
+    signature_builder b(g.spec);
+    if (b.add_masked(g.acc).ok()) b.finish(out.sig);
+  }
+  return out;
+}
+
+shard_parts plan_parts(const hash_ring& ring, size_t replication,
+                       const std::vector<uint64_t>& blocks, std::optional<uint32_t> local,
+                       const std::vector<std::string>& excluded_names) {
+  // Names, not ring indices: the ring may change between a request and its fail-over.
+  std::vector<uint32_t> excluded;
+  for (const auto& n : excluded_names)
+    if (auto i = ring.index_of(n)) excluded.push_back(*i);
+  std::vector<std::vector<uint32_t>> owners;
+  owners.reserve(blocks.size());
+  for (uint64_t h : blocks)
+    owners.push_back(ring.owners(h, replication));
+  const auto chosen = choose_signers(owners, local, excluded);
+  shard_parts out;
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    if (chosen[i] == no_signer)
+      ++out.lost;
+    else
+      out.parts[chosen[i]].push_back(blocks[i]);
+  }
+  return out;
+}
+
+std::map<uint32_t, std::vector<const counts_block*>> store_plan(const hash_ring& ring,
+                                                                size_t replication,
+                                                                const counts_message& counts) {
+  std::map<uint32_t, std::vector<const counts_block*>> by_owner;
+  for (const auto& b : counts.blocks)
+    for (uint32_t o : ring.owners(b.hash, replication))
+      by_owner[o].push_back(&b);
+  return by_owner;
+}
+
+}  // namespace eldr::router

@@ -1,0 +1,451 @@
+// The router's plain modules (actors/router/), driven without an actor system: the state files
+// (round trip, bad entries left out, a corrupt file ignored), the policy and install checks (a
+// refused install changes nothing), the decision (answered through the node's edge, remembered
+// for a retry, queued for the peers, signed again after a spec change, errors counted), the
+// status JSON, and the shard plan and merge of a clustered signature.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "actors/router/model_policy.hpp"
+#include "actors/router/route_decision.hpp"
+#include "actors/router/router_files.hpp"
+#include "actors/router/router_status.hpp"
+#include "actors/router/shard_gather.hpp"
+#include "cluster/route_protocol.hpp"
+#include "core/signature.hpp"
+
+namespace eldr::router {
+namespace {
+
+// Keeps every answer the router sends.
+class captured_sink final : public reply_sink {
+ public:
+  void reply(const reply_address&, std::vector<uint8_t> payload) override {
+    replies.push_back(std::move(payload));
+  }
+  void subscribe(subscription_request) override {}
+  void unsubscribe(uint32_t) override {}
+  void request_replay(uint32_t, uint64_t, uint64_t) override {}
+
+  std::vector<std::vector<uint8_t>> replies;
+
+  route_reply last_reply() const {
+    auto r = decode_route_reply(replies.back(), route_protocol_limits{});
+    EXPECT_TRUE(r.ok()) << r.error().to_string();
+    return r.ok() ? *r : route_reply{};
+  }
+  error_reply last_error() const {
+    auto r = decode_error_reply(replies.back(), route_protocol_limits{});
+    EXPECT_TRUE(r.ok()) << r.error().to_string();
+    return r.ok() ? *r : error_reply{};
+  }
+};
+
+const model_geometry toy_geometry{2, 4, 1};
+
+// A set of k centroids over the toy geometry (count transform, both layers), centroid w peaked
+// on expert w of layer 0.
+centroid_file toy_set(uint32_t k, const std::string& model = "toy") {
+  centroid_file f;
+  f.model_name = model;
+  f.spec = *signature_spec::make(toy_geometry, signature_transform::count, {}, {});
+  f.workers = k;
+  f.centroids.assign(size_t{k} * f.spec.width(), 0.0f);
+  for (uint32_t w = 0; w < k; ++w)
+    f.centroids[size_t{w} * f.spec.width() + w % toy_geometry.experts] = 1.0f;
+  return f;
+}
+
+// One router with one model "toy" of `k` workers (config policy "eldr"), its data directory a
+// fresh temporary one, time injected.
+struct router_fixture {
+  captured_sink sink;
+  std::shared_ptr<node_context> ctx = std::make_shared<node_context>();
+  router_state st;
+  int64_t now = 1000;
+  std::filesystem::path dir;
+
+  explicit router_fixture(uint32_t k = 2) {
+    dir = std::filesystem::temp_directory_path() /
+          ("eldr-router-modules-" + std::to_string(::getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir);
+    model_config mc;
+    mc.name = "toy";
+    mc.workers = k;
+    mc.policy = "eldr";
+    ctx->config.models.push_back(mc);
+    ctx->config.data_dir = dir.string();
+    ctx->config.explain_history = 8;
+    ctx->edge = &sink;
+    ctx->metrics = std::make_shared<node_metrics>();
+    ctx->now_ms = [this] { return now; };
+    st.ctx = ctx;
+    auto decisions = bounded_lru<std::string, remembered>::make(64, 60'000);
+    st.decisions.emplace(std::move(*decisions));
+    load_view_options lo;
+    lo.report_timeout_ms = 0;
+    auto pool = load_view::make(k, lo);
+    auto m = std::make_unique<model_state>(std::move(*pool));
+    m->cfg = &ctx->config.models[0];
+    m->policy_name = "eldr";
+    m->tau = 0.1f;
+    EXPECT_TRUE(rebuild_policy(*m).ok());
+    st.models.push_back(std::move(m));
+  }
+  ~router_fixture() { std::filesystem::remove_all(dir); }
+
+  model_state& model() { return *st.models[0]; }
+
+  void register_all() {
+    for (uint32_t w = 0; w < model().pool.k(); ++w)
+      ASSERT_TRUE(model().pool.register_worker(w, "tcp://w" + std::to_string(w), 100, now).ok());
+  }
+
+  route_job job(const std::string& id) const {
+    route_job j;
+    j.request.id = id;
+    j.request.model = "toy";
+    j.request.block_hashes = {11, 12};
+    return j;
+  }
+};
+
+// --- router_files ---
+
+TEST(RouterFiles, AdminPoliciesRoundTripAndTheConfigsAreNotWritten) {
+  router_fixture f;
+  auto& m = f.model();
+  ASSERT_TRUE(persist_policies(f.st).ok());
+  EXPECT_TRUE(read_persisted_policies(f.ctx->config).empty());  // "config": nothing persisted
+  m.policy_name = "jsq";
+  m.tau = 0.25f;
+  m.widen_single = false;
+  m.policy_source = "admin";
+  ASSERT_TRUE(persist_policies(f.st).ok());
+  const auto back = read_persisted_policies(f.ctx->config);
+  ASSERT_EQ(back.size(), 1u);
+  const auto& p = back.at("toy");
+  EXPECT_EQ(p.policy, "jsq");
+  EXPECT_FLOAT_EQ(p.tau, 0.25f);
+  ASSERT_TRUE(p.widen_single.has_value());
+  EXPECT_FALSE(*p.widen_single);
+}
+
+TEST(RouterFiles, AnEntryWithoutAUsableTauAndACorruptFileAreLeftOut) {
+  router_fixture f;
+  std::filesystem::create_directories(f.dir);
+  {
+    std::ofstream out(policy_file_path(f.ctx->config));
+    out << R"({"format": "eldr-router-policy", "version": 1, "models": {
+      "a": {"policy": "jsq", "tau": -1},
+      "b": {"policy": "rr"},
+      "c": {"policy": "p2c", "tau": 0.5}}})";
+  }
+  const auto back = read_persisted_policies(f.ctx->config);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back.at("c").policy, "p2c");
+  EXPECT_FALSE(back.at("c").widen_single.has_value());  // a file from before it could be set
+  {
+    std::ofstream out(policy_file_path(f.ctx->config));
+    out << "{ not json";
+  }
+  EXPECT_TRUE(read_persisted_policies(f.ctx->config).empty());
+}
+
+TEST(RouterFiles, RollbackHistoriesRoundTrip) {
+  router_fixture f;
+  f.model().history.record({3, content_digest(toy_set(2)), "import", 5});
+  f.model().history.record({4, content_digest(toy_set(2, "other")), "refit", 6});
+  persist_histories(f.st);
+  const auto back = read_histories(f.ctx->config);
+  ASSERT_EQ(back.count("toy"), 1u);
+  ASSERT_EQ(back.at("toy").changes().size(), 2u);
+  EXPECT_EQ(back.at("toy").changes()[1].epoch, 4u);
+  EXPECT_EQ(back.at("toy").changes()[1].cause, "refit");
+  ASSERT_TRUE(back.at("toy").previous().ok());
+  EXPECT_EQ(back.at("toy").previous()->epoch, 3u);
+}
+
+// --- model_policy ---
+
+TEST(ModelPolicy, TauMustBeFiniteNonNegativeAndAFloat) {
+  EXPECT_TRUE(check_tau(0.0).ok());
+  EXPECT_TRUE(check_tau(0.3).ok());
+  for (double bad : {-0.1, std::nan(""), std::numeric_limits<double>::infinity(), 1e300}) {
+    const auto s = check_tau(bad);
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find("tau must be finite"), std::string::npos) << s.message();
+  }
+}
+
+TEST(ModelPolicy, DomainAndUnknownPoliciesAreRefusedNamingTheServedOnes) {
+  router_fixture f;
+  for (const char* name : {"domain", "nope"}) {
+    auto b = build_policy(f.model(), name, 0.1f, true, nullptr, 2);
+    ASSERT_FALSE(b.ok()) << name;
+    EXPECT_NE(b.error().message().find("the node serves: "), std::string::npos);
+    EXPECT_NE(b.error().message().find("jsq"), std::string::npos);
+    EXPECT_EQ(b.error().message().find(", domain"), std::string::npos);
+  }
+  // A locality policy without a set routes by load until one is installed.
+  auto jsq = build_policy(f.model(), "eldr", 0.1f, true, nullptr, 2);
+  ASSERT_TRUE(jsq.ok());
+  EXPECT_FALSE(jsq->eldr_active);
+  EXPECT_EQ(std::string(jsq->policy->name()), "jsq");
+}
+
+TEST(ModelPolicy, AnInstallOfTheWrongKChangesNothing) {
+  router_fixture f(2);
+  auto& m = f.model();
+  const routing_policy* before = m.policy.get();
+  const auto s = install(f.st, m, toy_set(3), 7, "import");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("3 centroids"), std::string::npos) << s.message();
+  EXPECT_EQ(m.epoch, 0u);
+  EXPECT_EQ(m.set, nullptr);
+  EXPECT_EQ(m.policy.get(), before);
+  EXPECT_FALSE(m.eldr_active);
+  EXPECT_TRUE(m.history.changes().empty());
+  EXPECT_FALSE(check_installable(m, toy_set(3)).ok());
+}
+
+TEST(ModelPolicy, AnInstallMakesTheSetCurrentAndRecordsItsCause) {
+  router_fixture f(2);
+  auto& m = f.model();
+  ASSERT_TRUE(check_installable(m, toy_set(2)).ok());
+  ASSERT_TRUE(check_policy_accepts(m, toy_set(2)).ok());
+  ASSERT_TRUE(install(f.st, m, toy_set(2), 7, "import").ok());
+  EXPECT_EQ(m.epoch, 7u);
+  EXPECT_TRUE(m.eldr_active);
+  ASSERT_NE(m.set, nullptr);
+  EXPECT_EQ(m.set->k(), 2u);
+  EXPECT_EQ(m.last_cause, "import");
+  ASSERT_EQ(m.history.changes().size(), 1u);
+  EXPECT_EQ(m.history.changes()[0].epoch, 7u);
+  // Persisted, as the model is among the router's.
+  EXPECT_EQ(read_histories(f.ctx->config).at("toy").changes().size(), 1u);
+  // The same spec again (a refit) keeps the spec object: requests signed under it stay valid.
+  const spec_ptr spec = m.spec;
+  ASSERT_TRUE(install(f.st, m, toy_set(2), 8, "refit").ok());
+  EXPECT_EQ(m.spec, spec);
+}
+
+TEST(ModelPolicy, AnImportForAnotherModelIsRefusedWithTheReason) {
+  router_fixture f(2);
+  const auto s = check_import_fits(f.model(), toy_set(2, "other"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("fitted for model \"other\""), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("--force"), std::string::npos);
+  EXPECT_TRUE(check_import_fits(f.model(), toy_set(2)).ok());
+}
+
+// --- route_decision ---
+
+TEST(RouteDecision, NoRegisteredWorkerIsAnErrorNamingTheModel) {
+  router_fixture f;
+  const auto j = f.job("r1");
+  EXPECT_EQ(decide(f.st, f.model(), j, nullptr, 0), decided::answered);
+  ASSERT_EQ(f.sink.replies.size(), 1u);
+  const auto e = f.sink.last_error();
+  EXPECT_EQ(e.code, route_error_code::no_eligible_worker);
+  EXPECT_NE(e.message.find("'toy'"), std::string::npos);
+  EXPECT_EQ(f.model().failed, 1u);
+  EXPECT_EQ(f.model().routed, 0u);
+}
+
+TEST(RouteDecision, ARetryGetsTheFirstDecisionAndCountsOnce) {
+  router_fixture f;
+  f.register_all();
+  const auto j = f.job("r1");
+  EXPECT_EQ(decide(f.st, f.model(), j, nullptr, 0), decided::answered);
+  const auto first = f.sink.last_reply();
+  EXPECT_EQ(first.id, "r1");
+  EXPECT_EQ(first.endpoint, "tcp://w" + std::to_string(first.worker));
+  EXPECT_EQ(first.total_blocks, 2u);
+  // No centroid set: by load only, and said so.
+  EXPECT_EQ(first.fallback, "no_centroid_set");
+  EXPECT_EQ(f.model().pool.load()[first.worker], 1u);
+  EXPECT_TRUE(answer_retry(f.st, f.model(), j));
+  const auto again = f.sink.last_reply();
+  EXPECT_EQ(again.worker, first.worker);
+  EXPECT_EQ(again.epoch, first.epoch);
+  EXPECT_EQ(f.model().pool.load()[first.worker], 1u);  // counted once
+  EXPECT_EQ(f.st.retried, 1u);
+  EXPECT_FALSE(answer_retry(f.st, f.model(), f.job("r2")));
+  // The decision is kept for `eldrctl explain`.
+  ASSERT_EQ(f.model().recent.size(), 1u);
+  const auto ex = explain_json(f.model(), f.model().recent.back());
+  EXPECT_EQ(ex["request"], "r1");
+  EXPECT_EQ(ex["worker"], first.worker);
+  EXPECT_EQ(ex["fallback"], "no_centroid_set");
+}
+
+TEST(RouteDecision, WithPeersTheFirstDecisionArmsOneFlush) {
+  router_fixture f;
+  f.register_all();
+  f.st.peers.emplace_back();  // one peer router (a null handle: nothing is sent here)
+  EXPECT_EQ(decide(f.st, f.model(), f.job("a"), nullptr, 0), decided::arm_flush);
+  EXPECT_EQ(decide(f.st, f.model(), f.job("b"), nullptr, 0), decided::answered);
+  ASSERT_EQ(f.st.outbox[0].size(), 2u);
+  EXPECT_EQ(f.st.outbox[0][0].request, "a");
+  EXPECT_EQ(f.st.outbox[0][1].request, "b");
+  EXPECT_EQ(f.sink.replies.size(), 2u);
+}
+
+TEST(RouteDecision, ASignatureUnderAReplacedSpecIsSignedAgainOnce) {
+  router_fixture f;
+  f.register_all();
+  ASSERT_TRUE(install(f.st, f.model(), toy_set(2), 1, "import").ok());
+  sign_result old;
+  old.spec = std::make_shared<const signature_spec>(toy_set(2).spec);  // not the model's object
+  old.covered = 2;
+  EXPECT_EQ(decide(f.st, f.model(), f.job("a"), &old, 0), decided::sign_again);
+  EXPECT_TRUE(f.sink.replies.empty());
+  EXPECT_EQ(f.model().resigned, 1u);
+  // The second attempt is decided as it is (no signature under the model's spec: load only).
+  EXPECT_EQ(decide(f.st, f.model(), f.job("a"), &old, 1), decided::answered);
+  const auto r = f.sink.last_reply();
+  EXPECT_EQ(r.epoch, 1u);
+  EXPECT_FALSE(r.fallback.empty());
+  EXPECT_EQ(f.model().unsigned_routes, 1u);
+}
+
+TEST(RouteDecision, TheSignatureChoosesTheWorkerWhoseCentroidMatches) {
+  router_fixture f;
+  f.register_all();
+  ASSERT_TRUE(install(f.st, f.model(), toy_set(2), 1, "import").ok());
+  // Every token of the prompt picks expert 1 at both layers: centroid 1's peak.
+  sign_result s;
+  s.spec = f.model().spec;
+  s.covered = 2;
+  signature_builder b(s.spec);
+  std::vector<uint32_t> dense(toy_geometry.layers * toy_geometry.experts, 0);
+  dense[1] = 16;
+  dense[toy_geometry.experts + 1] = 16;
+  ASSERT_TRUE(b.add_dense(dense).ok());
+  b.finish(s.sig);
+  // Worker 1 is busier, but the band holds it alone (without the widening of a one-worker band,
+  // which would add worker 0).
+  f.model().widen_single = false;
+  ASSERT_TRUE(rebuild_policy(f.model()).ok());
+  ASSERT_TRUE(f.model().pool.on_route("earlier", 1, f.now).ok());
+  EXPECT_EQ(decide(f.st, f.model(), f.job("a"), &s, 0), decided::answered);
+  const auto r = f.sink.last_reply();
+  EXPECT_EQ(r.worker, 1u);
+  EXPECT_EQ(r.fallback, "");
+  EXPECT_EQ(r.covered_blocks, 2u);
+  EXPECT_EQ(f.model().covered_blocks, 2u);
+}
+
+// --- router_status ---
+
+TEST(RouterStatus, ModelAndRouterJsonCountWhatHappened) {
+  router_fixture f;
+  f.register_all();
+  (void)decide(f.st, f.model(), f.job("a"), nullptr, 0);
+  ASSERT_TRUE(f.model().pool.drain(1).ok());
+  const auto mj = model_json(f.st, f.model());
+  EXPECT_EQ(mj["name"], "toy");
+  EXPECT_EQ(mj["k"], 2);
+  EXPECT_EQ(mj["routed"], 1);
+  EXPECT_EQ(mj["workers"]["registered"], 2);
+  EXPECT_EQ(mj["workers"]["draining"], 1);
+  EXPECT_EQ(mj["fallbacks"]["no_centroid_set"], 1);
+  EXPECT_EQ(mj["routing_with"], "jsq");
+  const auto rows = workers_json(f.st, f.model());
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1]["draining"], true);
+  const auto rj = router_json(f.st);
+  ASSERT_EQ(rj["models"].size(), 1u);
+  EXPECT_EQ(rj["load_sharing"], "decisions");
+  EXPECT_EQ(policy_json(f.model())["policy"], "eldr");
+}
+
+// --- shard_gather ---
+
+TEST(ShardGather, EveryBlockGoesToOneOfItsOwnersAndNeverToAnExcludedOne) {
+  auto ring = hash_ring::make({"a", "b", "c"}, 16);
+  ASSERT_TRUE(ring.ok());
+  std::vector<uint64_t> blocks;
+  for (uint64_t h = 1; h <= 200; ++h)
+    blocks.push_back(h * 0x9E3779B97F4A7C15ull);
+  const auto plan = plan_parts(*ring, 2, blocks, std::nullopt, {"b"});
+  EXPECT_EQ(plan.lost, 0u);
+  const uint32_t b = *ring->index_of("b");
+  size_t placed = 0;
+  for (const auto& [owner, part] : plan.parts) {
+    EXPECT_NE(owner, b);
+    for (uint64_t h : part) {
+      const auto owners = ring->owners(h, 2);
+      EXPECT_NE(std::find(owners.begin(), owners.end(), owner), owners.end());
+    }
+    placed += part.size();
+  }
+  EXPECT_EQ(placed, blocks.size());
+  // With every owner excluded, a block is lost (and counted).
+  const auto none = plan_parts(*ring, 2, blocks, std::nullopt, {"a", "b", "c"});
+  EXPECT_TRUE(none.parts.empty());
+  EXPECT_EQ(none.lost, blocks.size());
+}
+
+TEST(ShardGather, CarriedCountsAreStoredAtEveryOwner) {
+  auto ring = hash_ring::make({"a", "b", "c"}, 16);
+  ASSERT_TRUE(ring.ok());
+  counts_message cm;
+  cm.geometry = toy_geometry;
+  for (uint64_t h = 1; h <= 50; ++h)
+    cm.blocks.push_back(counts_block{h * 0x9E3779B97F4A7C15ull, std::nullopt, {}});
+  const auto plan = store_plan(*ring, 2, cm);
+  size_t stored = 0;
+  for (const auto& [owner, blocks] : plan)
+    for (const auto* blk : blocks) {
+      EXPECT_TRUE(ring->owns(ring->members()[owner], blk->hash, 2));
+      ++stored;
+    }
+  EXPECT_EQ(stored, 2 * cm.blocks.size());
+}
+
+TEST(ShardGather, CarriedBlocksAreSummedHereAndTheRestAskedInPromptOrder) {
+  router_fixture f;
+  ASSERT_TRUE(install(f.st, f.model(), toy_set(2), 1, "import").ok());
+  auto& m = f.model();
+  const std::vector<expert_id> ids = {1, 1};  // one token, expert 1 at both layers
+  auto counts = block_counts::from_tokens(toy_geometry, ids, 0, 1);
+  ASSERT_TRUE(counts.ok());
+  auto j = std::make_shared<route_job>(f.job("a"));
+  j->request.block_hashes = {5, 6, 7};
+  j->request.counts.emplace();
+  j->request.counts->geometry = toy_geometry;
+  j->request.counts->blocks.push_back(counts_block{6, std::nullopt, *counts});
+  std::vector<uint64_t> asked;
+  auto g = start_gather(m, j, 0, true, asked);
+  EXPECT_EQ(asked, (std::vector<uint64_t>{5, 7}));
+  EXPECT_EQ(g->covered, 1u);
+  // A shard answers for one of the two; the signature is built over what is known.
+  shard_sign_reply r;
+  r.covered = 1;
+  std::vector<uint32_t> scratch;
+  merge_shard(*g, r, scratch);
+  const sign_result out = finish_gather(*g);
+  EXPECT_EQ(out.covered, 2u);
+  EXPECT_EQ(out.spec, m.spec);
+  EXPECT_FALSE(out.sig.index.empty());
+  EXPECT_TRUE(out.problem.empty());
+  // Counts not to be used (another geometry) are asked like the rest.
+  std::vector<uint64_t> all;
+  auto unused = start_gather(m, j, 0, false, all);
+  EXPECT_EQ(all, (std::vector<uint64_t>{5, 6, 7}));
+  EXPECT_EQ(unused->covered, 0u);
+}
+
+}  // namespace
+}  // namespace eldr::router
