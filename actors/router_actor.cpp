@@ -49,8 +49,11 @@ constexpr auto shard_timeout = std::chrono::milliseconds(100);
 
 void shard_done(router_actor_t* self, const shard_gather_ptr& g) {
   if (--g->pending > 0) return;
+  auto& m = *self->state.models[g->model];
+  // Kept only under the spec the model still routes with (a swap may have landed meanwhile).
+  if (gather_complete(*g) && g->spec == m.spec) m.shard_sums.put(g->spec, g->asked, g->asked_acc);
   const sign_result out = finish_gather(*g);
-  decide_and_wire(self, *self->state.models[g->model], g->job, &out, g->attempt);
+  decide_and_wire(self, m, g->job, &out, g->attempt);
 }
 
 // Plans who sums `blocks` (never a member named in `excluded`) and asks them. The caller holds one
@@ -139,16 +142,21 @@ void store_at_owners(router_actor_t* self, const shard_gather_ptr& g) {
 }
 
 // The counts a request carries are summed here, where they already are, and stored at their
-// owners on the side; only the blocks without counts (prefix hits) are asked of the shards. A cold
-// prompt, all of whose counts the prefill sent, needs no shard at all.
+// owners on the side; only the blocks without counts (prefix hits) are asked of the shards, unless
+// this router kept the shards' sum for exactly those blocks (shard_sum_cache.hpp). A cold prompt,
+// all of whose counts the prefill sent, needs no shard at all.
 void shard_sign_and_route(router_actor_t* self, model_state& m, route_job_ptr job, int attempt) {
   // Counts of another geometry are neither summed nor stored (decide() says so in the reply).
   const bool counts_usable = !counts_of_other_geometry(m, job->request);
-  std::vector<uint64_t> asked;
-  auto g = start_gather(m, std::move(job), attempt, counts_usable, asked);
+  auto g = start_gather(m, std::move(job), attempt, counts_usable);
   if (counts_usable) store_at_owners(self, g);
   g->pending = 1;
-  ask_shards(self, g, asked, {});
+  if (g->spec && m.shard_sums.add_to(g->spec, g->asked, g->asked_acc)) {
+    g->covered += static_cast<uint32_t>(g->asked.size());
+    g->asked_covered = static_cast<uint32_t>(g->asked.size());
+    return shard_done(self, g);
+  }
+  ask_shards(self, g, g->asked, {});
 }
 
 }  // namespace
@@ -214,6 +222,9 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
     m->policy_name = cfg.policy;
     m->tau = cfg.tau;
     m->widen_single = cfg.widen_single;
+    // Only a clustered router asks shards (standalone, the node's one cache signs).
+    if (ctx->config.clustered())
+      m->shard_sums = shard_sum_cache(size_t{ctx->config.cluster.shard_sum_cache_mib} << 20);
     if (auto p = persisted.find(cfg.name); p != persisted.end()) {
       m->policy_name = p->second.policy;
       m->tau = p->second.tau;

@@ -69,6 +69,9 @@ ap.add_argument("--throughput-loadgen-args", default="",
 ap.add_argument("--load-sharing", default="decisions",
                 help="cluster.load_sharing modes the throughput case runs, side by side "
                      "(decisions,authority)")
+ap.add_argument("--shard-sums", default="64",
+                help="cluster.shard_sum_cache_mib values of the throughput case (e.g. 0,64: off "
+                     "against on, side by side)")
 ap.add_argument("--shard-rate", type=int, default=500)
 ap.add_argument("--shard-threads", type=int, default=1,
                 help="runtime.threads of every node in the shard runs (3 processes on 2 cores)")
@@ -146,14 +149,15 @@ def cpu_of(pid):
         return float("nan")
 
 
-def Cluster(n, netns=False, sync_ms=None, attempts=3, extra=(), load_sharing=None):
+def Cluster(n, netns=False, sync_ms=None, attempts=3, extra=(), load_sharing=None,
+            shard_sum_cache_mib=None):
     """A started cluster; a start that fails (e.g. a port of the temporary directory's range is
     taken by another process on this shared machine) is retried in a fresh directory. `extra`:
     more `eldr-cluster start` options (--roles-of, --threads)."""
     for k in range(attempts):
         try:
             return ClusterOnce(n, netns=netns, sync_ms=sync_ms, extra=extra,
-                               load_sharing=load_sharing)
+                               load_sharing=load_sharing, shard_sum_cache_mib=shard_sum_cache_mib)
         except RuntimeError as e:
             if k + 1 == attempts:
                 raise
@@ -161,7 +165,8 @@ def Cluster(n, netns=False, sync_ms=None, attempts=3, extra=(), load_sharing=Non
 
 
 class ClusterOnce:
-    def __init__(self, n, netns=False, sync_ms=None, extra=(), load_sharing=None):
+    def __init__(self, n, netns=False, sync_ms=None, extra=(), load_sharing=None,
+                 shard_sum_cache_mib=None):
         self.n = n
         self.netns = netns
         self.dir = tempfile.mkdtemp(prefix="eldr-cluster-bench-")
@@ -176,6 +181,8 @@ class ClusterOnce:
                 keys += "load_sync_ms = %d\n" % sync_ms
             if load_sharing is not None and load_sharing != "decisions":
                 keys += "load_sharing = \"%s\"\n" % load_sharing
+            if shard_sum_cache_mib is not None:
+                keys += "shard_sum_cache_mib = %d\n" % shard_sum_cache_mib
             if keys:
                 for i in range(1, n + 1):
                     p = os.path.join(self.dir, "n%d" % i, "eldr.toml")
@@ -463,10 +470,12 @@ def throughput():
     rows = []
     modes = args.load_sharing.split(",")
     for rep in range(args.repeat):
-        for mode, n in [(m, int(x)) for m in modes for x in args.throughput_routers.split(",")]:
-            log("throughput: %d routers at %d req/s, load_sharing %s (run %d)"
-                % (n, args.throughput_rate, mode, rep + 1))
-            with Cluster(n, load_sharing=mode) as c:
+        for mode, sums, n in [(m, int(s), int(x)) for m in modes
+                              for s in args.shard_sums.split(",")
+                              for x in args.throughput_routers.split(",")]:
+            log("throughput: %d routers at %d req/s, load_sharing %s, shard_sum_cache_mib %d "
+                "(run %d)" % (n, args.throughput_rate, mode, sums, rep + 1))
+            with Cluster(n, load_sharing=mode, shard_sum_cache_mib=sums) as c:
                 admins = [nd["admin"] for nd in c.nodes]
                 base = [loadgen_bin, "--node", admins[0], "--routers", ",".join(admins),
                         "--synthetic", args.preset, "--decode-workers",
@@ -479,13 +488,24 @@ def throughput():
                         "--keep-centroids"] + args.throughput_loadgen_args.split()
                 run_loadgen(base + ["--rate", "1000", "--duration", "2"])  # warm-up
                 cpu0 = [cpu_of(c.pid(i)) for i in range(1, n + 1)]
+                k0 = router_counters(c.admins)
                 r = run_loadgen(base + ["--rate", str(args.throughput_rate), "--duration",
                                         str(args.throughput_duration)])
                 cpu1 = [cpu_of(c.pid(i)) for i in range(1, n + 1)]
+                k1 = router_counters(c.admins)
+                decided = k1[0] - k0[0]
+                # Messages to other nodes on the requests' path: shard requests not to the own
+                # shard, and the replica stores (load sharing's batched messages are apart).
+                asked = (k1[1] - k0[1]) - (k1[2] - k0[2])
+                stores = k1[3] - k0[3]
                 node_cpu = sum(b - a for a, b in zip(cpu0, cpu1))
                 wall = r["wall_s"]
                 cores = (node_cpu + r["loadgen_cpu_s"]) / wall if wall > 0 else float("nan")
-                rows.append({"routers": n, "load_sharing": mode, "run": rep + 1,
+                rows.append({"routers": n, "load_sharing": mode, "shard_sums_mib": sums,
+                             "run": rep + 1,
+                             "remote_asks_per_decision": asked / decided if decided else float("nan"),
+                             "remote_stores_per_decision":
+                                 stores / decided if decided else float("nan"),
                              "offered": args.throughput_rate,
                              "node_cpu_us_per_reply": node_cpu / r["replied"] * 1e6
                              if r["replied"] else float("nan"),
@@ -502,15 +522,20 @@ def throughput():
           "shared by the nodes and the generator; medians of %d run(s))"
           % (args.throughput_rate, args.throughput_duration, args.repeat))
     print()
-    print("| load sharing | routers | replies/s | errors | rtt p50 µs | rtt p99 µs | node CPU s | "
+    print("| load sharing | shard sums MiB | routers | replies/s | errors | remote shard requests "
+          "per decision | remote store messages per decision | rtt p50 µs | rtt p99 µs | node CPU s | "
           "node CPU µs per reply | loadgen CPU s | cores used | replies/s per core used | "
           "replies/s per node core |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for mode, n in sorted({(r["load_sharing"], r["routers"]) for r in rows}):
-        g = [r for r in rows if r["routers"] == n and r["load_sharing"] == mode]
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for mode, sums, n in sorted({(r["load_sharing"], r["shard_sums_mib"], r["routers"])
+                                 for r in rows}):
+        g = [r for r in rows if r["routers"] == n and r["load_sharing"] == mode
+             and r["shard_sums_mib"] == sums]
         m = lambda k: median([r[k] for r in g])  # noqa: E731
-        print("| %s | %d | %.0f | %d | %.0f | %.0f | %.2f | %.0f | %.2f | %.2f | %.0f | %.0f |" % (
-            mode, n, m("route_rps"), max(r["errors"] for r in g), m("route_p50_us"),
+        print("| %s | %d | %d | %.0f | %d | %.3f | %.3f | %.0f | %.0f | %.2f | %.0f | %.2f | %.2f | %.0f "
+              "| %.0f |" % (
+            mode, sums, n, m("route_rps"), max(r["errors"] for r in g),
+            m("remote_asks_per_decision"), m("remote_stores_per_decision"), m("route_p50_us"),
             m("route_p99_us"), m("node_cpu_s"), m("node_cpu_us_per_reply"), m("loadgen_cpu_s"),
             m("cores_used"), m("replies_per_core"), m("replies_per_node_core")))
     print()

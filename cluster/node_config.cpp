@@ -336,7 +336,7 @@ status read_document(const toml::table& root, node_config& c) {
     e(r.check_known({"listen", "advertise", "seeds", "secret_file", "heartbeat_ms",
                      "connection_timeout_ms", "reconnect_ms", "replication", "vnodes",
                      "load_sync_ms", "load_sharing", "decision_ttl_ms", "max_decisions",
-                     "tls_certificate", "tls_key", "tls_ca_file"}));
+                     "shard_sum_cache_mib", "tls_certificate", "tls_key", "tls_ca_file"}));
     cluster_config& k = c.cluster;
     e(r.read("listen", k.listen));
     e(r.read("advertise", k.advertise));
@@ -351,6 +351,7 @@ status read_document(const toml::table& root, node_config& c) {
     e(r.read("load_sharing", k.load_sharing));
     e(r.read("decision_ttl_ms", k.decision_ttl_ms));
     e(r.read("max_decisions", k.max_decisions));
+    e(r.read("shard_sum_cache_mib", k.shard_sum_cache_mib));
     e(r.read("tls_certificate", k.tls_certificate));
     e(r.read("tls_key", k.tls_key));
     e(r.read("tls_ca_file", k.tls_ca_file));
@@ -577,6 +578,9 @@ status validate_cluster(const node_config& c) {
   if (k.max_decisions < 1 || k.max_decisions > (1u << 24))
     e(status::invalid_argument("cluster.max_decisions: must be in 1..16777216, got " +
                                std::to_string(k.max_decisions)));
+  if (k.shard_sum_cache_mib > 65536)
+    e(status::invalid_argument("cluster.shard_sum_cache_mib: must be in 0..65536, got " +
+                               std::to_string(k.shard_sum_cache_mib)));
   if (k.tls_certificate.empty() != k.tls_key.empty())
     e(status::invalid_argument(
         std::string(k.tls_key.empty() ? "cluster.tls_key" : "cluster.tls_certificate") +

@@ -75,6 +75,9 @@ struct cluster_config {
   std::string load_sharing = "decisions";
   uint32_t decision_ttl_ms = 60000;   // a route retried within this returns the same decision
   uint32_t max_decisions = 1u << 20;  // decisions remembered for retries, per node
+  // Per model, what a router keeps of the shards' sums by exact block list, so that a prefix
+  // asked again costs no shard request (actors/router/shard_sum_cache.hpp); 0 = off.
+  uint32_t shard_sum_cache_mib = 64;
   // TLS for node-to-node traffic through CAF's openssl module: all empty = plain TCP (the secret
   // still authenticates joins). certificate and key go together; ca_file makes peers verify
   // each other's certificates.

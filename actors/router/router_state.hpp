@@ -20,6 +20,7 @@
 #include "actors/cluster_protocol.hpp"
 #include "actors/messages.hpp"
 #include "actors/node_context.hpp"
+#include "actors/router/shard_sum_cache.hpp"
 #include "cluster/http_url.hpp"
 #include "cluster/metrics_scraper.hpp"
 #include "core/bounded_lru.hpp"
@@ -82,6 +83,9 @@ struct model_state {
   // the cause of the newest install, which an announcement to the peers carries.
   centroid_history history;
   std::string last_cause;
+  // The shards' sums this router asked for, by exact block list (cluster only;
+  // shard_sum_cache.hpp).
+  shard_sum_cache shard_sums;
   std::deque<explained> recent;
   route_trace trace;
   uint64_t routed = 0, failed = 0, resigned = 0, unsigned_routes = 0, swaps = 0;

@@ -75,7 +75,14 @@ nlohmann::json model_json(const router_state& st, const model_state& m) {
           {"reports", c.reports},
           {"reports_stale", c.reports_stale},
           {"reports_seq_reset", c.seq_resets},
-          {"tracked_requests", m.pool.tracked()}};
+          {"tracked_requests", m.pool.tracked()},
+          // Cluster: the shards' sums this router kept (shard_sum_cache.hpp).
+          {"shard_sums",
+           {{"entries", m.shard_sums.entries()},
+            {"bytes", m.shard_sums.bytes()},
+            {"budget_bytes", m.shard_sums.budget_bytes()},
+            {"hits", m.shard_sums.hits()},
+            {"misses", m.shard_sums.misses()}}}};
 }
 
 // The current centroid set's spec and provenance (`centroids.show`, the operator page).

@@ -9,13 +9,14 @@
 namespace eldr::router {
 
 shard_gather_ptr start_gather(const model_state& m, route_job_ptr job, int attempt,
-                              bool counts_usable, std::vector<uint64_t>& asked) {
+                              bool counts_usable) {
   auto g = std::make_shared<shard_gather>();
   g->job = std::move(job);
   g->spec = m.eldr_active ? m.spec : nullptr;
   if (g->spec) {
     g->layers = g->spec->layer_mask();
     g->acc.assign(g->spec->width(), 0);
+    g->asked_acc.assign(g->spec->width(), 0);
   }
   g->model = m.index;
   g->attempt = attempt;
@@ -27,7 +28,7 @@ shard_gather_ptr start_gather(const model_state& m, route_job_ptr job, int attem
   for (uint64_t h : req.block_hashes) {
     const auto it = carried.find(h);
     if (it == carried.end()) {
-      asked.push_back(h);
+      g->asked.push_back(h);
       continue;
     }
     ++g->covered;
@@ -38,13 +39,18 @@ shard_gather_ptr start_gather(const model_state& m, route_job_ptr job, int attem
   return g;
 }
 
+bool gather_complete(const shard_gather& g) {
+  return g.spec && g.problem.empty() && !g.asked.empty() && g.asked_covered == g.asked.size();
+}
+
 void merge_shard(shard_gather& g, const shard_sign_reply& r, std::vector<uint32_t>& scratch) {
   g.covered += r.covered;
+  g.asked_covered += r.covered;
   if (!r.problem.empty()) g.problem = r.problem;
   if (!g.spec || r.sums.empty()) return;
   const uint32_t e = g.spec->geometry().experts;
   if (r.experts != e || !unpack_sums(r.sums, r.value_bytes, scratch) ||
-      !add_common_layers(r.layer_mask, scratch, g.layers, e, g.acc))
+      !add_common_layers(r.layer_mask, scratch, g.layers, e, g.asked_acc))
     g.problem = "a shard's counts have another geometry";
 }
 
@@ -55,7 +61,7 @@ sign_result finish_gather(const shard_gather& g) {
   out.problem = g.problem;
   if (g.spec && g.covered > 0) {
     signature_builder b(g.spec);
-    if (b.add_masked(g.acc).ok()) b.finish(out.sig);
+    if (b.add_masked(g.acc).ok() && b.add_masked(g.asked_acc).ok()) b.finish(out.sig);
   }
   return out;
 }

@@ -30,7 +30,13 @@ struct shard_gather {
   int attempt = 0;
   size_t pending = 0;
   uint32_t covered = 0;
-  std::vector<uint32_t> acc;  // spec->width(): the masked sum over every shard's blocks
+  std::vector<uint32_t> acc;  // spec->width(): the masked sum over the carried blocks
+  // The blocks without counts, asked of the shards (prompt order), and what the shards answered
+  // for them: how many they covered and the masked sum (spec->width()), which the router keeps
+  // in its shard_sum_cache when it covers every asked block.
+  std::vector<uint64_t> asked;
+  uint32_t asked_covered = 0;
+  std::vector<uint32_t> asked_acc;
   std::string problem;
 };
 using shard_gather_ptr = std::shared_ptr<shard_gather>;
@@ -38,13 +44,16 @@ using shard_gather_ptr = std::shared_ptr<shard_gather>;
 // Starts the gather of `job` for model `m`: the blocks whose counts the request carries (when
 // `counts_usable`) are summed now; the others, in prompt order, go to `asked`.
 shard_gather_ptr start_gather(const model_state& m, route_job_ptr job, int attempt,
-                              bool counts_usable, std::vector<uint64_t>& asked);
+                              bool counts_usable);
 
-// Adds a shard's sum (over the requested layers its store keeps) to the request's sum (over the
-// spec's mask); a layer the store lacks adds nothing. `scratch`: the unpacked sum.
+// True when the shards' answers cover every asked block with no problem: their sum can be kept.
+bool gather_complete(const shard_gather& g);
+
+// Adds a shard's sum (over the requested layers its store keeps) to the asked blocks' sum (over
+// the spec's mask); a layer the store lacks adds nothing. `scratch`: the unpacked sum.
 void merge_shard(shard_gather& g, const shard_sign_reply& r, std::vector<uint32_t>& scratch);
 
-// The signature (and coverage) once every part has answered.
+// The signature (and coverage) once every part has answered: the carried and the asked sums.
 sign_result finish_gather(const shard_gather& g);
 
 // Who sums `blocks` among their R owners on `ring`, never a member in `excluded`: the blocks of

@@ -2,7 +2,7 @@
 // (round trip, bad entries left out, a corrupt file ignored), the policy and install checks (a
 // refused install changes nothing), the decision (answered through the node's edge, remembered
 // for a retry, queued for the peers, signed again after a spec change, errors counted), the
-// status JSON, and the shard plan and merge of a clustered signature.
+// status JSON, the shard plan and merge of a clustered signature, and the shards' sums kept.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,6 +19,7 @@
 #include "actors/router/router_files.hpp"
 #include "actors/router/router_status.hpp"
 #include "actors/router/shard_gather.hpp"
+#include "actors/router/shard_sum_cache.hpp"
 #include "cluster/route_protocol.hpp"
 #include "core/signature.hpp"
 
@@ -426,25 +427,100 @@ TEST(ShardGather, CarriedBlocksAreSummedHereAndTheRestAskedInPromptOrder) {
   j->request.counts.emplace();
   j->request.counts->geometry = toy_geometry;
   j->request.counts->blocks.push_back(counts_block{6, std::nullopt, *counts});
-  std::vector<uint64_t> asked;
-  auto g = start_gather(m, j, 0, true, asked);
-  EXPECT_EQ(asked, (std::vector<uint64_t>{5, 7}));
+  auto g = start_gather(m, j, 0, true);
+  EXPECT_EQ(g->asked, (std::vector<uint64_t>{5, 7}));
   EXPECT_EQ(g->covered, 1u);
-  // A shard answers for one of the two; the signature is built over what is known.
+  // A shard answers for one of the two; the signature is built over what is known, and the
+  // shards' answer is not complete enough to keep.
   shard_sign_reply r;
   r.covered = 1;
   std::vector<uint32_t> scratch;
   merge_shard(*g, r, scratch);
+  EXPECT_FALSE(gather_complete(*g));
   const sign_result out = finish_gather(*g);
   EXPECT_EQ(out.covered, 2u);
   EXPECT_EQ(out.spec, m.spec);
   EXPECT_FALSE(out.sig.index.empty());
   EXPECT_TRUE(out.problem.empty());
   // Counts not to be used (another geometry) are asked like the rest.
-  std::vector<uint64_t> all;
-  auto unused = start_gather(m, j, 0, false, all);
-  EXPECT_EQ(all, (std::vector<uint64_t>{5, 6, 7}));
+  auto unused = start_gather(m, j, 0, false);
+  EXPECT_EQ(unused->asked, (std::vector<uint64_t>{5, 6, 7}));
   EXPECT_EQ(unused->covered, 0u);
+  unused->asked_covered = 3;
+  EXPECT_TRUE(gather_complete(*unused));
+}
+
+// --- shard_sum_cache ---
+
+spec_ptr toy_spec() {
+  return std::make_shared<const signature_spec>(toy_set(2).spec);
+}
+
+std::vector<uint32_t> sum_of(const spec_ptr& spec, uint32_t seed) {
+  std::vector<uint32_t> s(spec->width(), 0);
+  for (uint32_t i = 0; i < s.size(); i += 3)
+    s[i] = seed + i;
+  return s;
+}
+
+TEST(ShardSumCache, AKeptSumIsAddedForExactlyTheSameBlockList) {
+  shard_sum_cache c(1 << 20);
+  const auto spec = toy_spec();
+  const std::vector<uint64_t> blocks = {7, 8, 9};
+  const auto sum = sum_of(spec, 1);
+  std::vector<uint32_t> acc(spec->width(), 1);
+  EXPECT_FALSE(c.add_to(spec, blocks, acc));
+  c.put(spec, blocks, sum);
+  EXPECT_EQ(c.entries(), 1u);
+  ASSERT_TRUE(c.add_to(spec, blocks, acc));
+  for (size_t i = 0; i < acc.size(); ++i)
+    EXPECT_EQ(acc[i], 1 + sum[i]) << i;
+  // Another order, a prefix, a longer list: not the same blocks.
+  std::vector<uint32_t> other(spec->width(), 0);
+  EXPECT_FALSE(c.add_to(spec, std::vector<uint64_t>{9, 8, 7}, other));
+  EXPECT_FALSE(c.add_to(spec, std::vector<uint64_t>{7, 8}, other));
+  EXPECT_FALSE(c.add_to(spec, std::vector<uint64_t>{7, 8, 9, 10}, other));
+  EXPECT_EQ(other, std::vector<uint32_t>(spec->width(), 0));
+  EXPECT_EQ(c.hits(), 1u);
+  EXPECT_EQ(c.misses(), 4u);
+}
+
+TEST(ShardSumCache, ANewSpecEmptiesIt) {
+  shard_sum_cache c(1 << 20);
+  const auto spec = toy_spec();
+  c.put(spec, std::vector<uint64_t>{1}, sum_of(spec, 1));
+  const auto next = toy_spec();  // another object: a set with another spec was installed
+  std::vector<uint32_t> acc(next->width(), 0);
+  EXPECT_FALSE(c.add_to(next, std::vector<uint64_t>{1}, acc));
+  EXPECT_EQ(c.entries(), 0u);
+  EXPECT_EQ(c.bytes(), 0u);
+}
+
+TEST(ShardSumCache, TheLeastRecentlyUsedGoFirstWithinTheBudget) {
+  const auto spec = toy_spec();
+  shard_sum_cache probe(1 << 20);
+  probe.put(spec, std::vector<uint64_t>{1}, sum_of(spec, 1));
+  const size_t one = probe.bytes();
+  ASSERT_GT(one, 0u);
+  shard_sum_cache c(2 * one);  // room for two entries of this size
+  std::vector<uint32_t> acc(spec->width(), 0);
+  c.put(spec, std::vector<uint64_t>{1}, sum_of(spec, 1));
+  c.put(spec, std::vector<uint64_t>{2}, sum_of(spec, 2));
+  ASSERT_TRUE(c.add_to(spec, std::vector<uint64_t>{1}, acc));  // 1 is now the most recent
+  c.put(spec, std::vector<uint64_t>{3}, sum_of(spec, 3));      // 2 goes
+  EXPECT_EQ(c.entries(), 2u);
+  EXPECT_LE(c.bytes(), c.budget_bytes());
+  EXPECT_TRUE(c.add_to(spec, std::vector<uint64_t>{1}, acc));
+  EXPECT_FALSE(c.add_to(spec, std::vector<uint64_t>{2}, acc));
+  EXPECT_TRUE(c.add_to(spec, std::vector<uint64_t>{3}, acc));
+  // An entry larger than the whole budget is not kept; budget 0 keeps nothing.
+  shard_sum_cache tiny(one - 1);
+  tiny.put(spec, std::vector<uint64_t>{1}, sum_of(spec, 1));
+  EXPECT_EQ(tiny.entries(), 0u);
+  shard_sum_cache off(0);
+  off.put(spec, std::vector<uint64_t>{1}, sum_of(spec, 1));
+  EXPECT_FALSE(off.add_to(spec, std::vector<uint64_t>{1}, acc));
+  EXPECT_EQ(off.entries(), 0u);
 }
 
 }  // namespace
