@@ -1,5 +1,5 @@
 // signature_cache: per-KV-block expert counts, co-indexed with the KV caches of the workers that
-// hold each block, persisted in RocksDB (docs/signature-cache.md; eldr-method.md section 7).
+// hold each block, persisted in RocksDB (docs/signature-cache.md; docs/method.md section 7).
 //
 // What it keeps per block (keyed by the block hash normalised to uint64): the parent hash, the
 // holders with a reference count per (worker, dp rank, medium, group), and the block's expert
