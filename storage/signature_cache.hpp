@@ -20,8 +20,9 @@
 // and reported by the lookup that hit them; what RocksDB dropped when it recovered its WAL at
 // open is reported by health(). No RocksDB error aborts the process.
 //
-// Thread safety: none. One owner thread calls everything (the ingest loop, later the cache actor),
-// health() included.
+// Thread safety: none. One owner thread calls everything (eldr-sigcache's ingest loop, or the
+// node's sigcache actor: actors/sigcache_actor.hpp), health() included. With background_writes the
+// cache runs a writer thread of its own, behind that interface.
 #pragma once
 
 #include <cstdint>
