@@ -1,4 +1,4 @@
-// balanced_assignment: the assignment step of balanced K-means (eldr-method.md section 4) and the
+// balanced_assignment: the assignment step of balanced K-means (docs/method.md section 4) and the
 // capacities it enforces.
 //
 // Problem: N points, K clusters, an N x K similarity matrix (row-major) and capacities cap_k with

@@ -1,4 +1,4 @@
-// balanced_kmeans: the offline fit of one centroid per decode worker (eldr-method.md section 4)
+// balanced_kmeans: the offline fit of one centroid per decode worker (docs/method.md section 4)
 // and the alignment that lets a refit keep each worker's region (section 6).
 //
 // Spherical K-means: points and centroids are unit vectors and the distance is 1 - x.c. Each

@@ -1,6 +1,6 @@
 // centroid_set: the K unit-norm centroids a request's signature is scored against, one per decode
 // worker (centroid k belongs to worker k), stamped with the epoch of the fit that produced them
-// (eldr-method.md sections 4 and 5).
+// (docs/method.md sections 4 and 5).
 //
 // Immutable once built, so one set is shared by pointer between the router, the simulator and the
 // admin surface, and a refit replaces the whole set instead of editing it.

@@ -1,6 +1,6 @@
 // cost_model: how long one decode step of a worker takes, the clock the simulator advances.
 //
-// ELDR's premise (eldr-method.md, section 8, Fig. 2 of the paper): a MoE decode step is
+// ELDR's premise (docs/method.md, section 8, Fig. 2 of the paper): a MoE decode step is
 // memory-bound, its latency grows about linearly with the number of DISTINCT experts the batch
 // activates in each layer, and it barely moves with batch size. The model is therefore linear:
 //

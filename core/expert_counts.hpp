@@ -1,4 +1,4 @@
-// expert_counts: how many tokens chose each expert at each MoE layer (eldr-method.md section 1),
+// expert_counts: how many tokens chose each expert at each MoE layer (docs/method.md section 1),
 // per request and per KV block.
 //
 // Two shapes, for two jobs:

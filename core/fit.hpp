@@ -1,5 +1,5 @@
 // fit: the offline calibration pipeline of ELDR in one call, shared by eldr-fit and the simulator
-// (eldr-method.md sections 1-4): IDF, rho per signature transform, greedy layer selection, the
+// (docs/method.md sections 1-4): IDF, rho per signature transform, greedy layer selection, the
 // signatures of the calibration prompts, and one balanced centroid per decode worker.
 #pragma once
 

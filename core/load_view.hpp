@@ -1,6 +1,6 @@
 // load_view: one model's decode pool as the router sees it -- which decode_worker slots are
 // registered, how many requests each has in flight, and which may receive the next request
-// (eldr-method.md section 5: "load = the router's count of in-flight decode requests per worker").
+// (docs/method.md section 5: "load = the router's count of in-flight decode requests per worker").
 //
 // The router counts: +1 when it routes a request to a worker, -1 when that request's finished
 // event arrives (once per request id). The count drifts whenever an event is lost (a worker

@@ -1,4 +1,4 @@
-// refit: the online refit's core (eldr-method.md section 6) -- the reservoir of live signatures it
+// refit: the online refit's core (docs/method.md section 6) -- the reservoir of live signatures it
 // fits on, the fit of a candidate centroid_set aligned to the current worker identities, and the
 // validation that decides whether the candidate may replace the current set.
 //
@@ -131,7 +131,7 @@ struct refit_report {
 };
 
 // The predicted number of distinct experts a decode batch touches: the quantity ELDR's routing
-// lowers (eldr-method.md sections 1 and 5; a nonzero signature dimension is one expert in one kept
+// lowers (docs/method.md sections 1 and 5; a nonzero signature dimension is one expert in one kept
 // layer). On the sample: every point goes to its best-scoring centroid's worker (argmax, ties to
 // the lower index: where the locality band concentrates traffic); each worker with m > 0 points
 // shuffles them (seeded per worker, so a worker's draw does not depend on the others) and forms

@@ -1,5 +1,5 @@
 // routing: every policy that picks a decode worker for a request after prefill, behind one
-// interface that the router and the simulator call identically (eldr-method.md section 5).
+// interface that the router and the simulator call identically (docs/method.md section 5).
 //
 // Policies: "rr" round-robin, "random", "jsq" join-shortest-queue, "p2c" power-of-two choices,
 // "domain" (the paper's oracle: JSQ inside a pool sized by the request's domain share), "eldr"

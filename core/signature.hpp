@@ -1,4 +1,4 @@
-// signature: a request's expert signature, the vector ELDR routes on (eldr-method.md section 1),
+// signature: a request's expert signature, the vector ELDR routes on (docs/method.md section 1),
 // and everything needed to build one: the transform, IDF, the layer mask.
 //
 // A signature lives in the *masked* space: |mask| * E dimensions, layer-major over the selected

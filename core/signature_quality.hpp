@@ -1,5 +1,5 @@
 // signature_quality: how well prefill signatures predict decode-time expert overlap (the paper's
-// rho, eldr-method.md section 2), and greedy forward layer selection on it (section 3).
+// rho, docs/method.md section 2), and greedy forward layer selection on it (section 3).
 //
 // rho draws random pairs (i, j), i != j, of calibration requests and takes the Spearman rank
 // correlation of x = 1 - cos(sig_i, sig_j) and y = 1 - cos(dec_i, dec_j), where dec is the

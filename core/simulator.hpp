@@ -46,7 +46,7 @@ struct sim_config {
   decode_cost_params cost;
   // Prefix caching: prompt blocks computed before (same workload prompt_id, same block) are not
   // prefilled again, and signatures are summed from per-block expert counts held in a
-  // block-level signature cache (eldr-method.md section 7). Blocks are never evicted.
+  // block-level signature cache (docs/method.md section 7). Blocks are never evicted.
   bool prefix_caching = false;
   uint32_t block_size = 16;  // tokens per KV block, 1..255
 
@@ -61,7 +61,7 @@ enum class signature_source {
   decode_profile,  // the clairvoyant bound: the request's real decode-phase counts
 };
 
-// ELDR with online refit (eldr-method.md section 6): a rolling window of live signatures, a
+// ELDR with online refit (docs/method.md section 6): a rolling window of live signatures, a
 // refit every interval seeded from the current centroids, new centroids matched to worker
 // identities, installed at once. The first refit waits for one full window and >= K signatures.
 struct online_refit {

@@ -246,4 +246,45 @@ ELDR_MULTIVERSION void add_counts(std::string_view bytes, uint32_t experts,
     add_counts_as<2>(p, experts, masked_sum.data());
 }
 
+std::string u32s(std::span<const uint32_t> v) {
+  std::string out;
+  for (uint32_t x : v)
+    for (int i = 0; i < 4; ++i)
+      out.push_back(static_cast<char>((x >> (8 * i)) & 0xff));
+  return out;
+}
+
+std::vector<uint32_t> parse_u32s(std::string_view s) {
+  std::vector<uint32_t> out(s.size() / 4);
+  for (size_t i = 0; i < out.size(); ++i)
+    for (int b = 0; b < 4; ++b)
+      out[i] |= uint32_t{static_cast<uint8_t>(s[4 * i + static_cast<size_t>(b)])} << (8 * b);
+  return out;
+}
+
+std::string worker_key(uint32_t id) {
+  std::string k(5, 'w');
+  for (int i = 0; i < 4; ++i)
+    k[static_cast<size_t>(1 + i)] = static_cast<char>((id >> (24 - 8 * i)) & 0xff);
+  return k;
+}
+
+std::string epoch_key(uint64_t epoch) {
+  return block_key('e', epoch);
+}
+
+std::string u64_value(uint64_t v) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<size_t>(i)] = static_cast<char>((v >> (8 * i)) & 0xff);
+  return out;
+}
+
+uint64_t parse_u64(std::string_view s) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < 8 && i < s.size(); ++i)
+    v |= uint64_t{static_cast<uint8_t>(s[i])} << (8 * i);
+  return v;
+}
+
 }  // namespace eldr::record

@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/expert_counts.hpp"
@@ -68,5 +69,25 @@ status validate_counts(std::string_view bytes, uint32_t layers, uint32_t experts
 // Adds validated counts into masked_sum (layers * experts, layer-major). Hot path: no checks
 // beyond what validate_counts did when the bytes entered memory.
 void add_counts(std::string_view bytes, uint32_t experts, std::span<uint32_t> masked_sum);
+
+// The store's other records, beside the blocks:
+//   "m:geometry"       -> L, E, top_k (u32s)
+//   "m:mask"           -> the layer mask (u32s)
+//   "m:current_epoch"  -> the current centroid epoch (u64_value)
+//   'e' + epoch        -> a centroid set's bytes as given (epoch_key, laid out as block_key)
+//   'w' + id           -> [1][has sequence 0/1][sequence u64][name] (worker_key: id big-endian)
+//   "x:" + name        -> a metadata value as given
+inline const std::string key_geometry = "m:geometry";
+inline const std::string key_mask = "m:mask";
+inline const std::string key_current_epoch = "m:current_epoch";
+
+// u32 values, each 4 bytes little-endian; parse_u32s ignores a trailing partial value.
+std::string u32s(std::span<const uint32_t> v);
+std::vector<uint32_t> parse_u32s(std::string_view s);
+std::string worker_key(uint32_t id);
+std::string epoch_key(uint64_t epoch);
+// 8 bytes little-endian; parse_u64 reads at most 8 bytes, missing ones as 0.
+std::string u64_value(uint64_t v);
+uint64_t parse_u64(std::string_view s);
 
 }  // namespace eldr::record

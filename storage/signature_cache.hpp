@@ -1,5 +1,5 @@
 // signature_cache: per-KV-block expert counts, co-indexed with the KV caches of the workers that
-// hold each block, persisted in RocksDB (docs/signature-cache.md; eldr-method.md section 7).
+// hold each block, persisted in RocksDB (docs/signature-cache.md; docs/method.md section 7).
 //
 // What it keeps per block (keyed by the block hash normalised to uint64): the parent hash, the
 // holders with a reference count per (worker, dp rank, medium, group), and the block's expert
@@ -20,8 +20,9 @@
 // and reported by the lookup that hit them; what RocksDB dropped when it recovered its WAL at
 // open is reported by health(). No RocksDB error aborts the process.
 //
-// Thread safety: none. One owner thread calls everything (the ingest loop, later the cache actor),
-// health() included.
+// Thread safety: none. One owner thread calls everything (eldr-sigcache's ingest loop, or the
+// node's sigcache actor: actors/sigcache_actor.hpp), health() included. With background_writes the
+// cache runs a writer thread of its own, behind that interface.
 #pragma once
 
 #include <cstdint>
