@@ -1,9 +1,11 @@
-// router_actor: answers route requests for every model of the node (eldr-method.md section 5).
+// router_actor: answers route requests for every model of the node (docs/method.md section 5).
 //
 // Per model it holds the decode pool's load view, the current routing policy and centroid set
 // (with its signature spec and epoch), the reservoir of live signatures the refit samples, and
 // the recent decisions `eldrctl explain` shows. A route request goes to the signature-cache actor
 // (store the counts it carries, sum the cached prefix) and comes back here for the decision.
+// The actor only wires messages: its logic lives in plain modules in actors/router/
+// (router_actor_internal.hpp lists the actor's own files and what each holds).
 //
 // Hot swap: a new centroid set is installed by a message, handled between two decisions, so each
 // decision sees exactly one set and reports its epoch; nothing ever waits for a swap. The
