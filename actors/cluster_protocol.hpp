@@ -45,6 +45,8 @@ using load_tick_atom = caf::atom_constant<caf::atom("eltick")>;
 // (one-way, to every owner of their blocks).
 using shard_sign_atom = caf::atom_constant<caf::atom("eshsign")>;
 using shard_store_atom = caf::atom_constant<caf::atom("eshstore")>;
+// A router's own timer: send the replica stores batched since the last one (store_batch.hpp).
+using store_flush_atom = caf::atom_constant<caf::atom("eshflush")>;
 // Signature-cache node -> the new owners of its blocks after a ring change.
 using handoff_atom = caf::atom_constant<caf::atom("ehandoff")>;
 // Refit leadership: leader -> refit actors and routers (term), leader -> routers (samples).

@@ -20,6 +20,30 @@
 
 namespace eldr::router {
 
+namespace {
+
+// Sends the batched stores for `owner` (a node name) to its shard; dropped (and counted) when it
+// left the ring.
+void send_batches(router_actor_t* self, std::vector<store_batcher::batch> batches) {
+  auto& st = self->state;
+  for (auto& b : batches) {
+    const auto index = st.ring ? st.ring->index_of(b.owner) : std::nullopt;
+    if (!index) {
+      st.shard_stores_dropped += b.counts.blocks.size();
+      continue;
+    }
+    ++st.shard_store_messages;
+    self->send(st.shards[*index], shard_store_atom::value, b.model,
+               encode_counts_message(b.counts));
+  }
+}
+
+}  // namespace
+
+void flush_stores(router_actor_t* self) {
+  if (!self->state.store_out.empty()) send_batches(self, self->state.store_out.take_all());
+}
+
 void untrusted(router_actor_t* self) {
   ++self->state.untrusted;
   self->state.ctx->metrics->cluster_event("untrusted");
@@ -91,6 +115,9 @@ void ask_shard(router_actor_t* self, const shard_gather_ptr& g, uint32_t owner,
         .then(on_reply, std::move(on_error));
     return;
   }
+  // This router's batched stores for that node go first: CAF keeps their order, so the shard has
+  // them when it sums.
+  send_batches(self, st.store_out.take(st.ring->members()[owner]));
   shard_sign_request req;
   req.model = g->job->request.model;
   req.blocks = std::move(blocks);
@@ -114,10 +141,12 @@ void ask_shards(router_actor_t* self, const shard_gather_ptr& g,
   shard_done(self, g);
 }
 
-// Sends the counts a request carries to every owner of their blocks (R of them; core/hash_ring),
-// one message per owner: by pointer to this node's own shard, encoded to the others. One-way, off
-// the request's path. A later request that needs these blocks is sent to their owners by this
-// router after this store, and CAF delivers one sender's messages to one receiver in order.
+// Sends the counts a request carries to every owner of their blocks (R of them; core/hash_ring):
+// by pointer to this node's own shard, at once; to the others batched (store_batch.hpp), one
+// message per owner every cluster.store_batch_ms. One-way, off the request's path. A later
+// request that needs these blocks is sent to their owners by this router after this store (a
+// batch goes before a lookup to its owner), and CAF delivers one sender's messages to one
+// receiver in order.
 void store_at_owners(router_actor_t* self, const shard_gather_ptr& g) {
   auto& st = self->state;
   const auto& req = g->job->request;
@@ -132,12 +161,15 @@ void store_at_owners(router_actor_t* self, const shard_gather_ptr& g) {
       self->send(st.shards[owner], shard_store_atom::value, shard_job_ptr(job));
       continue;
     }
-    ++st.shard_store_messages;
-    counts_message cm;
-    cm.geometry = req.counts->geometry;
-    for (const auto* b : blocks)
-      cm.blocks.push_back(*b);
-    self->send(st.shards[owner], shard_store_atom::value, req.model, encode_counts_message(cm));
+    const std::string& name = st.ring->members()[owner];
+    const bool full = st.store_out.add(name, req.model, req.counts->geometry, blocks);
+    const uint32_t every = st.ctx->config.cluster.store_batch_ms;
+    if (full || every == 0) {
+      send_batches(self, st.store_out.take(name));
+    } else if (!st.store_flush_armed) {
+      st.store_flush_armed = true;
+      self->delayed_send(self, std::chrono::milliseconds(every), store_flush_atom::value);
+    }
   }
 }
 
@@ -284,6 +316,10 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         sign_and_route(self, *m, std::move(job), 0);
       },
       [=](flush_atom) { flush_decisions(self); },
+      [=](store_flush_atom) {
+        self->state.store_flush_armed = false;
+        flush_stores(self);
+      },
       [=](load_tick_atom) {
         auto& s = self->state;
         if (self->current_sender() != self->ctrl()) return;

@@ -336,7 +336,8 @@ status read_document(const toml::table& root, node_config& c) {
     e(r.check_known({"listen", "advertise", "seeds", "secret_file", "heartbeat_ms",
                      "connection_timeout_ms", "reconnect_ms", "replication", "vnodes",
                      "load_sync_ms", "load_sharing", "decision_ttl_ms", "max_decisions",
-                     "shard_sum_cache_mib", "tls_certificate", "tls_key", "tls_ca_file"}));
+                     "shard_sum_cache_mib", "store_batch_ms", "tls_certificate", "tls_key",
+                     "tls_ca_file"}));
     cluster_config& k = c.cluster;
     e(r.read("listen", k.listen));
     e(r.read("advertise", k.advertise));
@@ -352,6 +353,7 @@ status read_document(const toml::table& root, node_config& c) {
     e(r.read("decision_ttl_ms", k.decision_ttl_ms));
     e(r.read("max_decisions", k.max_decisions));
     e(r.read("shard_sum_cache_mib", k.shard_sum_cache_mib));
+    e(r.read("store_batch_ms", k.store_batch_ms));
     e(r.read("tls_certificate", k.tls_certificate));
     e(r.read("tls_key", k.tls_key));
     e(r.read("tls_ca_file", k.tls_ca_file));
@@ -581,6 +583,9 @@ status validate_cluster(const node_config& c) {
   if (k.shard_sum_cache_mib > 65536)
     e(status::invalid_argument("cluster.shard_sum_cache_mib: must be in 0..65536, got " +
                                std::to_string(k.shard_sum_cache_mib)));
+  if (k.store_batch_ms > 1000)
+    e(status::invalid_argument("cluster.store_batch_ms: must be in 0..1000, got " +
+                               std::to_string(k.store_batch_ms)));
   if (k.tls_certificate.empty() != k.tls_key.empty())
     e(status::invalid_argument(
         std::string(k.tls_key.empty() ? "cluster.tls_key" : "cluster.tls_certificate") +

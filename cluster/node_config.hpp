@@ -78,6 +78,9 @@ struct cluster_config {
   // Per model, what a router keeps of the shards' sums by exact block list, so that a prefix
   // asked again costs no shard request (actors/router/shard_sum_cache.hpp); 0 = off.
   uint32_t shard_sum_cache_mib = 64;
+  // Replica stores to other nodes are batched per owner and sent this often (0 = each at once;
+  // actors/router/store_batch.hpp).
+  uint32_t store_batch_ms = 10;
   // TLS for node-to-node traffic through CAF's openssl module: all empty = plain TCP (the secret
   // still authenticates joins). certificate and key go together; ca_file makes peers verify
   // each other's certificates.

@@ -22,6 +22,9 @@ using router_actor_t = caf::stateful_actor<router_state>;
 // Signs `job` (the node's signature cache, or the cluster's shards) and decides it.
 void sign_and_route(router_actor_t* self, model_state& m, route_job_ptr job, int attempt);
 
+// Sends every batched replica store (before the shard ring changes, and on the batch timer).
+void flush_stores(router_actor_t* self);
+
 // Counts a message from a peer that did not prove the cluster secret.
 void untrusted(router_actor_t* self);
 

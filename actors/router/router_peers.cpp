@@ -158,6 +158,8 @@ void on_members(router_actor_t* self, const std::vector<member_info>& members) {
   st.routers_by_name.clear();
   for (const auto& mi : members)
     if (mi.router) st.routers_by_name[mi.name] = mi.router;
+  // Batched stores go to the owners they were planned for, before the ring moves blocks.
+  flush_stores(self);
   rebuild_ring(st, members);
 }
 

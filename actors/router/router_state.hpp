@@ -21,6 +21,7 @@
 #include "actors/messages.hpp"
 #include "actors/node_context.hpp"
 #include "actors/router/shard_sum_cache.hpp"
+#include "actors/router/store_batch.hpp"
 #include "cluster/http_url.hpp"
 #include "cluster/metrics_scraper.hpp"
 #include "core/bounded_lru.hpp"
@@ -167,7 +168,12 @@ struct router_state {
   std::vector<caf::actor> shards;       // by ring member index
   std::optional<uint32_t> local_shard;  // this node's ring member index, when it holds a cache
   uint64_t shard_requests = 0, shard_failovers = 0, shard_failures = 0, shard_store_messages = 0;
-  uint64_t shard_local_requests = 0;    // of shard_requests, to this node's own shard
+  uint64_t shard_local_requests = 0;  // of shard_requests, to this node's own shard
+  // Replica stores for other nodes waiting for the next flush (cluster.store_batch_ms), and the
+  // blocks dropped because their owner left the ring before the flush.
+  store_batcher store_out;
+  bool store_flush_armed = false;
+  uint64_t shard_stores_dropped = 0;
   std::vector<uint32_t> shard_scratch;  // a shard's reply, unpacked
   // Cluster: the refit leader as last announced ("" until one is), and the live routers by node
   // name. Only the leader numbers epochs (core/leadership.hpp), so imports go through it.

@@ -203,7 +203,8 @@ nlohmann::json router_json(const router_state& s) {
                         {"refit_leader_term", s.leader_term},
                         {"shard_failovers", s.shard_failovers},
                         {"shard_failures", s.shard_failures},
-                        {"shard_store_messages", s.shard_store_messages}};
+                        {"shard_store_messages", s.shard_store_messages},
+                        {"shard_stores_dropped", s.shard_stores_dropped}};
 }
 
 }  // namespace eldr::router

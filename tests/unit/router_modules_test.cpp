@@ -2,7 +2,8 @@
 // (round trip, bad entries left out, a corrupt file ignored), the policy and install checks (a
 // refused install changes nothing), the decision (answered through the node's edge, remembered
 // for a retry, queued for the peers, signed again after a spec change, errors counted), the
-// status JSON, the shard plan and merge of a clustered signature, and the shards' sums kept.
+// status JSON, the shard plan and merge of a clustered signature, the shards' sums kept, and the
+// replica stores batched per owner.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "actors/router/router_status.hpp"
 #include "actors/router/shard_gather.hpp"
 #include "actors/router/shard_sum_cache.hpp"
+#include "actors/router/store_batch.hpp"
 #include "cluster/route_protocol.hpp"
 #include "core/signature.hpp"
 
@@ -521,6 +523,47 @@ TEST(ShardSumCache, TheLeastRecentlyUsedGoFirstWithinTheBudget) {
   off.put(spec, std::vector<uint64_t>{1}, sum_of(spec, 1));
   EXPECT_FALSE(off.add_to(spec, std::vector<uint64_t>{1}, acc));
   EXPECT_EQ(off.entries(), 0u);
+}
+
+// --- store_batch ---
+
+TEST(StoreBatch, StoresWaitPerOwnerAndModelAndGeometryUntilTaken) {
+  std::vector<counts_block> blocks;
+  for (uint64_t h = 1; h <= 5; ++h)
+    blocks.push_back(counts_block{h, std::nullopt, {}});
+  const std::vector<const counts_block*> first = {&blocks[0], &blocks[1]};
+  const std::vector<const counts_block*> second = {&blocks[2]};
+  const std::vector<const counts_block*> third = {&blocks[3], &blocks[4]};
+  const model_geometry other{3, 4, 1};
+  store_batcher b(10);
+  EXPECT_FALSE(b.add("n2", "toy", toy_geometry, first));
+  EXPECT_FALSE(b.add("n2", "toy", toy_geometry, second));  // joins the batch above
+  EXPECT_FALSE(b.add("n2", "toy", other, second));         // another geometry: its own message
+  EXPECT_FALSE(b.add("n3", "toy", toy_geometry, third));
+  EXPECT_EQ(b.pending_blocks(), 6u);
+  auto n2 = b.take("n2");
+  ASSERT_EQ(n2.size(), 2u);
+  EXPECT_EQ(n2[0].owner, "n2");
+  EXPECT_EQ(n2[0].counts.geometry, toy_geometry);
+  ASSERT_EQ(n2[0].counts.blocks.size(), 3u);
+  EXPECT_EQ(n2[0].counts.blocks[2].hash, 3u);  // in the order they came
+  EXPECT_EQ(n2[1].counts.geometry, other);
+  EXPECT_TRUE(b.take("n2").empty());
+  EXPECT_EQ(b.pending_blocks(), 2u);
+  auto rest = b.take_all();
+  ASSERT_EQ(rest.size(), 1u);
+  EXPECT_EQ(rest[0].owner, "n3");
+  EXPECT_TRUE(b.empty());
+  EXPECT_EQ(b.pending_blocks(), 0u);
+}
+
+TEST(StoreBatch, AFullOwnerIsToBeSentAtOnce) {
+  std::vector<counts_block> blocks(3);
+  const std::vector<const counts_block*> two = {&blocks[0], &blocks[1]};
+  store_batcher b(3);
+  EXPECT_FALSE(b.add("n2", "toy", toy_geometry, two));
+  EXPECT_FALSE(b.add("n3", "toy", toy_geometry, two));  // counted per owner
+  EXPECT_TRUE(b.add("n2", "toy", toy_geometry, two));
 }
 
 }  // namespace
