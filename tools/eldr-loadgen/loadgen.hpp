@@ -11,6 +11,10 @@
 // the second centroid set. The generator sleeps in ppoll(2) on the route socket's ZMQ_FD with a
 // nanosecond timeout, spinning (yield) only in the last millisecond before a send; the others
 // wait on condition-variable timeouts.
+//
+// The parts: session.hpp (what the runs share), setup.hpp, run_policy.hpp (one policy's run:
+// prepare_pipeline.hpp, generator.hpp over route_socket.hpp and route_book.hpp, decode_loop.hpp,
+// hot_swap.hpp), report.hpp, node_restore.hpp.
 #pragma once
 
 #include <atomic>
