@@ -8,9 +8,14 @@
 // batches and route requests encoded to bytes); the caller's thread runs the generator (publishes,
 // sends route requests pipelined on one socket, stamps replies); one more thread drives every
 // decode worker as a discrete-event loop against the wall clock; with --swap-at, one more imports
-// the second centroid set. The generator sleeps in ppoll(2) on the route socket's ZMQ_FD with a
-// nanosecond timeout, spinning (yield) only in the last millisecond before a send; the others
-// wait on condition-variable timeouts.
+// the second centroid set. The generator never spins: while replies are outstanding it sleeps in
+// ppoll(2) on the route socket's ZMQ_FD with a nanosecond timeout up to the next send, otherwise
+// in sleep_until. The preparation and decode threads wait on condition variables with timeouts;
+// the swap thread sleeps in slices of at most 20 ms until its time.
+//
+// The parts: session.hpp (what the runs share), setup.hpp, run_policy.hpp (one policy's run:
+// prepare_pipeline.hpp, generator.hpp over route_socket.hpp and route_book.hpp, decode_loop.hpp,
+// hot_swap.hpp), report.hpp, node_restore.hpp.
 #pragma once
 
 #include <atomic>
