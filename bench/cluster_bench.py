@@ -69,9 +69,9 @@ ap.add_argument("--throughput-loadgen-args", default="",
 ap.add_argument("--load-sharing", default="decisions",
                 help="cluster.load_sharing modes the throughput case runs, side by side "
                      "(decisions,authority)")
-ap.add_argument("--shard-sums", default="64",
-                help="cluster.shard_sum_cache_mib values of the throughput case (e.g. 0,64: off "
-                     "against on, side by side)")
+ap.add_argument("--shard-sums", default="64/10",
+                help="the throughput case's cluster.shard_sum_cache_mib/store_batch_ms pairs, run "
+                     "side by side (e.g. 0/0,64/10: both off against both on)")
 ap.add_argument("--shard-rate", type=int, default=500)
 ap.add_argument("--shard-threads", type=int, default=1,
                 help="runtime.threads of every node in the shard runs (3 processes on 2 cores)")
@@ -150,14 +150,15 @@ def cpu_of(pid):
 
 
 def Cluster(n, netns=False, sync_ms=None, attempts=3, extra=(), load_sharing=None,
-            shard_sum_cache_mib=None):
+            shard_sum_cache_mib=None, store_batch_ms=None):
     """A started cluster; a start that fails (e.g. a port of the temporary directory's range is
     taken by another process on this shared machine) is retried in a fresh directory. `extra`:
     more `eldr-cluster start` options (--roles-of, --threads)."""
     for k in range(attempts):
         try:
             return ClusterOnce(n, netns=netns, sync_ms=sync_ms, extra=extra,
-                               load_sharing=load_sharing, shard_sum_cache_mib=shard_sum_cache_mib)
+                               load_sharing=load_sharing, shard_sum_cache_mib=shard_sum_cache_mib,
+                               store_batch_ms=store_batch_ms)
         except RuntimeError as e:
             if k + 1 == attempts:
                 raise
@@ -166,7 +167,7 @@ def Cluster(n, netns=False, sync_ms=None, attempts=3, extra=(), load_sharing=Non
 
 class ClusterOnce:
     def __init__(self, n, netns=False, sync_ms=None, extra=(), load_sharing=None,
-                 shard_sum_cache_mib=None):
+                 shard_sum_cache_mib=None, store_batch_ms=None):
         self.n = n
         self.netns = netns
         self.dir = tempfile.mkdtemp(prefix="eldr-cluster-bench-")
@@ -183,6 +184,8 @@ class ClusterOnce:
                 keys += "load_sharing = \"%s\"\n" % load_sharing
             if shard_sum_cache_mib is not None:
                 keys += "shard_sum_cache_mib = %d\n" % shard_sum_cache_mib
+            if store_batch_ms is not None:
+                keys += "store_batch_ms = %d\n" % store_batch_ms
             if keys:
                 for i in range(1, n + 1):
                     p = os.path.join(self.dir, "n%d" % i, "eldr.toml")
@@ -470,12 +473,14 @@ def throughput():
     rows = []
     modes = args.load_sharing.split(",")
     for rep in range(args.repeat):
-        for mode, sums, n in [(m, int(s), int(x)) for m in modes
+        for mode, sums, n in [(m, s, int(x)) for m in modes
                               for s in args.shard_sums.split(",")
                               for x in args.throughput_routers.split(",")]:
-            log("throughput: %d routers at %d req/s, load_sharing %s, shard_sum_cache_mib %d "
-                "(run %d)" % (n, args.throughput_rate, mode, sums, rep + 1))
-            with Cluster(n, load_sharing=mode, shard_sum_cache_mib=sums) as c:
+            mib, batch = (sums.split("/") + ["10"])[:2]
+            log("throughput: %d routers at %d req/s, load_sharing %s, shard_sum_cache_mib %s, "
+                "store_batch_ms %s (run %d)" % (n, args.throughput_rate, mode, mib, batch, rep + 1))
+            with Cluster(n, load_sharing=mode, shard_sum_cache_mib=int(mib),
+                         store_batch_ms=int(batch)) as c:
                 admins = [nd["admin"] for nd in c.nodes]
                 base = [loadgen_bin, "--node", admins[0], "--routers", ",".join(admins),
                         "--synthetic", args.preset, "--decode-workers",
@@ -504,6 +509,7 @@ def throughput():
                 rows.append({"routers": n, "load_sharing": mode, "shard_sums_mib": sums,
                              "run": rep + 1,
                              "remote_asks_per_decision": asked / decided if decided else float("nan"),
+                             "coverage": r.get("coverage_mean", float("nan")),
                              "remote_stores_per_decision":
                                  stores / decided if decided else float("nan"),
                              "offered": args.throughput_rate,
@@ -522,19 +528,19 @@ def throughput():
           "shared by the nodes and the generator; medians of %d run(s))"
           % (args.throughput_rate, args.throughput_duration, args.repeat))
     print()
-    print("| load sharing | shard sums MiB | routers | replies/s | errors | remote shard requests "
-          "per decision | remote store messages per decision | rtt p50 µs | rtt p99 µs | node CPU s | "
+    print("| load sharing | shard sums MiB / store batch ms | routers | replies/s | errors | coverage | remote shard "
+          "requests per decision | remote store messages per decision | rtt p50 µs | rtt p99 µs | node CPU s | "
           "node CPU µs per reply | loadgen CPU s | cores used | replies/s per core used | "
           "replies/s per node core |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for mode, sums, n in sorted({(r["load_sharing"], r["shard_sums_mib"], r["routers"])
                                  for r in rows}):
         g = [r for r in rows if r["routers"] == n and r["load_sharing"] == mode
              and r["shard_sums_mib"] == sums]
         m = lambda k: median([r[k] for r in g])  # noqa: E731
-        print("| %s | %d | %d | %.0f | %d | %.3f | %.3f | %.0f | %.0f | %.2f | %.0f | %.2f | %.2f | %.0f "
+        print("| %s | %s | %d | %.0f | %d | %.3f | %.3f | %.3f | %.0f | %.0f | %.2f | %.0f | %.2f | %.2f | %.0f "
               "| %.0f |" % (
-            mode, sums, n, m("route_rps"), max(r["errors"] for r in g),
+            mode, sums, n, m("route_rps"), max(r["errors"] for r in g), m("coverage"),
             m("remote_asks_per_decision"), m("remote_stores_per_decision"), m("route_p50_us"),
             m("route_p99_us"), m("node_cpu_s"), m("node_cpu_us_per_reply"), m("loadgen_cpu_s"),
             m("cores_used"), m("replies_per_core"), m("replies_per_node_core")))
