@@ -115,9 +115,10 @@ void ask_shard(router_actor_t* self, const shard_gather_ptr& g, uint32_t owner,
         .then(on_reply, std::move(on_error));
     return;
   }
-  // This router's batched stores for that node go first: CAF keeps their order, so the shard has
-  // them when it sums.
-  send_batches(self, st.store_out.take(st.ring->members()[owner]));
+  // This router's batched stores for that node go first when they hold one of the blocks: CAF
+  // keeps their order, so the shard has them when it sums.
+  if (st.store_out.holds_any(st.ring->members()[owner], blocks))
+    send_batches(self, st.store_out.take(st.ring->members()[owner]));
   shard_sign_request req;
   req.model = g->job->request.model;
   req.blocks = std::move(blocks);

@@ -16,8 +16,10 @@ bool store_batcher::add(const std::string& owner, const std::string& model,
     b = &ob.batches.back();
     b->counts.geometry = geometry;
   }
-  for (const counts_block* c : blocks)
+  for (const counts_block* c : blocks) {
     b->counts.blocks.push_back(*c);
+    ob.hashes.insert(c->hash);
+  }
   ob.blocks += blocks.size();
   pending_ += blocks.size();
   return ob.blocks >= max_blocks_;
@@ -30,6 +32,14 @@ std::vector<store_batcher::batch> store_batcher::take(const std::string& owner) 
   auto out = std::move(it->second.batches);
   by_owner_.erase(it);
   return out;
+}
+
+bool store_batcher::holds_any(const std::string& owner, std::span<const uint64_t> blocks) const {
+  auto it = by_owner_.find(owner);
+  if (it == by_owner_.end()) return false;
+  for (uint64_t h : blocks)
+    if (it->second.hashes.count(h) != 0) return true;
+  return false;
 }
 
 std::vector<store_batcher::batch> store_batcher::take_all() {

@@ -4,11 +4,11 @@
 // owner, model and geometry every cluster.store_batch_ms (or sooner, at max_blocks), whatever the
 // request rate (issue 14: at most 0.05 cross-node messages per decision on the hot path).
 //
-// What the batching must not change: a router that asks an owner for blocks sends that owner's
-// batch first, so its own stores still reach the shard before its lookups (CAF delivers one
-// sender's messages to one receiver in order). What it does change: another router's lookup may
-// reach the owner up to store_batch_ms before the store, and then misses those blocks (the reply's
-// coverage says so). docs/cluster.md measures it.
+// What the batching must not change: a router that asks an owner for blocks one of its waiting
+// stores holds sends that owner's batch first, so its own stores still reach the shard before its
+// lookups (CAF delivers one sender's messages to one receiver in order). What it does change:
+// another router's lookup may reach the owner up to store_batch_ms before the store, and then
+// misses those blocks (the reply's coverage says so). docs/cluster.md measures it.
 //
 // Plain class: the router actor adds, takes and sends.
 #pragma once
@@ -17,6 +17,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -42,6 +43,9 @@ class store_batcher {
 
   // The batches waiting for `owner` (every model), removed.
   std::vector<batch> take(const std::string& owner);
+  // True when a batch waiting for `owner` holds one of `blocks` (then a lookup of them at that
+  // owner must follow the batch; otherwise it need not wait for it).
+  bool holds_any(const std::string& owner, std::span<const uint64_t> blocks) const;
   // Every waiting batch, removed.
   std::vector<batch> take_all();
 
@@ -52,6 +56,7 @@ class store_batcher {
   struct owner_batches {
     std::vector<batch> batches;
     size_t blocks = 0;
+    std::unordered_set<uint64_t> hashes;  // of every block waiting
   };
   size_t max_blocks_;
   size_t pending_ = 0;

@@ -541,6 +541,9 @@ TEST(StoreBatch, StoresWaitPerOwnerAndModelAndGeometryUntilTaken) {
   EXPECT_FALSE(b.add("n2", "toy", other, second));         // another geometry: its own message
   EXPECT_FALSE(b.add("n3", "toy", toy_geometry, third));
   EXPECT_EQ(b.pending_blocks(), 6u);
+  EXPECT_TRUE(b.holds_any("n2", std::vector<uint64_t>{9, 3}));
+  EXPECT_FALSE(b.holds_any("n2", std::vector<uint64_t>{4, 5}));  // n3's
+  EXPECT_TRUE(b.holds_any("n3", std::vector<uint64_t>{4}));
   auto n2 = b.take("n2");
   ASSERT_EQ(n2.size(), 2u);
   EXPECT_EQ(n2[0].owner, "n2");
@@ -549,6 +552,7 @@ TEST(StoreBatch, StoresWaitPerOwnerAndModelAndGeometryUntilTaken) {
   EXPECT_EQ(n2[0].counts.blocks[2].hash, 3u);  // in the order they came
   EXPECT_EQ(n2[1].counts.geometry, other);
   EXPECT_TRUE(b.take("n2").empty());
+  EXPECT_FALSE(b.holds_any("n2", std::vector<uint64_t>{3}));
   EXPECT_EQ(b.pending_blocks(), 2u);
   auto rest = b.take_all();
   ASSERT_EQ(rest.size(), 1u);
