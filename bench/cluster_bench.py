@@ -72,6 +72,12 @@ ap.add_argument("--load-sharing", default="decisions",
 ap.add_argument("--shard-sums", default="64/10",
                 help="the throughput case's cluster.shard_sum_cache_mib/store_batch_ms pairs, run "
                      "side by side (e.g. 0/0,64/10: both off against both on)")
+ap.add_argument("--no-warmup", action="store_true",
+                help="throughput: skip the warm-up run (correctness checks, not measurements)")
+ap.add_argument("--check-retries", type=int, default=0,
+                help="throughput: after the run, route this many new ids at the first router and "
+                     "again at each other router in turn, and count the same answers (correctness "
+                     "of retries across routers; 0 = skip)")
 ap.add_argument("--shard-rate", type=int, default=500)
 ap.add_argument("--shard-threads", type=int, default=1,
                 help="runtime.threads of every node in the shard runs (3 processes on 2 cores)")
@@ -182,9 +188,10 @@ class ClusterOnce:
                 keys += "load_sync_ms = %d\n" % sync_ms
             if load_sharing is not None and load_sharing != "decisions":
                 keys += "load_sharing = \"%s\"\n" % load_sharing
-            if shard_sum_cache_mib is not None:
+            # Only what differs from the defaults (a key written means a restart of every node).
+            if shard_sum_cache_mib is not None and shard_sum_cache_mib != 64:
                 keys += "shard_sum_cache_mib = %d\n" % shard_sum_cache_mib
-            if store_batch_ms is not None:
+            if store_batch_ms is not None and store_batch_ms != 10:
                 keys += "store_batch_ms = %d\n" % store_batch_ms
             if keys:
                 for i in range(1, n + 1):
@@ -469,6 +476,52 @@ def epoch():
 
 
 # ------------------------------------------------------------------------------- throughput
+def route_once(endpoint, request_id, model, blocks, timeout_ms=5000):
+    """One route request (docs/protocol.md section 3) on its own DEALER: (worker, epoch)."""
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    try:
+        sock.send(msgpack.packb({"version": 1, "type": "route_request", "id": request_id,
+                                 "model": model, "blocks": blocks}, use_bin_type=True))
+        if not sock.poll(timeout_ms):
+            raise TimeoutError("%s: route %s timed out" % (endpoint, request_id))
+        r = msgpack.unpackb(sock.recv(), raw=False)
+        if r.get("type") != "route_reply":
+            raise RuntimeError("%s: route %s: %s" % (endpoint, request_id, r))
+        return r["worker"], r["epoch"]
+    finally:
+        sock.close(0)
+
+
+def peer_decisions(admin):
+    return admin.call("status").get("cluster", {}).get("router", {}).get("peer_decisions", 0)
+
+
+def check_retries(c, n, count, timeout=30):
+    """Routes `count` new ids at router 1 and, once every other router has applied that many more
+    of its peers' decisions (they are shared every cluster.load_sync_ms), each id again at another
+    router: how many got the first answer again."""
+    if count == 0 or n < 2:
+        return None
+    model = c.admins[0].call("status")["models"][0]["name"]
+    before = [peer_decisions(a) for a in c.admins[1:]]
+    first = []
+    for i in range(count):
+        blocks = [(i + 1) * 1000003 + b for b in range(4)]
+        first.append(route_once(c.nodes[0]["route"], "retry-check-%d" % i, model, blocks))
+    deadline = time.monotonic() + timeout
+    while any(peer_decisions(a) < b + count for a, b in zip(c.admins[1:], before)):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the other routers did not apply %d shared decisions" % count)
+    same = 0
+    for i in range(count):
+        blocks = [(i + 1) * 1000003 + b for b in range(4)]
+        again = route_once(c.nodes[1 + i % (n - 1)]["route"], "retry-check-%d" % i, model, blocks)
+        same += first[i] == again
+    return same
+
+
 def throughput():
     rows = []
     modes = args.load_sharing.split(",")
@@ -491,13 +544,15 @@ def throughput():
                         # restore waits for the refit leader, which an overloaded cluster may
                         # be electing again).
                         "--keep-centroids"] + args.throughput_loadgen_args.split()
-                run_loadgen(base + ["--rate", "1000", "--duration", "2"])  # warm-up
+                if not args.no_warmup:
+                    run_loadgen(base + ["--rate", "1000", "--duration", "2"])
                 cpu0 = [cpu_of(c.pid(i)) for i in range(1, n + 1)]
                 k0 = router_counters(c.admins)
                 r = run_loadgen(base + ["--rate", str(args.throughput_rate), "--duration",
                                         str(args.throughput_duration)])
                 cpu1 = [cpu_of(c.pid(i)) for i in range(1, n + 1)]
                 k1 = router_counters(c.admins)
+                retries_same = check_retries(c, n, args.check_retries)
                 decided = k1[0] - k0[0]
                 # Messages to other nodes on the requests' path: shard requests not to the own
                 # shard, and the replica stores (load sharing's batched messages are apart).
@@ -507,7 +562,8 @@ def throughput():
                 wall = r["wall_s"]
                 cores = (node_cpu + r["loadgen_cpu_s"]) / wall if wall > 0 else float("nan")
                 rows.append({"routers": n, "load_sharing": mode, "shard_sums_mib": sums,
-                             "run": rep + 1,
+                             "run": rep + 1, "retries_checked": args.check_retries,
+                             "retries_same": retries_same,
                              "remote_asks_per_decision": asked / decided if decided else float("nan"),
                              "coverage": r.get("coverage_mean", float("nan")),
                              "remote_stores_per_decision":
