@@ -1,5 +1,6 @@
-// memory_caches: the signature cache's two byte-bounded LRUs in front of RocksDB (internal to
-// storage/): the encoded counts of single blocks, and remembered prefix sums.
+// memory_caches: the signature cache's two byte-bounded LRUs in front of RocksDB: the encoded
+// counts of single blocks, and remembered prefix sums. The prefix sums also serve a clustered
+// router, which keeps the shards' answers with them (actors/router/shard_sum_cache.hpp).
 //
 // Both are keyed by a block hash and evict the least recently used entry once their byte bound
 // would be exceeded; an entry larger than the bound is not kept. Neither knows RocksDB or the
@@ -142,6 +143,9 @@ class prefix_memo {
     order_.clear();
     bytes_ = 0;
   }
+
+  size_t size() const { return entries_.size(); }
+  size_t bytes() const { return bytes_; }
 
  private:
   struct entry {

@@ -7,61 +7,49 @@
 // of the shards, in prompt order) under one signature spec, kept only when the shards covered
 // every block of the list. It stays exact: a block hash names the block's tokens and all before
 // them (vLLM's chained prefix hash), so its counts never change; a block evicted from a KV cache
-// is computed again when it is used, and its counts then travel with the request. The list is
-// stored and compared, not only its hash. A new spec (a set with other layers or transform)
-// empties the cache.
+// is computed again when it is used, and its counts then travel with the request. A new spec (a
+// set with other layers, transform or IDF) empties the cache.
 //
-// Bounded by bytes (the sums are stored sparse: 8 bytes per nonzero entry, plus the hashes):
-// the least recently used entries go first. Plain class; one per model, on the router's thread.
+// The entries are the signature cache's own remembered prefix sums (storage/memory_caches.hpp's
+// prefix_memo: keyed by the list's last hash, length and fingerprint; byte-bounded LRU). This
+// class adds the spec they were summed under and the hit counts. Plain class; one per model, on
+// the router's thread.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <list>
 #include <span>
-#include <unordered_map>
-#include <vector>
 
 #include "actors/messages.hpp"
+#include "storage/memory_caches.hpp"
 
 namespace eldr::router {
 
 class shard_sum_cache {
  public:
   // budget_bytes 0: off (every lookup misses, nothing is kept).
-  explicit shard_sum_cache(size_t budget_bytes = 0) : budget_(budget_bytes) {}
+  explicit shard_sum_cache(size_t budget_bytes = 0) : budget_(budget_bytes), memo_(budget_bytes) {}
 
-  // Adds the cached sum over exactly `blocks` under `spec` to `acc` (spec->width() entries) and
-  // returns true; false (nothing added) when it is not cached.
+  // Adds the kept sum over exactly `blocks` under `spec` to `acc` (spec->width() entries) and
+  // returns true; false (nothing added) when it is not kept.
   bool add_to(const spec_ptr& spec, std::span<const uint64_t> blocks, std::span<uint32_t> acc);
 
   // Keeps `sum` (spec->width() entries), the shards' complete answer for `blocks` under `spec`.
   // An entry larger than the whole budget is not kept.
   void put(const spec_ptr& spec, std::span<const uint64_t> blocks, std::span<const uint32_t> sum);
 
-  size_t entries() const { return lru_.size(); }
-  size_t bytes() const { return bytes_; }
+  size_t entries() const { return memo_.size(); }
+  size_t bytes() const { return memo_.bytes(); }
   size_t budget_bytes() const { return budget_; }
   uint64_t hits() const { return hits_; }
   uint64_t misses() const { return misses_; }
 
  private:
-  struct entry {
-    uint64_t key = 0;
-    std::vector<uint64_t> blocks;
-    std::vector<uint32_t> index;  // nonzero positions of the sum, ascending
-    std::vector<uint32_t> value;
-    size_t bytes() const;
-  };
-  static uint64_t key_of(std::span<const uint64_t> blocks);
   void follow(const spec_ptr& spec);
-  void evict_to(size_t budget);
 
   size_t budget_ = 0;
-  size_t bytes_ = 0;
+  prefix_memo memo_;
   spec_ptr spec_;
-  std::list<entry> lru_;  // most recently used first
-  std::unordered_multimap<uint64_t, std::list<entry>::iterator> by_key_;
   uint64_t hits_ = 0, misses_ = 0;
 };
 
