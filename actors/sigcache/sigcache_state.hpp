@@ -1,0 +1,103 @@
+// sigcache_state: what the signature-cache actor holds, per model (model_cache) and for the node
+// (sigcache_state), and the limits of its work per turn. Plain data shared by the actor's modules
+// in actors/sigcache/: the plain ones (signing, handoff, sigcache_status, model_caches) take it
+// without an actor system, so unit tests can drive them; the actor's own files
+// (actors/sigcache_actor.cpp, publishers.cpp, sigcache_cluster.cpp) wire it to CAF messages.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "actors/node_context.hpp"
+#include "cluster/ingest.hpp"
+#include "cluster/publisher_registry.hpp"
+#include "core/hash_ring.hpp"
+#include "core/signature.hpp"
+#include "storage/signature_cache.hpp"
+
+namespace eldr::sigcache {
+
+// Hashes applied per turn: a few milliseconds of work (BENCHMARKS.md), so a route request waits
+// at most one decode and one slice behind a publisher's largest batch.
+constexpr size_t ingest_hashes_per_turn = 2048;
+// Grace deadlines examined per commit tick: a backlog of expired blocks is spread over ticks.
+constexpr size_t expire_per_commit = 4096;
+
+struct model_cache {
+  std::unique_ptr<signature_cache> cache;
+  std::unique_ptr<ingest> events;
+  std::map<spec_ptr, std::unique_ptr<signature_builder>> builders;  // one per spec in use
+  std::vector<uint32_t> scratch;  // masked sum when no spec is given (coverage only), shard sums
+  std::vector<uint32_t> reply;    // cluster: a shard's sum over the requested layers
+  uint64_t counts_refused = 0;
+  bool dirty = false;          // staged changes since the last commit
+  bool resume_posted = false;  // an ingest_more_atom for this model is in the mailbox
+  int64_t last_expire_ms = 0;  // grace periods are checked once a second, not every tick
+  uint64_t signed_requests = 0;
+  uint64_t handed_off = 0, taken_over = 0, handoff_refused = 0;  // cluster: blocks moved
+  // The store's health as last logged: a degraded store is logged once when it degrades and once
+  // when it recovers; read errors at most every read_error_log_ms.
+  bool logged_degraded = false;
+  uint64_t logged_read_errors = 0;
+  int64_t read_errors_logged_ms = 0;
+};
+
+// A subscription the frontend delivers frames for.
+struct subscription {
+  uint32_t model = 0;
+  bool counts = false;  // eldr counts publisher, else vLLM KV events
+  uint32_t publisher = 0;
+  // A bound SUB socket (models[].kv_events.bind) that several vLLM instances connect to: ZeroMQ
+  // does not tell them apart, so each must publish under its own topic (KVEventsConfig.topic),
+  // and each topic is one ingest publisher with its own sequence. `publisher` serves frames
+  // without a topic frame.
+  bool by_topic = false;
+  std::string endpoint;
+  std::map<std::string, uint32_t, std::less<>> topics;
+};
+
+// Topics one bound socket tells apart, and the longest one; beyond, frames go to the socket's
+// default publisher (and their sequences look like gaps there).
+constexpr size_t max_bound_topics = 1024;
+constexpr size_t max_topic_bytes = 256;
+
+struct sigcache_state {
+  node_context_ptr ctx;
+  std::vector<model_cache> models;
+  // Cluster: the ring of signature-cache nodes as of the last membership change (this node's
+  // blocks are handed to the owners that are new since), and the counters of the moves.
+  std::optional<hash_ring> ring;
+  std::map<uint32_t, subscription> subscriptions;
+  std::vector<std::span<const uint8_t>> frames;  // scratch
+  uint64_t unknown_subscription = 0;
+  uint64_t commit_errors = 0;
+  // Publishers (publisher_registry.hpp): registrations waiting for their SUB socket, and each
+  // (model, counts, endpoint)'s ingest index, kept so that a publisher that comes back after
+  // being forgotten reuses its index.
+  publisher_registry publishers{1, 0};
+  std::map<std::string, std::vector<caf::response_promise>> waiting;
+  std::map<std::tuple<uint32_t, bool, std::string>, uint32_t> ingest_index;
+  uint64_t registrations_refused = 0, subscribe_failed = 0, publishers_forgotten = 0;
+  int64_t refusal_logged_ms = INT64_MIN;
+  // When the ingest and store metrics sections were last rendered (metrics_refresh_ms).
+  int64_t metrics_rendered_ms = INT64_MIN;
+};
+
+// The ingest and store sections of /metrics are rendered on the commit tick, but at most this
+// often: their text grows with the publishers followed, and rendering it on every 10 ms tick kept
+// an idle node that follows 256 publishers ~15% of a core busy (fuzz.live_node, publisher_flood).
+// Prometheus scrapes every few seconds; 250 ms is fresh enough for any reader.
+constexpr int64_t metrics_refresh_ms = 250;
+
+}  // namespace eldr::sigcache
