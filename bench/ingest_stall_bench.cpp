@@ -16,7 +16,7 @@ namespace {
 
 using namespace eldr;
 
-constexpr size_t slice = 2048;  // sigcache_actor's ingest_hashes_per_turn
+constexpr size_t slice = 2048;  // ingest_hashes_per_turn (actors/sigcache/sigcache_state.hpp)
 
 // The largest admitted batch: max_batch_hashes hashes in events of max_hashes, each block with
 // its 16 token ids (vLLM writes them), hashes as 64-bit integers (9 bytes, like SHA-256 bits).
