@@ -1,4 +1,6 @@
-// zmq_frontend: see zmq_frontend.hpp.
+// zmq_frontend: see zmq_frontend.hpp. This file holds the poll loop, the route/worker/admin
+// dispatch and the public methods; the sockets and CURVE, the reply queue and the subscriptions are
+// in zmq_frontend_{sockets,replies,subscriptions}.cpp over the state in zmq_frontend_impl.hpp.
 #include "cluster/zmq_frontend.hpp"
 
 #include "cluster/zmq_frontend_impl.hpp"
