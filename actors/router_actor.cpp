@@ -22,8 +22,8 @@ namespace eldr::router {
 
 namespace {
 
-// Sends the batched stores for `owner` (a node name) to its shard; dropped (and counted) when it
-// left the ring.
+// Sends batched stores to their owners' shards; a batch whose owner left the ring is dropped (and
+// its blocks counted).
 void send_batches(router_actor_t* self, std::vector<store_batcher::batch> batches) {
   auto& st = self->state;
   for (auto& b : batches) {
@@ -75,7 +75,8 @@ void shard_done(router_actor_t* self, const shard_gather_ptr& g) {
   if (--g->pending > 0) return;
   auto& m = *self->state.models[g->model];
   // Kept only under the spec the model still routes with (a swap may have landed meanwhile).
-  if (gather_complete(*g) && g->spec == m.spec) m.shard_sums.put(g->spec, g->asked, g->asked_acc);
+  if (!g->from_kept_sums && gather_complete(*g) && g->spec == m.spec)
+    m.shard_sums.put(g->spec, g->asked, g->asked_acc);
   const sign_result out = finish_gather(*g);
   decide_and_wire(self, m, g->job, &out, g->attempt);
 }
@@ -187,6 +188,7 @@ void shard_sign_and_route(router_actor_t* self, model_state& m, route_job_ptr jo
   if (g->spec && m.shard_sums.add_to(g->spec, g->asked, g->asked_acc)) {
     g->covered += static_cast<uint32_t>(g->asked.size());
     g->asked_covered = static_cast<uint32_t>(g->asked.size());
+    g->from_kept_sums = true;
     return shard_done(self, g);
   }
   ask_shards(self, g, g->asked, {});

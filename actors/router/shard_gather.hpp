@@ -37,6 +37,8 @@ struct shard_gather {
   std::vector<uint64_t> asked;
   uint32_t asked_covered = 0;
   std::vector<uint32_t> asked_acc;
+  // asked_acc came from the router's shard_sum_cache (so it is not kept a second time).
+  bool from_kept_sums = false;
   std::string problem;
 };
 using shard_gather_ptr = std::shared_ptr<shard_gather>;
