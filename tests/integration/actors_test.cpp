@@ -17,6 +17,7 @@
 #include "core/centroid_file.hpp"
 #include "core/shard_plan.hpp"
 #include "tests/support/temp_dir.hpp"
+#include "tests/support/toy_model.hpp"
 
 namespace eldr {
 namespace {
@@ -45,37 +46,12 @@ class recording_sink final : public reply_sink {
   uint32_t next_id_ = 0;
 };
 
-const model_geometry toy{2, 8, 2};
-
 centroid_file toy_centroids(uint32_t rotate, signature_transform t = signature_transform::count) {
-  centroid_file f;
-  f.model_name = "toy";
-  f.spec = *signature_spec::make(toy, t, {}, {});
-  f.workers = 4;
-  f.centroids.assign(4 * 16, 0.0f);
-  for (uint32_t w = 0; w < 4; ++w)
-    for (uint32_t l = 0; l < 2; ++l)
-      for (uint32_t e : {2 * ((w + rotate) % 4), 2 * ((w + rotate) % 4) + 1})
-        f.centroids[w * 16 + l * 8 + e] = 0.5f;
-  return f;
+  return testing::toy_centroids("toy", testing::toy_workers, rotate, t);
 }
 
 route_request request_for(const std::string& id, uint32_t domain, uint64_t hash) {
-  std::vector<expert_id> ids;
-  for (int t = 0; t < 4; ++t)
-    for (int l = 0; l < 2; ++l) {
-      ids.push_back(static_cast<expert_id>(2 * domain));
-      ids.push_back(static_cast<expert_id>(2 * domain + 1));
-    }
-  route_request r;
-  r.id = id;
-  r.model = "toy";
-  r.block_hashes = {hash};
-  counts_message c;
-  c.geometry = toy;
-  c.blocks.push_back({hash, std::nullopt, *block_counts::from_tokens(toy, ids, 0, 4)});
-  r.counts = std::move(c);
-  return r;
+  return testing::toy_request(id, "toy", domain, {hash});
 }
 
 class ActorsTest : public ::testing::Test {

@@ -6,24 +6,13 @@
 #include "tests/support/node_process.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
+#include "tests/support/toy_model.hpp"
 
 namespace eldr {
 namespace {
 
-const model_geometry toy{2, 8, 2};
-
 centroid_file toy_centroids() {
-  centroid_file f;
-  f.model_name = "toy";
-  f.spec = *signature_spec::make(toy, signature_transform::count, {}, {});
-  f.workers = 4;
-  f.centroids.assign(4 * 16, 0.0f);
-  for (uint32_t w = 0; w < 4; ++w)
-    for (uint32_t l = 0; l < 2; ++l)
-      for (uint32_t e : {2 * w, 2 * w + 1})
-        f.centroids[w * 16 + l * 8 + e] = 0.5f;
-  f.epoch = 1;
-  return f;
+  return testing::toy_centroids("toy");
 }
 
 // The paper's band ("eldr", not the default eldr-adaptive): the Python script checks that a

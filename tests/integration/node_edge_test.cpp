@@ -11,39 +11,24 @@
 #include <zmq_addon.hpp>
 
 #include "cluster/client.hpp"
-#include "tests/support/node_process.hpp"
-#include "tests/support/temp_dir.hpp"
+#include "tests/support/node_fixture.hpp"
 
 namespace eldr {
 namespace {
 
 using namespace std::chrono_literals;
 using nlohmann::json;
-using testing::node_process;
-using testing::node_toml;
-using testing::temp_dir;
 
 const char* model_toml =
     "[[models]]\nname = \"toy\"\nworkers = 4\nworker_timeout_ms = 600000\nwiden_single = false\n";
 
-class NodeEdgeTest : public ::testing::Test {
+class NodeEdgeTest : public testing::node_fixture {
  protected:
+  NodeEdgeTest() : node_fixture("eldr-node-edge") {}
+
   void start(const std::string& extra = "") {
-    node_ = std::make_unique<node_process>(dir_.sub("node.toml"),
-                                           node_toml(dir_.sub("data"), model_toml, extra));
-    ASSERT_TRUE(node_->ok()) << "eldr-node did not become ready";
-    auto a = admin_client::connect(node_->admin());
-    auto r = route_client::connect(node_->route());
-    auto w = worker_client::connect(node_->worker());
-    ASSERT_TRUE(a.ok() && r.ok() && w.ok());
-    admin_ = std::move(*a);
-    route_ = std::move(*r);
-    worker_ = std::move(*w);
-    for (uint32_t k = 0; k < 4; ++k) {
-      auto reg =
-          worker_->call(worker_register{"", "toy", k, "tcp://10.0.0." + std::to_string(k), 0, ""});
-      ASSERT_TRUE(reg.ok() && std::holds_alternative<worker_ack>(*reg));
-    }
+    ASSERT_NO_FATAL_FAILURE(start_node(model_toml, extra));
+    register_workers("toy", 4, "tcp://10.0.0.", "");
   }
 
   route_request request(const std::string& id) {
@@ -63,9 +48,8 @@ class NodeEdgeTest : public ::testing::Test {
   }
 
   json counters() {
-    auto s = admin_->call("status");
-    EXPECT_TRUE(s.ok()) << s.error().to_string();
-    return s.ok() ? (*s)["counters"] : json();
+    json s = status();
+    return s.is_null() ? s : s["counters"];
   }
 
   // Polls status until `done` holds for its counters, or the deadline passes.
@@ -86,12 +70,6 @@ class NodeEdgeTest : public ::testing::Test {
         out.push_back(w.value("state", ""));
     return out;
   }
-
-  temp_dir dir_{"eldr-node-edge"};
-  std::unique_ptr<node_process> node_;
-  std::unique_ptr<admin_client> admin_;
-  std::unique_ptr<route_client> route_;
-  std::unique_ptr<worker_client> worker_;
 };
 
 std::vector<zmq::message_t> receive(zmq::socket_t& s) {

@@ -16,29 +16,16 @@
 #include "cluster/client.hpp"
 #include "core/centroid_file.hpp"
 #include "core/expert_counts.hpp"
-#include "tests/support/node_process.hpp"
+#include "tests/support/node_fixture.hpp"
 #include "tests/support/small_fs.hpp"
-#include "tests/support/temp_dir.hpp"
+#include "tests/support/toy_model.hpp"
 
 namespace eldr {
 namespace {
 
-using testing::node_process;
-using testing::node_toml;
 using testing::small_fs;
-using testing::temp_dir;
 
-const model_geometry toy{2, 8, 2};
-
-block_counts block_for(uint32_t w) {
-  std::vector<expert_id> ids;
-  for (int t = 0; t < 4; ++t)
-    for (uint32_t l = 0; l < toy.layers; ++l) {
-      ids.push_back(static_cast<expert_id>(2 * w));
-      ids.push_back(static_cast<expert_id>(2 * w + 1));
-    }
-  return *block_counts::from_tokens(toy, ids, 0, 4);
-}
+const model_geometry& toy = testing::toy_geometry;
 
 route_request request_for(const std::string& id, uint64_t first, size_t n, bool send_counts) {
   route_request r;
@@ -51,7 +38,7 @@ route_request request_for(const std::string& id, uint64_t first, size_t n, bool 
     c.geometry = toy;
     std::optional<uint64_t> parent;
     for (uint64_t h : r.block_hashes) {
-      c.blocks.push_back({h, parent, block_for(static_cast<uint32_t>(h % 4))});
+      c.blocks.push_back({h, parent, testing::toy_block(static_cast<uint32_t>(h % 4))});
       parent = h;
     }
     r.counts = std::move(c);
@@ -87,43 +74,22 @@ const char* toy_model_toml =
     "[[models]]\nname = \"toy\"\nworkers = 4\nworker_timeout_ms = 600000\nmin_sample = 16\n"
     "sample_size = 256\nwiden_single = false\n";
 
-class NodeStoreFaults : public ::testing::Test {
+// Every route is answered with a route_reply (must_route): the store's state never stops routing.
+class NodeStoreFaults : public testing::node_fixture {
  protected:
-  void start() {
-    node_ = std::make_unique<node_process>(dir_.sub("node.toml"),
-                                           node_toml(disk_->dir + "/data", toy_model_toml));
-    ASSERT_TRUE(node_->ok()) << "eldr-node did not become ready";
-    auto a = admin_client::connect(node_->admin());
-    auto r = route_client::connect(node_->route());
-    auto w = worker_client::connect(node_->worker());
-    ASSERT_TRUE(a.ok() && r.ok() && w.ok());
-    admin_ = std::move(*a);
-    route_ = std::move(*r);
-    worker_ = std::move(*w);
-    for (uint32_t k = 0; k < 4; ++k) {
-      auto reg = worker_->call(
-          worker_register{"", "toy", k, "tcp://10.0.0." + std::to_string(k) + ":9", 0, ""});
-      ASSERT_TRUE(reg.ok()) << reg.error().to_string();
-    }
-  }
+  NodeStoreFaults() : node_fixture("eldr-node-store-faults") {}
+  // The node stops before its file system is unmounted: disk_, a member of this class, is
+  // destroyed before the fixture's node_.
+  ~NodeStoreFaults() override { node_.reset(); }
 
-  // Every route is answered with a route_reply: the store's state never stops routing.
-  route_reply must_route(const route_request& req) {
-    auto r = route_->route(req);
-    EXPECT_TRUE(r.ok()) << r.error().to_string();
-    if (!r.ok()) return {};
-    if (auto* e = std::get_if<error_reply>(&*r)) {
-      ADD_FAILURE() << "error reply " << to_string(e->code) << ": " << e->message;
-      return {};
-    }
-    return std::get<route_reply>(*r);
+  void start() {
+    ASSERT_NO_FATAL_FAILURE(start_node(toy_model_toml, "", disk_->dir + "/data"));
+    register_workers("toy", testing::toy_workers);
   }
 
   nlohmann::json store() {
-    auto s = admin_->call("status");
-    EXPECT_TRUE(s.ok()) << s.error().to_string();
-    if (!s.ok()) return {};
-    return (*s)["signature_cache"][0]["store"];
+    nlohmann::json s = status();
+    return s.is_null() ? s : s["signature_cache"][0]["store"];
   }
 
   template <class F>
@@ -136,12 +102,7 @@ class NodeStoreFaults : public ::testing::Test {
     return done();
   }
 
-  temp_dir dir_{"eldr-node-store-faults"};
   std::unique_ptr<small_fs> disk_;
-  std::unique_ptr<node_process> node_;
-  std::unique_ptr<admin_client> admin_;
-  std::unique_ptr<route_client> route_;
-  std::unique_ptr<worker_client> worker_;
 };
 
 TEST_F(NodeStoreFaults, FullDiskKeepsRoutingShowsDegradedAndRecovers) {

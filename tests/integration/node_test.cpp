@@ -12,69 +12,24 @@
 #include "cluster/client.hpp"
 #include "core/centroid_file.hpp"
 #include "core/expert_counts.hpp"
-#include "tests/support/node_process.hpp"
-#include "tests/support/temp_dir.hpp"
+#include "tests/support/node_fixture.hpp"
+#include "tests/support/toy_model.hpp"
 
 namespace eldr {
 namespace {
 
-using testing::node_process;
-using testing::node_toml;
-using testing::temp_dir;
-
 // The toy pool routes by locality alone: no widening of a one-worker band (the artifact's
 // recipe widens it to the top two, which would make the expected worker depend on loads).
-// A toy model: 2 layers, 8 experts, top-2; worker w's centroid puts its mass on experts 2w and
-// 2w+1 of both layers, so a request whose tokens pick those experts belongs to worker w.
-const model_geometry toy{2, 8, 2};
-constexpr uint32_t toy_k = 4;
+const model_geometry& toy = testing::toy_geometry;
+constexpr uint32_t toy_k = testing::toy_workers;
 
 centroid_file toy_centroids(uint32_t rotate = 0) {
-  centroid_file f;
-  f.model_name = "toy";
-  f.spec = *signature_spec::make(toy, signature_transform::count, {}, {});
-  f.workers = toy_k;
-  f.centroids.assign(toy_k * f.spec.width(), 0.0f);
-  for (uint32_t w = 0; w < toy_k; ++w) {
-    const uint32_t home = (w + rotate) % toy_k;
-    for (uint32_t l = 0; l < toy.layers; ++l)
-      for (uint32_t e : {2 * home, 2 * home + 1})
-        f.centroids[w * 16 + l * 8 + e] = 0.5f;
-  }
-  f.epoch = 1;
-  f.provenance.source = "node_test";
-  f.provenance.kmeans_variant = "balanced";
-  return f;
-}
-
-// One block of 4 tokens that all pick experts {2w, 2w+1} in every layer.
-block_counts block_for(uint32_t w) {
-  std::vector<expert_id> ids;
-  for (int t = 0; t < 4; ++t)
-    for (uint32_t l = 0; l < toy.layers; ++l) {
-      ids.push_back(static_cast<expert_id>(2 * w));
-      ids.push_back(static_cast<expert_id>(2 * w + 1));
-    }
-  return *block_counts::from_tokens(toy, ids, 0, 4);
+  return testing::toy_centroids("toy", toy_k, rotate);
 }
 
 route_request request_for(const std::string& id, uint32_t w, std::vector<uint64_t> blocks,
                           bool send_counts) {
-  route_request r;
-  r.id = id;
-  r.model = "toy";
-  r.block_hashes = blocks;
-  if (send_counts) {
-    counts_message c;
-    c.geometry = toy;
-    std::optional<uint64_t> parent;
-    for (uint64_t h : blocks) {
-      c.blocks.push_back({h, parent, block_for(w)});
-      parent = h;
-    }
-    r.counts = std::move(c);
-  }
-  return r;
+  return testing::toy_request(id, "toy", w, std::move(blocks), send_counts);
 }
 
 std::vector<uint8_t> as_bytes(const centroid_file& f) {
@@ -85,30 +40,15 @@ const char* toy_model_toml =
     "[[models]]\nname = \"toy\"\nworkers = 4\nworker_timeout_ms = 600000\nmin_sample = 16\n"
     "sample_size = 256\nwiden_single = false\n";
 
-class NodeTest : public ::testing::Test {
+class NodeTest : public testing::node_fixture {
  protected:
+  NodeTest() : node_fixture("eldr-node-test") {}
+
   void start(const std::string& models = toy_model_toml, const std::string& extra = "") {
-    node_ = std::make_unique<node_process>(dir_.sub("node.toml"),
-                                           node_toml(dir_.sub("data"), models, extra));
-    ASSERT_TRUE(node_->ok()) << "eldr-node did not become ready";
-    auto a = admin_client::connect(node_->admin());
-    auto r = route_client::connect(node_->route());
-    auto w = worker_client::connect(node_->worker());
-    ASSERT_TRUE(a.ok() && r.ok() && w.ok());
-    admin_ = std::move(*a);
-    route_ = std::move(*r);
-    worker_ = std::move(*w);
+    start_node(models, extra);
   }
 
-  void register_workers(uint32_t k = toy_k) {
-    for (uint32_t w = 0; w < k; ++w) {
-      auto r = worker_->call(
-          worker_register{"", "toy", w, "tcp://10.0.0." + std::to_string(w) + ":9", 0, ""});
-      ASSERT_TRUE(r.ok()) << r.error().to_string();
-      ASSERT_TRUE(std::holds_alternative<worker_ack>(*r));
-      EXPECT_EQ(std::get<worker_ack>(*r).state, "active");
-    }
-  }
+  void register_workers(uint32_t k = toy_k) { node_fixture::register_workers("toy", k); }
 
   // The paper's band instead of the default eldr-adaptive, for tests whose subject (the load
   // view, a refit's alignment) shows in that rule's decisions: a request goes to its home worker
@@ -124,23 +64,6 @@ class NodeTest : public ::testing::Test {
     EXPECT_TRUE(r.ok()) << r.error().to_string();
     return r.ok() ? r->value("epoch", uint64_t{0}) : 0;
   }
-
-  route_reply must_route(const route_request& req) {
-    auto r = route_->route(req);
-    EXPECT_TRUE(r.ok()) << r.error().to_string();
-    if (!r.ok()) return {};
-    if (auto* e = std::get_if<error_reply>(&*r)) {
-      ADD_FAILURE() << "error reply " << to_string(e->code) << ": " << e->message;
-      return {};
-    }
-    return std::get<route_reply>(*r);
-  }
-
-  temp_dir dir_{"eldr-node-test"};
-  std::unique_ptr<node_process> node_;
-  std::unique_ptr<admin_client> admin_;
-  std::unique_ptr<route_client> route_;
-  std::unique_ptr<worker_client> worker_;
 };
 
 TEST_F(NodeTest, StatusReportsRolesEndpointsAndModels) {

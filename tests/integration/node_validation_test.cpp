@@ -18,9 +18,11 @@
 #include "cluster/client.hpp"
 #include "core/centroid_file.hpp"
 #include "core/expert_counts.hpp"
+#include "tests/support/node_fixture.hpp"
 #include "tests/support/node_process.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
+#include "tests/support/toy_model.hpp"
 
 namespace eldr {
 namespace {
@@ -30,80 +32,32 @@ using testing::node_toml;
 using testing::run_command;
 using testing::temp_dir;
 
-// The toy model of node_test.cpp: 2 layers, 8 experts, top-2; worker w's centroid puts its mass
-// on experts 2w and 2w+1, so a request whose tokens pick those experts belongs to worker w.
-const model_geometry toy{2, 8, 2};
-constexpr uint32_t toy_k = 4;
+// The toy model (tests/support/toy_model.hpp): worker w's centroid puts its mass on experts 2w
+// and 2w+1, so a request whose tokens pick those experts belongs to worker w.
+constexpr uint32_t toy_k = testing::toy_workers;
 
 centroid_file toy_centroids(uint32_t k = toy_k) {
-  centroid_file f;
-  f.model_name = "toy";
-  f.spec = *signature_spec::make(toy, signature_transform::count, {}, {});
-  f.workers = k;
-  f.centroids.assign(k * f.spec.width(), 0.0f);
-  for (uint32_t w = 0; w < k; ++w)
-    for (uint32_t l = 0; l < toy.layers; ++l)
-      for (uint32_t e : {2 * (w % toy_k), 2 * (w % toy_k) + 1})
-        f.centroids[w * 16 + l * 8 + e] = 0.5f;
-  f.epoch = 1;
-  f.provenance.source = "node_validation_test";
-  f.provenance.kmeans_variant = "balanced";
-  return f;
-}
-
-block_counts block_for(uint32_t w) {
-  std::vector<expert_id> ids;
-  for (int t = 0; t < 4; ++t)
-    for (uint32_t l = 0; l < toy.layers; ++l) {
-      ids.push_back(static_cast<expert_id>(2 * w));
-      ids.push_back(static_cast<expert_id>(2 * w + 1));
-    }
-  return *block_counts::from_tokens(toy, ids, 0, 4);
+  return testing::toy_centroids("toy", k);
 }
 
 route_request request_for(const std::string& id, uint32_t w, uint64_t block) {
-  route_request r;
-  r.id = id;
-  r.model = "toy";
-  r.block_hashes = {block};
-  counts_message c;
-  c.geometry = toy;
-  c.blocks.push_back({block, std::nullopt, block_for(w)});
-  r.counts = std::move(c);
-  return r;
+  return testing::toy_request(id, "toy", w, {block});
 }
 
 const char* toy_model_toml =
     "[[models]]\nname = \"toy\"\nworkers = 4\nworker_timeout_ms = 600000\nwiden_single = false\n";
 
-class NodeValidationTest : public ::testing::Test {
+class NodeValidationTest : public testing::node_fixture {
  protected:
-  void start(const std::string& models = toy_model_toml) {
-    node_ =
-        std::make_unique<node_process>(dir_.sub("node.toml"), node_toml(dir_.sub("data"), models));
-    ASSERT_TRUE(node_->ok()) << "eldr-node did not become ready";
-    auto a = admin_client::connect(node_->admin());
-    auto r = route_client::connect(node_->route());
-    auto w = worker_client::connect(node_->worker());
-    ASSERT_TRUE(a.ok() && r.ok() && w.ok());
-    admin_ = std::move(*a);
-    route_ = std::move(*r);
-    worker_ = std::move(*w);
-  }
+  NodeValidationTest() : node_fixture("eldr-node-validation-test") {}
 
-  void register_workers() {
-    for (uint32_t w = 0; w < toy_k; ++w) {
-      auto r = worker_->call(
-          worker_register{"", "toy", w, "tcp://10.0.0." + std::to_string(w) + ":9", 0, ""});
-      ASSERT_TRUE(r.ok()) << r.error().to_string();
-      ASSERT_TRUE(std::holds_alternative<worker_ack>(*r));
-    }
-  }
+  void start(const std::string& models = toy_model_toml) { start_node(models); }
+
+  void register_workers() { node_fixture::register_workers("toy", toy_k); }
 
   nlohmann::json model_status() {
-    auto s = admin_->call("status");
-    EXPECT_TRUE(s.ok()) << s.error().to_string();
-    return s.ok() ? (*s)["models"][0] : nlohmann::json();
+    nlohmann::json s = status();
+    return s.is_null() ? s : s["models"][0];
   }
 
   uint64_t shown_epoch() {
@@ -123,12 +77,6 @@ class NodeValidationTest : public ::testing::Test {
     const auto& rr = std::get<route_reply>(*r);
     return {rr.epoch, rr.worker};
   }
-
-  temp_dir dir_{"eldr-node-validation-test"};
-  std::unique_ptr<node_process> node_;
-  std::unique_ptr<admin_client> admin_;
-  std::unique_ptr<route_client> route_;
-  std::unique_ptr<worker_client> worker_;
 };
 
 // Issue 12 defect 7: `policy tau=NaN` was accepted; the next import was answered "malformed: tau

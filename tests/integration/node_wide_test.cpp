@@ -10,16 +10,11 @@
 #include "cluster/client.hpp"
 #include "core/centroid_file.hpp"
 #include "core/expert_counts.hpp"
-#include "tests/support/node_process.hpp"
+#include "tests/support/node_fixture.hpp"
 #include "tests/support/process.hpp"
-#include "tests/support/temp_dir.hpp"
 
 namespace eldr {
 namespace {
-
-using testing::node_process;
-using testing::node_toml;
-using testing::temp_dir;
 
 const model_geometry wide{4, 512, 10};
 constexpr uint32_t wide_k = 4;
@@ -80,42 +75,14 @@ route_request request_for(const std::string& id, uint32_t w, std::vector<uint64_
 const char* wide_model_toml =
     "[[models]]\nname = \"wide\"\nworkers = 4\nworker_timeout_ms = 600000\nwiden_single = false\n";
 
-class NodeWide : public ::testing::Test {
+class NodeWide : public testing::node_fixture {
  protected:
+  NodeWide() : node_fixture("eldr-node-wide") {}
+
   void start() {
-    node_ = std::make_unique<node_process>(dir_.sub("node.toml"),
-                                           node_toml(dir_.sub("data"), wide_model_toml));
-    ASSERT_TRUE(node_->ok()) << "eldr-node did not become ready";
-    auto a = admin_client::connect(node_->admin());
-    auto r = route_client::connect(node_->route());
-    auto w = worker_client::connect(node_->worker());
-    ASSERT_TRUE(a.ok() && r.ok() && w.ok());
-    admin_ = std::move(*a);
-    route_ = std::move(*r);
-    worker_ = std::move(*w);
-    for (uint32_t k = 0; k < wide_k; ++k) {
-      auto reg = worker_->call(
-          worker_register{"", "wide", k, "tcp://10.2.0." + std::to_string(k) + ":9", 0, ""});
-      ASSERT_TRUE(reg.ok()) << reg.error().to_string();
-    }
+    ASSERT_NO_FATAL_FAILURE(start_node(wide_model_toml));
+    register_workers("wide", wide_k, "tcp://10.2.0.");
   }
-
-  route_reply must_route(const route_request& req) {
-    auto r = route_->route(req);
-    EXPECT_TRUE(r.ok()) << r.error().to_string();
-    if (!r.ok()) return {};
-    if (auto* e = std::get_if<error_reply>(&*r)) {
-      ADD_FAILURE() << "error reply " << to_string(e->code) << ": " << e->message;
-      return {};
-    }
-    return std::get<route_reply>(*r);
-  }
-
-  temp_dir dir_{"eldr-node-wide"};
-  std::unique_ptr<node_process> node_;
-  std::unique_ptr<admin_client> admin_;
-  std::unique_ptr<route_client> route_;
-  std::unique_ptr<worker_client> worker_;
 };
 
 TEST_F(NodeWide, RoutesA512ExpertModelFromCountsThenFromStoredBlocksAcrossARestart) {
