@@ -15,24 +15,7 @@
 
 #include "core/routing.hpp"
 
-// Counts heap allocations in this test program, so that a test can assert that the routing-side
-// calls (load, eligible, eligible_count) make none. Out of line so that GCC does not pair the
-// free() below with a new-expression and warn.
-namespace {
-std::atomic<uint64_t> allocations{0};
-}  // namespace
-
-__attribute__((noinline)) void* operator new(std::size_t n) {
-  allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-__attribute__((noinline)) void operator delete(void* p) noexcept {
-  std::free(p);
-}
-__attribute__((noinline)) void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
-}
+#include "tests/support/allocation_counter.hpp"  // once per test binary
 
 namespace eldr {
 namespace {
