@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cluster/zmq_ingest.hpp"
-#include "tests/support/child_process.hpp"
+#include "tests/support/kv_publisher.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace eldr {
@@ -21,23 +21,9 @@ using namespace std::chrono_literals;
 
 const model_geometry geo{2, 8, 2};
 
-class py_publisher {
+class py_publisher : public testing::kv_publisher {
  public:
-  explicit py_publisher(const std::string& replay_shape)
-      : proc_({"/usr/bin/python3",
-               std::string(ELDR_SOURCE_DIR) + "/tests/integration/py/kv_publisher.py",
-               replay_shape}) {
-    if (auto line = proc_.read_line(20s)) endpoints_ = json::parse(*line, nullptr, false);
-  }
-  bool ok() const { return endpoints_.is_object(); }
-  std::string pub() const { return endpoints_.value("pub", ""); }
-  std::string replay() const { return endpoints_.value("replay", ""); }
-  std::string counts() const { return endpoints_.value("counts", ""); }
-  json cmd(const json& c) {
-    proc_.write_line(c.dump());
-    auto line = proc_.read_line(20s);
-    return line ? json::parse(*line, nullptr, false) : json();
-  }
+  using kv_publisher::kv_publisher;
   void send(uint64_t seq, json events, const std::string& form = "array",
             const std::string& hash_form = "u64", bool lose = false) {
     const json r = cmd({{"cmd", "send"},
@@ -48,10 +34,6 @@ class py_publisher {
                         {"lose", lose}});
     EXPECT_EQ(r.value("ok", false), true) << r.dump();
   }
-
- private:
-  testing::child_process proc_;
-  json endpoints_;
 };
 
 json stored(std::vector<uint64_t> hs, json parent = nullptr, const std::string& medium = "GPU") {

@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cluster/client.hpp"
-#include "tests/support/child_process.hpp"
 #include "tests/support/cluster_status.hpp"
+#include "tests/support/kv_publisher.hpp"
 #include "tests/support/node_process.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -24,22 +24,9 @@ namespace {
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
-class py_publisher {
+class py_publisher : public testing::kv_publisher {
  public:
-  explicit py_publisher(const std::string& replay_shape)
-      : proc_({"/usr/bin/python3",
-               std::string(ELDR_SOURCE_DIR) + "/tests/integration/py/kv_publisher.py",
-               replay_shape}) {
-    if (auto line = proc_.read_line(20s)) endpoints_ = json::parse(*line, nullptr, false);
-  }
-  bool ok() const { return endpoints_.is_object(); }
-  std::string pub() const { return endpoints_.value("pub", ""); }
-  std::string replay() const { return endpoints_.value("replay", ""); }
-  json cmd(const json& c) {
-    proc_.write_line(c.dump());
-    auto line = proc_.read_line(30s);
-    return line ? json::parse(*line, nullptr, false) : json();
-  }
+  using kv_publisher::kv_publisher;
   bool wait_subscriber() { return cmd({{"cmd", "wait_subscriber"}}).value("ok", false); }
   void send(uint64_t seq, std::vector<uint64_t> hashes, bool lose = false) {
     const json stored = {{"type", "BlockStored"}, {"hashes", hashes}, {"group", 0}};
@@ -48,10 +35,6 @@ class py_publisher {
     EXPECT_EQ(r.value("ok", false), true) << r.dump();
   }
   int replays() { return cmd({{"cmd", "stats"}}).value("replays", -1); }
-
- private:
-  testing::child_process proc_;
-  json endpoints_;
 };
 
 const char* models = "[[models]]\nname = \"toy\"\nworkers = 4\n";
