@@ -12,6 +12,7 @@
 
 #include "cluster/client.hpp"
 #include "tests/support/node_fixture.hpp"
+#include "tests/support/zmq_frames.hpp"
 
 namespace eldr {
 namespace {
@@ -72,19 +73,8 @@ class NodeEdgeTest : public testing::node_fixture {
   }
 };
 
-std::vector<zmq::message_t> receive(zmq::socket_t& s) {
-  std::vector<zmq::message_t> parts;
-  zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
-  if (zmq::poll(&item, 1, std::chrono::milliseconds(10000)) != 1) return parts;
-  (void)zmq::recv_multipart(s, std::back_inserter(parts));
-  return parts;
-}
-
-void send_frames(zmq::socket_t& s, const std::vector<std::vector<uint8_t>>& frames) {
-  for (size_t i = 0; i < frames.size(); ++i)
-    s.send(zmq::buffer(frames[i]),
-           i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
-}
+using testing::receive;
+using testing::send_frames;
 
 TEST_F(NodeEdgeTest, NoFrameShapeSwitchesRoutingOff) {
   start("[limits]\nmax_pending = 4\n");

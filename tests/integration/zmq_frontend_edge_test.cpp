@@ -13,6 +13,7 @@
 #include <zmq_addon.hpp>
 
 #include "cluster/zmq_frontend.hpp"
+#include "tests/support/zmq_frames.hpp"
 
 namespace eldr {
 namespace {
@@ -75,19 +76,8 @@ struct route_frontend {
 };
 
 // Receives one whole message (all frames) within the deadline.
-std::vector<zmq::message_t> receive(zmq::socket_t& s, std::chrono::milliseconds deadline = 10s) {
-  std::vector<zmq::message_t> parts;
-  zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
-  if (zmq::poll(&item, 1, deadline) != 1) return parts;
-  (void)zmq::recv_multipart(s, std::back_inserter(parts));
-  return parts;
-}
-
-void send_frames(zmq::socket_t& s, const std::vector<std::vector<uint8_t>>& frames) {
-  for (size_t i = 0; i < frames.size(); ++i)
-    s.send(zmq::buffer(frames[i]),
-           i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
-}
+using testing::receive;
+using testing::send_frames;
 
 // A valid route request from a fresh DEALER gets a route_reply (not `overloaded`).
 void expect_routed(zmq::context_t& ctx, const std::string& endpoint, const std::string& id) {
