@@ -17,9 +17,13 @@ except ImportError as e:
     print("SKIP: %s (install python3-zmq and python3-msgpack); all 0 tests passed" % e)
     sys.exit(0)
 
+sys.dont_write_bytecode = True  # run from the source tree: leave no __pycache__ in it
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
                                 "cluster", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support",
+                                "py"))
 import eldr_client as ec  # noqa: E402
+import eldr_testing  # noqa: E402
 
 
 def route_answer(rid, worker):
@@ -28,29 +32,19 @@ def route_answer(rid, worker):
                           "covered_blocks": 0, "total_blocks": 1}, use_bin_type=True)
 
 
-class FakeNode:
+class FakeNode(eldr_testing.FakeRouter):
     """A ROUTER on 127.0.0.1:0; script(msg) -> list of reply payloads. Keeps what it received;
     wait_received(n) blocks (bounded) until n messages have come."""
 
     def __init__(self, script, server_secret=None):
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        if server_secret is not None:
-            self.sock.setsockopt(zmq.CURVE_SERVER, 1)
-            self.sock.setsockopt(zmq.CURVE_SECRETKEY, server_secret.encode())
-        self.sock.bind("tcp://127.0.0.1:*")
-        self.endpoint = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        super().__init__(server_secret)
         self.script = script
         self.received = []
         self.cv = threading.Condition()
-        self.stop = False
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
+        self.start()
 
-    def run(self):
-        while not self.stop:
-            # The timeout only bounds how late the thread sees stop; nothing waits on it.
+    def serve(self):
+        while not self.stopping.is_set():
             if not self.sock.poll(20, zmq.POLLIN):
                 continue
             peer, payload = self.sock.recv_multipart()
@@ -65,18 +59,6 @@ class FakeNode:
         with self.cv:
             self.cv.wait_for(lambda: len(self.received) >= n, timeout=10)
             return list(self.received)
-
-    def close(self):
-        self.stop = True
-        self.thread.join()
-        self.sock.close(0)
-        self.ctx.term()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def silent(msg):

@@ -23,38 +23,31 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "cluster", "python"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "adversarial"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support", "py"))
 import eldr_client as ec  # noqa: E402
 import eldr_client_aio as aio  # noqa: E402
 import eldr_live as live  # noqa: E402
+import eldr_testing  # noqa: E402
 
 MODEL = live.MODEL
 
 
-class FakeNode:
+class FakeNode(eldr_testing.FakeRouter):
     """A ROUTER on 127.0.0.1:0 served by a thread: script(msg) -> list of (delay-free) reply
     payloads, or None to hold the message (kept in .held with its peer for release())."""
 
     def __init__(self, script, server_secret=None):
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        if server_secret is not None:
-            self.sock.setsockopt(zmq.CURVE_SERVER, 1)
-            self.sock.setsockopt(zmq.CURVE_SECRETKEY, server_secret.encode())
-        self.sock.bind("tcp://127.0.0.1:*")
-        self.endpoint = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        super().__init__(server_secret)
         self.script = script
         self.received = []
         self.held = []
         self.outbox = []
         self.lock = threading.Lock()
-        self.stop = False
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
+        self.start()
 
-    def run(self):
-        while not self.stop:
-            # The poll timeout only bounds how late the thread sees stop or the outbox.
+    def serve(self):
+        while not self.stopping.is_set():
+            # The poll timeout also bounds how late the thread sees the outbox.
             if self.sock.poll(10, zmq.POLLIN):
                 peer, payload = self.sock.recv_multipart()
                 msg = msgpack.unpackb(payload, raw=False, strict_map_key=False)
@@ -79,12 +72,6 @@ class FakeNode:
             for peer, msg in held:
                 self.outbox.append([peer, reply_for(msg)])
 
-    def close(self):
-        self.stop = True
-        self.thread.join()
-        self.sock.close(0)
-        self.ctx.term()
-
 
 def route_answer(rid, worker=1):
     return msgpack.packb({"version": 1, "type": "route_reply", "id": rid, "worker": worker,
@@ -107,16 +94,6 @@ async def wait_for(cond, what, timeout=10.0):
         await asyncio.sleep(0.005)
 
 
-def toy_blocks(domain, first_hash, n):
-    """Blocks of 4 tokens, each picking experts {2d, 2d+1} in both toy layers."""
-    out, parent = [], None
-    for i in range(n):
-        h = first_hash + i
-        out.append((h, parent, [[[2 * domain, 2 * domain + 1]] * 4] * 2))
-        parent = h
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # Against the real node
 
@@ -137,7 +114,7 @@ async def test_real_node_protocol(node):
         # 200 routes outstanding at once on one socket; each answer matched to its call by id.
         async def one(i):
             d = i % 4
-            blocks = toy_blocks(d, 10_000 * (i + 1), 3)
+            blocks = eldr_testing.toy_blocks(d, 10_000 * (i + 1), 3)
             counts = ec.counts_message(2, 8, 2, blocks)
             r = await router.route("aio-%d" % i, MODEL, [b[0] for b in blocks], counts=counts,
                                    explain=(i < 4))

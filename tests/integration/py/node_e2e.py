@@ -7,8 +7,11 @@ usage: node_e2e.py ROUTE WORKER ADMIN CENTROID_FILE
 import os
 import sys
 
+sys.dont_write_bytecode = True  # run from the source tree: leave no __pycache__ in it
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "cluster", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "support", "py"))
 from eldr_client import AdminClient, EldrError, RouteClient, WorkerClient, counts_message  # noqa
+import eldr_testing  # noqa: E402
 
 route_ep, worker_ep, admin_ep, centroids = sys.argv[1:5]
 model = "toy"
@@ -31,19 +34,9 @@ with open(centroids, "rb") as f:
 check(imported["epoch"] >= 1, "import: %r" % imported)
 
 
-def blocks_for(domain, first_hash, n):
-    # 4 tokens per block, each picking experts {2d, 2d+1} in both layers.
-    out, parent = [], None
-    for i in range(n):
-        h = first_hash + i
-        out.append((h, parent, [[[2 * domain, 2 * domain + 1]] * 4] * 2))
-        parent = h
-    return out
-
-
 # Prefill: counts of computed blocks go with the request; routed to the domain's home worker.
 for d in range(4):
-    blocks = blocks_for(d, 1000 * (d + 1), 3)
+    blocks = eldr_testing.toy_blocks(d, 1000 * (d + 1), 3)
     reply = router.route("py-%d" % d, model, [b[0] for b in blocks],
                          counts=counts_message(2, 8, 2, blocks), explain=True)
     check(reply["worker"] == d, "locality: %r" % reply)

@@ -35,28 +35,21 @@ import eldr_testing  # noqa: E402
 BIG = 18446744073709539271  # above INT64_MAX: must travel as uint64
 
 
-class FakeNode:
+class FakeNode(eldr_testing.FakeRouter):
     """A ROUTER on a random loopback port. script(msg, raw) -> list of replies to send back (dicts
     are packed, bytes sent as they are); every decoded request is put on self.got."""
 
     def __init__(self, script):
+        super().__init__()
         self.script = script
         self.got = queue.Queue()
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        port = self.sock.bind_to_random_port("tcp://127.0.0.1")
-        self.endpoint = "tcp://127.0.0.1:%d" % port
-        self.stop = threading.Event()
         self.errors = []
-        self.thread = threading.Thread(target=self.serve, daemon=True)
-        self.thread.start()
+        self.start()
 
     def serve(self):
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
-        while not self.stop.is_set():
-            # A bounded poll only so that close() is noticed; requests are handled on arrival.
+        while not self.stopping.is_set():
             if not poller.poll(50):
                 continue
             frames = self.sock.recv_multipart()
@@ -78,18 +71,6 @@ class FakeNode:
         if msg is None:
             raise self.errors[-1]
         return msg, raw
-
-    def close(self):
-        self.stop.set()
-        self.thread.join()
-        self.sock.close(0)
-        self.ctx.term()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def env(t, **fields):

@@ -222,3 +222,55 @@ def shared_data(root):
     if not os.path.isdir(d):
         raise Skip("no shared data at %s (set ELDR_SHARED_DATA)" % d)
     return d
+
+
+class FakeRouter:
+    """A fake eldr node for client tests: a ZeroMQ ROUTER bound to a free loopback port (a CURVE
+    server when server_secret, a Z85 secret key, is given), served by a daemon thread that runs
+    the subclass's serve() until close(). serve() polls with a short timeout and returns when
+    self.stopping is set; the timeout only bounds how late it sees that, nothing waits on it.
+    Needs pyzmq (python3-zmq); imported here, so only the scripts that use this need it."""
+
+    def __init__(self, server_secret=None):
+        import zmq
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        if server_secret is not None:
+            self.sock.setsockopt(zmq.CURVE_SERVER, 1)
+            self.sock.setsockopt(zmq.CURVE_SECRETKEY, server_secret.encode())
+        self.sock.bind("tcp://127.0.0.1:*")
+        self.endpoint = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+
+    def start(self):
+        """Starts serving; the subclass calls it at the end of its __init__."""
+        self.thread.start()
+
+    def serve(self):
+        raise NotImplementedError
+
+    def close(self):
+        self.stopping.set()
+        self.thread.join()
+        self.sock.close(0)
+        self.ctx.term()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def toy_blocks(domain, first_hash, n):
+    """n chained blocks (hash, parent, ids) of the toy model (2 layers, 8 experts, top-2): 4
+    tokens each, every token picking experts {2d, 2d+1} in both layers, so the blocks belong to
+    worker `domain` (tests/support/toy_model.hpp is the C++ side)."""
+    out, parent = [], None
+    for i in range(n):
+        h = first_hash + i
+        out.append((h, parent, [[[2 * domain, 2 * domain + 1]] * 4] * 2))
+        parent = h
+    return out
