@@ -24,6 +24,7 @@
 #include "cluster/curve_keys.hpp"
 #include "cluster/route_protocol.hpp"
 #include "cluster/worker_protocol.hpp"
+#include "tests/support/fake_zmq_node.hpp"
 #include "tests/support/process.hpp"
 
 namespace eldr {
@@ -32,74 +33,7 @@ namespace {
 using bytes_t = std::vector<uint8_t>;
 using namespace std::chrono_literals;
 
-std::span<const uint8_t> bytes(const zmq::message_t& m) {
-  return {static_cast<const uint8_t*>(m.data()), m.size()};
-}
-
-// A ROUTER on 127.0.0.1, port 0 (optionally a CURVE server), served by a thread: each request
-// goes to the handler, whose replies go back to the same peer. Every request's payload is kept,
-// and wait_received(n) blocks (bounded) until n have arrived.
-class fake_node {
- public:
-  using handler = std::function<std::vector<bytes_t>(std::span<const uint8_t>)>;
-
-  fake_node(zmq::context_t& ctx, handler h, const curve_keypair* server_keys = nullptr)
-      : sock_(ctx, zmq::socket_type::router), h_(std::move(h)) {
-    sock_.set(zmq::sockopt::linger, 0);
-    if (server_keys) {
-      sock_.set(zmq::sockopt::curve_server, 1);
-      sock_.set(zmq::sockopt::curve_secretkey, server_keys->secret_key);
-    }
-    sock_.bind("tcp://127.0.0.1:*");
-    endpoint_ = sock_.get(zmq::sockopt::last_endpoint);
-    thread_ = std::thread([this] { run(); });
-  }
-  ~fake_node() {
-    stop_ = true;
-    thread_.join();
-  }
-
-  const std::string& endpoint() const { return endpoint_; }
-
-  // The payloads received so far, once at least n have arrived (or after 10 s).
-  std::vector<bytes_t> wait_received(size_t n) {
-    std::unique_lock lock(mu_);
-    cv_.wait_for(lock, 10s, [&] { return received_.size() >= n; });
-    return received_;
-  }
-
- private:
-  void run() {
-    while (!stop_) {
-      zmq::pollitem_t item{sock_.handle(), 0, ZMQ_POLLIN, 0};
-      // The timeout only bounds how late the thread sees stop_; nothing waits on it.
-      if (zmq::poll(&item, 1, std::chrono::milliseconds(20)) == 0) continue;
-      std::vector<zmq::message_t> parts;
-      if (!zmq::recv_multipart(sock_, std::back_inserter(parts), zmq::recv_flags::dontwait))
-        continue;
-      if (parts.size() != 2) continue;
-      const auto in = bytes(parts[1]);
-      {
-        std::lock_guard lock(mu_);
-        received_.emplace_back(in.begin(), in.end());
-      }
-      cv_.notify_all();
-      for (const bytes_t& reply : h_(in)) {
-        sock_.send(zmq::buffer(parts[0].data(), parts[0].size()), zmq::send_flags::sndmore);
-        sock_.send(zmq::buffer(reply), zmq::send_flags::none);
-      }
-    }
-  }
-
-  zmq::socket_t sock_;
-  handler h_;
-  std::string endpoint_;
-  std::atomic<bool> stop_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<bytes_t> received_;
-  std::thread thread_;
-};
+using fake_node = testing::fake_zmq_node;
 
 route_request request(std::string id) {
   route_request q;

@@ -21,6 +21,7 @@
 #include "cluster/admin_protocol.hpp"
 #include "cluster/route_protocol.hpp"
 #include "cluster/worker_protocol.hpp"
+#include "tests/support/fake_zmq_node.hpp"
 
 namespace eldr {
 namespace {
@@ -28,61 +29,7 @@ namespace {
 using nlohmann::json;
 using bytes_t = std::vector<uint8_t>;
 
-std::span<const uint8_t> bytes(const zmq::message_t& m) {
-  return {static_cast<const uint8_t*>(m.data()), m.size()};
-}
-
-// A ROUTER on 127.0.0.1, port 0, served by a thread: every request (which must be exactly one
-// frame after the routing id) goes to the handler, whose replies are sent back to the same peer in
-// order. The handler runs on the server thread only.
-class fake_node {
- public:
-  using handler = std::function<std::vector<bytes_t>(std::span<const uint8_t>)>;
-
-  fake_node(zmq::context_t& ctx, handler h)
-      : sock_(ctx, zmq::socket_type::router), h_(std::move(h)) {
-    sock_.set(zmq::sockopt::linger, 0);
-    sock_.bind("tcp://127.0.0.1:*");
-    endpoint_ = sock_.get(zmq::sockopt::last_endpoint);
-    thread_ = std::thread([this] { run(); });
-  }
-  ~fake_node() {
-    stop_ = true;
-    thread_.join();
-  }
-
-  const std::string& endpoint() const { return endpoint_; }
-  uint64_t bad_frames() const { return bad_frames_; }
-  uint64_t received() const { return received_; }
-
- private:
-  void run() {
-    while (!stop_) {
-      zmq::pollitem_t item{sock_.handle(), 0, ZMQ_POLLIN, 0};
-      // The timeout only bounds how late the thread sees stop_; nothing waits on it.
-      if (zmq::poll(&item, 1, std::chrono::milliseconds(20)) == 0) continue;
-      std::vector<zmq::message_t> parts;
-      if (!zmq::recv_multipart(sock_, std::back_inserter(parts), zmq::recv_flags::dontwait))
-        continue;
-      if (parts.size() != 2) {
-        ++bad_frames_;
-        continue;
-      }
-      ++received_;
-      for (const bytes_t& reply : h_(bytes(parts[1]))) {
-        sock_.send(zmq::buffer(parts[0].data(), parts[0].size()), zmq::send_flags::sndmore);
-        sock_.send(zmq::buffer(reply), zmq::send_flags::none);
-      }
-    }
-  }
-
-  zmq::socket_t sock_;
-  handler h_;
-  std::string endpoint_;
-  std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> bad_frames_{0}, received_{0};
-  std::thread thread_;
-};
+using fake_node = testing::fake_zmq_node;
 
 route_reply answer(const route_request& q) {
   route_reply r;
