@@ -78,36 +78,34 @@ status load_view::register_worker(uint32_t worker, std::string endpoint, uint32_
   if (endpoint.empty())
     return status::invalid_argument("load_view: worker " + std::to_string(worker) +
                                     " registered without an endpoint");
-  slot& s = slots_[worker];
-  s.registered = true;
-  s.draining = false;
+  slot& s = restart(worker, true);
   s.endpoint = std::move(endpoint);
   s.capacity = capacity;
   s.last_report_ms = now_ms;
   s.registered_ms = now_ms;
   s.has_scrape = false;
-  s.has_seq = false;
-  s.seq = 0;
-  s.generation = next_generation_++;
-  load_[worker] = 0;
-  dirty_ = true;
   return {};
 }
 
 status load_view::unregister_worker(uint32_t worker) {
   if (worker >= k()) return bad_worker(worker, k());
-  slot& s = slots_[worker];
-  if (!s.registered) return {};
-  s.registered = false;
-  s.draining = false;
+  if (!slots_[worker].registered) return {};
+  slot& s = restart(worker, false);
   s.endpoint.clear();
   s.capacity = 0;
+  return {};
+}
+
+load_view::slot& load_view::restart(uint32_t worker, bool registered) {
+  slot& s = slots_[worker];
+  s.registered = registered;
+  s.draining = false;
   s.has_seq = false;
   s.seq = 0;
   s.generation = next_generation_++;
   load_[worker] = 0;
   dirty_ = true;
-  return {};
+  return s;
 }
 
 status load_view::drain(uint32_t worker) {

@@ -254,6 +254,9 @@ class load_view {
   load_view(uint32_t k, const load_view_options& options);
 
   bool live(const slot& s, int64_t now_ms) const;
+  // A registration or its end starts the worker afresh: not draining, no report sequence, no
+  // load, and a new generation, so that requests routed before it no longer count against it.
+  slot& restart(uint32_t worker, bool registered);
   void release(route_list::iterator it);  // -1 on its worker if still the same instance
   void forget(route_list::iterator it);   // drops the id without touching the load
   void recompute_eligible(int64_t now_ms);
