@@ -557,6 +557,28 @@ def connect_dealers(ctx, endpoints, keys, socks):
         s.connect(e)
 
 
+class ClientSettings:
+    """The settings both clients (synchronous and asyncio) check the same way: endpoints (one
+    str or bytes, or a list of them; at least one), timeout_ms >= 1, max_attempts >= 1 (default:
+    one attempt per endpoint), and the CURVE keys (_curve_keys)."""
+
+    def __init__(self, endpoints, timeout_ms, max_attempts, server_public_key, public_key,
+                 secret_key):
+        if isinstance(endpoints, (str, bytes)):
+            endpoints = [endpoints]
+        endpoints = [e.decode() if isinstance(e, bytes) else str(e) for e in endpoints]
+        if not endpoints:
+            raise ValueError("endpoints: at least one is needed")
+        if int(timeout_ms) < 1:
+            raise ValueError("timeout_ms: must be >= 1, got %r" % (timeout_ms,))
+        if max_attempts is not None and int(max_attempts) < 1:
+            raise ValueError("max_attempts: must be >= 1, got %r" % (max_attempts,))
+        self.keys = _curve_keys(server_public_key, public_key, secret_key)
+        self.endpoints = endpoints
+        self.timeout_ms = int(timeout_ms)
+        self.max_attempts = len(endpoints) if max_attempts is None else int(max_attempts)
+
+
 def _curve_keys(server_public_key, public_key, secret_key):
     """The (server, public, secret) keys a socket gets, checked and completed, or None (no
     CURVE). An absent client pair is made up (ephemeral); an absent public key is derived."""
@@ -601,17 +623,12 @@ class _Client:
 
     def __init__(self, endpoints, timeout_ms, reply_types, context=None, max_attempts=None,
                  server_public_key=None, public_key=None, secret_key=None):
-        if isinstance(endpoints, (str, bytes)):
-            endpoints = [endpoints]
-        endpoints = [e.decode() if isinstance(e, bytes) else str(e) for e in endpoints]
-        if not endpoints:
-            raise ValueError("endpoints: at least one is needed")
-        if max_attempts is not None and int(max_attempts) < 1:
-            raise ValueError("max_attempts: must be >= 1, got %r" % (max_attempts,))
-        keys = _curve_keys(server_public_key, public_key, secret_key)
+        settings = ClientSettings(endpoints, timeout_ms, max_attempts, server_public_key,
+                                  public_key, secret_key)
+        endpoints, keys = settings.endpoints, settings.keys
         self.endpoints = endpoints
-        self.timeout_ms = int(timeout_ms)
-        self.max_attempts = len(endpoints) if max_attempts is None else int(max_attempts)
+        self.timeout_ms = settings.timeout_ms
+        self.max_attempts = settings.max_attempts
         self.failovers = 0           # attempts resent to another endpoint after a timeout
         self.last_endpoint = None    # the endpoint whose answer was returned last
         self._current = 0

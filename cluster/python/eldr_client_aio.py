@@ -60,9 +60,9 @@ import time
 import zmq
 import zmq.asyncio
 
-from eldr_client import (PROTOCOL_VERSION, EldrError, ProtocolError, RouteReplySurfacing,
-                         _curve_keys, checked_endpoint, checked_metrics_url, connect_dealers,
-                         decode, encode, error_from, route_request)
+from eldr_client import (PROTOCOL_VERSION, ClientSettings, EldrError, ProtocolError,
+                         RouteReplySurfacing, checked_endpoint, checked_metrics_url,
+                         connect_dealers, decode, encode, error_from, route_request)
 
 __all__ = ["AsyncRouteClient", "AsyncWorkerClient", "AsyncAdminClient", "EldrError",
            "ProtocolError", "PROTOCOL_VERSION"]
@@ -78,19 +78,12 @@ class _AsyncClient:
 
     def __init__(self, endpoints, timeout_ms, reply_types, context=None, max_attempts=None,
                  server_public_key=None, public_key=None, secret_key=None):
-        if isinstance(endpoints, (str, bytes)):
-            endpoints = [endpoints]
-        endpoints = [e.decode() if isinstance(e, bytes) else str(e) for e in endpoints]
-        if not endpoints:
-            raise ValueError("endpoints: at least one is needed")
-        if int(timeout_ms) < 1:
-            raise ValueError("timeout_ms: must be >= 1, got %r" % (timeout_ms,))
-        if max_attempts is not None and int(max_attempts) < 1:
-            raise ValueError("max_attempts: must be >= 1, got %r" % (max_attempts,))
-        keys = _curve_keys(server_public_key, public_key, secret_key)
+        settings = ClientSettings(endpoints, timeout_ms, max_attempts, server_public_key,
+                                  public_key, secret_key)
+        endpoints, keys = settings.endpoints, settings.keys
         self.endpoints = endpoints
-        self.timeout_ms = int(timeout_ms)
-        self.max_attempts = len(endpoints) if max_attempts is None else int(max_attempts)
+        self.timeout_ms = settings.timeout_ms
+        self.max_attempts = settings.max_attempts
         self.failovers = 0       # attempts resent to another endpoint after a timeout
         self.late_replies = 0    # answers that came after their call had given up
         self.bad_replies = 0     # replies that did not decode (logged, dropped)

@@ -158,6 +158,9 @@ def test_all_silent():
     raises(ValueError, lambda: ec.RouteClient([]), "no endpoint", "endpoints")
     raises(ValueError, lambda: ec.RouteClient("tcp://127.0.0.1:1", max_attempts=0),
            "max_attempts 0", "max_attempts")
+    # The same checks as the asyncio client's (eldr_client.ClientSettings).
+    raises(ValueError, lambda: ec.RouteClient("tcp://127.0.0.1:1", timeout_ms=0),
+           "timeout_ms 0", "timeout_ms")
 
 
 def test_curve():
