@@ -66,15 +66,26 @@ status read_band(reader& r, const explain_fields::spec& f, const explain_fields:
   m.band.clear();
   m.band.reserve(a.length);
   for (uint32_t i = 0; i < a.length; ++i) {
+    // The usual [worker, float] is read without naming it; anything else (an integer score, more
+    // elements, an error) is read again below, by a path that names what is wrong.
+    const size_t start = r.offset();
+    item pair, worker, score;
+    if (r.next(pair).ok() && pair.type == kind::array && pair.length == 2 && r.next(worker).ok() &&
+        worker.type == kind::positive_int && worker.uint_value <= UINT32_MAX &&
+        r.next(score).ok() && score.is_float()) {
+      m.band.push_back(
+          {static_cast<uint32_t>(worker.uint_value), static_cast<float>(score.float_value)});
+      continue;
+    }
+    r.seek(start);
     const std::string member = element(what, i);
-    item pair;
     if (status s = next_of(r, kind::array, member, pair); !s.ok()) return s;
     if (pair.length < 2) return status::invalid_argument(member + ": not [worker, score]");
     route_band_member b;
     if (status s = read_u32(r, member + ".worker", b.worker); !s.ok()) return s;
-    double score = 0.0;
-    if (status s = read_number(r, member + ".score", score); !s.ok()) return s;
-    b.score = static_cast<float>(score);
+    double value = 0.0;
+    if (status s = read_number(r, member + ".score", value); !s.ok()) return s;
+    b.score = static_cast<float>(value);
     for (uint32_t j = 2; j < pair.length; ++j)
       if (status s = r.skip(); !s.ok()) return at(member, s);
     m.band.push_back(b);

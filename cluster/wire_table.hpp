@@ -8,6 +8,7 @@
 // field's "type.name" then, so that decoding builds no strings unless it fails.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -62,7 +63,7 @@ struct field_spec {
   endpoint_use use = endpoint_use::opaque;
   read_fn read = nullptr;
   void (*write)(std::vector<uint8_t>& out, const M&) = nullptr;  // appends the value
-  bool (*present)(const M&) = nullptr;  // whether the encoder writes the field
+  bool (*present)(const M&) = nullptr;  // whether the encoder writes the field (null: always)
   void (*reset)(M&) = nullptr;          // on nil (nil_ok)
   status (*check)(std::string_view what, const M&) = nullptr;  // after a successful read
 
@@ -302,8 +303,8 @@ struct fields {
         });
   }
 
-  // A field no factory covers: its reader and writer; written always unless `present` says
-  // otherwise, reset to M's default member on nil unless `reset` says otherwise.
+  // A field no factory covers: its reader and writer; written always (unless written_when says
+  // otherwise), left as it is on nil unless `reset` says otherwise.
   static constexpr spec custom(std::string_view name, unsigned rules, typename spec::read_fn read,
                                void (*write)(std::vector<uint8_t>&, const M&),
                                void (*reset)(M&) = nullptr) {
@@ -311,7 +312,6 @@ struct fields {
             .rules = rules,
             .read = read,
             .write = write,
-            .present = [](const M&) { return true; },
             .reset = reset ? reset : +[](M&) {}};
   }
 
@@ -326,11 +326,9 @@ struct fields {
     f.write = write;
     if constexpr (detail::is_optional<T>)
       f.present = [](const M& m) { return (m.*P).has_value(); };
-    else if constexpr (requires(const T& t) { t.empty(); })
-      f.present = f.rules & omit_empty ? +[](const M& m) { return !(m.*P).empty(); }
-                                       : +[](const M&) { return true; };
-    else
-      f.present = [](const M&) { return true; };
+    else if constexpr (requires(const T& t) { t.empty(); }) {
+      if (f.rules & omit_empty) f.present = [](const M& m) { return !(m.*P).empty(); };
+    }
     f.reset = [](M& m) { m.*P = M{}.*P; };
     return f;
   }
@@ -353,68 +351,74 @@ class message_table {
   message_table(std::string_view type, std::initializer_list<spec> fields,
                 message_rule rule = nullptr)
       : type_(type), fields_(fields), key_what_(join(type, " key")), rule_(rule) {
-    whats_.reserve(fields_.size());
-    for (const spec& f : fields_)
+    for (const spec& f : fields_) {
       whats_.push_back(field(type, f.name));
+      keys_.emplace_back();
+      msgpack::writer(keys_.back()).write_str(f.name);
+    }
   }
 
   std::string_view type() const { return type_; }
 
-  // The fields present in m.
-  uint32_t count(const M& m) const {
-    uint32_t n = 0;
-    for (const spec& f : fields_)
-      n += f.present(m) ? 1 : 0;
-    return n;
+  // The fields present in m: bit i for the i-th.
+  uint64_t present(const M& m) const {
+    uint64_t set = 0;
+    for (size_t i = 0; i < fields_.size(); ++i)
+      if (!fields_[i].present || fields_[i].present(m)) set |= uint64_t{1} << i;
+    return set;
   }
+  uint32_t count(const M& m) const { return static_cast<uint32_t>(std::popcount(present(m))); }
 
-  // Key and value of each field present in m.
-  void write_fields(std::vector<uint8_t>& out, const M& m) const {
-    for (const spec& f : fields_) {
-      if (!f.present(m)) continue;
-      msgpack::writer(out).write_str(f.name);
-      f.write(out, m);
+  // Key and value of each field in `set` (present(m)).
+  void write_fields(std::vector<uint8_t>& out, const M& m, uint64_t set) const {
+    for (size_t i = 0; i < fields_.size(); ++i) {
+      if (!(set & (uint64_t{1} << i))) continue;
+      out.insert(out.end(), keys_[i].begin(), keys_[i].end());
+      fields_[i].write(out, m);
     }
   }
 
   // A whole message: the envelope (version and type) and the fields.
   std::vector<uint8_t> encode(uint32_t version, const M& m) const {
     std::vector<uint8_t> out;
+    out.reserve(128);  // a reply or an ack whole; longer messages grow from there
     msgpack::writer w(out);
-    write_envelope(w, count(m), version, type_);
-    write_fields(out, m);
+    const uint64_t set = present(m);
+    write_envelope(w, static_cast<uint32_t>(std::popcount(set)), version, type_);
+    write_fields(out, m, set);
     return out;
   }
 
   // A map nested in a message.
   void write_map(std::vector<uint8_t>& out, const M& m) const {
-    msgpack::writer(out).write_map_header(count(m));
-    write_fields(out, m);
+    const uint64_t set = present(m);
+    msgpack::writer(out).write_map_header(static_cast<uint32_t>(std::popcount(set)));
+    write_fields(out, m, set);
   }
 
   // The second pass over a message whose envelope read_envelope has read: every field the table
   // knows, in wire order (others are skipped), then the required ones that were absent and the
   // message's own rule.
   status read_fields(msgpack::reader& r, const envelope& env, const context& c, M& m) const {
-    uint64_t seen = 0;
+    walk at;
     status s = for_each_field(r, env, [&](std::string_view key, msgpack::reader& in, bool& known) {
-      return read_field(key, in, c, m, seen, known);
+      return read_field(key, in, c, m, at, known);
     });
-    return s.ok() ? finish(m, seen) : s;
+    return s.ok() ? finish(m, at.seen) : s;
   }
 
   // Both passes over a message that must be of this table's type (wire_fields: decode_message).
   result<M> decode(std::span<const uint8_t> payload, uint32_t max_payload_bytes, uint32_t version,
                    const L& limits, X& extra) const {
     M m;
-    uint64_t seen = 0;
+    walk at;
     const context c{limits, payload, extra};
     status s = decode_message(payload, max_payload_bytes, version, type_,
                               [&](std::string_view key, msgpack::reader& in, bool& known) {
-                                return read_field(key, in, c, m, seen, known);
+                                return read_field(key, in, c, m, at, known);
                               });
     if (!s.ok()) return s;
-    if (s = finish(m, seen); !s.ok()) return s;
+    if (s = finish(m, at.seen); !s.ok()) return s;
     return m;
   }
   result<M> decode(std::span<const uint8_t> payload, uint32_t max_payload_bytes, uint32_t version,
@@ -426,16 +430,16 @@ class message_table {
   // A nested map of `pairs` pairs whose header was read: its keys are checked here (the
   // envelope's first pass saw only the message's own keys).
   status read_map(msgpack::reader& r, uint32_t pairs, const context& c, M& m) const {
-    uint64_t got = 0;
+    walk at;
     for (uint32_t i = 0; i < pairs; ++i) {
       msgpack::item key;
       if (status s = next_of(r, msgpack::kind::str, key_what_, key); !s.ok()) return s;
       bool known = false;
-      if (status s = read_field(key.str(), r, c, m, got, known); !s.ok()) return s;
+      if (status s = read_field(key.str(), r, c, m, at, known); !s.ok()) return s;
       if (!known)
         if (status s = r.skip(); !s.ok()) return s;
     }
-    return finish(m, got);
+    return finish(m, at.seen);
   }
 
   // The bit of field `name` in the `seen` a message rule is given (0 when the table has no such
@@ -447,17 +451,27 @@ class message_table {
   }
 
  private:
-  status read_field(std::string_view key, msgpack::reader& r, const context& c, M& m,
-                    uint64_t& seen, bool& known) const {
-    for (size_t i = 0; i < fields_.size(); ++i) {
+  // Where a walk over one message's fields stands.
+  struct walk {
+    uint64_t seen = 0;  // bit i: the i-th field was read
+    size_t next = 0;    // where the search for the next key starts: peers (our encoder first)
+                        // send the fields in table order, so it is usually the one
+  };
+
+  status read_field(std::string_view key, msgpack::reader& r, const context& c, M& m, walk& at,
+                    bool& known) const {
+    const size_t n = fields_.size();
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = at.next + k < n ? at.next + k : at.next + k - n;
       const spec& f = fields_[i];
       if (f.name != key) continue;
       known = true;
+      at.next = i + 1;
       if ((f.rules & nil_ok) && take_nil(r)) {
         f.reset(m);
         return {};
       }
-      seen |= uint64_t{1} << i;
+      at.seen |= uint64_t{1} << i;
       if (status s = f.read(r, f, c, whats_[i], m); !s.ok()) return s;
       return f.check ? f.check(whats_[i], m) : status{};
     }
@@ -475,8 +489,9 @@ class message_table {
 
   std::string_view type_;
   std::vector<spec> fields_;
-  std::vector<std::string> whats_;  // "type.name" of each field
-  std::string key_what_;            // "type key"
+  std::vector<std::string> whats_;          // "type.name" of each field
+  std::vector<std::vector<uint8_t>> keys_;  // each field's key, encoded
+  std::string key_what_;                    // "type key"
   message_rule rule_;
 };
 
