@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "cluster/wire_fields.hpp"
+#include "cluster/wire_table.hpp"
 #include "core/msgpack.hpp"
 
 namespace eldr {
@@ -186,166 +187,93 @@ void write_json(msgpack::writer& w, const json& j) {
   w.write_nil();
 }
 
-// The envelope and this message's fields (wire_fields.hpp: decode_message).
-template <class F>
-status decode_envelope(std::span<const uint8_t> payload, const admin_protocol_limits& limits,
-                       std::string_view type, F&& on_field) {
-  return decode_message(payload, limits.max_payload_bytes, admin_protocol_version, type, on_field);
-}
+using L = admin_protocol_limits;
+using request_fields = wire::fields<admin_request, L>;
+using reply_fields = wire::fields<admin_reply, L>;
+
+const message_table<admin_request, L> request_table{
+    request_type,
+    {
+        request_fields::str<&admin_request::id>("id", &L::max_id_bytes, nil_ok | omit_empty),
+        request_fields::str<&admin_request::command>("command", &L::max_command_bytes,
+                                                     required | nonempty),
+        // Always an object: nil reads as {}, and a null args is written as an empty map.
+        request_fields::custom(
+            "args", nil_ok,
+            [](reader& r, const request_fields::spec&, const request_fields::context& c,
+               std::string_view what,
+               admin_request& m) { return to_json_map(r, c.limits, what, m.args); },
+            [](std::vector<uint8_t>& out, const admin_request& m) {
+              msgpack::writer w(out);
+              if (m.args.is_null())
+                w.write_map_header(0);
+              else
+                write_json(w, m.args);
+            },
+            [](admin_request& m) { m.args = json::object(); }),
+    }};
+
+// result when ok; code and error when not.
+const message_table<admin_reply, L> reply_table{
+    reply_type,
+    {
+        reply_fields::str<&admin_reply::id>("id", &L::max_id_bytes, nil_ok | omit_empty),
+        reply_fields::boolean<&admin_reply::ok>("ok", required),
+        reply_fields::custom(
+            "result", 0,
+            [](reader& r, const reply_fields::spec&, const reply_fields::context& c,
+               std::string_view what,
+               admin_reply& m) { return to_json_value(r, c.limits, what, m.result); },
+            [](std::vector<uint8_t>& out, const admin_reply& m) {
+              msgpack::writer w(out);
+              write_json(w, m.result);
+            })
+            .written_when([](const admin_reply& m) { return m.ok; }),
+        reply_fields::enum8<&admin_reply::code>("code", nil_ok)
+            .written_when([](const admin_reply& m) { return !m.ok; }),
+        reply_fields::str<&admin_reply::error>("error", &L::max_error_bytes, nil_ok)
+            .written_when([](const admin_reply& m) { return !m.ok; }),
+    },
+    // A failure must say which (a nil code is none).
+    [](const admin_reply& m, uint64_t seen) {
+      if (!m.ok && !(seen & reply_table.bit("code"))) return missing(reply_type, "code");
+      return status{};
+    }};
 
 }  // namespace
 
 std::vector<uint8_t> encode_admin_request(const admin_request& m) {
-  std::vector<uint8_t> out;
-  msgpack::writer w(out);
-  write_envelope(w, 2 + (m.id.empty() ? 0 : 1), admin_protocol_version, request_type);
-  if (!m.id.empty()) {
-    w.write_str("id");
-    w.write_str(m.id);
-  }
-  w.write_str("command");
-  w.write_str(m.command);
-  w.write_str("args");
-  if (m.args.is_null())
-    w.write_map_header(0);
-  else
-    write_json(w, m.args);
-  return out;
+  return request_table.encode(admin_protocol_version, m);
 }
 
 std::vector<uint8_t> encode_admin_reply(const admin_reply& m) {
-  std::vector<uint8_t> out;
-  msgpack::writer w(out);
-  write_envelope(w, (m.ok ? 2 : 3) + (m.id.empty() ? 0 : 1), admin_protocol_version, reply_type);
-  if (!m.id.empty()) {
-    w.write_str("id");
-    w.write_str(m.id);
-  }
-  w.write_str("ok");
-  w.write_bool(m.ok);
-  if (m.ok) {
-    w.write_str("result");
-    write_json(w, m.result);
-  } else {
-    w.write_str("code");
-    w.write_uint(static_cast<uint8_t>(m.code));
-    w.write_str("error");
-    w.write_str(m.error);
-  }
-  return out;
+  return reply_table.encode(admin_protocol_version, m);
 }
 
 namespace {
 
-result<admin_request> decode_request(std::span<const uint8_t> payload,
-                                     const admin_protocol_limits& limits) {
-  admin_request m;
-  bool have_command = false;
-  const std::string_view t = request_type;
-  status s = decode_envelope(
-      payload, limits, t, [&](std::string_view key, reader& r, bool& known) -> status {
-        known = true;
-        if (key == "id") {
-          if (take_nil(r)) {
-            m.id.clear();
-            return {};
-          }
-          return read_string(r, field(t, "id"), limits.max_id_bytes, m.id);
-        }
-        if (key == "command") {
-          have_command = true;
-          if (status e = read_string(r, field(t, "command"), limits.max_command_bytes, m.command);
-              !e.ok())
-            return e;
-          if (m.command.empty()) return status::invalid_argument(field(t, "command: empty"));
-          if (!valid_utf8(m.command))
-            return status::invalid_argument(field(t, "command: invalid UTF-8"));
-          return {};
-        }
-        if (key == "args") {
-          if (take_nil(r)) {
-            m.args = json::object();
-            return {};
-          }
-          return to_json_map(r, limits, field(t, "args"), m.args);
-        }
-        known = false;
-        return {};
-      });
-  if (!s.ok()) return s;
-  if (!have_command) return missing(t, "command");
-  return m;
-}
-
-result<admin_reply> decode_reply(std::span<const uint8_t> payload,
-                                 const admin_protocol_limits& limits) {
-  admin_reply m;
-  bool have_ok = false, have_code = false;
-  const std::string_view t = reply_type;
-  status s = decode_envelope(
-      payload, limits, t, [&](std::string_view key, reader& r, bool& known) -> status {
-        known = true;
-        if (key == "id") {
-          if (take_nil(r)) {
-            m.id.clear();
-            return {};
-          }
-          return read_string(r, field(t, "id"), limits.max_id_bytes, m.id);
-        }
-        if (key == "ok") {
-          have_ok = true;
-          item b;
-          if (status e = next_of(r, kind::boolean, field(t, "ok"), b); !e.ok()) return e;
-          m.ok = b.boolean;
-          return {};
-        }
-        if (key == "result") return to_json_value(r, limits, field(t, "result"), m.result);
-        if (key == "code") {
-          if (take_nil(r)) return {};
-          uint32_t code = 0;
-          if (status e = read_u32(r, field(t, "code"), code); !e.ok()) return e;
-          // Unknown values below 256 are kept (to_string says "unknown"), as in error_reply.
-          if (code > UINT8_MAX) return status::invalid_argument(field(t, "code: exceeds 255"));
-          m.code = static_cast<route_error_code>(code);
-          have_code = true;
-          return {};
-        }
-        if (key == "error") {
-          if (take_nil(r)) {
-            m.error.clear();
-            return {};
-          }
-          return read_string(r, field(t, "error"), limits.max_error_bytes, m.error);
-        }
-        known = false;
-        return {};
-      });
-  if (!s.ok()) return s;
-  if (!have_ok) return missing(t, "ok");
-  if (!m.ok && !have_code) return missing(t, "code");
-  return m;
+// The conversions above throw nothing but std::bad_alloc (json values are built only from checked
+// items); the catch keeps even that inside the status contract.
+template <class M>
+result<M> decode_guarded(const message_table<M, L>& table, std::span<const uint8_t> payload,
+                         const admin_protocol_limits& limits) {
+  try {
+    return table.decode(payload, limits.max_payload_bytes, admin_protocol_version, limits);
+  } catch (const std::exception& e) {
+    return status::out_of_range(join(table.type(), ": ") + e.what());
+  }
 }
 
 }  // namespace
 
-// The conversions above throw nothing but std::bad_alloc (json values are built only from checked
-// items); the catch keeps even that inside the status contract.
 result<admin_request> decode_admin_request(std::span<const uint8_t> payload,
                                            const admin_protocol_limits& limits) {
-  try {
-    return decode_request(payload, limits);
-  } catch (const std::exception& e) {
-    return status::out_of_range(std::string("admin_request: ") + e.what());
-  }
+  return decode_guarded(request_table, payload, limits);
 }
 
 result<admin_reply> decode_admin_reply(std::span<const uint8_t> payload,
                                        const admin_protocol_limits& limits) {
-  try {
-    return decode_reply(payload, limits);
-  } catch (const std::exception& e) {
-    return status::out_of_range(std::string("admin_reply: ") + e.what());
-  }
+  return decode_guarded(reply_table, payload, limits);
 }
 
 namespace {

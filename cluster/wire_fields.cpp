@@ -101,11 +101,21 @@ status read_endpoint(reader& r, std::string_view what, uint32_t max_bytes, endpo
   return check_endpoint(what, out, use);
 }
 
-status read_u64(reader& r, std::string_view what, uint64_t& out) {
+namespace {
+
+// A scalar of one kind, taken from the item member that holds it.
+template <class T>
+status read_scalar(reader& r, kind want, T item::*value, std::string_view what, T& out) {
   item it;
-  if (status s = next_of(r, kind::positive_int, what, it); !s.ok()) return s;
-  out = it.uint_value;
+  if (status s = next_of(r, want, what, it); !s.ok()) return s;
+  out = it.*value;
   return {};
+}
+
+}  // namespace
+
+status read_u64(reader& r, std::string_view what, uint64_t& out) {
+  return read_scalar(r, kind::positive_int, &item::uint_value, what, out);
 }
 
 status read_u32(reader& r, std::string_view what, uint32_t& out) {
@@ -117,10 +127,7 @@ status read_u32(reader& r, std::string_view what, uint32_t& out) {
 }
 
 status read_bool(reader& r, std::string_view what, bool& out) {
-  item it;
-  if (status s = next_of(r, kind::boolean, what, it); !s.ok()) return s;
-  out = it.boolean;
-  return {};
+  return read_scalar(r, kind::boolean, &item::boolean, what, out);
 }
 
 status read_number(reader& r, std::string_view what, double& out) {
@@ -136,6 +143,19 @@ status read_number(reader& r, std::string_view what, double& out) {
     return status::invalid_argument(join(what, ": expected a number, found ") +
                                     msgpack::to_string(it.type));
   return {};
+}
+
+status read_array(reader& r, std::string_view what, uint32_t max_items, std::string_view unit,
+                  item& a) {
+  if (status s = next_of(r, kind::array, what, a); !s.ok()) return s;
+  if (a.length > max_items)
+    return status::out_of_range(join(what, ": ") + std::to_string(a.length) + " " +
+                                std::string(unit) + ", limit " + std::to_string(max_items));
+  return {};
+}
+
+std::string element(std::string_view what, uint32_t i) {
+  return join(what, "[") + std::to_string(i) + "]";
 }
 
 bool take_nil(reader& r) {

@@ -50,6 +50,12 @@ status read_u32(msgpack::reader& r, std::string_view what, uint32_t& out);
 status read_bool(msgpack::reader& r, std::string_view what, bool& out);
 // Any MessagePack number (Python writes float64, a hand-written peer may send an integer).
 status read_number(msgpack::reader& r, std::string_view what, double& out);
+// An array header of at most max_items elements (out_of_range beyond: "what: 5000 blocks, limit
+// 4096", `unit` naming what the array holds). Reserving by a.length is then safe.
+status read_array(msgpack::reader& r, std::string_view what, uint32_t max_items,
+                  std::string_view unit, msgpack::item& a);
+// "what[i]", how errors name an element of an array field; built only when an element fails.
+std::string element(std::string_view what, uint32_t i);
 // True when the next value is nil, which is then consumed: optional fields may be sent as nil.
 bool take_nil(msgpack::reader& r);
 

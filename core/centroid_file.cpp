@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/file_io.hpp"
+#include "core/format_head.hpp"
 #include "core/msgpack.hpp"
 
 namespace eldr {
@@ -106,20 +107,7 @@ std::vector<uint8_t> encode_centroid_file(const centroid_file& f) {
   msgpack::writer w(out);
   const bool has_idf = f.spec.transform() == signature_transform::count_idf;
   w.write_map_header(10 + (has_idf ? 1 : 0) + (f.worker_weights.empty() ? 0 : 1));
-  w.write_str("format");
-  w.write_str("eldr-centroids");
-  w.write_str("version");
-  w.write_uint(centroid_file_version);
-  w.write_str("model");
-  w.write_map_header(4);
-  w.write_str("name");
-  w.write_str(f.model_name);
-  w.write_str("layers");
-  w.write_uint(f.spec.geometry().layers);
-  w.write_str("experts");
-  w.write_uint(f.spec.geometry().experts);
-  w.write_str("top_k");
-  w.write_uint(f.spec.geometry().top_k);
+  write_format_head(w, "eldr-centroids", centroid_file_version, f.model_name, f.spec.geometry());
   w.write_str("transform");
   w.write_str(to_string(f.spec.transform()));
   w.write_str("layer_mask");

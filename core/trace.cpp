@@ -13,6 +13,7 @@
 
 #include "core/expert_ids.hpp"
 #include "core/file_io.hpp"
+#include "core/format_head.hpp"
 #include "core/msgpack.hpp"
 
 namespace eldr {
@@ -431,20 +432,7 @@ std::vector<uint8_t> encode_trace(const trace& t, uint32_t version) {
 
   msgpack::writer w(out);
   w.write_map_header(5);
-  w.write_str("format");
-  w.write_str(format_name);
-  w.write_str("version");
-  w.write_uint(version);
-  w.write_str("model");
-  w.write_map_header(4);
-  w.write_str("name");
-  w.write_str(t.model_name);
-  w.write_str("layers");
-  w.write_uint(t.geometry.layers);
-  w.write_str("experts");
-  w.write_uint(t.geometry.experts);
-  w.write_str("top_k");
-  w.write_uint(t.geometry.top_k);
+  write_format_head(w, format_name, version, t.model_name, t.geometry);
   w.write_str("source");
   w.write_str(t.source);
   w.write_str("requests");
