@@ -2,7 +2,6 @@
 #include "actors/node_metrics.hpp"
 
 #include <cassert>
-#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -18,6 +17,13 @@ const std::vector<double> latency_bounds = {5e-6, 10e-6, 20e-6, 50e-6, 100e-6, 2
                                             2e-3, 5e-3,  10e-3, 50e-3, 0.1,    0.5,    1.0};
 const std::vector<double> band_bounds = {1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128};
 
+// Families the status JSON reads back (the *_of readers), named once for both sides.
+constexpr const char* signature_blocks = "eldr_signature_blocks_total";
+constexpr const char* covered_blocks = "eldr_signature_covered_blocks_total";
+constexpr const char* route_fallbacks = "eldr_route_fallbacks_total";
+constexpr const char* route_warnings = "eldr_route_warnings_total";
+constexpr const char* centroid_swaps = "eldr_centroid_swaps_total";
+
 template <class T>
 T* must(result<T*> r) {
   // Names and labels here are fixed by this file; an error is a bug, caught by the tests.
@@ -30,7 +36,7 @@ T* must(result<T*> r) {
 class node_metrics::impl {
  public:
   metric_registry registry;
-  std::mutex mutex;  // guards the caches below and sections
+  std::mutex mutex;  // guards models
   struct model_series {
     histogram_metric* node_latency = nullptr;
     histogram_metric* decision_latency = nullptr;
@@ -40,7 +46,6 @@ class node_metrics::impl {
     std::vector<counter_metric*> per_worker;
   };
   std::unordered_map<std::string, model_series> models;
-  std::map<std::string, std::string> sections;
   // Created up front: observed from the router's hot path without the mutex.
   histogram_metric* shard_local = must(registry.histogram(
       "eldr_shard_request_seconds",
@@ -66,10 +71,9 @@ class node_metrics::impl {
     s.band = must(registry.histogram("eldr_route_band_size",
                                      "Workers the pick was made among (locality band size).",
                                      band_bounds, l));
-    s.covered = must(registry.counter("eldr_signature_covered_blocks_total",
-                                      "Route request blocks whose counts were known.", l));
-    s.total = must(
-        registry.counter("eldr_signature_blocks_total", "Route request blocks, known or not.", l));
+    s.covered =
+        must(registry.counter(covered_blocks, "Route request blocks whose counts were known.", l));
+    s.total = must(registry.counter(signature_blocks, "Route request blocks, known or not.", l));
     return models.emplace(std::string(model), std::move(s)).first->second;
   }
 };
@@ -126,15 +130,14 @@ void node_metrics::route_failed(route_error_code code) {
 }
 
 void node_metrics::route_fallback(std::string_view model, std::string_view reason) {
-  must(impl_->registry.counter("eldr_route_fallbacks_total",
+  must(impl_->registry.counter(route_fallbacks,
                                "Decisions of the locality policy made by load only, by reason.",
                                {{"model", std::string(model)}, {"reason", std::string(reason)}}))
       ->inc();
 }
 
 void node_metrics::route_warning(std::string_view model, std::string_view code) {
-  must(impl_->registry.counter("eldr_route_warnings_total",
-                               "Warnings route replies carried, by code.",
+  must(impl_->registry.counter(route_warnings, "Warnings route replies carried, by code.",
                                {{"model", std::string(model)}, {"warning", std::string(code)}}))
       ->inc();
 }
@@ -148,7 +151,7 @@ void node_metrics::refit_done(std::string_view model, bool accepted) {
 
 void node_metrics::swapped(std::string_view model, uint64_t epoch) {
   const metric_labels l{{"model", std::string(model)}};
-  must(impl_->registry.counter("eldr_centroid_swaps_total", "Centroid sets installed.", l))->inc();
+  must(impl_->registry.counter(centroid_swaps, "Centroid sets installed.", l))->inc();
   must(impl_->registry.gauge("eldr_centroid_epoch", "Epoch of the current centroid set.", l))
       ->set(static_cast<double>(epoch));
 }
@@ -216,17 +219,34 @@ void node_metrics::shard_answered(bool local, double seconds) {
   h->observe(seconds);
 }
 
-void node_metrics::set_section(const std::string& name, std::string text) {
-  std::lock_guard lock(impl_->mutex);
-  impl_->sections[name] = std::move(text);
+metric_registry& node_metrics::registry() {
+  return impl_->registry;
 }
 
 std::string node_metrics::render() const {
-  std::string out = impl_->registry.render();
-  std::lock_guard lock(impl_->mutex);
-  for (const auto& [name, text] : impl_->sections)
-    out += text;
-  return out;
+  return impl_->registry.render();
+}
+
+uint64_t node_metrics::signature_blocks_of(std::string_view model) const {
+  return impl_->registry.counter_value(signature_blocks, {{"model", std::string(model)}});
+}
+
+uint64_t node_metrics::covered_blocks_of(std::string_view model) const {
+  return impl_->registry.counter_value(covered_blocks, {{"model", std::string(model)}});
+}
+
+uint64_t node_metrics::route_fallbacks_of(std::string_view model, std::string_view reason) const {
+  return impl_->registry.counter_value(
+      route_fallbacks, {{"model", std::string(model)}, {"reason", std::string(reason)}});
+}
+
+uint64_t node_metrics::route_warnings_of(std::string_view model, std::string_view code) const {
+  return impl_->registry.counter_value(
+      route_warnings, {{"model", std::string(model)}, {"warning", std::string(code)}});
+}
+
+uint64_t node_metrics::swaps_of(std::string_view model) const {
+  return impl_->registry.counter_value(centroid_swaps, {{"model", std::string(model)}});
 }
 
 }  // namespace eldr

@@ -1,6 +1,9 @@
-// node_metrics: the node's Prometheus metrics, declared once (core/metrics.hpp registry) and
-// exported over HTTP by cluster/metrics_http. Actors call these named events; labelled series
-// (per model, per worker) are created on first use and cached, so the hot path only increments.
+// node_metrics: the node's Prometheus metrics, in one registry (core/metrics.hpp) exported over
+// HTTP by cluster/metrics_http: every line of /metrics comes from it. Actors call these named
+// events; labelled series (per model, per worker) are created on first use and cached, so the hot
+// path only increments. A component with families of its own (the signature cache's, in
+// actors/sigcache/sigcache_metrics.hpp) registers them in registry(). The status JSON reads the
+// same counters back (the *_of readers) rather than counting the events a second time.
 // eldr_build_info{version} 1 is there from construction.
 //
 // Thread-safe: any actor thread may record, the HTTP thread renders.
@@ -15,6 +18,8 @@
 #include "cluster/route_protocol.hpp"
 
 namespace eldr {
+
+class metric_registry;
 
 // One model's route counters at an instant, cumulative since the node started: what the operator
 // page's history (operator_page.hpp) turns into rates and quantiles per interval.
@@ -66,14 +71,20 @@ class node_metrics {
   // A signature shard answered a router's request after `seconds` (sent to answer merged), from
   // this node's own shard (local) or another node's (remote): the cross-node share of a route.
   void shard_answered(bool local, double seconds);
-  // Text (Prometheus format) owned by another component, replaced wholesale: e.g. the signature
-  // cache's ingest counters per publisher, or the frontend's counters, rendered by their owner.
-  void set_section(const std::string& name, std::string text);
+  // The registry behind every family here, for components that declare their own.
+  metric_registry& registry();
 
   std::string render() const;
 
   // The model's route counters now (all zero before its first decision).
   route_totals route_totals_of(std::string_view model) const;
+  // Route request blocks of the model's decisions so far, and those whose counts were known.
+  uint64_t signature_blocks_of(std::string_view model) const;
+  uint64_t covered_blocks_of(std::string_view model) const;
+  // How often route_fallback / route_warning / swapped were called for the model so far.
+  uint64_t route_fallbacks_of(std::string_view model, std::string_view reason) const;
+  uint64_t route_warnings_of(std::string_view model, std::string_view code) const;
+  uint64_t swaps_of(std::string_view model) const;
 
   class impl;
 

@@ -17,7 +17,7 @@ namespace eldr::sigcache {
 namespace {
 
 // Group-commits every model's staged changes (idle stores write nothing), logs and publishes the
-// stores' health, renders the ingest and store metrics sections (at most every
+// stores' health, copies the ingest and store series into the registry (at most every
 // metrics_refresh_ms), and schedules the next tick.
 void on_commit(sigcache_actor_t* self) {
   auto& st = self->state;
@@ -57,8 +57,8 @@ void on_commit(sigcache_actor_t* self) {
   }
   if (st.metrics_rendered_ms == INT64_MIN || now - st.metrics_rendered_ms >= metrics_refresh_ms) {
     st.metrics_rendered_ms = now;
-    st.ctx->metrics->set_section("ingest", ingest_metrics_text(st));
-    st.ctx->metrics->set_section("store", store_metrics_text(st));
+    st.metrics->publish_ingest(st);
+    st.metrics->publish_store(st);
   }
   self->delayed_send(self, std::chrono::milliseconds(st.ctx->config.commit_interval_ms),
                      commit_atom::value);
@@ -101,6 +101,7 @@ using cache_list = std::shared_ptr<std::vector<std::unique_ptr<signature_cache>>
 
 caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, cache_list caches) {
   self->state.ctx = ctx;
+  self->state.metrics = std::make_unique<sigcache_metrics>(ctx->metrics->registry(), *ctx);
   for (auto& c : *caches) {
     model_cache mc;
     ingest_limits work;

@@ -128,23 +128,17 @@ uint64_t histogram_metric::count() const {
   return n;
 }
 
-result<metric_registry::child*> metric_registry::find_or_add(std::string_view name,
-                                                             std::string_view help, kind type,
-                                                             const metric_labels& labels,
-                                                             const std::vector<double>* bounds) {
+metric_registry::label_key metric_registry::key_of(const metric_labels& labels) {
+  label_key key(labels.begin(), labels.end());
+  std::sort(key.begin(), key.end());
+  return key;
+}
+
+result<metric_registry::family*> metric_registry::find_or_add_family(
+    std::string_view name, std::string_view help, kind type, const std::vector<double>* bounds) {
   const std::string where = "metrics: \"" + std::string(name) + "\": ";
   if (!valid_metric_name(name))
     return status::invalid_argument(where + "invalid metric name (want [a-zA-Z_:][a-zA-Z0-9_:]*)");
-  label_key key(labels.begin(), labels.end());
-  std::sort(key.begin(), key.end());
-  for (std::size_t i = 0; i < key.size(); ++i) {
-    if (!valid_label_name(key[i].first))
-      return status::invalid_argument(where + "invalid label name \"" + key[i].first + "\"");
-    if (i > 0 && key[i].first == key[i - 1].first)
-      return status::invalid_argument(where + "duplicate label \"" + key[i].first + "\"");
-    if (type == kind::histogram && key[i].first == "le")
-      return status::invalid_argument(where + "label \"le\" is reserved for histogram buckets");
-  }
   if (bounds != nullptr) {
     if (bounds->empty()) return status::invalid_argument(where + "histogram without buckets");
     for (std::size_t i = 0; i < bounds->size(); ++i) {
@@ -172,7 +166,26 @@ result<metric_registry::child*> metric_registry::find_or_add(std::string_view na
     if (bounds != nullptr && f.bounds != *bounds)
       return status::invalid_argument(where + "already registered with other bucket bounds");
   }
-  return &found->second.children[std::move(key)];
+  return &found->second;
+}
+
+result<metric_registry::child*> metric_registry::find_or_add(std::string_view name,
+                                                             std::string_view help, kind type,
+                                                             const metric_labels& labels,
+                                                             const std::vector<double>* bounds) {
+  const std::string where = "metrics: \"" + std::string(name) + "\": ";
+  label_key key = key_of(labels);
+  for (std::size_t i = 0; i < key.size(); ++i) {
+    if (!valid_label_name(key[i].first))
+      return status::invalid_argument(where + "invalid label name \"" + key[i].first + "\"");
+    if (i > 0 && key[i].first == key[i - 1].first)
+      return status::invalid_argument(where + "duplicate label \"" + key[i].first + "\"");
+    if (type == kind::histogram && key[i].first == "le")
+      return status::invalid_argument(where + "label \"le\" is reserved for histogram buckets");
+  }
+  auto f = find_or_add_family(name, help, type, bounds);
+  if (!f.ok()) return f.error();
+  return &(*f)->children[std::move(key)];
 }
 
 result<counter_metric*> metric_registry::counter(std::string_view name, std::string_view help,
@@ -219,6 +232,30 @@ status metric_registry::callback_gauge(std::string_view name, std::string_view h
                                     "\": these labels are a plain gauge");
   (*c)->read = std::move(read);
   return {};
+}
+
+status metric_registry::declare(std::string_view name, std::string_view help, metric_type type) {
+  if (type == kind::histogram)
+    return status::invalid_argument("metrics: \"" + std::string(name) +
+                                    "\": a histogram is declared by registering a child");
+  std::lock_guard lock(mutex_);
+  auto f = find_or_add_family(name, help, type, nullptr);
+  if (!f.ok()) return f.error();
+  return {};
+}
+
+bool metric_registry::remove(std::string_view name, const metric_labels& labels) {
+  std::lock_guard lock(mutex_);
+  auto f = families_.find(name);
+  return f != families_.end() && f->second.children.erase(key_of(labels)) > 0;
+}
+
+uint64_t metric_registry::counter_value(std::string_view name, const metric_labels& labels) const {
+  std::lock_guard lock(mutex_);
+  auto f = families_.find(name);
+  if (f == families_.end()) return 0;
+  auto c = f->second.children.find(key_of(labels));
+  return c != f->second.children.end() && c->second.c ? c->second.c->value() : 0;
 }
 
 std::string metric_registry::render() const {

@@ -40,6 +40,14 @@ std::string prometheus_label_value(std::string_view value);
 class counter_metric {
  public:
   void inc(uint64_t n = 1) { value_.fetch_add(n, std::memory_order_relaxed); }
+  // For a count kept by another component (a store's write errors, a publisher's messages) and
+  // copied here on its owner's tick: moves the counter up to `total`, never down, so the exported
+  // series stays monotonic whatever the order of two copies.
+  void advance_to(uint64_t total) {
+    uint64_t v = value_.load(std::memory_order_relaxed);
+    while (v < total && !value_.compare_exchange_weak(v, total, std::memory_order_relaxed)) {
+    }
+  }
   uint64_t value() const { return value_.load(std::memory_order_relaxed); }
 
  private:
@@ -84,6 +92,8 @@ class histogram_metric {
   std::atomic<double> sum_{0.0};
 };
 
+enum class metric_type : uint8_t { counter, gauge, histogram };
+
 class metric_registry {
  public:
   metric_registry() = default;
@@ -112,6 +122,22 @@ class metric_registry {
   status callback_gauge(std::string_view name, std::string_view help, const metric_labels& labels,
                         std::function<double()> read);
 
+  // Declares a counter or gauge family without a child, so that its HELP and TYPE are on the page
+  // before its first series (e.g. drops per cause before the first drop). Errors: as counter() or
+  // gauge(); a histogram (it needs bounds: register a child instead).
+  status declare(std::string_view name, std::string_view help, metric_type type);
+
+  // Removes the child of family `name` with exactly `labels` (any order); the family stays, with
+  // its HELP and TYPE. For series whose subject is gone (a forgotten publisher), so that they do
+  // not grow without bound. The pointer registration returned for the child dangles from here on:
+  // only its sole user may remove it. Returns whether the child existed.
+  bool remove(std::string_view name, const metric_labels& labels);
+
+  // The value of a counter child now, 0 when it was never registered (a count of no event so far).
+  // For readers that show the same count elsewhere (the status JSON); takes the mutex, so not for
+  // the hot path.
+  uint64_t counter_value(std::string_view name, const metric_labels& labels) const;
+
   // Every family in name order, children in label order, in the Prometheus text exposition format
   // 0.0.4 (Content-Type: text/plain; version=0.0.4): "# HELP" and "# TYPE" once per family, label
   // values escaped (\\, \", \n), histograms as cumulative _bucket{le=...} lines ending with +Inf,
@@ -119,9 +145,10 @@ class metric_registry {
   std::string render() const;
 
  private:
-  enum class kind : uint8_t { counter, gauge, histogram };
+  using kind = metric_type;
   // Labels sorted by name: the child's identity and its rendering order.
   using label_key = std::vector<std::pair<std::string, std::string>>;
+  static label_key key_of(const metric_labels& labels);
   struct child {
     std::unique_ptr<counter_metric> c;
     std::unique_ptr<gauge_metric> g;
@@ -135,6 +162,9 @@ class metric_registry {
     std::map<label_key, child> children;
   };
 
+  // Validates and finds or creates the family. Caller holds mutex_.
+  result<family*> find_or_add_family(std::string_view name, std::string_view help, kind type,
+                                     const std::vector<double>* bounds);
   // Validates and finds or creates the child; the caller fills it if new. Caller holds mutex_.
   result<child*> find_or_add(std::string_view name, std::string_view help, kind type,
                              const metric_labels& labels, const std::vector<double>* bounds);

@@ -131,7 +131,6 @@ status install(router_state& st, model_state& m, const centroid_file& file, uint
     auto sample = signature_sample::make(m.cfg->sample_size, m.spec->width(), m.cfg->seed);
     if (sample.ok()) m.sample = std::move(*sample);
   }
-  ++m.swaps;
   st.ctx->metrics->swapped(m.cfg->name, epoch);
   m.policy = std::move(built->policy);
   m.eldr_active = built->eldr_active;

@@ -92,7 +92,6 @@ decided decide(router_state& st, model_state& m, const route_job& job, const sig
   const fallback_reason why = classify_fallback(facts);
   reply.fallback = to_string(why);
   if (other_geometry || store_refused) {
-    ++m.counts_geometry;
     st.ctx->metrics->route_warning(m.cfg->name, "counts_geometry");
     reply.warnings.push_back(
         other_geometry
@@ -102,7 +101,6 @@ decided decide(router_state& st, model_state& m, const route_job& job, const sig
     reply.warnings.push_back("signature_unusable: " + signed_->problem);
   }
   if (why != fallback_reason::none) {
-    ++m.fallbacks[static_cast<size_t>(why)];
     st.ctx->metrics->route_fallback(m.cfg->name, reply.fallback);
     uint64_t held = 0;
     if (m.fallback_log[static_cast<size_t>(why)].allow(now, held))
@@ -140,9 +138,6 @@ decided decide(router_state& st, model_state& m, const route_job& job, const sig
       arm_flush = true;
     }
   }
-  ++m.routed;
-  m.covered_blocks += reply.covered_blocks;
-  m.total_blocks += reply.total_blocks;
   st.ctx->metrics->route_decided(
       m.cfg->name, d->worker, d->band_size, static_cast<double>(t1 - job.received_ns) * 1e-9,
       static_cast<double>(t1 - t0) * 1e-9, reply.covered_blocks, reply.total_blocks);

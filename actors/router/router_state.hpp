@@ -89,13 +89,11 @@ struct model_state {
   shard_sum_cache shard_sums;
   std::deque<explained> recent;
   route_trace trace;
-  uint64_t routed = 0, failed = 0, resigned = 0, unsigned_routes = 0, swaps = 0;
-  uint64_t covered_blocks = 0, total_blocks = 0;
-  // Loud fallbacks (core/route_fallback.hpp): decisions by load only per reason, requests whose
-  // counts were of another geometry (the documented name, counts_geometry), and one log limiter
-  // per reason so that a misconfigured client cannot flood the log.
-  std::array<uint64_t, fallback_reason_count> fallbacks{};
-  uint64_t counts_geometry = 0;
+  // Decisions, their blocks, fallbacks by reason, counts_geometry warnings and swaps are counted
+  // once, in the node's metrics (node_metrics.hpp), and status reads them back from there.
+  uint64_t failed = 0, resigned = 0, unsigned_routes = 0;
+  // Loud fallbacks (core/route_fallback.hpp): one log limiter per reason so that a misconfigured
+  // client cannot flood the log.
   std::array<log_limiter, fallback_reason_count> fallback_log;
 
   // Per worker slot: the metrics URL it registered (scraped every scrape_interval_ms), or none

@@ -4,13 +4,15 @@
 namespace eldr::router {
 
 // Decisions by load only per reason (every reason listed, zeros included, so scripts can rely on
-// the keys).
+// the keys), as the node's metrics counted them.
 namespace {
 
-nlohmann::json fallbacks_json(const model_state& m) {
+nlohmann::json fallbacks_json(const node_metrics& metrics, const model_state& m) {
   nlohmann::json out = nlohmann::json::object();
-  for (size_t r = 1; r < fallback_reason_count; ++r)
-    out[to_string(static_cast<fallback_reason>(r))] = m.fallbacks[r];
+  for (size_t r = 1; r < fallback_reason_count; ++r) {
+    const char* reason = to_string(static_cast<fallback_reason>(r));
+    out[reason] = metrics.route_fallbacks_of(m.cfg->name, reason);
+  }
   return out;
 }
 
@@ -40,6 +42,10 @@ nlohmann::json model_json(const router_state& st, const model_state& m) {
     }
   }
   const auto& c = m.pool.counters();
+  // Counted once, by the node's metrics (the same numbers as on /metrics).
+  const node_metrics& metrics = *st.ctx->metrics;
+  const uint64_t covered = metrics.covered_blocks_of(m.cfg->name);
+  const uint64_t blocks = metrics.signature_blocks_of(m.cfg->name);
   return {{"name", m.cfg->name},
           {"k", m.pool.k()},
           // false: K follows the centroid set or the registrations (config workers = 0)
@@ -57,18 +63,16 @@ nlohmann::json model_json(const router_state& st, const model_state& m) {
             {"draining", draining},
             {"dead", dead},
             {"full", full}}},
-          {"routed", m.routed},
+          {"routed", metrics.route_totals_of(m.cfg->name).routes},
           {"route_errors", m.failed},
           {"routed_without_signature", m.unsigned_routes},
-          {"counts_geometry", m.counts_geometry},
-          {"fallbacks", fallbacks_json(m)},
+          {"counts_geometry", metrics.route_warnings_of(m.cfg->name, "counts_geometry")},
+          {"fallbacks", fallbacks_json(metrics, m)},
           {"resigned_after_swap", m.resigned},
-          {"swaps", m.swaps},
+          {"swaps", metrics.swaps_of(m.cfg->name)},
           {"term", m.fence.highest_term()},
           {"epochs_refused", m.fenced},
-          {"coverage", m.total_blocks ? static_cast<double>(m.covered_blocks) /
-                                            static_cast<double>(m.total_blocks)
-                                      : 0.0},
+          {"coverage", blocks ? static_cast<double>(covered) / static_cast<double>(blocks) : 0.0},
           {"sample", m.sample ? m.sample->size() : 0},
           {"finished", c.finished},
           {"finished_unknown", c.finished_unknown},

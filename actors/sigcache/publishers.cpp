@@ -11,7 +11,6 @@
 #include <tuple>
 
 #include "actors/sigcache/sigcache_actor_internal.hpp"
-#include "actors/sigcache/sigcache_status.hpp"
 
 namespace eldr::sigcache {
 namespace {
@@ -55,7 +54,8 @@ void log_refusal(sigcache_state& st, const std::string& endpoint, const std::str
   if (st.refusal_logged_ms != INT64_MIN && now - st.refusal_logged_ms < 10'000) return;
   st.refusal_logged_ms = now;
   spdlog::warn("publisher {} not followed ({} refused, {} refused by ZeroMQ so far): {}", endpoint,
-               st.registrations_refused, st.subscribe_failed, why);
+               st.metrics->registrations_refused->value(), st.metrics->subscribe_failed->value(),
+               why);
 }
 
 // The SUB socket exists: the publisher's frames and replays reach its ingest from now on.
@@ -117,7 +117,7 @@ void forget_publisher(sigcache_state& st, const std::string& endpoint) {
   st.ctx->edge->unsubscribe(e.subscription);
   st.publishers.remove(endpoint);
   persist_publishers(st, e.reg.model);
-  ++st.publishers_forgotten;
+  st.metrics->publishers_forgotten->inc();
   spdlog::warn("model {}: publisher {} sent nothing for {} ms: forgotten, its blocks released",
                st.ctx->config.models[e.reg.model].name, endpoint,
                st.ctx->config.publisher_forget_ms);
@@ -139,7 +139,7 @@ std::optional<follow_answer> follow(sigcache_actor_t* self, const publisher_regi
   switch (a.outcome) {
     case admit_outcome::full:
     case admit_outcome::conflict:
-      ++st.registrations_refused;
+      st.metrics->registrations_refused->inc();
       log_refusal(st, r.endpoint, a.message);
       return follow_answer{
           static_cast<uint8_t>(a.outcome == admit_outcome::full ? route_error_code::overloaded
@@ -167,7 +167,7 @@ void on_subscribed(sigcache_actor_t* self, const std::string& endpoint, uint32_t
   auto& st = self->state;
   const publisher_entry* e = st.publishers.find(endpoint);
   if (code != 0) {
-    ++st.subscribe_failed;
+    st.metrics->subscribe_failed->inc();
     log_refusal(st, endpoint, message);
     if (e && !e->active) {
       // A restored registration ZeroMQ now refuses is not tried again at the next start.
@@ -215,7 +215,7 @@ void on_publishers_tick(sigcache_actor_t* self) {
       st.publishers.note_activity(endpoint, publisher_activity(st, e), now);
   for (const auto& endpoint : st.publishers.silent(now))
     forget_publisher(st, endpoint);
-  st.ctx->metrics->set_section("publishers", publishers_metrics_text(st));
+  st.metrics->publish_publishers(st);
   self->delayed_send(self, std::chrono::milliseconds(publishers_tick_ms(st.ctx->config)),
                      publishers_tick_atom::value);
 }

@@ -20,6 +20,7 @@
 
 #include "actors/messages.hpp"
 #include "actors/node_context.hpp"
+#include "actors/sigcache/sigcache_metrics.hpp"
 #include "cluster/ingest.hpp"
 #include "cluster/publisher_registry.hpp"
 #include "core/hash_ring.hpp"
@@ -88,16 +89,17 @@ struct sigcache_state {
   publisher_registry publishers{1, 0};
   std::map<std::string, std::vector<caf::response_promise>> waiting;
   std::map<std::tuple<uint32_t, bool, std::string>, uint32_t> ingest_index;
-  uint64_t registrations_refused = 0, subscribe_failed = 0, publishers_forgotten = 0;
   int64_t refusal_logged_ms = INT64_MIN;
-  // When the ingest and store metrics sections were last rendered (metrics_refresh_ms).
+  // The cache's families in the node's registry (made with ctx), and when the ingest and store
+  // series were last copied into them (metrics_refresh_ms).
+  std::unique_ptr<sigcache_metrics> metrics;
   int64_t metrics_rendered_ms = INT64_MIN;
 };
 
-// The ingest and store sections of /metrics are rendered on the commit tick, but at most this
-// often: their text grows with the publishers followed, and rendering it on every 10 ms tick kept
-// an idle node that follows 256 publishers ~15% of a core busy (fuzz.live_node, publisher_flood).
-// Prometheus scrapes every few seconds; 250 ms is fresh enough for any reader.
+// The ingest and store series are copied into the registry on the commit tick, but at most this
+// often: the work grows with the publishers followed, and rendering their text on every 10 ms tick
+// kept an idle node that follows 256 publishers ~15% of a core busy (fuzz.live_node,
+// publisher_flood). Prometheus scrapes every few seconds; 250 ms is fresh enough for any reader.
 constexpr int64_t metrics_refresh_ms = 250;
 
 }  // namespace eldr::sigcache

@@ -1,6 +1,6 @@
-// sigcache_status: what the signature cache tells operators: its /metrics sections (publishers,
-// ingest, store), its part of status (cache_stats), the operator page's ingest per publisher, and
-// the log lines of its store's health. Plain functions over sigcache_state: no actor system, so
+// sigcache_status: what the signature cache tells operators: its part of status (cache_stats), the
+// operator page's ingest per publisher, and the log lines of its store's health (its /metrics
+// families are sigcache_metrics.hpp's). Plain functions over sigcache_state: no actor system, so
 // unit tests can drive them.
 #pragma once
 
@@ -11,15 +11,6 @@
 #include "actors/sigcache/sigcache_state.hpp"
 
 namespace eldr::sigcache {
-
-// The "publishers" section of /metrics.
-std::string publishers_metrics_text(const sigcache_state& st);
-
-// The "ingest" section of /metrics: messages, gaps and drops per publisher, blocks per model.
-std::string ingest_metrics_text(const sigcache_state& st);
-
-// The "store" section of /metrics: each model's store health.
-std::string store_metrics_text(const sigcache_state& st);
 
 // The store section of status (cache_stats): the store's health (signature_cache::health()).
 nlohmann::json store_json(const store_health& h);

@@ -161,6 +161,68 @@ TEST(Metrics, CallbackGaugeIsReadAtRenderTime) {
   EXPECT_NE(reg.render().find("cache_size{model=\"m\"} 9\n"), std::string::npos);
 }
 
+TEST(Metrics, DeclaredFamilyShowsItsHeaderBeforeItsFirstChild) {
+  metric_registry reg;
+  ASSERT_TRUE(reg.declare("drops_total", "Drops, per cause.", metric_type::counter).ok());
+  ASSERT_TRUE(reg.declare("held", "Held.", metric_type::gauge).ok());
+  EXPECT_EQ(reg.render(),
+            "# HELP drops_total Drops, per cause.\n# TYPE drops_total counter\n"
+            "# HELP held Held.\n# TYPE held gauge\n");
+  ok_or_die(reg.counter("drops_total", "Drops, per cause.", {{"cause", "full"}}))->inc(2);
+  EXPECT_EQ(reg.render(),
+            "# HELP drops_total Drops, per cause.\n# TYPE drops_total counter\n"
+            "drops_total{cause=\"full\"} 2\n"
+            "# HELP held Held.\n# TYPE held gauge\n");
+  // Declaring is registering: the same rules, and a conflict either way is refused.
+  EXPECT_TRUE(reg.declare("drops_total", "Drops, per cause.", metric_type::counter).ok());
+  EXPECT_FALSE(reg.declare("drops_total", "Drops, per cause.", metric_type::gauge).ok());
+  EXPECT_FALSE(reg.declare("held", "Other help.", metric_type::gauge).ok());
+  EXPECT_FALSE(reg.counter("held", "Held.").ok());
+  EXPECT_FALSE(reg.declare("1bad", "h", metric_type::counter).ok());
+  EXPECT_FALSE(reg.declare("hist", "h", metric_type::histogram).ok());
+  EXPECT_EQ(reg.render().find("hist"), std::string::npos);
+}
+
+TEST(Metrics, RemovedChildLeavesItsFamilyAndComesBackFromZero) {
+  metric_registry reg;
+  ok_or_die(reg.counter("msgs_total", "h", {{"publisher", "a"}, {"model", "m"}}))->inc(5);
+  ok_or_die(reg.counter("msgs_total", "h", {{"model", "m"}, {"publisher", "b"}}))->inc(7);
+  // Labels in another order name the same child.
+  EXPECT_TRUE(reg.remove("msgs_total", {{"model", "m"}, {"publisher", "a"}}));
+  EXPECT_FALSE(reg.remove("msgs_total", {{"model", "m"}, {"publisher", "a"}}));
+  EXPECT_FALSE(reg.remove("no_such_total", {}));
+  EXPECT_EQ(reg.render(),
+            "# HELP msgs_total h\n# TYPE msgs_total counter\n"
+            "msgs_total{model=\"m\",publisher=\"b\"} 7\n");
+  EXPECT_EQ(reg.counter_value("msgs_total", {{"publisher", "a"}, {"model", "m"}}), 0u);
+  EXPECT_EQ(
+      ok_or_die(reg.counter("msgs_total", "h", {{"model", "m"}, {"publisher", "a"}}))->value(), 0u);
+  EXPECT_TRUE(reg.remove("msgs_total", {{"model", "m"}, {"publisher", "b"}}));
+  EXPECT_TRUE(reg.remove("msgs_total", {{"model", "m"}, {"publisher", "a"}}));
+  EXPECT_EQ(reg.render(), "# HELP msgs_total h\n# TYPE msgs_total counter\n");
+}
+
+TEST(Metrics, CounterValueReadsTheChildByLabelsAndZeroWhenAbsent) {
+  metric_registry reg;
+  ok_or_die(reg.counter("f_total", "h", {{"model", "m"}, {"reason", "x"}}))->inc(3);
+  EXPECT_EQ(reg.counter_value("f_total", {{"reason", "x"}, {"model", "m"}}), 3u);
+  EXPECT_EQ(reg.counter_value("f_total", {{"reason", "y"}, {"model", "m"}}), 0u);
+  EXPECT_EQ(reg.counter_value("g_total", {}), 0u);
+  ok_or_die(reg.gauge("g", "h"))->set(4);
+  EXPECT_EQ(reg.counter_value("g", {}), 0u);  // a gauge is not a counter
+}
+
+TEST(Metrics, AdvanceToMovesACounterUpOnly) {
+  counter_metric c;
+  c.advance_to(5);
+  EXPECT_EQ(c.value(), 5u);
+  c.advance_to(3);  // an older copy of the owner's count
+  EXPECT_EQ(c.value(), 5u);
+  c.inc();
+  c.advance_to(9);
+  EXPECT_EQ(c.value(), 9u);
+}
+
 TEST(Metrics, FormatsSpecialValues) {
   EXPECT_EQ(format_metric_value(std::numeric_limits<double>::infinity()), "+Inf");
   EXPECT_EQ(format_metric_value(-std::numeric_limits<double>::infinity()), "-Inf");

@@ -2,6 +2,7 @@
 // route-latency buckets, in Prometheus text; build and cluster gauges.
 #include "actors/node_metrics.hpp"
 
+#include "core/metrics.hpp"
 #include "core/version.hpp"
 
 #include <gtest/gtest.h>
@@ -69,6 +70,48 @@ TEST(NodeMetrics, BuildInfoFromTheStartAndClusterGaugesOnlyOnceSet) {
   text = "\n" + m.render();
   EXPECT_TRUE(has_line(text, "eldr_cluster_is_leader 0")) << text;
   EXPECT_TRUE(has_line(text, "eldr_cluster_term 8")) << text;
+}
+
+// What status shows (router_status.cpp) is read back from the counters on the page: one count.
+TEST(NodeMetrics, StatusReadersReturnTheCountersOnThePage) {
+  node_metrics m;
+  EXPECT_EQ(m.route_totals_of("q").routes, 0u);
+  EXPECT_EQ(m.signature_blocks_of("q"), 0u);
+  EXPECT_EQ(m.route_fallbacks_of("q", "no_counts"), 0u);
+  m.route_decided("q", 1, 2, 1e-4, 1e-5, 3, 4);
+  m.route_decided("q", 0, 1, 1e-4, 1e-5, 1, 5);
+  m.route_decided("other", 0, 1, 1e-4, 1e-5, 7, 7);
+  m.route_fallback("q", "no_counts");
+  m.route_fallback("q", "no_counts");
+  m.route_warning("q", "counts_geometry");
+  m.swapped("q", 4);
+  m.swapped("q", 5);
+  m.swapped("q", 6);
+  EXPECT_EQ(m.route_totals_of("q").routes, 2u);
+  EXPECT_EQ(m.covered_blocks_of("q"), 4u);
+  EXPECT_EQ(m.signature_blocks_of("q"), 9u);
+  EXPECT_EQ(m.route_fallbacks_of("q", "no_counts"), 2u);
+  EXPECT_EQ(m.route_fallbacks_of("q", "no_centroid_set"), 0u);
+  EXPECT_EQ(m.route_fallbacks_of("other", "no_counts"), 0u);
+  EXPECT_EQ(m.route_warnings_of("q", "counts_geometry"), 1u);
+  EXPECT_EQ(m.swaps_of("q"), 3u);
+  EXPECT_EQ(m.swaps_of("other"), 0u);
+  const std::string text = "\n" + m.render();
+  EXPECT_TRUE(has_line(text, "eldr_route_band_size_count{model=\"q\"} 2")) << text;
+  EXPECT_TRUE(has_line(text, "eldr_signature_covered_blocks_total{model=\"q\"} 4")) << text;
+  EXPECT_TRUE(has_line(text, "eldr_signature_blocks_total{model=\"q\"} 9")) << text;
+  EXPECT_TRUE(has_line(text, "eldr_route_fallbacks_total{model=\"q\",reason=\"no_counts\"} 2"))
+      << text;
+  EXPECT_TRUE(has_line(text, "eldr_centroid_swaps_total{model=\"q\"} 3")) << text;
+}
+
+// A component's own families (the signature cache's) are in the same registry, on the same page.
+TEST(NodeMetrics, FamiliesRegisteredByAComponentAreOnThePage) {
+  node_metrics m;
+  auto c = m.registry().counter("eldr_publishers_forgotten_total", "Forgotten.");
+  ASSERT_TRUE(c.ok());
+  (*c)->inc();
+  EXPECT_TRUE(has_line("\n" + m.render(), "eldr_publishers_forgotten_total 1"));
 }
 
 }  // namespace

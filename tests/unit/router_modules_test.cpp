@@ -262,7 +262,7 @@ TEST(RouteDecision, NoRegisteredWorkerIsAnErrorNamingTheModel) {
   EXPECT_EQ(e.code, route_error_code::no_eligible_worker);
   EXPECT_NE(e.message.find("'toy'"), std::string::npos);
   EXPECT_EQ(f.model().failed, 1u);
-  EXPECT_EQ(f.model().routed, 0u);
+  EXPECT_EQ(f.st.ctx->metrics->route_totals_of("toy").routes, 0u);
 }
 
 TEST(RouteDecision, ARetryGetsTheFirstDecisionAndCountsOnce) {
@@ -346,7 +346,7 @@ TEST(RouteDecision, TheSignatureChoosesTheWorkerWhoseCentroidMatches) {
   EXPECT_EQ(r.worker, 1u);
   EXPECT_EQ(r.fallback, "");
   EXPECT_EQ(r.covered_blocks, 2u);
-  EXPECT_EQ(f.model().covered_blocks, 2u);
+  EXPECT_EQ(f.st.ctx->metrics->covered_blocks_of("toy"), 2u);
 }
 
 // --- router_status ---
