@@ -150,20 +150,14 @@ void fit_and_install(refit_actor_t* self, uint32_t model, admin_job_ptr job, ref
             "import); a refit re-clusters live signatures under its spec");
       const uint32_t width = in->spec->width();
       const size_t rows = in->points.size() / width;
-      if (rows < cfg.min_sample)
-        return reject("sample too small: " + std::to_string(rows) + " live signatures, " +
-                      std::to_string(cfg.min_sample) + " needed (models.min_sample)");
-      refit_options ro;
-      ro.k = in->current->k();
-      ro.kmeans.seed = cfg.seed + self->state.runs;
-      ro.kmeans.threads = 1;  // the router and the frontend keep the other core
-      ro.kmeans.worker_weights.assign(in->current_file->worker_weights.begin(),
-                                      in->current_file->worker_weights.end());
-      ro.validation.max_balance_ratio = cfg.max_balance_ratio;
-      ro.validation.score_tolerance = cfg.score_tolerance;
-      ro.validation.batch_size = cfg.refit_batch_size;
-      ro.validation.seed = cfg.seed;
-      auto out = refit_candidate(in->points, width, in->current.get(), ro);
+      // The simulator's online refit runs the same rule (core/refit.hpp).
+      const refit_rule rule{cfg.min_sample, cfg.max_balance_ratio, cfg.score_tolerance,
+                            cfg.refit_batch_size, cfg.seed};
+      if (std::string reason = rule.sample_shortfall(rows); !reason.empty())
+        return reject(std::move(reason));
+      auto out = refit_candidate(
+          in->points, width, in->current.get(),
+          rule.options(*in->current, in->current_file->worker_weights, self->state.runs));
       if (!out.ok()) return reject("fit failed: " + out.error().to_string());
       auto report = report_json(out->report);
       report["seen"] = in->seen;

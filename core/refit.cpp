@@ -445,4 +445,26 @@ result<refit_outcome> refit_candidate(const signature_sample& sample, const cent
   return refit_candidate(sample.points(), sample.width(), current, options);
 }
 
+// ---- the node's rule ----------------------------------------------------------------------------
+
+std::string refit_rule::sample_shortfall(std::size_t rows) const {
+  if (rows >= min_sample) return {};
+  return "sample too small: " + std::to_string(rows) + " live signatures, " +
+         std::to_string(min_sample) + " needed (models.min_sample)";
+}
+
+refit_options refit_rule::options(const centroid_set& current,
+                                  std::span<const float> worker_weights, uint64_t run) const {
+  refit_options ro;
+  ro.k = current.k();
+  ro.kmeans.seed = seed + run;
+  ro.kmeans.threads = 1;  // on a node, the router and the frontend keep the other core
+  ro.kmeans.worker_weights.assign(worker_weights.begin(), worker_weights.end());
+  ro.validation.max_balance_ratio = max_balance_ratio;
+  ro.validation.score_tolerance = score_tolerance;
+  ro.validation.batch_size = batch_size;
+  ro.validation.seed = seed;
+  return ro;
+}
+
 }  // namespace eldr

@@ -190,4 +190,24 @@ result<refit_outcome> refit_candidate(std::span<const float> points, uint32_t wi
 result<refit_outcome> refit_candidate(const signature_sample& sample, const centroid_set* current,
                                       const refit_options& options);
 
+// The node's refit rule: the [[models]] knobs that shape one online refit (docs/configuration.md),
+// in one place for the node's refit actor and the simulator's online refit, so that eldr-sim's
+// eldr-online refits exactly as a node with the same knobs would.
+struct refit_rule {
+  uint32_t min_sample = 256;       // models.min_sample: no refit on fewer live signatures
+  double max_balance_ratio = 3.0;  // models.max_balance_ratio
+  double score_tolerance = 0.0;    // models.score_tolerance
+  uint32_t batch_size = 16;        // models.refit_batch_size
+  uint64_t seed = 1;               // models.seed
+
+  // "" when a sample of `rows` live signatures may be refitted on, else the rejection reason
+  // ("sample too small: ...").
+  std::string sample_shortfall(std::size_t rows) const;
+  // The options of the run-th refit against `current` (K = current's, the fit seeded with
+  // seed + run on one thread, the validation as the rule says). worker_weights: the current set's
+  // relative capacities (centroid_file::worker_weights), empty for equal workers.
+  refit_options options(const centroid_set& current, std::span<const float> worker_weights,
+                        uint64_t run) const;
+};
+
 }  // namespace eldr

@@ -31,7 +31,7 @@ struct policy_factory_options {
   float load_slack = default_load_slack;  // "eldr-adaptive*" unless /slack= is given
   uint32_t pairs = default_rho_pairs;
   uint32_t threads = 2;
-  online_refit refit;  // window and interval for "eldr-online" (enabled is set per policy)
+  online_refit refit;  // for "eldr-online" and "eldr-adaptive-online" (enabled set per policy)
   // Fitted centroids to use for "eldr"/"eldr-online" without options, instead of fitting on the
   // calibration requests. Its geometry must match the workload's and its K the workers.
   std::optional<centroid_file> centroids;

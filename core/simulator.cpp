@@ -1,17 +1,14 @@
-// simulator: the event loop (prefill pool, handoff and routing, KV transfer, continuous
-// batching on decode workers, online refits) and the metrics.
+// simulator: the event loop (prefill pool, handoff and routing, KV transfer, the decode engine's
+// steps, online refits) and the metrics.
 #include "core/simulator.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <deque>
 #include <optional>
 #include <queue>
-#include <thread>
 #include <unordered_map>
 
-#include "core/balanced_kmeans.hpp"
 #include "core/expert_counts.hpp"
 #include "core/parallel.hpp"
 #include "core/random.hpp"
@@ -29,30 +26,10 @@ struct event {
   bool operator>(const event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
 };
 
-struct running_request {
-  uint32_t request;
-  uint32_t generated;
-  std::unique_ptr<decode_stream> stream;
-};
-
-struct decode_worker {
-  std::deque<uint32_t> waiting;
-  std::vector<running_request> running;
-  uint64_t kv_used = 0;
-  bool stepping = false;
-  uint64_t tokens = 0;  // decode tokens produced, for the imbalance metric
-};
-
 struct request_state {
-  double handoff = 0, first_token = -1, finish = -1;
+  double handoff = 0;
   uint32_t worker = 0;
 };
-
-void to_dense(const signature& s, std::span<float> out) {
-  std::fill(out.begin(), out.end(), 0.0f);
-  for (std::size_t j = 0; j < s.index.size(); ++j)
-    out[s.index[j]] = s.value[j];
-}
 
 }  // namespace
 
@@ -66,15 +43,6 @@ status sim_config::validate() const {
       return bad("prefill and transfer times must be finite and >= 0");
   if (block_size == 0 || block_size > 255) return bad("block size must be in 1..255");
   return cost.validate();
-}
-
-double percentile(std::vector<double>& values, double q) {
-  if (values.empty()) return 0.0;
-  std::sort(values.begin(), values.end());
-  const double pos = q * static_cast<double>(values.size() - 1);
-  const std::size_t lo = static_cast<std::size_t>(std::floor(pos));
-  const std::size_t hi = std::min(lo + 1, values.size() - 1);
-  return values[lo] + (values[hi] - values[lo]) * (pos - static_cast<double>(lo));
 }
 
 std::vector<uint32_t> decode_profiles(const workload& w, uint32_t threads) {
@@ -116,10 +84,16 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
         "simulator: online refit needs an eldr or eldr-adaptive policy on prefill "
         "signatures (" +
         p.name + ")");
-  auto cost = decode_cost_model::make(c.cost);
-  if (!cost.ok()) return cost.error();
-  auto counter = distinct_expert_counter::make(g);
-  if (!counter.ok()) return counter.error();
+  if (p.refit.enabled && !(p.refit.interval_s > 0.0 && std::isfinite(p.refit.interval_s)))
+    return status::invalid_argument("simulator: the refit interval must be finite and > 0");
+  auto engine = decode_engine::make(w, {D, c.max_batch, c.kv_capacity_tokens, c.cost});
+  if (!engine.ok()) return engine.error();
+  std::optional<signature_sample> sample;  // the online refit's, as the router keeps it
+  if (p.refit.enabled) {
+    auto made = signature_sample::make(p.refit.sample_size, p.spec->width(), p.refit.rule.seed);
+    if (!made.ok()) return made.error();
+    sample.emplace(std::move(made).value());
+  }
 
   const std::size_t N = w.requests.size();
   sim_metrics m;
@@ -173,72 +147,32 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
   for (std::size_t i = 0; i < N; ++i)
     push(rs[i].handoff, event_kind::route, static_cast<uint32_t>(i));
 
-  std::vector<decode_worker> workers(D);
   std::vector<uint32_t> load(D, 0);
-  std::vector<expert_id> step_ids;
-  const std::size_t stride = std::size_t{g.layers} * g.top_k;
   std::optional<signature_builder> builder;
   if (p.signatures != signature_source::none) builder.emplace(p.spec);
   signature sig;
   std::vector<expert_id> prompt_ids;
-  double distinct_sum = 0, batch_sum = 0;
-  std::size_t finished = 0;
+  std::vector<decode_finish> finished;
+  std::size_t completed = 0;
   std::size_t next_report = N / 20 + 1;
-
-  // Online refit state: signatures routed within the window, with their routing time.
-  std::deque<std::pair<double, signature>> window;
-  const double refit_start = N > 0 ? rs.front().handoff + p.refit.window_s : 0.0;
-  if (p.refit.enabled && N > 0) push(refit_start, event_kind::refit, 0);
-  uint64_t epoch = band != nullptr ? band->centroids()->epoch() : 0;
-
-  auto finish = [&](uint32_t i, double t) {
-    rs[i].finish = t;
-    --load[rs[i].worker];
-    ++finished;
-    if (progress && finished >= next_report) {
-      progress(static_cast<double>(finished) / static_cast<double>(N));
-      next_report += N / 20 + 1;
+  auto on_finished = [&] {
+    for (const decode_finish& f : finished) {
+      --load[f.worker];
+      ++completed;
+      if (progress && completed >= next_report) {
+        progress(static_cast<double>(completed) / static_cast<double>(N));
+        next_report += N / 20 + 1;
+      }
     }
+    finished.clear();
+  };
+  auto schedule_step = [&](std::optional<double> end, uint32_t wi) {
+    if (end) push(*end, event_kind::step_end, wi);
   };
 
-  auto start_step = [&](uint32_t wi, double t) {
-    decode_worker& dw = workers[wi];
-    // Admit first come, first served while the batch and the KV capacity allow; a request
-    // larger than the whole capacity runs alone rather than never.
-    while (!dw.waiting.empty() && dw.running.size() < c.max_batch) {
-      const sim_request& r = w.requests[dw.waiting.front()];
-      const uint64_t need = uint64_t{r.prompt_tokens} + r.output_tokens;
-      if (c.kv_capacity_tokens > 0 && dw.kv_used + need > c.kv_capacity_tokens &&
-          !dw.running.empty())
-        break;
-      dw.kv_used += need;
-      const uint32_t id = dw.waiting.front();
-      dw.waiting.pop_front();
-      dw.running.push_back({id, 0, w.source->open_decode(w.requests[id].source)});
-    }
-    if (dw.running.empty()) {
-      dw.stepping = false;
-      return;
-    }
-    step_ids.resize(dw.running.size() * stride);
-    batch_stats batch;
-    batch.sequences = static_cast<uint32_t>(dw.running.size());
-    for (std::size_t j = 0; j < dw.running.size(); ++j) {
-      running_request& rr = dw.running[j];
-      rr.stream->next(step_ids.data() + j * stride);
-      batch.context_tokens += uint64_t{w.requests[rr.request].prompt_tokens} + rr.generated;
-    }
-    auto stats = counter->count(step_ids);
-    // Ids come from validated traces or the generator: counting cannot fail.
-    batch.distinct_experts = stats.ok() ? stats->total : 0;
-    distinct_sum += stats.ok() ? stats->mean_per_layer : 0.0;
-    batch_sum += batch.sequences;
-    ++m.decode_steps;
-    dw.stepping = true;
-    push(t + cost->step_latency_ms(batch) / 1000.0, event_kind::step_end, wi);
-  };
+  if (p.refit.enabled && N > 0) push(rs.front().handoff + p.refit.interval_s, event_kind::refit, 0);
+  uint64_t refit_runs = 0;
 
-  std::vector<float> dense_row;
   while (!events.empty()) {
     const event ev = events.top();
     events.pop();
@@ -290,68 +224,32 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
         if (!d.ok()) return d.error();
         rs[i].worker = d->worker;
         ++load[d->worker];
-        if (p.refit.enabled && !sig.empty()) window.emplace_back(ev.t, sig);
+        if (sample) (void)sample->add(sig);  // as the router does: a refused row is not sampled
         push(ev.t + c.kv_transfer_ms / 1000.0, event_kind::decode_arrival, i);
         break;
       }
-      case event_kind::decode_arrival: {
-        const uint32_t i = ev.id;
-        if (w.requests[i].output_tokens == 0) {  // nothing to decode
-          rs[i].first_token = ev.t;
-          finish(i, ev.t);
-          break;
-        }
-        decode_worker& dw = workers[rs[i].worker];
-        dw.waiting.push_back(i);
-        if (!dw.stepping) start_step(rs[i].worker, ev.t);
+      case event_kind::decode_arrival:
+        schedule_step(engine->arrive(ev.id, rs[ev.id].worker, ev.t, finished), rs[ev.id].worker);
+        on_finished();
         break;
-      }
-      case event_kind::step_end: {
-        decode_worker& dw = workers[ev.id];
-        dw.tokens += dw.running.size();
-        std::size_t kept = 0;
-        for (std::size_t j = 0; j < dw.running.size(); ++j) {
-          running_request& rr = dw.running[j];
-          const uint32_t i = rr.request;
-          if (++rr.generated == 1) rs[i].first_token = ev.t;
-          if (rr.generated >= w.requests[i].output_tokens) {
-            dw.kv_used -= uint64_t{w.requests[i].prompt_tokens} + w.requests[i].output_tokens;
-            finish(i, ev.t);
-            continue;
-          }
-          if (kept != j) dw.running[kept] = std::move(rr);
-          ++kept;
-        }
-        dw.running.resize(kept);
-        start_step(ev.id, ev.t);
+      case event_kind::step_end:
+        schedule_step(engine->end_step(ev.id, ev.t, finished), ev.id);
+        on_finished();
         break;
-      }
       case event_kind::refit: {
-        if (finished == N) break;  // nothing left to route: stop ticking
-        while (!window.empty() && window.front().first < ev.t - p.refit.window_s)
-          window.pop_front();
-        const std::size_t width = p.spec->width();
-        if (window.size() >= D) {
-          std::vector<float> points(window.size() * width);
-          for (std::size_t j = 0; j < window.size(); ++j)
-            to_dense(window[j].second, std::span(points).subspan(j * width, width));
-          const auto current = band->centroids();
-          kmeans_options ko;
-          ko.seed = p.refit.seed + m.refits;
-          ko.threads = 1;
-          ko.initial_centroids.assign(current->rows().begin(), current->rows().end());
-          auto fit = balanced_kmeans(points, width, D, ko);
-          if (fit.ok()) {
-            auto perm = align_centroids(current->rows(), fit->centroids, width);
-            if (perm.ok() && apply_alignment(*perm, *fit).ok()) {
-              auto next = centroid_set::make(D, static_cast<uint32_t>(width),
-                                             std::move(fit->centroids), ++epoch);
-              if (next.ok() &&
-                  band->install(std::make_shared<const centroid_set>(std::move(next).value())).ok())
-                ++m.refits;
-            }
-          }
+        if (completed == N) break;  // nothing left to route: stop ticking
+        // The node's refit (actors/refit_actor.cpp) on the simulated clock: same sample, same
+        // rule, same candidate and validation, installed only when accepted; anything else
+        // counts as rejected, as the node counts it.
+        ++refit_runs;
+        const auto current = band->centroids();
+        bool installed = false;
+        if (p.refit.rule.sample_shortfall(sample->size()).empty()) {
+          auto out = refit_candidate(*sample, current.get(),
+                                     p.refit.rule.options(*current, {}, refit_runs));
+          installed = out.ok() && out->report.accepted && band->install(out->candidate).ok();
         }
+        ++(installed ? m.refits : m.refits_rejected);
         push(ev.t + p.refit.interval_s, event_kind::refit, 0);
         break;
       }
@@ -359,34 +257,26 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
   }
 
   // ---- Metrics.
-  std::vector<double> tpot, ttft;
-  double first_arrival = N > 0 ? w.requests.front().arrival_s : 0.0, last_finish = 0;
+  std::vector<uint32_t> all(N);
+  for (std::size_t i = 0; i < N; ++i)
+    all[i] = static_cast<uint32_t>(i);
+  const latency_summary latency = summarize_latency(w, *engine, all);
+  m.tpot_p50_ms = latency.tpot_p50_ms;
+  m.tpot_p95_ms = latency.tpot_p95_ms;
+  m.tpot_p99_ms = latency.tpot_p99_ms;
+  m.ttft_p50_ms = latency.ttft_p50_ms;
+  m.ttft_p99_ms = latency.ttft_p99_ms;
+  m.decode_steps = engine->decode_steps();
+  m.distinct_experts_per_layer = engine->distinct_experts_per_layer();
+  m.batch_size_mean = engine->batch_size_mean();
+  m.load_imbalance = engine->load_imbalance();
+  const double first_arrival = N > 0 ? w.requests.front().arrival_s : 0.0;
+  double last_finish = 0;
   uint64_t out_tokens = 0;
   for (std::size_t i = 0; i < N; ++i) {
-    const sim_request& r = w.requests[i];
-    last_finish = std::max(last_finish, rs[i].finish);
-    out_tokens += r.output_tokens;
-    if (r.output_tokens == 0) continue;
-    ttft.push_back((rs[i].first_token - r.arrival_s) * 1000.0);
-    if (r.output_tokens >= 2)
-      tpot.push_back((rs[i].finish - rs[i].first_token) * 1000.0 / (r.output_tokens - 1));
+    last_finish = std::max(last_finish, engine->times(static_cast<uint32_t>(i)).finish);
+    out_tokens += w.requests[i].output_tokens;
   }
-  m.tpot_p50_ms = percentile(tpot, 0.50);
-  m.tpot_p95_ms = percentile(tpot, 0.95);
-  m.tpot_p99_ms = percentile(tpot, 0.99);
-  m.ttft_p50_ms = percentile(ttft, 0.50);
-  m.ttft_p99_ms = percentile(ttft, 0.99);
-  if (m.decode_steps > 0) {
-    m.distinct_experts_per_layer = distinct_sum / static_cast<double>(m.decode_steps);
-    m.batch_size_mean = batch_sum / static_cast<double>(m.decode_steps);
-  }
-  uint64_t max_tokens = 0, sum_tokens = 0;
-  for (const decode_worker& dw : workers) {
-    max_tokens = std::max(max_tokens, dw.tokens);
-    sum_tokens += dw.tokens;
-  }
-  m.load_imbalance =
-      sum_tokens == 0 ? 1.0 : static_cast<double>(max_tokens) * D / static_cast<double>(sum_tokens);
   m.makespan_s = last_finish - first_arrival;
   if (m.makespan_s > 0) {
     m.throughput_tokens_s = static_cast<double>(out_tokens) / m.makespan_s;

@@ -1,7 +1,7 @@
 // simulator: a discrete-event model of a prefill/decode-disaggregated MoE cluster, the engine of
 // eldr-sim. It routes with the very same routing_policy objects the router runs (make_policy),
-// builds signatures with the same signature_builder, counts distinct experts and prices decode
-// steps with the same cost model, and refits with the same balanced K-means.
+// builds signatures with the same signature_builder, runs decode on the decode_engine that
+// eldr-loadgen's emulated workers run, and refits through the node's refit path (core/refit).
 //
 // The model:
 // - Requests arrive at the workload's times. P prefill workers serve them first come, first
@@ -9,12 +9,10 @@
 // - At the prefill-to-decode handoff the policy under test picks a decode worker (its load: the
 //   worker's in-flight decode requests, +1 when routed, -1 when the request's last token is out);
 //   the KV transfer then takes kv_transfer_ms.
-// - Each of D decode workers runs continuous batching: up to max_batch running sequences whose
-//   prompt + output tokens fit in kv_capacity_tokens (reserved at admission, so a running
-//   request never stalls); others wait first come, first served. A step produces one token for
-//   every running sequence and lasts decode_cost_model::step_latency_ms of the batch's REAL
-//   distinct experts per layer at that step: the ids of each running request's current output
-//   token (recorded in a trace, or drawn from the request's own profile for synthetic ones).
+// - Each of D decode workers runs continuous batching (core/decode_engine.hpp): up to max_batch
+//   sequences within kv_capacity_tokens, steps priced by decode_cost_model on the batch's REAL
+//   distinct experts per layer (recorded in a trace, or drawn from the request's own profile for
+//   synthetic ones), here in simulated time.
 // - TTFT = arrival to the first decode token; TPOT = (last token - first token) / (output - 1).
 // Deterministic: the same workload, config and policy give the same metrics (only wall_seconds
 // varies). Ties between events at the same instant resolve by insertion order.
@@ -28,6 +26,8 @@
 #include <vector>
 
 #include "core/cost_model.hpp"
+#include "core/decode_engine.hpp"
+#include "core/refit.hpp"
 #include "core/routing.hpp"
 #include "core/signature.hpp"
 #include "core/status.hpp"
@@ -61,14 +61,18 @@ enum class signature_source {
   decode_profile,  // the clairvoyant bound: the request's real decode-phase counts
 };
 
-// ELDR with online refit (docs/method.md section 6): a rolling window of live signatures, a
-// refit every interval seeded from the current centroids, new centroids matched to worker
-// identities, installed at once. The first refit waits for one full window and >= K signatures.
+// ELDR with online refit (docs/method.md section 6), run as the node runs it (actors/refit_actor):
+// every routed signature is offered to a reservoir sample of sample_size rows (signature_sample,
+// the router's); every interval_s of simulated time, once rule.min_sample rows are held,
+// refit_candidate fits K centroids seeded from the current ones, aligns them to the workers and
+// validates them against the current set on the same sample (refit_rule: the node's knobs and
+// their defaults); only an accepted candidate is installed. The first refit comes interval_s after
+// the first handoff, as the node's first comes one interval after it starts.
 struct online_refit {
   bool enabled = false;
-  double window_s = 5.0;
-  double interval_s = 2.0;
-  uint64_t seed = 1;
+  uint32_t sample_size = 4096;  // models.sample_size
+  double interval_s = 2.0;      // models.refit_interval_s
+  refit_rule rule;              // min_sample, validation, seed (the sample's and the fits')
 };
 
 // A policy under test. Owns its routing_policy (whose state, e.g. a round-robin cursor, the
@@ -95,7 +99,10 @@ struct sim_metrics {
   double throughput_requests_s = 0;
   double makespan_s = 0;
   uint64_t decode_steps = 0;
-  uint32_t refits = 0;
+  uint32_t refits = 0;  // online refits installed
+  // Online refits that installed nothing (sample below min_sample, a failed fit, a candidate
+  // that failed validation): what the node counts as rejected.
+  uint32_t refits_rejected = 0;
   double prefix_hit_fraction = 0;  // prompt tokens served from the prefix cache
   double wall_seconds = 0;         // host time of the run (the only non-deterministic field)
 };
@@ -108,7 +115,8 @@ using sim_progress = std::function<void(double)>;
 // w.prefill_sources), see decode_profiles().
 // Errors (invalid_argument): a bad config, a policy whose K differs from decode_workers, a
 // signature policy without a spec or with a spec of another geometry, decode_profile without
-// decode counts, refit on a non-"eldr" policy; a routing error is returned as it comes.
+// decode counts, refit on a non-"eldr" policy or with an interval that is not > 0; a refit
+// sample_size signature_sample refuses, and a routing error, are returned as they come.
 result<sim_metrics> simulate(const workload& w, const sim_config& config, sim_policy& policy,
                              const std::vector<uint32_t>* decode_counts = nullptr,
                              const sim_progress& progress = {});
@@ -133,8 +141,5 @@ result<std::vector<locality_point>> measure_locality(const workload& w,
                                                      std::span<const uint32_t> batch_sizes,
                                                      uint32_t batches = 6, uint32_t steps = 20,
                                                      uint64_t seed = 1);
-
-// Linear-interpolated percentile (q in [0, 1]) of values, 0 when empty. Sorts values.
-double percentile(std::vector<double>& values, double q);
 
 }  // namespace eldr

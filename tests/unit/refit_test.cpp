@@ -551,6 +551,37 @@ TEST(RefitCandidate, AFitThatLosesLocalityIsRejectedAndReported) {
   EXPECT_EQ(out->candidate->epoch(), 4u);
 }
 
+// ---- refit_rule (the node's refit actor and the simulator's online refit) -----------------------
+
+TEST(RefitRule, RefusesASampleBelowMinSampleWithTheNodesReason) {
+  refit_rule rule;
+  rule.min_sample = 100;
+  EXPECT_EQ(rule.sample_shortfall(99),
+            "sample too small: 99 live signatures, 100 needed (models.min_sample)");
+  EXPECT_EQ(rule.sample_shortfall(100), "");
+}
+
+TEST(RefitRule, OptionsCarryTheKnobsTheRunSeedAndTheWeights) {
+  auto current = block_set(plain_width, {0, 1, 2, 3}, 5);
+  refit_rule rule;
+  rule.max_balance_ratio = 2.5;
+  rule.score_tolerance = 0.05;
+  rule.batch_size = 8;
+  rule.seed = 40;
+  const std::vector<float> weights = {1, 2, 1, 1};
+  const refit_options o = rule.options(*current, weights, 3);
+  EXPECT_EQ(o.k, 4u);
+  EXPECT_EQ(o.epoch, 0u);  // the candidate takes current's epoch + 1
+  EXPECT_EQ(o.kmeans.seed, 43u);
+  EXPECT_EQ(o.kmeans.threads, 1u);
+  EXPECT_EQ(o.kmeans.worker_weights, (std::vector<double>{1, 2, 1, 1}));
+  EXPECT_DOUBLE_EQ(o.validation.max_balance_ratio, 2.5);
+  EXPECT_DOUBLE_EQ(o.validation.score_tolerance, 0.05);
+  EXPECT_EQ(o.validation.batch_size, 8u);
+  EXPECT_EQ(o.validation.seed, 40u);
+  EXPECT_TRUE(rule.options(*current, {}, 0).kmeans.worker_weights.empty());
+}
+
 TEST(RefitCandidate, PassesKMeansErrorsThrough) {
   auto current = block_set(plain_width, {0, 1, 2, 3});
   std::vector<float> zeros(40 * plain_width, 0.0f);  // zero rows: refused by the fit

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <set>
+#include <utility>
 
 #include "core/sim_policies.hpp"
 #include "core/synthetic.hpp"
@@ -56,7 +57,8 @@ policy_factory factory_for(const workload& w, float tau = 0.1f) {
   o.workers = 4;
   o.tau = tau;
   o.pairs = 400;
-  o.refit.window_s = 0.2;
+  o.refit.sample_size = 128;
+  o.refit.rule.min_sample = 32;
   o.refit.interval_s = 0.1;
   return policy_factory::make(w, o).value();
 }
@@ -249,12 +251,46 @@ TEST(Simulator, AdaptiveBandSpreadsAtLightLoad) {
   EXPECT_LE(d.tpot_p50_ms, std::min(a.tpot_p50_ms, b.tpot_p50_ms) * 1.01);
 }
 
-TEST(Simulator, AdaptiveOnlineRefitRefits) {
-  const workload w = small_workload(small_params(), 240, 200.0);
-  policy_factory f = factory_for(w);
-  sim_policy p = f.build("eldr-adaptive-online").value();
-  const sim_metrics m = simulate(w, small_config(), p).value();
-  EXPECT_GT(m.refits, 0u);
+// A centroid set that tells the workers apart by nothing (every row the fitted set's first): the
+// band holds every worker. The online refit, run by the node's rule on the reservoir of routed
+// signatures, finds the traffic's structure; the candidate passes validation (its predicted
+// distinct experts beat the flat set's) and is installed.
+policy_factory factory_knowing_nothing(const workload& w) {
+  policy_factory fitted = factory_for(w, 0.0f);
+  const fit_result& fit = *fitted.default_fit().value();
+  centroid_file flat;
+  flat.model_name = "tiny";
+  flat.spec = *fit.spec;
+  flat.epoch = 1;
+  flat.workers = 4;
+  const std::size_t width = fit.spec->width();
+  for (uint32_t k = 0; k < flat.workers; ++k)
+    flat.centroids.insert(flat.centroids.end(), fit.kmeans.centroids.begin(),
+                          fit.kmeans.centroids.begin() + static_cast<std::ptrdiff_t>(width));
+  policy_factory_options o;
+  o.workers = 4;
+  o.tau = 0.0f;
+  o.pairs = 400;
+  o.refit.sample_size = 128;
+  o.refit.rule.min_sample = 32;
+  o.refit.interval_s = 0.1;
+  o.centroids = flat;
+  return policy_factory::make(w, o).value();
+}
+
+TEST(Simulator, OnlineRefitReplacesASetThatKnowsNothing) {
+  synthetic_params params = small_params();
+  params.geometry = {6, 128, 8};
+  const workload w = small_workload(params, 240, 400.0);
+  policy_factory f = factory_knowing_nothing(w);
+  for (const auto& [plain, name] :
+       {std::pair{"eldr", "eldr-online"}, std::pair{"eldr-adaptive", "eldr-adaptive-online"}}) {
+    sim_policy stuck = f.build(plain).value(), online = f.build(name).value();
+    const sim_metrics a = simulate(w, small_config(), stuck).value();
+    const sim_metrics b = simulate(w, small_config(), online).value();
+    EXPECT_GT(b.refits, 0u) << name;
+    EXPECT_LT(b.distinct_experts_per_layer, a.distinct_experts_per_layer * 0.97) << name;
+  }
 }
 
 TEST(Simulator, LocalityRoutingWorksForModelsOf384And512Experts) {
@@ -278,12 +314,27 @@ TEST(Simulator, LocalityRoutingWorksForModelsOf384And512Experts) {
   }
 }
 
-TEST(Simulator, OnlineRefitRefits) {
+// Stationary traffic and a set fitted on it: a refit's candidate is no better on the live sample,
+// so the node's validation rejects it every time and eldr-online routes exactly as eldr does.
+TEST(Simulator, OnlineRefitKeepsAGoodSetOnStationaryTraffic) {
   const workload w = small_workload(small_params(), 240, 200.0);
   policy_factory f = factory_for(w);
+  sim_policy plain = f.build("eldr").value(), online = f.build("eldr-online").value();
+  const sim_metrics a = simulate(w, small_config(), plain).value();
+  const sim_metrics b = simulate(w, small_config(), online).value();
+  EXPECT_EQ(b.refits, 0u);
+  EXPECT_GT(b.refits_rejected, 0u);
+  EXPECT_EQ(a.tpot_p50_ms, b.tpot_p50_ms);
+  EXPECT_EQ(a.distinct_experts_per_layer, b.distinct_experts_per_layer);
+  EXPECT_EQ(a.decode_steps, b.decode_steps);
+}
+
+TEST(Simulator, OnlineRefitRefusesAnIntervalThatIsNotPositive) {
+  const workload w = small_workload(small_params(), 40, 200.0);
+  policy_factory f = factory_for(w);
   sim_policy p = f.build("eldr-online").value();
-  const sim_metrics m = simulate(w, small_config(), p).value();
-  EXPECT_GT(m.refits, 0u);
+  p.refit.interval_s = 0.0;
+  EXPECT_FALSE(simulate(w, small_config(), p).ok());
 }
 
 TEST(Simulator, PrefixCachingSkipsCachedBlocks) {

@@ -59,7 +59,7 @@ struct options {
   // Cluster.
   eldr::sim_config sim;
   uint32_t prompt_pool = 0;
-  double refit_window_s = 5.0, refit_interval_s = 2.0;
+  eldr::online_refit refit;  // eldr-online's, the node's refit knobs
   uint32_t pairs = eldr::default_rho_pairs;
   uint32_t threads = 2;
   bool quiet = false;
@@ -483,10 +483,14 @@ int main(int argc, char** argv) {
   app.add_option("--block-size", o.sim.block_size, "KV block size in tokens")
       ->capture_default_str()
       ->check(CLI::Range(1u, 255u));
-  app.add_option("--refit-window-s", o.refit_window_s, "eldr-online: rolling window")
+  app.add_option("--refit-sample-size", o.refit.sample_size,
+                 "eldr-online: reservoir of routed signatures refits fit on (models.sample_size)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--refit-interval-s", o.refit_interval_s, "eldr-online: refit interval")
+      ->check(CLI::Range(1u, 1u << 24));
+  app.add_option("--refit-min-sample", o.refit.rule.min_sample,
+                 "eldr-online: no refit on fewer sampled signatures (models.min_sample)")
+      ->capture_default_str();
+  app.add_option("--refit-interval-s", o.refit.interval_s, "eldr-online: refit interval")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--pairs", o.pairs, "random pairs for rho in the calibration fit")
@@ -643,9 +647,8 @@ int main(int argc, char** argv) {
   fo.load_slack = o.load_slack;
   fo.pairs = o.pairs;
   fo.threads = o.threads;
-  fo.refit.window_s = o.refit_window_s;
-  fo.refit.interval_s = o.refit_interval_s;
-  fo.refit.seed = o.seed;
+  fo.refit = o.refit;
+  fo.refit.rule.seed = o.seed;
   fo.centroids = centroids;
   auto factory = eldr::policy_factory::make(w, fo, o.quiet ? eldr::factory_log{} : say);
   if (!factory.ok()) die(factory.error().message());
