@@ -32,6 +32,16 @@ result<std::shared_ptr<const centroid_set>> make_set(const kmeans_result& k, uin
   return std::make_shared<const centroid_set>(std::move(set).value());
 }
 
+// A fit for the factory's workers with its seed, threads and pairs; the caller picks the rest.
+fit_options fit_for(const policy_factory_options& o) {
+  fit_options fo;
+  fo.workers = o.workers;
+  fo.pairs = o.pairs;
+  fo.seed = o.seed;
+  fo.threads = o.threads;
+  return fo;
+}
+
 }  // namespace
 
 result<policy_factory> policy_factory::make(const workload& w, policy_factory_options o,
@@ -68,15 +78,11 @@ result<const fit_result*> policy_factory::fit(const eldr_options& e) {
   if (log_)
     log_("fitting centroids (" + key + ") on " + std::to_string(cal.size()) +
          " calibration requests");
-  fit_options fo;
-  fo.workers = o_.workers;
+  fit_options fo = fit_for(o_);
   fo.transform = e.transform;
   fo.all_layers = e.all_layers;
   fo.skip_layer_selection = e.all_layers;
   fo.variant = e.variant;
-  fo.pairs = o_.pairs;
-  fo.seed = o_.seed;
-  fo.threads = o_.threads;
   auto r = fit_centroids(cal, fo);
   if (!r.ok()) return r.error();
   return &fits_.emplace(key, std::move(r).value()).first->second;
@@ -128,14 +134,11 @@ result<sim_policy> policy_factory::build(std::string_view name) {
       dec.prefill = cal.decode;
       dec.decode = cal.decode;
       if (log_) log_("fitting the clairvoyant centroids on decode profiles");
-      fit_options fo;
-      fo.workers = o_.workers;
+      fit_options fo = fit_for(o_);
       fo.transform = signature_transform::count;
       fo.all_layers = true;
       fo.skip_layer_selection = true;
       fo.pairs = 2;  // rho of a profile against itself says nothing; keep it cheap
-      fo.seed = o_.seed;
-      fo.threads = o_.threads;
       auto r = fit_centroids(dec, fo);
       if (!r.ok()) return r.error();
       it = fits_.emplace("clairvoyant", std::move(r).value()).first;

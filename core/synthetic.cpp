@@ -401,19 +401,28 @@ status validate_synthetic_params(const synthetic_params& p) {
   return {};
 }
 
+namespace {
+
+// The task presets' domains and locality, calibrated on the Qwen3-30B-A3B shape
+// (docs/evaluation.md): batches of one domain touch 20-21% fewer distinct experts per layer than
+// mixed ones at 10-24 running sequences, the paper's 17-21%.
+void set_task_locality(synthetic_params& p) {
+  p.domains = {"code", "math", "medical", "legal"};
+  p.zipf_exponent = 1.4;
+  p.global_blend = 0.0;
+  p.secondary_weight_max = 0.05;
+  p.request_noise = 0.6;
+}
+
+}  // namespace
+
 result<synthetic_params> synthetic_preset(std::string_view name) {
   synthetic_params p;
   p.preset = std::string(name);
   if (name == "qwen-task" || name == "no-locality") {
     p.model_name = "synthetic, Qwen3-30B-A3B shape";
     p.geometry = {48, 128, 8};
-    p.domains = {"code", "math", "medical", "legal"};
-    // Calibrated (docs/evaluation.md): batches of one domain touch 20-21% fewer distinct experts
-    // per layer than mixed ones at 10-24 running sequences, the paper's 17-21%.
-    p.zipf_exponent = 1.4;
-    p.global_blend = 0.0;
-    p.secondary_weight_max = 0.05;
-    p.request_noise = 0.6;
+    set_task_locality(p);
     if (name == "no-locality") {
       p.global_blend = 1.0;  // every domain is the shared distribution
       p.secondary_weight_max = 0.0;
@@ -430,11 +439,7 @@ result<synthetic_params> synthetic_preset(std::string_view name) {
   } else if (name == "gpt-oss-task") {
     p.model_name = "synthetic, GPT-OSS-120B shape";
     p.geometry = {36, 128, 4};
-    p.domains = {"code", "math", "medical", "legal"};
-    p.zipf_exponent = 1.4;
-    p.global_blend = 0.0;
-    p.secondary_weight_max = 0.05;
-    p.request_noise = 0.6;
+    set_task_locality(p);
   } else if (name == "kimi-k2-task" || name == "qwen3-next-task") {
     // Shapes of models with more than 256 experts (ids need two bytes in files and messages):
     // Kimi K2, 61 layers of which the first is dense, 384 routed experts, top-8; Qwen3-Next-80B-
@@ -444,17 +449,10 @@ result<synthetic_params> synthetic_preset(std::string_view name) {
     p.model_name =
         name == "kimi-k2-task" ? "synthetic, Kimi K2 shape" : "synthetic, Qwen3-Next shape";
     p.geometry = name == "kimi-k2-task" ? model_geometry{60, 384, 8} : model_geometry{48, 512, 10};
-    p.domains = {"code", "math", "medical", "legal"};
-    p.zipf_exponent = 1.4;
-    p.global_blend = 0.0;
-    p.secondary_weight_max = 0.05;
-    p.request_noise = 0.6;
+    set_task_locality(p);
   } else {
-    std::string names;
-    for (std::string_view n : synthetic_preset_names())
-      names += (names.empty() ? "" : ", ") + std::string(n);
     return status::invalid_argument("unknown synthetic preset \"" + std::string(name) +
-                                    "\"; valid presets: " + names);
+                                    "\"; valid presets: " + synthetic_preset_list());
   }
   return p;
 }
@@ -462,6 +460,13 @@ result<synthetic_params> synthetic_preset(std::string_view name) {
 std::vector<std::string_view> synthetic_preset_names() {
   return {"qwen-task",   "qwen-language", "gpt-oss-task",
           "no-locality", "kimi-k2-task",  "qwen3-next-task"};
+}
+
+std::string synthetic_preset_list() {
+  std::string names;
+  for (std::string_view n : synthetic_preset_names())
+    names += (names.empty() ? "" : ", ") + std::string(n);
+  return names;
 }
 
 result<trace> generate_synthetic(const synthetic_params& p) {

@@ -79,6 +79,8 @@ status validate_synthetic_params(const synthetic_params& p);
 // invalid_argument listing the valid ones.
 result<synthetic_params> synthetic_preset(std::string_view name);
 std::vector<std::string_view> synthetic_preset_names();
+// The same names, comma-separated, for help texts and errors.
+std::string synthetic_preset_list();
 
 // Generates the trace. The same params (seed included, threads excluded) give the same trace on
 // every run, and on every platform with the same floating-point library: all randomness comes from

@@ -106,6 +106,28 @@ TEST(SyntheticPresets, UnknownNameListsTheValidOnes) {
     EXPECT_NE(p.error().message().find(name), std::string::npos) << name;
 }
 
+TEST(SyntheticPresets, TheListNamesThemInOrder) {
+  EXPECT_EQ(synthetic_preset_list(),
+            "qwen-task, qwen-language, gpt-oss-task, no-locality, kimi-k2-task, qwen3-next-task");
+  EXPECT_NE(synthetic_preset("x").error().message().find(synthetic_preset_list()),
+            std::string::npos);
+}
+
+TEST(SyntheticPresets, TaskPresetsShareTheCalibratedLocality) {
+  for (std::string_view name : {"qwen-task", "gpt-oss-task", "kimi-k2-task", "qwen3-next-task"}) {
+    const synthetic_params p = synthetic_preset(name).value();
+    EXPECT_EQ(p.domains, (std::vector<std::string>{"code", "math", "medical", "legal"})) << name;
+    EXPECT_EQ(p.zipf_exponent, 1.4) << name;
+    EXPECT_EQ(p.global_blend, 0.0) << name;
+    EXPECT_EQ(p.secondary_weight_max, 0.05) << name;
+    EXPECT_EQ(p.request_noise, 0.6) << name;
+  }
+  const synthetic_params none = synthetic_preset("no-locality").value();
+  EXPECT_EQ(none.secondary_weight_max, 0.0);
+  EXPECT_EQ(none.zipf_exponent, 1.4);
+  EXPECT_EQ(none.request_noise, 0.6);
+}
+
 TEST(SyntheticParams, OutOfRangeValuesAreRejectedByName) {
   struct case_t {
     void (*edit)(synthetic_params&);

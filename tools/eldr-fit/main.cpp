@@ -23,10 +23,11 @@
 #include "core/fit.hpp"
 #include "core/signature.hpp"
 #include "core/signature_quality.hpp"
-#include "core/synthetic.hpp"
 #include "core/trace.hpp"
 #include "core/version.hpp"
 #include "tools/cli.hpp"
+#include "tools/common/cli_options.hpp"
+#include "tools/common/workload_builder.hpp"
 
 namespace {
 
@@ -35,8 +36,8 @@ using eldr::status;
 using json = nlohmann::json;
 
 struct options {
-  std::string trace_path;
-  std::string synthetic;
+  // --trace/--synthetic, seed, pairs, threads; a synthetic preset keeps its own lengths.
+  eldr::tools::workload_spec workload;
   uint32_t requests = 0;  // synthetic only; 0 = the preset's default
   uint32_t workers = 0;
   std::string out;
@@ -45,10 +46,7 @@ struct options {
   std::string transform = "auto";
   std::string variant = "balanced";
   std::vector<double> weights;
-  uint64_t seed = 1;
   uint64_t epoch = 1;
-  uint32_t pairs = eldr::default_rho_pairs;
-  uint32_t threads = 2;
   bool all_layers = false;
 };
 
@@ -76,13 +74,12 @@ int main(int argc, char** argv) {
   CLI::App app{
       "eldr-fit: offline calibration of ELDR signatures and balanced centroids.\n"
       "Prompt tokens of each request are its prefill, output tokens its decode phase."};
-  auto* input = app.add_option_group("input", "where the calibration requests come from");
-  input->add_option("--trace", o.trace_path, "eldr-trace file (v1 or v2) to calibrate on")
-      ->check(CLI::ExistingFile);
-  input->add_option("--synthetic", o.synthetic,
-                    "synthetic preset instead of a trace (qwen-task, qwen-language, gpt-oss-task, "
-                    "no-locality, kimi-k2-task, qwen3-next-task)");
-  input->require_option(1);
+  eldr::tools::workload_spec& input = o.workload;
+  input.shape.reset();
+  eldr::tools::add_workload_input(
+      app, input,
+      {"where the calibration requests come from", "eldr-trace file (v1 or v2) to calibrate on",
+       "synthetic preset instead of a trace (" + eldr::synthetic_preset_list() + ")", true});
   app.add_option("--requests", o.requests,
                  "synthetic only: number of requests (default: preset's)");
   app.add_option("--workers", o.workers, "number of decode workers K (one centroid each)")
@@ -99,15 +96,13 @@ int main(int argc, char** argv) {
   app.add_option("--weights", o.weights,
                  "per-worker capacity weights (K positive numbers) for heterogeneous workers")
       ->delimiter(',');
-  app.add_option("--seed", o.seed, "seed for rho's pairs, k-means++ and synthetic data")
+  app.add_option("--seed", input.seed, "seed for rho's pairs, k-means++ and synthetic data")
       ->capture_default_str();
   app.add_option("--epoch", o.epoch, "epoch stamped on the centroid set")->capture_default_str();
-  app.add_option("--pairs", o.pairs, "random pairs for rho")
-      ->capture_default_str()
-      ->check(CLI::Range(2u, 10000000u));
-  app.add_option("--threads", o.threads, "threads for layer selection and K-means")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 256u));
+  eldr::add_defaulted(app, "--pairs", input.pairs, "random pairs for rho",
+                      CLI::Range(2u, 10000000u));
+  eldr::add_defaulted(app, "--threads", input.threads, "threads for layer selection and K-means",
+                      CLI::Range(1u, 256u));
   app.add_flag("--all-layers", o.all_layers, "keep every layer instead of the selected N*");
   if (const auto rc = eldr::parse_command_line(app, argc, argv)) return *rc;
 
@@ -129,23 +124,10 @@ int main(int argc, char** argv) {
         std::to_string(o.workers) + " workers");
 
   // 1. Calibration requests.
-  eldr::trace tr;
-  std::string source;
-  if (!o.trace_path.empty()) {
-    auto t = eldr::read_trace_file(o.trace_path);
-    if (!t.ok()) die(t.error().message());
-    tr = std::move(t).value();
-    source = o.trace_path;
-  } else {
-    auto p = eldr::synthetic_preset(o.synthetic);
-    if (!p.ok()) die("--synthetic: " + p.error().message());
-    if (o.requests > 0) p->requests = o.requests;
-    p->seed = o.seed;
-    auto t = eldr::generate_synthetic(*p);
-    if (!t.ok()) die("--synthetic: " + t.error().message());
-    tr = std::move(t).value();
-    source = "synthetic:" + o.synthetic;
-  }
+  auto loaded = eldr::tools::load_trace(input, o.requests);
+  if (!loaded.ok()) die(loaded.error().message());
+  const eldr::trace tr = std::move(loaded).value();
+  const std::string source = eldr::tools::source_name(input);
   const eldr::model_geometry g = tr.geometry;
   const std::size_t n = tr.requests.size();
   if (o.workers > n)
@@ -166,14 +148,14 @@ int main(int argc, char** argv) {
   fo.variant = variant;
   fo.fit_other_variant = true;
   fo.worker_weights = o.weights;
-  fo.pairs = o.pairs;
-  fo.seed = o.seed;
-  fo.threads = o.threads;
+  fo.pairs = input.pairs;
+  fo.seed = input.seed;
+  fo.threads = input.threads;
   auto fitted = eldr::fit_centroids(cal, fo);
   if (!fitted.ok()) die(fitted.error().message());
   const eldr::fit_result& fr = *fitted;
   json report;
-  std::printf("signature quality rho (all layers, %u pairs, %zu distinct):\n", o.pairs,
+  std::printf("signature quality rho (all layers, %u pairs, %zu distinct):\n", input.pairs,
               fr.rho_pairs_distinct);
   for (std::size_t i = 0; i < std::size(eldr::all_transforms); ++i) {
     const std::string name(eldr::to_string(eldr::all_transforms[i]));
@@ -231,7 +213,7 @@ int main(int argc, char** argv) {
   f.centroids = fit->centroids;
   f.worker_weights.assign(o.weights.begin(), o.weights.end());
   f.provenance = {source,        "eldr-fit " + std::string(eldr::version),
-                  o.seed,        static_cast<uint32_t>(n),
+                  input.seed,    static_cast<uint32_t>(n),
                   fr.rho_masked, fit->objective,
                   o.variant};
   if (status s = eldr::write_centroid_file(f, o.out); !s.ok()) die(s.to_string());
@@ -250,8 +232,8 @@ int main(int argc, char** argv) {
     report["requests"] = n;
     report["zero_signature_requests"] = zero_rows;
     report["workers"] = o.workers;
-    report["seed"] = o.seed;
-    report["pairs"] = o.pairs;
+    report["seed"] = input.seed;
+    report["pairs"] = input.pairs;
     report["pairs_distinct"] = fr.rho_pairs_distinct;
     report["pairs_possible"] = fr.rho_pairs_possible;
     report["rho_requests"] = fr.rho_requests;

@@ -16,7 +16,7 @@ result<std::vector<uint8_t>> swap_centroid_bytes(session& s) {
   centroid_file f = s.imported;
   const uint32_t width =
       static_cast<uint32_t>(f.centroids.size() / std::max<uint32_t>(1, f.workers));
-  uint64_t x = s.o->seed * 0x9E3779B97F4A7C15ULL + s.current_epoch + 1;
+  uint64_t x = s.o->workload.seed * 0x9E3779B97F4A7C15ULL + s.current_epoch + 1;
   auto next = [&x] {  // splitmix64
     uint64_t z = (x += 0x9E3779B97F4A7C15ULL);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;

@@ -29,6 +29,7 @@
 
 #include "core/cost_model.hpp"
 #include "core/status.hpp"
+#include "tools/common/workload_builder.hpp"
 
 namespace eldr::loadgen {
 
@@ -42,24 +43,14 @@ struct loadgen_options {
   // --node's route endpoint alone.
   std::vector<std::string> routers;
   std::string model;  // "" = the first model the node serves
-  // The workload: exactly one of trace_path and synthetic (a preset name).
-  std::string trace_path;
-  std::string synthetic;
+  // The workload (--trace or --synthetic, its shape, seed, calibration, prompt pool, threads,
+  // pairs), as eldr-sim's options: the same spec draws the same requests.
+  tools::workload_spec workload;
   double rate_rps = 40.0;    // Poisson arrivals
   double duration_s = 30.0;  // requests = ceil(rate * duration), as eldr-sim --requests
   uint32_t decode_workers = 16;
   std::vector<std::string> policies{"eldr", "jsq"};
   std::optional<float> tau;  // sent with the policy command when given
-  uint64_t seed = 1;
-  // Workload shape, as eldr-sim's options (same defaults: same requests for the same seed).
-  uint32_t calibration = 1000;
-  double calibration_fraction = 0.5;
-  uint32_t prompt_min = 4, prompt_max = 1024;
-  uint32_t output_tokens = 512;
-  uint32_t decode_pool = 64;
-  uint32_t prompt_pool = 0;  // distinct prompts requests draw from (0 = each its own)
-  uint32_t threads = 2;      // workload preparation and the fit
-  uint32_t pairs = 30000;    // random pairs for rho in the fit (core's default_rho_pairs)
   // Prefill emulation.
   uint32_t prefill_workers = 2;
   uint32_t prefill_cache_blocks = 65536;

@@ -20,6 +20,7 @@
 #include <cstdlib>
 
 #include "tools/cli.hpp"
+#include "tools/common/cli_options.hpp"
 #include "tools/eldr-loadgen/loadgen.hpp"
 
 namespace {
@@ -44,11 +45,7 @@ int main(int argc, char** argv) {
       "(route requests, per-block counts, vLLM KV events) and decode workers (continuous\n"
       "batching in real time with the cost model), and reports route round trips, TPOT and TTFT\n"
       "per policy, to check eldr-sim's results end to end."};
-  // An option whose --help shows its default, checked by `valid`.
-  auto defaulted = [&app](const std::string& name, auto& value, const std::string& help,
-                          const CLI::Validator& valid) {
-    return app.add_option(name, value, help)->capture_default_str()->check(valid);
-  };
+  eldr::tools::workload_spec& spec = o.workload;
   app.add_option("--node", o.node, "the node's ADMIN endpoint, e.g. tcp://127.0.0.1:5702")
       ->required();
   app.add_option("--routers", o.routers,
@@ -56,15 +53,10 @@ int main(int argc, char** argv) {
                  "robin per request (each also gets the policy and the KV-event publishers; "
                  "decode workers stay at --node)")
       ->delimiter(',');
-  auto* input = app.add_option_group("input", "the workload");
-  input
-      ->add_option("--trace", o.trace_path,
-                   "eldr-trace file, v1 or v2 (resampled, as eldr-sim does)")
-      ->check(CLI::ExistingFile);
-  input->add_option("--synthetic", o.synthetic,
-                    "synthetic preset: qwen-task, qwen-language, gpt-oss-task, no-locality, "
-                    "kimi-k2-task, qwen3-next-task");
-  input->require_option(1);
+  eldr::tools::add_workload_input(
+      app, spec,
+      {"the workload", "eldr-trace file, v1 or v2 (resampled, as eldr-sim does)",
+       "synthetic preset: " + eldr::synthetic_preset_list(), true});
   app.add_option("--rate", o.rate_rps, "requests per second (Poisson arrivals)")
       ->required()
       ->check(CLI::PositiveNumber);
@@ -82,60 +74,45 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   auto* tau_opt = app.add_option("--tau", tau, "band half-width sent with each policy command")
                       ->check(CLI::Range(0.0, 2.0));
-  app.add_option("--seed", o.seed, "seed of the workload and the fit")->capture_default_str();
-  defaulted("--calibration-requests", o.calibration, "calibration requests for the fit",
-            CLI::Range(1u, 1000000u));
-  defaulted("--calibration-fraction", o.calibration_fraction,
-            "trace only: share of the trace set aside for calibration", CLI::Range(0.01, 0.99));
-  defaulted("--prompt-min", o.prompt_min, "synthetic: shortest prompt", CLI::Range(1u, 1000000u));
-  defaulted("--prompt-max", o.prompt_max, "synthetic: longest prompt (log-uniform)",
-            CLI::Range(1u, 1000000u));
-  defaulted("--output-tokens", o.output_tokens, "synthetic: output tokens per request",
-            CLI::Range(0u, 1000000u));
-  app.add_option("--decode-pool", o.decode_pool,
+  app.add_option("--seed", spec.seed, "seed of the workload and the fit")->capture_default_str();
+  eldr::add_defaulted(app, "--calibration-requests", spec.calibration,
+                      "calibration requests for the fit", CLI::Range(1u, 1000000u));
+  eldr::add_defaulted(app, "--calibration-fraction", spec.calibration_fraction,
+                      "trace only: share of the trace set aside for calibration",
+                      CLI::Range(0.01, 0.99));
+  eldr::tools::add_synthetic_shape_options(app, *spec.shape);
+  app.add_option("--decode-pool", spec.shape->decode_pool,
                  "synthetic: decode tokens drawn per request up front (0 = every token afresh)")
       ->capture_default_str();
-  auto* pool_opt = app.add_option("--prompt-pool", o.prompt_pool,
+  auto* pool_opt = app.add_option("--prompt-pool", spec.prompt_pool,
                                   "distinct prompts the requests draw from, so prefix caches hit "
                                   "(0 = each request its own; --route-only default 1024)");
-  defaulted("--pairs", o.pairs, "random pairs for rho in the calibration fit",
-            CLI::Range(2u, 10000000u));
-  defaulted("--threads", o.threads, "threads for workload preparation and the fit",
-            CLI::Range(1u, 256u));
-  defaulted("--prefill-workers", o.prefill_workers,
-            "emulated prefill workers (one prefix cache and KV-event publisher each)",
-            CLI::Range(1u, 256u));
-  defaulted("--prefill-cache-blocks", o.prefill_cache_blocks,
-            "KV blocks each prefill worker's prefix cache holds (LRU)", CLI::Range(1u, 100000000u));
-  defaulted("--block-size", o.block_size, "KV block size in tokens", CLI::Range(1u, 255u));
-  defaulted("--prefill-base-ms", o.prefill_base_ms, "fixed cost of one prefill",
-            CLI::NonNegativeNumber);
-  defaulted("--prefill-per-token-ms", o.prefill_per_token_ms,
-            "prefill cost per uncached prompt token", CLI::NonNegativeNumber);
-  defaulted("--kv-transfer-ms", o.kv_transfer_ms, "prefill-to-decode KV transfer time",
-            CLI::NonNegativeNumber);
+  eldr::tools::add_pairs_option(app, spec.pairs);
+  eldr::add_defaulted(app, "--threads", spec.threads,
+                      "threads for workload preparation and the fit", CLI::Range(1u, 256u));
+  eldr::add_defaulted(app, "--prefill-workers", o.prefill_workers,
+                      "emulated prefill workers (one prefix cache and KV-event publisher each)",
+                      CLI::Range(1u, 256u));
+  eldr::add_defaulted(app, "--prefill-cache-blocks", o.prefill_cache_blocks,
+                      "KV blocks each prefill worker's prefix cache holds (LRU)",
+                      CLI::Range(1u, 100000000u));
+  eldr::tools::add_block_size_option(app, o.block_size);
+  eldr::tools::add_prefill_cost_options(app, o.prefill_base_ms, o.prefill_per_token_ms,
+                                        o.kv_transfer_ms);
   app.add_flag("--no-counts", no_counts, "send block hashes only, no per-block expert counts");
-  defaulted("--max-batch", o.max_batch, "running sequences per decode worker",
-            CLI::Range(1u, 100000u));
-  app.add_option("--kv-capacity", o.kv_capacity_tokens,
-                 "KV capacity per decode worker in tokens (0 = unlimited)")
-      ->capture_default_str();
+  eldr::tools::add_decode_worker_options(app, o.max_batch, o.kv_capacity_tokens);
   auto* cap_opt = app.add_option("--capacity", capacity,
                                  "capacity each decode worker registers (max concurrent requests; "
                                  "default 0 = unbounded, as eldr-sim's waiting queues)");
-  defaulted("--cost-base-ms", o.cost.base_ms, "decode step: fixed cost", CLI::NonNegativeNumber);
-  defaulted("--cost-expert-ms", o.cost.per_distinct_expert_ms,
-            "decode step: cost per distinct (layer, expert)", CLI::NonNegativeNumber);
-  defaulted("--cost-sequence-ms", o.cost.per_sequence_ms, "decode step: cost per running sequence",
-            CLI::NonNegativeNumber);
-  defaulted("--cost-kilotoken-ms", o.cost.per_context_kilotoken_ms,
-            "decode step: cost per 1,000 context tokens in the batch", CLI::NonNegativeNumber);
-  defaulted("--time-scale", o.time_scale,
-            "model time = wall time * scale (2 = twice as fast as real time)", CLI::PositiveNumber);
-  defaulted("--report-ms", o.report_ms, "load_report interval of each decode worker (wall)",
-            CLI::Range(1u, 60000u));
-  defaulted("--drain-s", o.drain_s, "wall seconds to wait for running decodes after the last route",
-            CLI::NonNegativeNumber);
+  eldr::tools::add_decode_cost_options(app, o.cost);
+  eldr::add_defaulted(app, "--time-scale", o.time_scale,
+                      "model time = wall time * scale (2 = twice as fast as real time)",
+                      CLI::PositiveNumber);
+  eldr::add_defaulted(app, "--report-ms", o.report_ms,
+                      "load_report interval of each decode worker (wall)", CLI::Range(1u, 60000u));
+  eldr::add_defaulted(app, "--drain-s", o.drain_s,
+                      "wall seconds to wait for running decodes after the last route",
+                      CLI::NonNegativeNumber);
   app.add_flag("--no-import", o.no_import, "use the node's centroids as they are");
   app.add_flag("--keep-centroids", o.keep_centroids,
                "leave the imported centroid set current at the end (default: swap the node back "
@@ -145,35 +122,36 @@ int main(int argc, char** argv) {
   app.add_flag("--route-only", o.route_only,
                "no decode emulation: every decided request is reported finished at once "
                "(route throughput and latency benchmark)");
-  defaulted("--max-outstanding", o.max_outstanding, "route requests in flight at most",
-            CLI::Range(1u, 1000000u));
-  defaulted("--route-timeout-ms", o.route_timeout_ms,
-            "a route request without a reply after this long counts as an error",
-            CLI::Range(1, 600000));
-  defaulted("--subscribe-timeout-ms", o.subscribe_timeout_ms,
-            "wait this long for the node to subscribe to each KV-event publisher",
-            CLI::Range(0, 600000));
+  eldr::add_defaulted(app, "--max-outstanding", o.max_outstanding,
+                      "route requests in flight at most", CLI::Range(1u, 1000000u));
+  eldr::add_defaulted(app, "--route-timeout-ms", o.route_timeout_ms,
+                      "a route request without a reply after this long counts as an error",
+                      CLI::Range(1, 600000));
+  eldr::add_defaulted(app, "--subscribe-timeout-ms", o.subscribe_timeout_ms,
+                      "wait this long for the node to subscribe to each KV-event publisher",
+                      CLI::Range(0, 600000));
   double swap_at = 0;
   auto* swap_opt =
       app.add_option("--swap-at", swap_at,
                      "hot swap under load: SECONDS into the eldr policy's run, import a second "
                      "centroid set and report the switch-over (JSON \"swap\")")
           ->check(CLI::NonNegativeNumber);
-  defaulted("--warmup", o.warmup_s,
-            "SECONDS: leave replies to requests sent in each run's first SECONDS out of "
-            "route_p50/p99/max (still sent, answered and counted; route_p99_all_us and "
-            "route_seconds keep them)",
-            CLI::NonNegativeNumber);
-  defaulted("--prepare-budget-mib", o.prepare_budget_mib,
-            "memory for requests encoded ahead of their send; beyond it a background thread "
-            "prepares while the run plays",
-            CLI::Range(uint64_t{1}, uint64_t{1} << 20));
+  eldr::add_defaulted(app, "--warmup", o.warmup_s,
+                      "SECONDS: leave replies to requests sent in each run's first SECONDS out of "
+                      "route_p50/p99/max (still sent, answered and counted; route_p99_all_us and "
+                      "route_seconds keep them)",
+                      CLI::NonNegativeNumber);
+  eldr::add_defaulted(
+      app, "--prepare-budget-mib", o.prepare_budget_mib,
+      "memory for requests encoded ahead of their send; beyond it a background thread "
+      "prepares while the run plays",
+      CLI::Range(uint64_t{1}, uint64_t{1} << 20));
   app.add_flag("--quiet", o.quiet, "no progress on stderr");
   if (const auto rc = eldr::parse_command_line(app, argc, argv)) return *rc;
   if (tau_opt->count() > 0) o.tau = tau;
   if (cap_opt->count() > 0) o.capacity = capacity;
   if (swap_opt->count() > 0) o.swap_at = swap_at;
-  if (o.route_only && pool_opt->count() == 0) o.prompt_pool = 1024;
+  if (o.route_only && pool_opt->count() == 0) spec.prompt_pool = 1024;
   o.send_counts = !no_counts;
 
   std::signal(SIGINT, on_signal);

@@ -11,27 +11,29 @@ using json = nlohmann::json;
 
 // eldr-sim's command line for the workload and cluster this run plays.
 std::string eldr_sim_command(const loadgen_options& o, std::size_t requests) {
+  const tools::workload_spec& w = o.workload;
   std::string c = "eldr-sim " +
-                  (o.trace_path.empty() ? "--synthetic " + o.synthetic : "--trace " + o.trace_path);
+                  (w.trace_path.empty() ? "--synthetic " + w.synthetic : "--trace " + w.trace_path);
   c += " --rate " + fmt(o.rate_rps, 3) + " --requests " + std::to_string(requests) +
-       " --calibration-requests " + std::to_string(o.calibration) + " --pairs " +
-       std::to_string(o.pairs) + " --decode-workers " + std::to_string(o.decode_workers) +
+       " --calibration-requests " + std::to_string(w.calibration) + " --pairs " +
+       std::to_string(w.pairs) + " --decode-workers " + std::to_string(o.decode_workers) +
        " --prefill-workers " + std::to_string(o.prefill_workers) + " --seed " +
-       std::to_string(o.seed) + " --max-batch " + std::to_string(o.max_batch) + " --kv-capacity " +
+       std::to_string(w.seed) + " --max-batch " + std::to_string(o.max_batch) + " --kv-capacity " +
        std::to_string(o.kv_capacity_tokens) + " --prefill-base-ms " + fmt(o.prefill_base_ms, 3) +
        " --prefill-per-token-ms " + fmt(o.prefill_per_token_ms, 4) + " --kv-transfer-ms " +
        fmt(o.kv_transfer_ms, 3) + " --cost-base-ms " + fmt(o.cost.base_ms, 4) +
        " --cost-expert-ms " + fmt(o.cost.per_distinct_expert_ms, 6) + " --cost-sequence-ms " +
        fmt(o.cost.per_sequence_ms, 5) + " --cost-kilotoken-ms " +
        fmt(o.cost.per_context_kilotoken_ms, 5);
-  if (o.trace_path.empty())
-    c += " --prompt-min " + std::to_string(o.prompt_min) + " --prompt-max " +
-         std::to_string(o.prompt_max) + " --output-tokens " + std::to_string(o.output_tokens) +
-         " --decode-pool " + std::to_string(o.decode_pool);
+  if (w.trace_path.empty())
+    c += " --prompt-min " + std::to_string(w.shape->prompt_min) + " --prompt-max " +
+         std::to_string(w.shape->prompt_max) + " --output-tokens " +
+         std::to_string(w.shape->output_tokens) + " --decode-pool " +
+         std::to_string(w.shape->decode_pool);
   else
-    c += " --calibration-fraction " + fmt(o.calibration_fraction, 3);
-  if (o.prompt_pool > 0)
-    c += " --prefix-caching --prompt-pool " + std::to_string(o.prompt_pool) + " --block-size " +
+    c += " --calibration-fraction " + fmt(w.calibration_fraction, 3);
+  if (w.prompt_pool > 0)
+    c += " --prefix-caching --prompt-pool " + std::to_string(w.prompt_pool) + " --block-size " +
          std::to_string(o.block_size);
   std::string policies;
   for (const std::string& n : o.policies)
@@ -60,7 +62,7 @@ json run_report(const session& s, const std::vector<policy_result>& results) {
   report["prefill_workers"] = o.prefill_workers;
   report["time_scale"] = o.time_scale;
   report["route_only"] = o.route_only;
-  report["seed"] = o.seed;
+  report["seed"] = o.workload.seed;
   report["imported_epoch"] = o.no_import ? json(nullptr) : json(s.import_epoch);
   // The offline simulation of the same workload, for the end-to-end comparison.
   if (!o.route_only) report["eldr_sim_command"] = eldr_sim_command(o, s.w->requests.size());

@@ -112,7 +112,7 @@ status prepare_plans(session& s) {
     if (seen.emplace(w.requests[i].source, true).second) firsts.push_back(i);
   std::vector<std::shared_ptr<const prompt_plan>> made(firsts.size());
   std::vector<status> errors(firsts.size());
-  parallel_slices(o.threads, firsts.size(), [&](std::size_t begin, std::size_t end) {
+  parallel_slices(o.workload.threads, firsts.size(), [&](std::size_t begin, std::size_t end) {
     std::vector<expert_id> ids;
     for (std::size_t j = begin; j < end; ++j) {
       auto p = make_plan(w, w.requests[firsts[j]], o.block_size, o.send_counts, ids);

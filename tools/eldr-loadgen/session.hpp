@@ -125,7 +125,7 @@ struct session {
 
 constexpr std::size_t max_plans = 4096;
 
-// Computes s.plans: the first max_plans distinct sources' plans, on o.threads threads.
+// Computes s.plans: the first max_plans distinct sources' plans, on o.workload.threads threads.
 status prepare_plans(session& s);
 
 }  // namespace eldr::loadgen

@@ -7,17 +7,16 @@
 #include "core/centroid_file.hpp"
 #include "core/sim_policies.hpp"
 #include "core/synthetic.hpp"
-#include "core/trace.hpp"
 #include "core/version.hpp"
 #include "core/workload.hpp"
+#include "tools/common/workload_builder.hpp"
 
 namespace eldr::loadgen {
 
 using json = nlohmann::json;
 
 status check_options(const loadgen_options& o) {
-  if (o.trace_path.empty() == o.synthetic.empty())
-    return status::invalid_argument("give exactly one of --trace and --synthetic");
+  if (status st = tools::check_workload_spec(o.workload); !st.ok()) return st;
   if (!(o.rate_rps > 0 && std::isfinite(o.rate_rps)))
     return status::invalid_argument("--rate must be > 0");
   if (!(o.duration_s > 0 && std::isfinite(o.duration_s)))
@@ -30,8 +29,6 @@ status check_options(const loadgen_options& o) {
     return status::invalid_argument("--time-scale must be > 0");
   if (o.policies.empty()) return status::invalid_argument("--policies is empty");
   if (o.max_outstanding == 0) return status::invalid_argument("--max-outstanding must be >= 1");
-  if (o.prompt_min > o.prompt_max)
-    return status::invalid_argument("--prompt-min must be <= --prompt-max");
   if (o.report_ms == 0) return status::invalid_argument("--report-ms must be >= 1");
   if (o.swap_at && !(*o.swap_at >= 0 && std::isfinite(*o.swap_at)))
     return status::invalid_argument("--swap-at must be >= 0");
@@ -39,8 +36,8 @@ status check_options(const loadgen_options& o) {
     return status::invalid_argument(
         "--swap-at needs the centroid set the loadgen imports "
         "(not --no-import)");
-  if (!o.synthetic.empty())
-    if (auto p = synthetic_preset(o.synthetic); !p.ok()) return p.error();
+  if (!o.workload.synthetic.empty())
+    if (auto p = synthetic_preset(o.workload.synthetic); !p.ok()) return p.error();
   return o.cost.validate();
 }
 
@@ -91,44 +88,11 @@ status build_workload(session& s) {
   const loadgen_options& o = *s.o;
   const uint32_t requests =
       static_cast<uint32_t>(std::max(1.0, std::ceil(o.rate_rps * o.duration_s)));
-  uint64_t source_size = 0;
-  if (!o.trace_path.empty()) {
-    auto t = read_trace_file(o.trace_path);
-    if (!t.ok()) return t.error();
-    source_size = t->requests.size();
-    s.source_name = o.trace_path;
-    s.source = make_trace_source(std::make_shared<const trace>(std::move(t).value()));
-  } else {
-    auto p = synthetic_preset(o.synthetic);
-    if (!p.ok()) return p.error();
-    p->seed = o.seed;
-    p->prompt_min = o.prompt_min;
-    p->prompt_max = o.prompt_max;
-    p->output_min = p->output_max = o.output_tokens;
-    // The lazy model draws request i from (seed, i) alone; params.requests only bounds the size
-    // of a written trace (2^34 bytes of ids). A long route benchmark exceeds that bound, so it
-    // is capped, which changes no request.
-    const uint64_t longest =
-        (uint64_t{p->prompt_max} + p->output_max) * p->geometry.layers * p->geometry.top_k;
-    const uint64_t bound = (uint64_t{1} << 34) / std::max<uint64_t>(1, longest);
-    p->requests = static_cast<uint32_t>(
-        std::max<uint64_t>(1, std::min<uint64_t>(uint64_t{requests} + o.calibration, bound)));
-    p->threads = o.threads;
-    auto m = synthetic_model::make(*p);
-    if (!m.ok()) return m.error();
-    s.source_name = "synthetic:" + o.synthetic;
-    s.source = make_synthetic_source(std::make_shared<const synthetic_model>(std::move(m).value()),
-                                     o.decode_pool);
-  }
-  workload_options wo;
-  wo.requests = requests;
-  wo.calibration = o.calibration;
-  wo.rate_rps = o.rate_rps;
-  wo.seed = o.seed;
-  wo.calibration_fraction = o.calibration_fraction;
-  wo.prompt_pool = o.prompt_pool;
-  wo.threads = o.threads;
-  auto w = make_workload(s.source, source_size, wo);
+  auto source = tools::open_source(o.workload, uint64_t{requests} + o.workload.calibration);
+  if (!source.ok()) return source.error();
+  s.source_name = source->name;
+  s.source = source->source;
+  auto w = tools::draw_workload(*source, o.workload, requests, o.rate_rps);
   if (!w.ok()) return w.error();
   s.w = std::make_unique<workload>(std::move(w).value());
   return {};
@@ -142,12 +106,8 @@ result<std::vector<uint8_t>> centroid_bytes(session& s) {
     if (!read.ok()) return read.error();
     f = std::move(read).value();
   } else {
-    policy_factory_options fo;
-    fo.workers = o.decode_workers;
-    fo.seed = o.seed;
-    fo.threads = o.threads;
-    fo.pairs = o.pairs;
-    auto factory = policy_factory::make(*s.w, fo, [&](const std::string& m) { say(o, m); });
+    auto factory = policy_factory::make(*s.w, tools::policy_options(o.workload, o.decode_workers),
+                                        [&](const std::string& m) { say(o, m); });
     if (!factory.ok()) return factory.error();
     auto fit = factory->default_fit();
     if (!fit.ok()) return fit.error();
@@ -156,9 +116,9 @@ result<std::vector<uint8_t>> centroid_bytes(session& s) {
     f.spec = *fr.spec;
     f.workers = o.decode_workers;
     f.centroids = fr.kmeans.centroids;
-    f.provenance = {s.source_name, "eldr-loadgen " + std::string(eldr::version),
-                    o.seed,        static_cast<uint32_t>(s.w->calibration.size()),
-                    fr.rho_masked, fr.kmeans.objective,
+    f.provenance = {s.source_name,   "eldr-loadgen " + std::string(eldr::version),
+                    o.workload.seed, static_cast<uint32_t>(s.w->calibration.size()),
+                    fr.rho_masked,   fr.kmeans.objective,
                     "balanced"};
   }
   f.model_name = s.model;

@@ -29,39 +29,29 @@
 #include "core/trace.hpp"
 #include "core/workload.hpp"
 #include "tools/cli.hpp"
+#include "tools/common/cli_options.hpp"
+#include "tools/common/workload_builder.hpp"
 
 namespace {
 
 using json = nlohmann::json;
 
 struct options {
-  std::string trace_path;
-  std::string synthetic;
+  // --trace/--synthetic, the synthetic shape, seed, calibration, prompt pool, threads, pairs.
+  eldr::tools::workload_spec workload;
   std::vector<std::string> policies{"rr", "random", "jsq", "p2c", "domain", "eldr", "eldr-online"};
   std::vector<double> rates{40.0};
   uint32_t decode_workers = 16;
   uint32_t prefill_workers = 8;
   uint32_t requests = 2000;
-  uint32_t calibration = 1000;
-  double calibration_fraction = 0.5;
-  uint64_t seed = 1;
   std::string out;
   std::string centroids;
   float tau = 0.1f;
   float load_slack = eldr::default_load_slack;
-  // Synthetic workload shape (the paper's testbed: prompts of 4-1024 tokens, 512 output tokens).
-  uint32_t prompt_min = 4, prompt_max = 1024;
-  uint32_t output_tokens = 512;
-  uint32_t decode_pool = 64;
-  uint32_t subdomains = 0;
-  double subdomain_weight = 0.5;
   std::string write_trace;
   // Cluster.
   eldr::sim_config sim;
-  uint32_t prompt_pool = 0;
   eldr::online_refit refit;  // eldr-online's, the node's refit knobs
-  uint32_t pairs = eldr::default_rho_pairs;
-  uint32_t threads = 2;
   bool quiet = false;
   bool plots = false;
   std::vector<uint32_t> locality_probe;
@@ -369,14 +359,12 @@ int main(int argc, char** argv) {
   CLI::App app{
       "eldr-sim: simulates prefill/decode-disaggregated MoE serving under each routing policy,\n"
       "with the router's own policies, signatures, K-means and decode cost model (core/)."};
-  auto* input = app.add_option_group("input", "the workload");
-  input->add_option("--trace", o.trace_path,
-                    "eldr-trace file (v1 or v2) to replay (resampled with "
-                    "replacement to --requests)");
-  input->add_option("--synthetic", o.synthetic,
-                    "synthetic preset instead of a trace: qwen-task, qwen-language, "
-                    "gpt-oss-task, no-locality, kimi-k2-task, qwen3-next-task");
-  input->require_option(1);
+  eldr::tools::workload_spec& spec = o.workload;
+  eldr::tools::add_workload_input(
+      app, spec,
+      {"the workload",
+       "eldr-trace file (v1 or v2) to replay (resampled with replacement to --requests)",
+       "synthetic preset instead of a trace: " + eldr::synthetic_preset_list(), false});
   app.add_option("--policies", o.policies,
                  "comma-separated: rr, random, jsq, p2c, domain, eldr, eldr-online, clairvoyant; "
                  "ablations eldr/tau=X, eldr/transform=count|sqrt|count_idf|binary, "
@@ -388,117 +376,68 @@ int main(int argc, char** argv) {
                  "replays the trace's arrival_s")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--decode-workers", o.decode_workers, "decode workers D (one centroid each)")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 4096u));
-  app.add_option("--prefill-workers", o.prefill_workers, "prefill workers P")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 4096u));
-  app.add_option("--requests", o.requests, "evaluated requests")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 10000000u));
-  app.add_option("--calibration-requests", o.calibration,
-                 "calibration requests, disjoint from the evaluated ones (a trace gives at most "
-                 "--calibration-fraction of its requests)")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 1000000u));
-  app.add_option("--calibration-fraction", o.calibration_fraction,
-                 "trace only: share of the trace's requests set aside for calibration")
-      ->capture_default_str()
-      ->check(CLI::Range(0.01, 0.99));
-  app.add_option("--seed", o.seed, "seed of everything random (same seed, same results)")
+  eldr::add_defaulted(app, "--decode-workers", o.decode_workers,
+                      "decode workers D (one centroid each)", CLI::Range(1u, 4096u));
+  eldr::add_defaulted(app, "--prefill-workers", o.prefill_workers, "prefill workers P",
+                      CLI::Range(1u, 4096u));
+  eldr::add_defaulted(app, "--requests", o.requests, "evaluated requests",
+                      CLI::Range(1u, 10000000u));
+  eldr::add_defaulted(app, "--calibration-requests", spec.calibration,
+                      "calibration requests, disjoint from the evaluated ones (a trace gives at "
+                      "most --calibration-fraction of its requests)",
+                      CLI::Range(1u, 1000000u));
+  eldr::add_defaulted(app, "--calibration-fraction", spec.calibration_fraction,
+                      "trace only: share of the trace's requests set aside for calibration",
+                      CLI::Range(0.01, 0.99));
+  app.add_option("--seed", spec.seed, "seed of everything random (same seed, same results)")
       ->capture_default_str();
   app.add_option("--out", o.out, "output directory")->required();
   app.add_option("--centroids", o.centroids,
                  "centroid file (from eldr-fit) for eldr and eldr-online instead of fitting on "
                  "the calibration requests")
       ->check(CLI::ExistingFile);
-  app.add_option("--tau", o.tau, "locality band half-width for eldr policies")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 2.0));
-  app.add_option("--load-slack", o.load_slack,
-                 "eldr-adaptive: how far above the lightest load (as a fraction of it) a worker "
-                 "may be and stay in the band")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1000.0));
-  app.add_option("--prompt-min", o.prompt_min, "synthetic: shortest prompt")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 1000000u));
-  app.add_option("--prompt-max", o.prompt_max, "synthetic: longest prompt (log-uniform)")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 1000000u));
-  app.add_option("--output-tokens", o.output_tokens, "synthetic: output tokens per request")
-      ->capture_default_str()
-      ->check(CLI::Range(0u, 1000000u));
-  app.add_option("--decode-pool", o.decode_pool,
+  eldr::add_defaulted(app, "--tau", o.tau, "locality band half-width for eldr policies",
+                      CLI::Range(0.0, 2.0));
+  eldr::add_defaulted(app, "--load-slack", o.load_slack,
+                      "eldr-adaptive: how far above the lightest load (as a fraction of it) a "
+                      "worker may be and stay in the band",
+                      CLI::Range(0.0, 1000.0));
+  eldr::tools::synthetic_shape& shape = *spec.shape;
+  eldr::tools::add_synthetic_shape_options(app, shape);
+  app.add_option("--decode-pool", shape.decode_pool,
                  "synthetic: decode tokens drawn per request up front, each step replaying one "
                  "at random (0 = draw every token afresh, exact but several times slower)")
       ->capture_default_str();
-  app.add_option("--subdomains", o.subdomains,
-                 "synthetic: topics per domain (structure below the domain labels; 0 = none)")
-      ->capture_default_str()
-      ->check(CLI::Range(0u, 64u));
-  app.add_option("--subdomain-weight", o.subdomain_weight,
-                 "synthetic: weight of a request's topic in its distribution")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
+  eldr::add_defaulted(app, "--subdomains", shape.subdomains,
+                      "synthetic: topics per domain (structure below the domain labels; 0 = none)",
+                      CLI::Range(0u, 64u));
+  eldr::add_defaulted(app, "--subdomain-weight", shape.subdomain_weight,
+                      "synthetic: weight of a request's topic in its distribution",
+                      CLI::Range(0.0, 1.0));
   app.add_option("--write-trace", o.write_trace,
                  "synthetic: write the evaluated requests as an eldr-trace file and exit");
-  app.add_option("--max-batch", o.sim.max_batch, "running sequences per decode worker")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 100000u));
-  app.add_option("--kv-capacity", o.sim.kv_capacity_tokens,
-                 "KV capacity per decode worker in tokens (0 = unlimited)")
-      ->capture_default_str();
-  app.add_option("--prefill-base-ms", o.sim.prefill_base_ms, "fixed cost of one prefill")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--prefill-per-token-ms", o.sim.prefill_per_token_ms,
-                 "prefill cost per uncached prompt token")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--kv-transfer-ms", o.sim.kv_transfer_ms, "prefill-to-decode KV transfer time")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--cost-base-ms", o.sim.cost.base_ms, "decode step: fixed cost")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--cost-expert-ms", o.sim.cost.per_distinct_expert_ms,
-                 "decode step: cost per distinct (layer, expert)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--cost-sequence-ms", o.sim.cost.per_sequence_ms,
-                 "decode step: cost per running sequence")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--cost-kilotoken-ms", o.sim.cost.per_context_kilotoken_ms,
-                 "decode step: cost per 1,000 context tokens in the batch")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+  eldr::tools::add_decode_worker_options(app, o.sim.max_batch, o.sim.kv_capacity_tokens);
+  eldr::tools::add_prefill_cost_options(app, o.sim.prefill_base_ms, o.sim.prefill_per_token_ms,
+                                        o.sim.kv_transfer_ms);
+  eldr::tools::add_decode_cost_options(app, o.sim.cost);
   app.add_flag("--prefix-caching", o.sim.prefix_caching,
                "prompts drawn from a pool (--prompt-pool); cached blocks skip prefill and "
                "signatures are summed from per-block counts");
-  app.add_option("--prompt-pool", o.prompt_pool,
+  app.add_option("--prompt-pool", spec.prompt_pool,
                  "prefix caching: distinct prompts the requests draw from (default: requests/4)");
-  app.add_option("--block-size", o.sim.block_size, "KV block size in tokens")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 255u));
-  app.add_option("--refit-sample-size", o.refit.sample_size,
-                 "eldr-online: reservoir of routed signatures refits fit on (models.sample_size)")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 1u << 24));
+  eldr::tools::add_block_size_option(app, o.sim.block_size);
+  eldr::add_defaulted(app, "--refit-sample-size", o.refit.sample_size,
+                      "eldr-online: reservoir of routed signatures refits fit on "
+                      "(models.sample_size)",
+                      CLI::Range(1u, 1u << 24));
   app.add_option("--refit-min-sample", o.refit.rule.min_sample,
                  "eldr-online: no refit on fewer sampled signatures (models.min_sample)")
       ->capture_default_str();
-  app.add_option("--refit-interval-s", o.refit.interval_s, "eldr-online: refit interval")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--pairs", o.pairs, "random pairs for rho in the calibration fit")
-      ->capture_default_str()
-      ->check(CLI::Range(2u, 10000000u));
-  app.add_option("--threads", o.threads, "threads for workload preparation and fits")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 256u));
+  eldr::add_defaulted(app, "--refit-interval-s", o.refit.interval_s, "eldr-online: refit interval",
+                      CLI::PositiveNumber);
+  eldr::tools::add_pairs_option(app, spec.pairs);
+  eldr::add_defaulted(app, "--threads", spec.threads, "threads for workload preparation and fits",
+                      CLI::Range(1u, 256u));
   app.add_flag("--quiet", o.quiet, "no progress output");
   app.add_option("--locality-probe", o.locality_probe,
                  "instead of simulating: measure mean distinct experts per layer of one decode "
@@ -522,9 +461,10 @@ int main(int argc, char** argv) {
     if (r == 0.0 && o.rates.size() > 1)
       die("--rate: 0 (replay the trace's arrival_s) cannot be swept with other rates");
   }
-  if (o.prompt_min > o.prompt_max) die("--prompt-min must be <= --prompt-max");
-  if (o.sim.prefix_caching && o.prompt_pool == 0) o.prompt_pool = std::max(1u, o.requests / 4);
-  if (!o.sim.prefix_caching) o.prompt_pool = 0;
+  if (eldr::status s = eldr::tools::check_workload_spec(spec); !s.ok()) die(s.message());
+  if (o.sim.prefix_caching && spec.prompt_pool == 0)
+    spec.prompt_pool = std::max(1u, o.requests / 4);
+  if (!o.sim.prefix_caching) spec.prompt_pool = 0;
   o.sim.decode_workers = o.decode_workers;
   o.sim.prefill_workers = o.prefill_workers;
   if (eldr::status s = o.sim.validate(); !s.ok()) die(s.message());
@@ -550,44 +490,22 @@ int main(int argc, char** argv) {
           "--help)");
   }
 
-  // The workload source.
-  std::shared_ptr<const eldr::request_source> source;
-  uint64_t source_size = 0;
-  std::string source_name;
-  if (!o.trace_path.empty()) {
-    auto t = eldr::read_trace_file(o.trace_path);
-    if (!t.ok()) die(t.error().message());
-    source_size = t->requests.size();
-    source_name = o.trace_path;
-    say("trace " + o.trace_path + ": " + std::to_string(source_size) + " requests of " +
-        t->model_name + " (" + t->geometry.to_string() + ")");
-    source = eldr::make_trace_source(std::make_shared<const eldr::trace>(std::move(t).value()));
-  } else {
-    auto p = eldr::synthetic_preset(o.synthetic);
+  if (!spec.synthetic.empty() && !o.write_trace.empty()) {
+    auto p = eldr::tools::synthetic_params_for(spec, o.requests);
     if (!p.ok()) die("--synthetic: " + p.error().message());
-    p->seed = o.seed;
-    p->prompt_min = o.prompt_min;
-    p->prompt_max = o.prompt_max;
-    p->output_min = p->output_max = o.output_tokens;
-    p->subdomains = o.subdomains;
-    p->subdomain_weight = o.subdomain_weight;
-    p->requests = o.requests + o.calibration;
-    p->threads = o.threads;
-    source_name = "synthetic:" + o.synthetic;
-    if (!o.write_trace.empty()) {
-      p->requests = o.requests;
-      p->arrival_rate = o.rates.front();
-      auto t = eldr::generate_synthetic(*p);
-      if (!t.ok()) die(t.error().message());
-      if (eldr::status s = eldr::write_trace_file(*t, o.write_trace); !s.ok()) die(s.to_string());
-      say("wrote " + o.write_trace);
-      return 0;
-    }
-    auto m = eldr::synthetic_model::make(*p);
-    if (!m.ok()) die("--synthetic: " + m.error().message());
-    source = eldr::make_synthetic_source(
-        std::make_shared<const eldr::synthetic_model>(std::move(m).value()), o.decode_pool);
+    p->arrival_rate = o.rates.front();
+    auto t = eldr::generate_synthetic(*p);
+    if (!t.ok()) die(t.error().message());
+    if (eldr::status s = eldr::write_trace_file(*t, o.write_trace); !s.ok()) die(s.to_string());
+    say("wrote " + o.write_trace);
+    return 0;
   }
+  auto opened = eldr::tools::open_source(spec, uint64_t{o.requests} + spec.calibration);
+  if (!opened.ok()) die(opened.error().message());
+  const eldr::tools::workload_source& source = *opened;
+  if (!spec.trace_path.empty())
+    say("trace " + spec.trace_path + ": " + std::to_string(source.size) + " requests of " +
+        source.model_name + " (" + source.source->geometry().to_string() + ")");
 
   std::optional<eldr::centroid_file> centroids;
   if (!o.centroids.empty()) {
@@ -595,9 +513,9 @@ int main(int argc, char** argv) {
     if (!f.ok()) die(f.error().message());
     centroids = std::move(f).value();
     // The factory checks this too; checking here fails before the workload is prepared.
-    if (centroids->spec.geometry() != source->geometry())
+    if (centroids->spec.geometry() != source.source->geometry())
       die("centroid file is for a model of " + centroids->spec.geometry().to_string() +
-          " but the workload is " + source->geometry().to_string());
+          " but the workload is " + source.source->geometry().to_string());
     if (centroids->workers != o.decode_workers)
       die("centroid file has " + std::to_string(centroids->workers) + " centroids but " +
           std::to_string(o.decode_workers) + " decode workers are simulated");
@@ -610,16 +528,8 @@ int main(int argc, char** argv) {
   // Arrivals for every rate come from one draw scaled by the rate, so the sweep's workloads
   // differ only in pace, and the prefill counts and fits are shared.
   const double base_rate = o.rates.front();
-  eldr::workload_options wo;
-  wo.requests = o.requests;
-  wo.calibration = o.calibration;
-  wo.rate_rps = base_rate;
-  wo.seed = o.seed;
-  wo.calibration_fraction = o.calibration_fraction;
-  wo.prompt_pool = o.prompt_pool;
-  wo.threads = o.threads;
   say("preparing " + std::to_string(o.requests) + " requests and their prefill counts");
-  auto made = eldr::make_workload(source, source_size, wo);
+  auto made = eldr::tools::draw_workload(source, spec, o.requests, base_rate);
   if (!made.ok()) die(made.error().message());
   eldr::workload w = std::move(made).value();
   std::vector<double> base_arrivals;
@@ -627,7 +537,7 @@ int main(int argc, char** argv) {
     base_arrivals.push_back(r.arrival_s);
 
   if (!o.locality_probe.empty()) {
-    auto points = eldr::measure_locality(w, o.locality_probe, 6, 20, o.seed);
+    auto points = eldr::measure_locality(w, o.locality_probe, 6, 20, spec.seed);
     if (!points.ok()) die(points.error().message());
     std::string text = "batch,same_domain,mixed,reduction\n";
     for (const eldr::locality_point& p : *points) {
@@ -640,15 +550,13 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  eldr::policy_factory_options fo;
-  fo.workers = o.decode_workers;
-  fo.seed = o.seed;
+  eldr::policy_factory_options fo = eldr::tools::policy_options(spec, o.decode_workers);
   fo.tau = o.tau;
   fo.load_slack = o.load_slack;
-  fo.pairs = o.pairs;
-  fo.threads = o.threads;
+  // The refit knobs are the command line's; its seed stays the spec's (policy_options).
+  const uint64_t refit_seed = fo.refit.rule.seed;
   fo.refit = o.refit;
-  fo.refit.rule.seed = o.seed;
+  fo.refit.rule.seed = refit_seed;
   fo.centroids = centroids;
   auto factory = eldr::policy_factory::make(w, fo, o.quiet ? eldr::factory_log{} : say);
   if (!factory.ok()) die(factory.error().message());
@@ -664,7 +572,7 @@ int main(int argc, char** argv) {
   for (const std::string& name : o.policies)
     if (name.rfind("clairvoyant", 0) == 0 && decode_counts.empty()) {
       say("drawing the evaluated requests' decode profiles (clairvoyant bound)");
-      decode_counts = eldr::decode_profiles(w, o.threads);
+      decode_counts = eldr::decode_profiles(w, spec.threads);
     }
 
   std::string csv = std::string(csv_header) + "\n";
@@ -717,8 +625,8 @@ int main(int argc, char** argv) {
 
   // The calibration fit behind "eldr", when one was made.
   json fit;
-  fit["source"] = source_name;
-  fit["seed"] = o.seed;
+  fit["source"] = source.name;
+  fit["seed"] = spec.seed;
   fit["calibration_requests"] = w.calibration.size();
   fit["requests"] = w.requests.size();
   bool uses_fit = false;
