@@ -69,11 +69,12 @@ nlohmann::json frontend_json(const zmq_frontend& f) {
 
 // Asks `who` for its JSON part of `status` (an admin_atom-like request answered with a string);
 // an absent role or a failure gives null, so a partial answer is still an answer.
+// Waits timeouts.admin_query_ms.
 template <class Atom>
-void ask_json(caf::event_based_actor* self, const caf::actor& who, Atom atom,
-              std::function<void(nlohmann::json)> then) {
+void ask_json(caf::event_based_actor* self, const node_context& ctx, const caf::actor& who,
+              Atom atom, std::function<void(nlohmann::json)> then) {
   if (!who) return then(nullptr);
-  self->request(who, std::chrono::seconds(5), atom)
+  self->request(who, std::chrono::milliseconds(ctx.config.timeouts.admin_query_ms), atom)
       .then([then](std::string text) { then(nlohmann::json::parse(text, nullptr, false)); },
             [then](caf::error&) { then(nullptr); });
 }
@@ -83,42 +84,44 @@ void ask_json(caf::event_based_actor* self, const caf::actor& who, Atom atom,
 void compose_status(caf::event_based_actor* self, const node_context_ptr& ctx,
                     const caf::actor& router, const caf::actor& sigcache, const caf::actor& refit,
                     const caf::actor& cluster, std::function<void(nlohmann::json)> done) {
-  ask_json(self, router, admin_atom::value, [=](nlohmann::json r) {
-    ask_json(self, sigcache, cache_stats_atom::value, [=](nlohmann::json cache) {
-      ask_json(self, cluster, admin_atom::value, [=](nlohmann::json members) {
-        ask_json(self, cluster ? refit : caf::actor(), admin_atom::value, [=](nlohmann::json lead) {
-          nlohmann::json out;
-          out["node"] = {{"name", ctx->config.name},
-                         {"version", std::string(eldr::version)},
-                         {"roles", ctx->config.roles},
-                         {"uptime_s", (ctx->now_ms() - ctx->started_ms) / 1000.0}};
-          nlohmann::json counters = nlohmann::json::object();
-          if (const auto* f = ctx->frontend) {
-            out["endpoints"] = {{"route", f->bound(frontend_channel::route)},
-                                {"worker", f->bound(frontend_channel::worker)},
-                                {"admin", f->bound(frontend_channel::admin)},
-                                {"metrics", ctx->metrics_url}};
-            // Clients need the node's CURVE public key; "" when CURVE is off.
-            out["curve_public_key"] = f->curve_public_key();
-            counters = frontend_json(*f);
-          }
-          out["models"] =
-              r.is_object() ? r.value("models", nlohmann::json::array()) : nlohmann::json::array();
-          out["signature_cache"] = cache;
-          if (!members.is_null()) out["cluster"] = members;
-          if (!lead.is_null() && out["cluster"].is_object()) out["cluster"]["refit"] = lead;
-          counters["unknown_model"] = r.is_object() ? r.value("unknown_model", 0) : 0;
-          // The router's cluster counters (retries, peers' decisions and worker messages, shard
-          // requests and fail-overs), next to the membership they depend on.
-          if (r.is_object() && !members.is_null()) {
-            nlohmann::json routing = r;
-            routing.erase("models");
-            routing.erase("unknown_model");
-            out["cluster"]["router"] = routing;
-          }
-          out["counters"] = counters;
-          done(std::move(out));
-        });
+  ask_json(self, *ctx, router, admin_atom::value, [=](nlohmann::json r) {
+    ask_json(self, *ctx, sigcache, cache_stats_atom::value, [=](nlohmann::json cache) {
+      ask_json(self, *ctx, cluster, admin_atom::value, [=](nlohmann::json members) {
+        ask_json(self, *ctx, cluster ? refit : caf::actor(), admin_atom::value,
+                 [=](nlohmann::json lead) {
+                   nlohmann::json out;
+                   out["node"] = {{"name", ctx->config.name},
+                                  {"version", std::string(eldr::version)},
+                                  {"roles", ctx->config.roles},
+                                  {"uptime_s", (ctx->now_ms() - ctx->started_ms) / 1000.0}};
+                   nlohmann::json counters = nlohmann::json::object();
+                   if (const auto* f = ctx->frontend) {
+                     out["endpoints"] = {{"route", f->bound(frontend_channel::route)},
+                                         {"worker", f->bound(frontend_channel::worker)},
+                                         {"admin", f->bound(frontend_channel::admin)},
+                                         {"metrics", ctx->metrics_url}};
+                     // Clients need the node's CURVE public key; "" when CURVE is off.
+                     out["curve_public_key"] = f->curve_public_key();
+                     counters = frontend_json(*f);
+                   }
+                   out["models"] = r.is_object() ? r.value("models", nlohmann::json::array())
+                                                 : nlohmann::json::array();
+                   out["signature_cache"] = cache;
+                   if (!members.is_null()) out["cluster"] = members;
+                   if (!lead.is_null() && out["cluster"].is_object())
+                     out["cluster"]["refit"] = lead;
+                   counters["unknown_model"] = r.is_object() ? r.value("unknown_model", 0) : 0;
+                   // The router's cluster counters (retries, peers' decisions and worker messages,
+                   // shard requests and fail-overs), next to the membership they depend on.
+                   if (r.is_object() && !members.is_null()) {
+                     nlohmann::json routing = r;
+                     routing.erase("models");
+                     routing.erase("unknown_model");
+                     out["cluster"]["router"] = routing;
+                   }
+                   out["counters"] = counters;
+                   done(std::move(out));
+                 });
       });
     });
   });
@@ -133,22 +136,24 @@ void status(caf::event_based_actor* self, const node_context_ptr& ctx, const caf
 
 // The stored epochs of models [from, n) appended to `epochs`, one request at a time; then `done`.
 // Without a signature cache every list is empty.
-void ask_epochs(caf::event_based_actor* self, const caf::actor& sigcache, uint32_t from, uint32_t n,
+void ask_epochs(caf::event_based_actor* self, const node_context_ptr& ctx,
+                const caf::actor& sigcache, uint32_t from, uint32_t n,
                 std::shared_ptr<std::vector<std::vector<uint64_t>>> epochs,
                 std::function<void()> done) {
   if (from >= n || !sigcache) {
     epochs->resize(n);
     return done();
   }
-  self->request(sigcache, std::chrono::seconds(5), history_atom::value, from)
+  self->request(sigcache, std::chrono::milliseconds(ctx->config.timeouts.admin_query_ms),
+                history_atom::value, from)
       .then(
           [=](std::vector<uint64_t> e) {
             epochs->push_back(std::move(e));
-            ask_epochs(self, sigcache, from + 1, n, epochs, done);
+            ask_epochs(self, ctx, sigcache, from + 1, n, epochs, done);
           },
           [=](caf::error&) {
             epochs->emplace_back();
-            ask_epochs(self, sigcache, from + 1, n, epochs, done);
+            ask_epochs(self, ctx, sigcache, from + 1, n, epochs, done);
           });
 }
 
@@ -164,44 +169,46 @@ void page_sample(caf::event_based_actor* self, const node_context_ptr& ctx,
                        page_tick_atom::value);
   };
   compose_status(self, ctx, router, sigcache, refit, cluster, [=](nlohmann::json out) {
-    ask_json(self, router, page_atom::value, [=](nlohmann::json rows) {
-      ask_json(self, refit, page_atom::value, [=](nlohmann::json refits) {
-        ask_json(self, sigcache, page_atom::value, [=](nlohmann::json ingest) {
+    ask_json(self, *ctx, router, page_atom::value, [=](nlohmann::json rows) {
+      ask_json(self, *ctx, refit, page_atom::value, [=](nlohmann::json refits) {
+        ask_json(self, *ctx, sigcache, page_atom::value, [=](nlohmann::json ingest) {
           const auto& names = ctx->operator_page->models();
           auto epochs = std::make_shared<std::vector<std::vector<uint64_t>>>();
-          ask_epochs(self, sigcache, 0, static_cast<uint32_t>(names.size()), epochs, [=]() mutable {
-            nlohmann::json page = nlohmann::json::object();
-            std::vector<route_totals> totals;
-            std::vector<std::vector<uint32_t>> in_flight(names.size());
-            for (size_t m = 0; m < names.size(); ++m) {
-              nlohmann::json part = {{"name", names[m]},
-                                     {"epochs", (*epochs)[m]},
-                                     {"workers", nlohmann::json::array()},
-                                     {"spec", nullptr},
-                                     {"refit", nullptr},
-                                     {"ingest", nullptr}};
-              if (rows.is_object() && rows.contains(names[m])) {
-                part["workers"] = rows[names[m]].value("workers", nlohmann::json::array());
-                part["spec"] = rows[names[m]].value("spec", nlohmann::json());
-              }
-              if (refits.is_object() && refits.contains(names[m])) part["refit"] = refits[names[m]];
-              if (ingest.is_object() && ingest.contains(names[m]))
-                part["ingest"] = ingest[names[m]];
-              for (const auto& w : part["workers"]) {
-                const auto i = w.value("worker", uint32_t{0});
-                if (i >= operator_history::max_workers) continue;
-                if (in_flight[m].size() <= i) in_flight[m].resize(i + 1, 0);
-                in_flight[m][i] = w.value("load", uint32_t{0});
-              }
-              page[names[m]] = std::move(part);
-              totals.push_back(ctx->metrics->route_totals_of(names[m]));
-            }
-            out["page"] = {{"models", std::move(page)},
-                           {"interval_ms", ctx->operator_page->interval_ms()}};
-            ctx->operator_page->record(ctx->now_ms(), totals, std::move(in_flight));
-            ctx->operator_page->set_status(out.dump());
-            next();
-          });
+          ask_epochs(
+              self, ctx, sigcache, 0, static_cast<uint32_t>(names.size()), epochs, [=]() mutable {
+                nlohmann::json page = nlohmann::json::object();
+                std::vector<route_totals> totals;
+                std::vector<std::vector<uint32_t>> in_flight(names.size());
+                for (size_t m = 0; m < names.size(); ++m) {
+                  nlohmann::json part = {{"name", names[m]},
+                                         {"epochs", (*epochs)[m]},
+                                         {"workers", nlohmann::json::array()},
+                                         {"spec", nullptr},
+                                         {"refit", nullptr},
+                                         {"ingest", nullptr}};
+                  if (rows.is_object() && rows.contains(names[m])) {
+                    part["workers"] = rows[names[m]].value("workers", nlohmann::json::array());
+                    part["spec"] = rows[names[m]].value("spec", nlohmann::json());
+                  }
+                  if (refits.is_object() && refits.contains(names[m]))
+                    part["refit"] = refits[names[m]];
+                  if (ingest.is_object() && ingest.contains(names[m]))
+                    part["ingest"] = ingest[names[m]];
+                  for (const auto& w : part["workers"]) {
+                    const auto i = w.value("worker", uint32_t{0});
+                    if (i >= operator_history::max_workers) continue;
+                    if (in_flight[m].size() <= i) in_flight[m].resize(i + 1, 0);
+                    in_flight[m][i] = w.value("load", uint32_t{0});
+                  }
+                  page[names[m]] = std::move(part);
+                  totals.push_back(ctx->metrics->route_totals_of(names[m]));
+                }
+                out["page"] = {{"models", std::move(page)},
+                               {"interval_ms", ctx->operator_page->interval_ms()}};
+                ctx->operator_page->record(ctx->now_ms(), totals, std::move(in_flight));
+                ctx->operator_page->set_status(out.dump());
+                next();
+              });
         });
       });
     });

@@ -59,6 +59,13 @@ bool local_sender(caf::local_actor* self) {
   return sender && sender->node() == self->node();
 }
 
+bool accept_member_list(caf::local_actor* self, node_metrics& metrics, uint64_t* dropped) {
+  if (local_sender(self)) return true;
+  metrics.cluster_event("untrusted");
+  if (dropped != nullptr) ++*dropped;
+  return false;
+}
+
 result<vote_record> read_vote_file(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return vote_record{};
@@ -104,9 +111,7 @@ result<std::string> read_cluster_secret(const std::string& path) {
 
 namespace {
 
-constexpr auto dial_timeout = std::chrono::seconds(5);
 constexpr size_t max_pending_challenges = 1024;
-constexpr int64_t challenge_ttl_ms = 10'000;
 
 // 16 bytes from OpenSSL's CSPRNG, hex; "" (logged) when the generator fails, which refuses the
 // handshake: a predictable nonce would let a recorded proof be replayed.
@@ -260,6 +265,8 @@ void dial(cluster_actor_t* self, const std::string& address) {
     spdlog::debug("cluster: joining through {} failed: {}", address, why);
     done();
   };
+  // Each step of the dial (connect, hello, join) waits timeouts.dial_ms.
+  const auto dial_timeout = std::chrono::milliseconds(st.ctx->config.timeouts.dial_ms);
   self->request(st.mm, dial_timeout, caf::connect_atom::value, hp->host, hp->port)
       .then(
           [=](const caf::node_id& nid, caf::strong_actor_ptr& gate_ptr,
@@ -337,7 +344,9 @@ void redial(cluster_actor_t* self) {
   // Forget challenges nobody answered (a stranger, or a joiner that died mid-handshake).
   const int64_t now = st.ctx->now_ms();
   for (auto it = st.challenges.begin(); it != st.challenges.end();)
-    it = now - it->second.created_ms > challenge_ttl_ms ? st.challenges.erase(it) : std::next(it);
+    it = now - it->second.created_ms > st.ctx->config.timeouts.challenge_ttl_ms
+             ? st.challenges.erase(it)
+             : std::next(it);
   self->delayed_send(self, std::chrono::milliseconds(st.ctx->config.cluster.reconnect_ms),
                      dial_atom::value);
 }

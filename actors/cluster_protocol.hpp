@@ -8,7 +8,12 @@
 //
 // Trust: a node accepts cluster messages only from nodes that proved the cluster secret during
 // the join handshake (cluster_actor.hpp). Every handler of a message in this file checks the
-// sender with `trusted_sender` first; a message from anyone else is counted and dropped.
+// sender with `trusted_sender` first; a message from anyone else is counted (the cluster event
+// "untrusted") and dropped. One message is stricter: a member list (members_atom) is made only by
+// this node's own cluster actor, the one actor that knows the membership, and no peer ever sends
+// one. So every actor takes it through `accept_member_list`, which accepts it from an actor of
+// this node only and counts and drops any other -- a trusted peer's too: every member holds this
+// node's actor handles and could otherwise rewrite this node's view of the cluster.
 #pragma once
 
 #include <bit>
@@ -23,6 +28,8 @@
 #include <vector>
 
 namespace eldr {
+
+class node_metrics;
 
 // Membership: joiner -> gate (hello, join), gate -> local actors (members).
 using hello_atom = caf::atom_constant<caf::atom("ehello")>;
@@ -299,5 +306,9 @@ bool trusted_sender(caf::local_actor* self, const cluster_trust* trust);
 // True when the message comes from an actor of this node (status queries: only the node's own
 // admin actor asks them; an actor whose handle went to a peer is reachable from the network).
 bool local_sender(caf::local_actor* self);
+// The rule for member lists (see "Trust" above): true when the members_atom message being handled
+// comes from an actor of this node. Otherwise counts it -- the cluster event "untrusted" in
+// `metrics`, and `dropped` when given (an actor's own status counter) -- and the caller drops it.
+bool accept_member_list(caf::local_actor* self, node_metrics& metrics, uint64_t* dropped = nullptr);
 
 }  // namespace eldr

@@ -31,7 +31,7 @@ caf::behavior load_monitor(caf::stateful_actor<monitor_state>* self, node_contex
                            caf::actor router, caf::actor sigcache) {
   return {
       [=](members_atom, const std::vector<member_info>& members, uint32_t) {
-        if (!trusted_sender(self, ctx->trust.get())) return;
+        if (!accept_member_list(self, *ctx->metrics)) return;
         auto& peers = self->state.peer_routers;
         peers.clear();
         for (const auto& m : members)
@@ -60,8 +60,8 @@ caf::behavior load_monitor(caf::stateful_actor<monitor_state>* self, node_contex
                                           "this node has no signature-cache role");
           // Acknowledged once the cache's SUB socket exists (or answered with why not): the
           // frontend thread reports it, so this waits without blocking anyone.
-          self->request(sigcache, std::chrono::seconds(30), subscribe_atom::value, model,
-                        p->endpoint, p->replay_endpoint, false)
+          self->request(sigcache, std::chrono::milliseconds(ctx->config.timeouts.subscribe_ms),
+                        subscribe_atom::value, model, p->endpoint, p->replay_endpoint, false)
               .then(
                   [=](uint8_t code, const std::string& message) {
                     if (code != 0)

@@ -97,7 +97,8 @@ void gather_and_fit(refit_actor_t* self, uint32_t model, admin_job_ptr job, refi
     if (--*pending == 0) fit_and_install(self, model, job, merged);
   };
   for (const auto& r : routers)
-    self->request(r, std::chrono::seconds(2), peer_sample_atom::value, in->model_name)
+    self->request(r, std::chrono::milliseconds(st.ctx->config.timeouts.peer_sample_ms),
+                  peer_sample_atom::value, in->model_name)
         .then(
             [=](const sample_reply& s) {
               if (s.epoch == epoch && s.width == width &&
@@ -209,9 +210,11 @@ void announce_term(refit_actor_t* self, uint64_t term) {
   }
 }
 
-// How long a campaign waits for the members' votes; a member that has not answered by then
-// counts as a refusal.
-constexpr auto vote_timeout = std::chrono::seconds(1);
+// How long a campaign waits for the members' votes (timeouts.vote_ms); a member that has not
+// answered by then counts as a refusal.
+std::chrono::milliseconds vote_timeout(const refit_state& st) {
+  return std::chrono::milliseconds(st.ctx->config.timeouts.vote_ms);
+}
 
 // Asks every member (this node included) for its vote in `term`; leads once a strict majority of
 // the known members granted it (core/leadership.hpp). One leader per term is what lets epochs be
@@ -242,7 +245,7 @@ void campaign(refit_actor_t* self, uint64_t term) {
   };
   if (voters.empty()) return conclude();
   for (const auto& v : voters)
-    self->request(v, vote_timeout, vote_atom::value, st.lead->self(), term)
+    self->request(v, vote_timeout(st), vote_atom::value, st.lead->self(), term)
         .then(
             [=](bool yes, uint64_t voted_term) {
               if (yes)
@@ -300,7 +303,8 @@ caf::behavior refit_behavior(refit_actor_t* self, node_context_ptr ctx, caf::act
   if (ctx->config.clustered()) {
     self->state.lead.emplace(ctx->config.name, true);
     export_leadership(self->state);
-    self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
+    self->delayed_send(self, std::chrono::milliseconds(ctx->config.timeouts.leadership_tick_ms),
+                       tick_atom::value);
   }
   for (uint32_t m = 0; m < ctx->config.models.size(); ++m)
     if (ctx->config.models[m].refit_interval_s > 0)
@@ -323,12 +327,14 @@ caf::behavior refit_behavior(refit_actor_t* self, node_context_ptr ctx, caf::act
         else if (st.local_cluster && st.lead->campaign_term() == 0)
           evaluate_leadership(self);
         export_leadership(st);
-        self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
+        self->delayed_send(self,
+                           std::chrono::milliseconds(st.ctx->config.timeouts.leadership_tick_ms),
+                           tick_atom::value);
       },
       // From this node's cluster actor only (it also holds this node's vote).
       [=](members_atom, const std::vector<member_info>& members, uint32_t known) {
         auto& st = self->state;
-        if (!st.lead || !local_sender(self)) return;
+        if (!accept_member_list(self, *st.ctx->metrics) || !st.lead) return;
         st.local_cluster = caf::actor_cast<caf::actor>(self->current_sender());
         st.peers = members;
         st.known = known;

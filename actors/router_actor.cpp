@@ -69,7 +69,11 @@ void decide_and_wire(router_actor_t* self, model_state& m, const route_job_ptr& 
 
 // --- Sharded signing (cluster; shard_gather.hpp plans and merges) ---
 
-constexpr auto shard_timeout = std::chrono::milliseconds(100);
+// After timeouts.shard_sign_ms a shard's part of a signature is given up on (shard_gather merges
+// what did arrive).
+std::chrono::milliseconds shard_timeout(const router_state& st) {
+  return std::chrono::milliseconds(st.ctx->config.timeouts.shard_sign_ms);
+}
 
 void shard_done(router_actor_t* self, const shard_gather_ptr& g) {
   if (--g->pending > 0) return;
@@ -112,7 +116,7 @@ void ask_shard(router_actor_t* self, const shard_gather_ptr& g, uint32_t owner,
     job->layers = g->layers;
     job->job = g->job;
     job->blocks = std::move(blocks);
-    self->request(st.shards[owner], shard_timeout, sign_atom::value, shard_job_ptr(job))
+    self->request(st.shards[owner], shard_timeout(st), sign_atom::value, shard_job_ptr(job))
         .then(on_reply, std::move(on_error));
     return;
   }
@@ -124,7 +128,7 @@ void ask_shard(router_actor_t* self, const shard_gather_ptr& g, uint32_t owner,
   req.model = g->job->request.model;
   req.blocks = std::move(blocks);
   req.layers = g->layers;
-  self->request(st.shards[owner], shard_timeout, shard_sign_atom::value, std::move(req))
+  self->request(st.shards[owner], shard_timeout(st), shard_sign_atom::value, std::move(req))
       .then(on_reply, std::move(on_error));
 }
 
@@ -367,7 +371,8 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         apply_vector(s, *m, v);
       },
       [=](members_atom, const std::vector<member_info>& members, uint32_t) {
-        if (!trusted_sender(self, self->state.ctx->trust.get())) return;
+        auto& s = self->state;
+        if (!accept_member_list(self, *s.ctx->metrics, &s.untrusted)) return;
         on_members(self, members);
       },
       [=](decisions_atom, const std::string& model, const std::vector<shared_decision>& ds) {

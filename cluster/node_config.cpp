@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <iterator>
 #include <limits>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -204,12 +205,15 @@ class table_reader {
 
   // Every key of the table must be one of `known`: a typo is an error, not a silent default.
   status check_known(std::initializer_list<std::string_view> known) const {
+    return check_known(std::span(known.begin(), known.size()));
+  }
+  status check_known(std::span<const std::string_view> known) const {
     for (const auto& [k, v] : table_) {
       const std::string_view key = k.str();
       if (std::find(known.begin(), known.end(), key) != known.end()) continue;
       std::string message = key_path(key) + (v.is_table() ? ": unknown table" : ": unknown key");
       // A typo ("tua") names the key it meant ("tau").
-      if (const auto closest = closest_spelling(key, std::span(known.begin(), known.size())))
+      if (const auto closest = closest_spelling(key, known))
         message += " (did you mean " + key_path(*closest) + "?)";
       else
         message += "; valid: " + joined(known);
@@ -277,10 +281,31 @@ status read_model(const toml::table& t, const std::string& path, model_config& m
 
 // Reads the document into `c` (whose fields start at their defaults). Structure and types only;
 // ranges are validate_node_config's.
+// [timeouts]: every key, its field, read and validated alike (all in 1..max_timeout_ms).
+struct timeout_key {
+  std::string_view key;
+  uint32_t timeouts_config::*field;
+};
+constexpr timeout_key timeout_keys[] = {
+    {"shard_sign_ms", &timeouts_config::shard_sign_ms},
+    {"subscribe_ms", &timeouts_config::subscribe_ms},
+    {"admin_query_ms", &timeouts_config::admin_query_ms},
+    {"dial_ms", &timeouts_config::dial_ms},
+    {"challenge_ttl_ms", &timeouts_config::challenge_ttl_ms},
+    {"leader_wait_ms", &timeouts_config::leader_wait_ms},
+    {"leader_retry_ms", &timeouts_config::leader_retry_ms},
+    {"set_change_ms", &timeouts_config::set_change_ms},
+    {"peer_sample_ms", &timeouts_config::peer_sample_ms},
+    {"vote_ms", &timeouts_config::vote_ms},
+    {"leadership_tick_ms", &timeouts_config::leadership_tick_ms},
+};
+// Ten minutes: a longer wait is a typo, not a setting (requests would pile up behind it).
+constexpr uint32_t max_timeout_ms = 600'000;
+
 status read_document(const toml::table& root, node_config& c) {
   first_error e;
   e(table_reader(root, "").check_known({"node", "endpoints", "limits", "runtime", "signature_cache",
-                                        "cluster", "security", "models"}));
+                                        "cluster", "security", "timeouts", "models"}));
   if (!e.get().ok()) return e.get();
 
   const auto read_section = [&](std::string_view name, auto&& fill) {
@@ -357,6 +382,14 @@ status read_document(const toml::table& root, node_config& c) {
     e(r.read("tls_certificate", k.tls_certificate));
     e(r.read("tls_key", k.tls_key));
     e(r.read("tls_ca_file", k.tls_ca_file));
+  });
+  read_section("timeouts", [&](const table_reader& r) {
+    std::vector<std::string_view> known;
+    for (const auto& t : timeout_keys)
+      known.push_back(t.key);
+    e(r.check_known(known));
+    for (const auto& t : timeout_keys)
+      e(r.read(t.key, c.timeouts.*t.field));
   });
   read_section("security", [&](const table_reader& r) {
     e(r.check_known({"curve_secret_key_file", "curve_authorized_keys_file"}));
@@ -692,6 +725,10 @@ status validate_node_config(const node_config& c) {
     e(status::invalid_argument("signature_cache.publisher_share: must be in (0, 1], got " +
                                std::to_string(c.cache_publisher_share)));
   e(validate_cluster(c));
+  for (const auto& t : timeout_keys)
+    if (const uint32_t v = c.timeouts.*t.field; v < 1 || v > max_timeout_ms)
+      e(status::invalid_argument("timeouts." + std::string(t.key) + ": must be in 1.." +
+                                 std::to_string(max_timeout_ms) + ", got " + std::to_string(v)));
   if (c.security.curve_secret_key_file.empty() && !c.security.curve_authorized_keys_file.empty())
     e(
         status::invalid_argument("security.curve_authorized_keys_file: needs "

@@ -96,6 +96,22 @@ struct security_config {
                                            // knows the node's public key
 };
 
+// [timeouts]: how long the node's actors wait for each other and for peers, in ms. Each must be
+// in 1..600000 (timeouts.* in docs/configuration.md says what each bounds).
+struct timeouts_config {
+  uint32_t shard_sign_ms = 100;         // router -> a signature-cache shard's sum of block counts
+  uint32_t subscribe_ms = 30'000;       // load monitor -> signature cache: follow a publisher
+  uint32_t admin_query_ms = 5'000;      // admin -> router, signature cache, refit: status, history
+  uint32_t dial_ms = 5'000;             // cluster: connect, hello and join of one dial
+  uint32_t challenge_ttl_ms = 10'000;   // a gate's join challenge not answered within this expires
+  uint32_t leader_wait_ms = 5'000;      // a set change waits this long for a refit leader
+  uint32_t leader_retry_ms = 100;       // ... asking again this often while it waits
+  uint32_t set_change_ms = 10'000;      // router -> the leader's router: a set change's answer
+  uint32_t peer_sample_ms = 2'000;      // refit leader -> another router: its sampled signatures
+  uint32_t vote_ms = 1'000;             // refit candidate -> a member: its vote
+  uint32_t leadership_tick_ms = 1'000;  // the refit actor re-evaluates leadership this often
+};
+
 struct node_config {
   std::string name = "eldr-node";  // node.name: shown in status and logs
   std::vector<std::string> roles{"router", "signature-cache", "load-monitor", "refit"};
@@ -133,6 +149,7 @@ struct node_config {
   uint32_t replay_timeout_ms = 2000;  // a replay silent this long ends as failed, 1..60000
   cluster_config cluster;
   security_config security;
+  timeouts_config timeouts;
   std::vector<model_config> models;  // at least one
 
   bool clustered() const { return !cluster.listen.empty(); }

@@ -57,7 +57,8 @@ load_view::load_view(uint32_t k, const load_view_options& options) : options_(op
   // Reserve once so that the map never rehashes below max_tracked (rehashing is the only
   // allocation on_route would otherwise make besides its own node).
   by_id_.reserve(std::min<uint32_t>(options_.max_tracked, 1u << 16));
-  resize(k);
+  // Cannot fail: make() refused k == 0, resize's only error.
+  (void)resize(k);
 }
 
 status load_view::resize(uint32_t k) {

@@ -252,8 +252,7 @@ centroid_policy::centroid_policy(std::shared_ptr<const centroid_set> centroids, 
     : routing_policy(centroids->k()),
       tau_(tau),
       widen_single_(widen_single),
-      installed_(centroids),
-      current_(std::move(centroids)),
+      centroids_(std::move(centroids)),
       scores_(workers(), 0.0f) {}
 
 status centroid_policy::check(std::string_view policy, const centroid_set* centroids, float tau) {
@@ -273,33 +272,12 @@ status centroid_policy::install(std::shared_ptr<const centroid_set> next) {
                                     std::to_string(next->epoch()) +
                                     ") has K = " + std::to_string(next->k()) +
                                     ", the policy routes over K = " + std::to_string(workers()));
-  std::shared_ptr<const centroid_set> previous;  // released outside the lock
-  {
-    std::lock_guard<std::mutex> lock(install_mutex_);
-    previous = std::exchange(installed_, std::move(next));
-  }
-  // Bumped after the pointer changed: a reader that sees the new generation finds the new set.
-  generation_.fetch_add(1, std::memory_order_release);
+  centroids_ = std::move(next);
   return {};
 }
 
-std::shared_ptr<const centroid_set> centroid_policy::centroids() const {
-  std::lock_guard<std::mutex> lock(install_mutex_);
-  return installed_;
-}
-
 result<const centroid_set*> centroid_policy::score(const route_input& in) {
-  const uint64_t generation = generation_.load(std::memory_order_acquire);
-  if (generation != current_generation_) {
-    // If this was the last reference, the old set is freed here, after the lock is released.
-    const std::shared_ptr<const centroid_set> retired = std::move(current_);
-    {
-      std::lock_guard<std::mutex> lock(install_mutex_);
-      current_ = installed_;
-    }
-    current_generation_ = generation;
-  }
-  const centroid_set& set = *current_;
+  const centroid_set& set = *centroids_;
   const std::span<float> s(scores_);
 
   // A default (width 0) empty signature means "none": all-zero scores. Anything else goes through

@@ -7,10 +7,8 @@
 // grows with the load). One implementation of each, never a copy for the simulator.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -99,9 +97,9 @@ struct policy_config {
 // the policy to pick. A virtual call per decision costs nanoseconds against the scoring's
 // microseconds, and it lets the router and the simulator select policies by name at run time.
 //
-// Thread safety: route() mutates policy state (round-robin cursor, random generator, scratch), so
-// one policy object serves one thread at a time (the router's routing actor). Policy-specific
-// exceptions are documented on the policy (locality_band_policy::install).
+// Thread safety: route() and install() mutate policy state (round-robin cursor, random generator,
+// scratch, centroid set), so one policy object serves one thread at a time (the router's routing
+// actor, or the simulator).
 class routing_policy {
  public:
   virtual ~routing_policy();
@@ -133,28 +131,23 @@ class routing_policy {
 };
 
 // The machinery shared by the policies that score a request against a centroid set ("eldr",
-// "eldr-adaptive"): the set, its lock-free swap, and the scores of the current decision.
+// "eldr-adaptive"): the set, its swap, and the scores of the current decision.
 //
-// The centroid set is swapped by install(), which any thread may call while the routing thread
-// calls route(). install() stores the new pointer under a mutex and then bumps a generation
-// counter; route() takes the mutex only when the generation moved since its last decision, so the
-// common path costs one atomic load and never contends. (libstdc++ 12 has
-// std::atomic<std::shared_ptr>, but its load() releases its internal lock with relaxed order,
-// which ThreadSanitizer reports as a race with store(): google/sanitizers#1558.) A set in use by an
-// ongoing decision stays alive until that decision ends.
+// install() swaps the set between two decisions, on the thread that routes (the simulator's
+// refit does this). The router never swaps a set under a live policy: an import, refit or
+// membership change builds a new policy and replaces the old one in its own actor.
 class centroid_policy : public routing_policy {
  public:
   float tau() const { return tau_; }
   bool widen_single() const { return widen_single_; }
 
-  // Atomically replaces the centroid set; the next route() that starts after install() returns
-  // uses it. Thread-safe against route() and other install() calls.
+  // Replaces the centroid set; the next route() uses it. Like route(), not thread-safe.
   // Errors (invalid_argument): next is null, or its K differs from workers() (K is fixed for the
   // policy's life; a membership change builds a new policy). The width may change (a refit with
   // a new layer mask); signatures of the old width are then rejected by route().
   status install(std::shared_ptr<const centroid_set> next);
-  // The set the next decision will use. Thread-safe.
-  std::shared_ptr<const centroid_set> centroids() const;
+  // The set the next decision will use.
+  const std::shared_ptr<const centroid_set>& centroids() const { return centroids_; }
 
  protected:
   centroid_policy(std::shared_ptr<const centroid_set> centroids, float tau, bool widen_single);
@@ -162,21 +155,16 @@ class centroid_policy : public routing_policy {
   // tau NaN, infinite or negative.
   static status check(std::string_view policy, const centroid_set* centroids, float tau);
 
-  // Picks up an installed set and fills scores() with s_k = c_k . v for every worker (all zero
-  // for a missing or all-zero signature). Returns the set the decision uses, alive until the
-  // next call. Errors: those of centroid_set::score (width or structure of the signature).
+  // Fills scores() with s_k = c_k . v for every worker (all zero for a missing or all-zero
+  // signature). Returns the set the decision uses, alive until the next install(). Errors: those of
+  // centroid_set::score (width or structure of the signature).
   result<const centroid_set*> score(const route_input& in);
   std::span<float> scores() { return scores_; }
 
  private:
   float tau_;
   bool widen_single_;
-  mutable std::mutex install_mutex_;
-  std::shared_ptr<const centroid_set> installed_;  // guarded by install_mutex_
-  std::atomic<uint64_t> generation_{0};            // bumped after every change of installed_
-  // Reader-side cache, touched by the routing thread only.
-  std::shared_ptr<const centroid_set> current_;
-  uint64_t current_generation_ = 0;
+  std::shared_ptr<const centroid_set> centroids_;
   std::vector<float> scores_;  // K floats of scratch, sized once: K never changes
 };
 

@@ -168,9 +168,20 @@ void change_as_leader(router_actor_t* self, model_state& m, const std::string& c
           [=](caf::error& e) { done(status::io_error(error_text(self, e)), 0); });
 }
 
+namespace {
+
 // How long a change waits for a refit leader to be known (an election under way) before it is
-// refused.
-constexpr int64_t leader_wait_ms = 5000;
+// refused: timeouts.leader_wait_ms.
+int64_t leader_wait_ms(const router_state& st) {
+  return st.ctx->config.timeouts.leader_wait_ms;
+}
+
+// "5 s", or "500 ms" for a wait that is no whole number of seconds.
+std::string wait_text(int64_t ms) {
+  return ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
+}
+
+}  // namespace
 
 // A change of the current set in a cluster (import, swap, rollback): made by the refit leader
 // (this node's router when this node leads, else the leader's router, asked over the cluster), so
@@ -197,21 +208,22 @@ void change_via_leader(router_actor_t* self, uint32_t index, admin_job_ptr job, 
   auto it = st.leader.empty() ? st.routers_by_name.end() : st.routers_by_name.find(st.leader);
   if (it == st.routers_by_name.end()) {
     if (st.ctx->now_ms() < deadline_ms) {
-      self->delayed_send(self, std::chrono::milliseconds(100), set_change_retry_atom::value, index,
-                         job, std::move(command), std::move(bytes), epoch, deadline_ms);
+      self->delayed_send(self, std::chrono::milliseconds(st.ctx->config.timeouts.leader_retry_ms),
+                         set_change_retry_atom::value, index, job, std::move(command),
+                         std::move(bytes), epoch, deadline_ms);
       return;
     }
     return answer_admin_error(
         *st.ctx, *job, route_error_code::internal,
-        "no refit leader is known after " + std::to_string(leader_wait_ms / 1000) +
-            " s: in a cluster only the refit leader changes the current set (it needs a node "
+        "no refit leader is known after " + wait_text(leader_wait_ms(st)) +
+            ": in a cluster only the refit leader changes the current set (it needs a node "
             "with the router and refit roles that sees a majority of the members); nothing "
             "changed");
   }
   ++st.changes_forwarded;
   const std::string leader = st.leader;
-  self->request(it->second, std::chrono::seconds(10), set_change_atom::value, m.cfg->name, command,
-                std::move(bytes), epoch)
+  self->request(it->second, std::chrono::milliseconds(st.ctx->config.timeouts.set_change_ms),
+                set_change_atom::value, m.cfg->name, command, std::move(bytes), epoch)
       .then([=](uint64_t installed, uint64_t source) { answer(installed, source, leader); },
             [=](caf::error& e) {
               // The leader's refusal keeps its code in the text ("not_found: ..."): the operator
@@ -390,7 +402,7 @@ void cmd_centroids_import(admin_call& c) {
     return store_and_install(self, *m, std::move(*file), "import", "imported set",
                              answer_with_epoch(self, job), 0);
   change_via_leader(self, m->index, job, "import", std::vector<uint8_t>(bin.begin(), bin.end()), 0,
-                    st.ctx->now_ms() + leader_wait_ms);
+                    st.ctx->now_ms() + leader_wait_ms(st));
 }
 
 void cmd_centroids_change(admin_call& c) {
@@ -412,7 +424,7 @@ void cmd_centroids_change(admin_call& c) {
   }
   if (st.ctx->config.clustered())
     return change_via_leader(self, m->index, job, swap ? "swap" : "rollback", {}, epoch,
-                             st.ctx->now_ms() + leader_wait_ms);
+                             st.ctx->now_ms() + leader_wait_ms(st));
   if (!st.sigcache)
     return answer_admin_error(*st.ctx, *job, route_error_code::internal,
                               "this node has no signature-cache role, so it keeps no stored "

@@ -72,7 +72,7 @@ model_cache* find_model(sigcache_state& st, const std::string& name) {
 
 void on_members(sigcache_actor_t* self, const std::vector<member_info>& members) {
   auto& st = self->state;
-  if (!trusted_sender(self, st.ctx->trust.get())) return;
+  if (!accept_member_list(self, *st.ctx->metrics)) return;
   std::vector<std::string> names{st.ctx->config.name};
   std::map<std::string, caf::actor> to;
   for (const auto& mi : members)

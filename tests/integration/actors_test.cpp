@@ -69,6 +69,7 @@ class ActorsTest : public ::testing::Test {
     ctx->config = c;
     ctx->edge = &sink_;
     ctx->metrics = std::make_shared<node_metrics>();
+    metrics_ = ctx->metrics;
     ctx->now_ms = [this] { return now_; };
     auto caches = open_model_caches(c);
     EXPECT_TRUE(caches.ok());
@@ -141,6 +142,7 @@ class ActorsTest : public ::testing::Test {
   caf::actor_system sys_;
   caf::scheduler::test_coordinator& sched_;
   caf::actor sigcache_, router_, monitor_, refit_, admin_;
+  std::shared_ptr<node_metrics> metrics_;
 };
 
 TEST_F(ActorsTest, EachDecisionSeesOneSetAndItsEpoch) {
@@ -194,6 +196,30 @@ TEST_F(ActorsTest, ASwapWithANewSpecReSignsTheRequestsInFlight) {
   const auto status = last_admin_reply();
   ASSERT_TRUE(status.ok);
   EXPECT_EQ(status.result["models"][0]["resigned_after_swap"], 1);
+}
+
+// The one rule for member lists (cluster_protocol.hpp, "Trust"): the four actors that take them
+// accept one from an actor of this node and count and drop any other (here anonymous: a peer's
+// message is not local either).
+TEST_F(ActorsTest, MemberListsAreTakenFromThisNodeOnlyAndOthersAreCounted) {
+  const auto untrusted = [this] {
+    const std::string text = metrics_->render();
+    const std::string name = "eldr_cluster_events_total{event=\"untrusted\"} ";
+    const size_t at = text.find(name);
+    return at == std::string::npos
+               ? std::string("0")
+               : text.substr(at + name.size(), text.find('\n', at) - at - name.size());
+  };
+  const std::vector<member_info> none;
+  caf::scoped_actor local{sys_};
+  for (const auto* a : {&router_, &monitor_, &sigcache_, &refit_})
+    local->send(*a, members_atom::value, none, uint32_t{1});
+  sched_.run();
+  EXPECT_EQ(untrusted(), "0");
+  for (const auto* a : {&router_, &monitor_, &sigcache_, &refit_})
+    caf::anon_send(*a, members_atom::value, none, uint32_t{1});
+  sched_.run();
+  EXPECT_EQ(untrusted(), "4");
 }
 
 TEST_F(ActorsTest, SilentWorkersTimeOutOnTheInjectedClock) {

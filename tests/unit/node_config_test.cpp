@@ -268,7 +268,7 @@ TEST(NodeConfig, UnknownKeysAndTablesAreNamed) {
             "eldr.toml: endpoints.zzzzzz: unknown key; valid: route, worker, admin, metrics");
   EXPECT_EQ(error_of("verbose = true\n" + one_model()),
             "eldr.toml: verbose: unknown key; valid: node, endpoints, limits, runtime, "
-            "signature_cache, cluster, security, models");
+            "signature_cache, cluster, security, timeouts, models");
   // Dotted keys and sub-tables are keys too.
   EXPECT_EQ(error_of("[limits.extra]\nx = 1\n" + one_model()),
             "eldr.toml: limits.extra: unknown table; valid: max_message_bytes, max_blocks, "
@@ -467,6 +467,52 @@ TEST(NodeConfig, ValidateCatchesConfigsBuiltInCode) {
   c = default_node_config();
   c.models.clear();
   EXPECT_FALSE(validate_node_config(c).ok());
+}
+
+// The actors' waits (issue 17: they were literals): defaults as they were, every key read, and a
+// value out of range, an unknown key or a wrong type is refused by the key's name.
+TEST(NodeConfig, TimeoutsAreReadAndValidatedByName) {
+  const timeouts_config defaults;
+  EXPECT_EQ(defaults.shard_sign_ms, 100u);
+  EXPECT_EQ(defaults.leader_wait_ms, 5000u);
+  EXPECT_EQ(defaults.vote_ms, 1000u);
+
+  auto c = parse_node_config(
+      "[timeouts]\nshard_sign_ms = 250\nsubscribe_ms = 2\nadmin_query_ms = 3\ndial_ms = 4\n"
+      "challenge_ttl_ms = 5\nleader_wait_ms = 6\nleader_retry_ms = 7\nset_change_ms = 8\n"
+      "peer_sample_ms = 9\nvote_ms = 10\nleadership_tick_ms = 600000\n" +
+          one_model(),
+      origin);
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  const timeouts_config& t = c->timeouts;
+  EXPECT_EQ(t.shard_sign_ms, 250u);
+  EXPECT_EQ(t.subscribe_ms, 2u);
+  EXPECT_EQ(t.admin_query_ms, 3u);
+  EXPECT_EQ(t.dial_ms, 4u);
+  EXPECT_EQ(t.challenge_ttl_ms, 5u);
+  EXPECT_EQ(t.leader_wait_ms, 6u);
+  EXPECT_EQ(t.leader_retry_ms, 7u);
+  EXPECT_EQ(t.set_change_ms, 8u);
+  EXPECT_EQ(t.peer_sample_ms, 9u);
+  EXPECT_EQ(t.vote_ms, 10u);
+  EXPECT_EQ(t.leadership_tick_ms, 600000u);
+
+  EXPECT_EQ(error_of("[timeouts]\nshard_sign_ms = 0\n" + one_model()),
+            "eldr.toml: timeouts.shard_sign_ms: must be in 1..600000, got 0");
+  EXPECT_EQ(error_of("[timeouts]\nvote_ms = 600001\n" + one_model()),
+            "eldr.toml: timeouts.vote_ms: must be in 1..600000, got 600001");
+  EXPECT_EQ(error_of("[timeouts]\nleader_wait_ms = -1\n" + one_model()),
+            "eldr.toml: timeouts.leader_wait_ms: out of range for an unsigned 32-bit integer "
+            "(0..4294967295), got -1");
+  EXPECT_EQ(error_of("[timeouts]\ndial_ms = \"5s\"\n" + one_model()),
+            "eldr.toml: timeouts.dial_ms: expected an integer, got a string");
+  EXPECT_EQ(error_of("[timeouts]\nvote_msx = 5\n" + one_model()),
+            "eldr.toml: timeouts.vote_msx: unknown key (did you mean timeouts.vote_ms?)");
+
+  node_config built = default_node_config();
+  built.timeouts.set_change_ms = 0;
+  EXPECT_EQ(validate_node_config(built).message(),
+            "timeouts.set_change_ms: must be in 1..600000, got 0");
 }
 
 TEST(NodeConfig, ClusterKeysAreValidatedByName) {

@@ -10,7 +10,6 @@
 #include <limits>
 #include <new>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "tests/support/allocation_counter.hpp"  // once per test binary
@@ -569,34 +568,6 @@ TEST(LocalityBand, InstalledSetIsUsedByTheNextDecision) {
   d = p.route({nullptr, load, {}, -1});
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->epoch, 4u);
-}
-
-TEST(LocalityBand, ConcurrentInstallsAreSeenInOrder) {
-  // One thread installs epochs 2..200 while this one routes: every decision uses a whole set,
-  // epochs never go backwards, and the last install is visible once it has returned.
-  auto made = locality_band_policy::make(axis_set(8, 1), 0.1f, true);
-  ASSERT_TRUE(made.ok());
-  locality_band_policy& p = **made;
-  std::vector<std::shared_ptr<const centroid_set>> sets;
-  for (uint64_t e = 2; e <= 200; ++e)
-    sets.push_back(axis_set(8, e));
-  std::thread installer([&] {
-    for (auto& s : sets)
-      EXPECT_TRUE(p.install(s).ok());
-  });
-  const signature v = with_scores({0.5f, 0.4f, 0.3f, 0.2f, 0.1f, 0.1f, 0.1f, 0.1f});
-  const std::vector<uint32_t> load(8, 0);
-  uint64_t last = 1;
-  for (int i = 0; i < 5000; ++i) {
-    auto d = p.route({&v, load, {}, -1});
-    ASSERT_TRUE(d.ok());
-    EXPECT_GE(d->epoch, last);
-    last = d->epoch;
-  }
-  installer.join();
-  auto d = p.route({&v, load, {}, -1});
-  ASSERT_TRUE(d.ok());
-  EXPECT_EQ(d->epoch, 200u);
 }
 
 // ---- eldr-adaptive ------------------------------------------------------------------------------
