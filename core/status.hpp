@@ -3,6 +3,9 @@
 // core/ and storage/ never throw across a module boundary and never abort on external data: a
 // function that can fail returns a status (or a result<T> holding either a value or a status)
 // whose message names the problem precisely enough for an operator to act on it.
+//
+// Both are [[nodiscard]]: a failure dropped on the floor is how a node silently stops doing its
+// job. Where ignoring one is right, the call site says `(void)` and why.
 #pragma once
 
 #include <cassert>
@@ -25,7 +28,7 @@ enum class status_code {
 
 const char* to_string(status_code code);
 
-class status {
+class [[nodiscard]] status {
  public:
   status() = default;  // ok
   status(status_code code, std::string message) : code_(code), message_(std::move(message)) {}
@@ -54,7 +57,7 @@ class status {
 
 // Either a T or a non-ok status. Accessing the value of an error is a programming bug (asserted).
 template <class T>
-class result {
+class [[nodiscard]] result {
  public:
   result(T value) : value_(std::move(value)) {}  // NOLINT: implicit on purpose, like expected<T>
   result(status error) : error_(std::move(error)) { assert(!error_.ok()); }  // NOLINT
