@@ -953,8 +953,11 @@ class Harness:
         body = self.check_metrics()
         # Up to three samples, as check_idle_cpu takes two windows: on a CI machine running other
         # tests beside this one, a single sample of 40 routes can land in someone else's burst
-        # (7.5 ms once, against ~1-2 ms for the node alone after the flood).
-        bound = max(3 * p50_before, 0.003)
+        # (7.5 ms once). The node alone after the flood answers in 1.8-3.1 ms p50 on the 2-vCPU
+        # CI VM (0.6 ms before it; f6f4f2c and ef335f6 alike, three runs each of `--replay 15`,
+        # 2026-12-03), so a 3 ms floor failed a healthy node in full runs: 6 ms still catches a
+        # node that the dead publishers keep busy.
+        bound = max(3 * p50_before, 0.006)
         samples = []
         for _ in range(3):
             samples.append(self.route_p50())
