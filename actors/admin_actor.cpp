@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "actors/operator_page.hpp"
-#include "core/version.hpp"
+#include "core/base/version.hpp"
 
 namespace eldr {
 
@@ -20,7 +20,7 @@ void answer_admin(const node_context& ctx, const admin_job& job, nlohmann::json 
   ctx.edge->reply(job.from, encode_admin_reply(r));
 }
 
-void answer_admin_error(const node_context& ctx, const admin_job& job, route_error_code code,
+void answer_admin_error(const node_context& ctx, const admin_job& job, wire_error_code code,
                         std::string message) {
   admin_reply r;
   r.id = job.request.id;
@@ -220,7 +220,7 @@ caf::behavior admin(caf::event_based_actor* self, node_context_ptr ctx, caf::act
   // A command for a role this node does not hold is refused by name (ask a node that holds it).
   auto to = [=](const caf::actor& who, const char* role, const admin_job_ptr& job) {
     if (!who)
-      return answer_admin_error(*ctx, *job, route_error_code::unknown_type,
+      return answer_admin_error(*ctx, *job, wire_error_code::unknown_type,
                                 "this node (" + ctx->config.name + ") has no " + role +
                                     " role; send '" + job->request.command +
                                     "' to a node that has");
@@ -238,7 +238,7 @@ caf::behavior admin(caf::event_based_actor* self, node_context_ptr ctx, caf::act
             cmd == "centroids.import" || cmd == "centroids.swap" || cmd == "centroids.rollback" ||
             cmd == "explain" || cmd == "policy")
           return to(router, "router", job);
-        answer_admin_error(*ctx, *job, route_error_code::unknown_type,
+        answer_admin_error(*ctx, *job, wire_error_code::unknown_type,
                            "unknown admin command '" + cmd +
                                "' (status, workers, drain, undrain, centroids.show, "
                                "centroids.export, centroids.import, centroids.swap, "

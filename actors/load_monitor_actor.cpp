@@ -3,7 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "actors/cluster_protocol.hpp"
+#include "actors/cluster/cluster_protocol.hpp"
 
 namespace eldr {
 namespace {
@@ -44,19 +44,19 @@ caf::behavior load_monitor(caf::stateful_actor<monitor_state>* self, node_contex
           while (model < ctx->config.models.size() && ctx->config.models[model].name != p->model)
             ++model;
           if (model == ctx->config.models.size())
-            return ctx->edge->reply_error(job->from, p->id, route_error_code::unknown_model,
+            return ctx->edge->reply_error(job->from, p->id, wire_error_code::unknown_model,
                                           "no model named '" + p->model + "'");
           auto tcp_or_ipc = [](const std::string& e) {
             return e.rfind("tcp://", 0) == 0 || e.rfind("ipc://", 0) == 0;
           };
           if (!tcp_or_ipc(p->endpoint))
-            return ctx->edge->reply_error(job->from, p->id, route_error_code::malformed,
+            return ctx->edge->reply_error(job->from, p->id, wire_error_code::malformed,
                                           "publisher endpoint must be tcp:// or ipc://");
           if (!p->replay_endpoint.empty() && !tcp_or_ipc(p->replay_endpoint))
-            return ctx->edge->reply_error(job->from, p->id, route_error_code::malformed,
+            return ctx->edge->reply_error(job->from, p->id, wire_error_code::malformed,
                                           "publisher replay_endpoint must be tcp:// or ipc://");
           if (!sigcache)
-            return ctx->edge->reply_error(job->from, p->id, route_error_code::unknown_type,
+            return ctx->edge->reply_error(job->from, p->id, wire_error_code::unknown_type,
                                           "this node has no signature-cache role");
           // Acknowledged once the cache's SUB socket exists (or answered with why not): the
           // frontend thread reports it, so this waits without blocking anyone.
@@ -66,14 +66,14 @@ caf::behavior load_monitor(caf::stateful_actor<monitor_state>* self, node_contex
                   [=](uint8_t code, const std::string& message) {
                     if (code != 0)
                       return ctx->edge->reply_error(job->from, p->id,
-                                                    static_cast<route_error_code>(code), message);
+                                                    static_cast<wire_error_code>(code), message);
                     worker_ack ack;
                     ack.id = p->id;
                     ack.state = "subscribed";
                     ctx->edge->reply(job->from, encode_worker_ack(ack));
                   },
                   [=](caf::error& e) {
-                    ctx->edge->reply_error(job->from, p->id, route_error_code::internal,
+                    ctx->edge->reply_error(job->from, p->id, wire_error_code::internal,
                                            "the signature cache did not answer the registration: " +
                                                self->system().render(e));
                   });

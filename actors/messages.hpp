@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "cluster/zmq_frontend.hpp"
-#include "core/centroid_file.hpp"
+#include "cluster/zmq/zmq_frontend.hpp"
 #include "core/centroid_set.hpp"
+#include "core/formats/centroid_file.hpp"
 #include "core/signature.hpp"
 
 namespace eldr {
@@ -87,8 +87,9 @@ struct sign_result {
 using sign_result_ptr = std::shared_ptr<const sign_result>;
 
 // Cluster: the part of one route request that this node's own signature-cache shard sums (the
-// blocks of it this node owns; core/shard_plan.hpp), handed over without encoding. The reply is a
-// shard_sign_reply (cluster_protocol.hpp), as a remote shard's, but never leaves the process.
+// blocks of it this node owns; core/membership/shard_plan.hpp), handed over without encoding. The
+// reply is a shard_sign_reply (cluster_protocol.hpp), as a remote shard's, but never leaves the
+// process.
 struct shard_job {
   uint32_t model = 0;
   // The layers to sum, ascending (the router's spec's mask); empty: coverage only, no sums.

@@ -12,18 +12,18 @@
 #include <random>
 
 #include "actors/admin_actor.hpp"
-#include "actors/cluster_actor.hpp"
+#include "actors/cluster/cluster_actor.hpp"
 #include "actors/load_monitor_actor.hpp"
 #include "actors/node_metrics.hpp"
 #include "actors/operator_page.hpp"
 #include "actors/readiness.hpp"
 #include "actors/refit_actor.hpp"
-#include "actors/router_actor.hpp"
-#include "actors/sigcache_actor.hpp"
+#include "actors/router/router_actor.hpp"
+#include "actors/sigcache/sigcache_actor.hpp"
 #include "actors/tls_error_queue.hpp"
-#include "cluster/curve_keys.hpp"
-#include "cluster/metrics_http.hpp"
-#include "cluster/zmq_frontend.hpp"
+#include "cluster/http/metrics_http.hpp"
+#include "cluster/security/curve_keys.hpp"
+#include "cluster/zmq/zmq_frontend.hpp"
 
 namespace eldr {
 namespace {
@@ -48,7 +48,7 @@ struct actor_handles {
 // that instant.
 void not_ready(actor_handles& h, const reply_address& to, std::optional<std::string> id) {
   if (auto* f = h.frontend.load(std::memory_order_acquire))
-    f->reply_error(to, std::move(id), route_error_code::overloaded,
+    f->reply_error(to, std::move(id), wire_error_code::overloaded,
                    "the node is starting or stopping");
 }
 
@@ -56,7 +56,7 @@ void not_ready(actor_handles& h, const reply_address& to, std::optional<std::str
 void no_role(actor_handles& h, const reply_address& to, std::optional<std::string> id,
              const char* role) {
   if (auto* f = h.frontend.load(std::memory_order_acquire))
-    f->reply_error(to, std::move(id), route_error_code::unknown_type,
+    f->reply_error(to, std::move(id), wire_error_code::unknown_type,
                    std::string("this node has no ") + role + " role");
 }
 
@@ -332,7 +332,7 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
   if (has_monitor)
     handles->load_monitor = spawn_load_monitor(sys, cctx, handles->router, handles->sigcache);
   // The refit needs a router to sample and install; across nodes only the leader's refit runs
-  // (refit_actor.cpp, core/leadership.hpp).
+  // (refit_actor.cpp, core/membership/leadership.hpp).
   if (has_refit && has_router) p->refit = spawn_refit(sys, cctx, handles->router);
   if (config.clustered()) {
     cluster_setup cs;

@@ -12,9 +12,9 @@
 #include <memory>
 #include <string>
 
-#include "cluster/node_config.hpp"
-#include "cluster/zmq_frontend.hpp"
-#include "core/status.hpp"
+#include "cluster/config/node_config.hpp"
+#include "cluster/zmq/zmq_frontend.hpp"
+#include "core/base/status.hpp"
 
 namespace eldr {
 

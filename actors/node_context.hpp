@@ -14,8 +14,8 @@
 
 #include "actors/node_metrics.hpp"
 #include "actors/readiness.hpp"
-#include "cluster/node_config.hpp"
-#include "cluster/zmq_frontend.hpp"
+#include "cluster/config/node_config.hpp"
+#include "cluster/zmq/zmq_frontend.hpp"
 
 namespace eldr {
 
@@ -52,7 +52,7 @@ result<std::optional<uint64_t>> uint_arg(const nlohmann::json& args, const char*
 
 // Sends an admin reply (ok with `result`, or an error) back through the frontend.
 void answer_admin(const node_context& ctx, const admin_job& job, nlohmann::json result);
-void answer_admin_error(const node_context& ctx, const admin_job& job, route_error_code code,
+void answer_admin_error(const node_context& ctx, const admin_job& job, wire_error_code code,
                         std::string message);
 
 }  // namespace eldr

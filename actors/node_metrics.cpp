@@ -6,8 +6,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/metrics.hpp"
-#include "core/version.hpp"
+#include "core/base/metrics.hpp"
+#include "core/base/version.hpp"
 
 namespace eldr {
 namespace {
@@ -122,7 +122,7 @@ route_totals node_metrics::route_totals_of(std::string_view model) const {
   return t;
 }
 
-void node_metrics::route_failed(route_error_code code) {
+void node_metrics::route_failed(wire_error_code code) {
   auto* c = must(impl_->registry.counter("eldr_route_errors_total",
                                          "Route requests answered with an error_reply, per code.",
                                          {{"code", to_string(code)}}));

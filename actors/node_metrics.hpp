@@ -1,7 +1,7 @@
-// node_metrics: the node's Prometheus metrics, in one registry (core/metrics.hpp) exported over
-// HTTP by cluster/metrics_http: every line of /metrics comes from it. Actors call these named
-// events; labelled series (per model, per worker) are created on first use and cached, so the hot
-// path only increments. A component with families of its own (the signature cache's, in
+// node_metrics: the node's Prometheus metrics, in one registry (core/base/metrics.hpp) exported
+// over HTTP by cluster/http/metrics_http: every line of /metrics comes from it. Actors call these
+// named events; labelled series (per model, per worker) are created on first use and cached, so the
+// hot path only increments. A component with families of its own (the signature cache's, in
 // actors/sigcache/sigcache_metrics.hpp) registers them in registry(). The status JSON reads the
 // same counters back (the *_of readers) rather than counting the events a second time.
 // eldr_build_info{version} 1 is there from construction.
@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "cluster/route_protocol.hpp"
+#include "cluster/wire/route_protocol.hpp"
 
 namespace eldr {
 
@@ -42,7 +42,7 @@ class node_metrics {
   void route_decided(std::string_view model, uint32_t worker, uint32_t band_size,
                      double node_seconds, double decision_seconds, uint32_t covered,
                      uint32_t total);
-  void route_failed(route_error_code code);
+  void route_failed(wire_error_code code);
   // A locality-policy decision made by load only, by reason (core/route_fallback.hpp), and a
   // warning a route reply carried, by its code ("counts_geometry", ...).
   void route_fallback(std::string_view model, std::string_view reason);

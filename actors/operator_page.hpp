@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "actors/node_metrics.hpp"
-#include "cluster/metrics_http.hpp"
+#include "cluster/http/metrics_http.hpp"
 
 namespace eldr {
 

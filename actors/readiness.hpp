@@ -7,7 +7,7 @@
 //   - every model's signature store is writable, or the node runs explicitly degraded without it
 //     (then ready, with the store listed under "degraded");
 //   - in a cluster, membership is formed: the node knows the refit leader, which the cluster
-//     code elects only among members that see a majority (core/leadership.hpp).
+//     code elects only among members that see a majority (core/membership/leadership.hpp).
 //
 // The board is written by the actors where their state changes (the router after worker
 // messages, installs and policy changes; the cluster side when the leader changes; the store's

@@ -7,8 +7,8 @@
 #include <deque>
 #include <nlohmann/json.hpp>
 
-#include "actors/cluster_protocol.hpp"
-#include "core/leadership.hpp"
+#include "actors/cluster/cluster_protocol.hpp"
+#include "core/membership/leadership.hpp"
 #include "core/refit.hpp"
 
 namespace eldr {
@@ -118,7 +118,7 @@ void run_refit(refit_actor_t* self, uint32_t model, admin_job_ptr job) {
     const auto& l = st.lead->leader();
     if (job)
       return answer_admin_error(
-          *st.ctx, *job, route_error_code::unknown_type,
+          *st.ctx, *job, wire_error_code::unknown_type,
           "this node is not the refit leader" +
               (l ? " (the leader is " + l->name + ", term " + std::to_string(l->term) + ")"
                  : std::string(" (no leader: no majority visible)")));
@@ -217,8 +217,8 @@ std::chrono::milliseconds vote_timeout(const refit_state& st) {
 }
 
 // Asks every member (this node included) for its vote in `term`; leads once a strict majority of
-// the known members granted it (core/leadership.hpp). One leader per term is what lets epochs be
-// numbered by term without two leaders ever handing out the same number.
+// the known members granted it (core/membership/leadership.hpp). One leader per term is what lets
+// epochs be numbered by term without two leaders ever handing out the same number.
 void campaign(refit_actor_t* self, uint64_t term) {
   auto& st = self->state;
   ++st.campaigns;
@@ -378,11 +378,11 @@ caf::behavior refit_behavior(refit_actor_t* self, node_context_ptr ctx, caf::act
         const auto& c = *self->state.ctx;
         const auto arg = string_arg(job->request.args, "model");
         if (!arg.ok())
-          return answer_admin_error(c, *job, route_error_code::malformed, arg.error().message());
+          return answer_admin_error(c, *job, wire_error_code::malformed, arg.error().message());
         const auto name = arg->value_or("");
         for (uint32_t m = 0; m < c.config.models.size(); ++m)
           if (c.config.models[m].name == name) return run_refit(self, m, job);
-        answer_admin_error(c, *job, route_error_code::unknown_model,
+        answer_admin_error(c, *job, wire_error_code::unknown_model,
                            "no model named '" + name + "'");
       },
   };

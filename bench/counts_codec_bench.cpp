@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "bench/bench_support.hpp"
-#include "cluster/counts_message.hpp"
+#include "cluster/wire/counts_message.hpp"
 #include "core/expert_counts.hpp"
-#include "core/synthetic.hpp"
+#include "core/sim/synthetic.hpp"
 #include "storage/block_record.hpp"
 
 namespace {

@@ -8,8 +8,8 @@
 #include <numeric>
 
 #include "bench/bench_support.hpp"
-#include "cluster/ingest.hpp"
-#include "core/msgpack.hpp"
+#include "cluster/ingest/ingest.hpp"
+#include "core/base/msgpack.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace {

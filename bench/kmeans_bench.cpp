@@ -17,7 +17,7 @@
 #include "bench/bench_support.hpp"
 #include "core/balanced_assignment.hpp"
 #include "core/balanced_kmeans.hpp"
-#include "core/vector_math.hpp"
+#include "core/base/vector_math.hpp"
 
 namespace {
 

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "bench/bench_support.hpp"
-#include "cluster/route_protocol.hpp"
+#include "cluster/wire/route_protocol.hpp"
 #include "core/expert_counts.hpp"
-#include "core/synthetic.hpp"
+#include "core/sim/synthetic.hpp"
 
 namespace {
 

@@ -16,7 +16,7 @@
 #include "bench/bench_support.hpp"
 #include "core/expert_counts.hpp"
 #include "core/signature.hpp"
-#include "core/synthetic.hpp"
+#include "core/sim/synthetic.hpp"
 
 namespace {
 

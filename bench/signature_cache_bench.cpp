@@ -33,9 +33,9 @@
 #include <zmq.hpp>
 
 #include "bench/bench_support.hpp"
-#include "cluster/ingest.hpp"
-#include "cluster/zmq_ingest.hpp"
-#include "core/msgpack.hpp"
+#include "cluster/ingest/ingest.hpp"
+#include "cluster/zmq/zmq_ingest.hpp"
+#include "core/base/msgpack.hpp"
 #include "storage/signature_cache.hpp"
 
 namespace {

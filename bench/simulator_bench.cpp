@@ -12,10 +12,10 @@
 #include <string>
 
 #include "bench/bench_support.hpp"
-#include "core/sim_policies.hpp"
-#include "core/simulator.hpp"
-#include "core/synthetic.hpp"
-#include "core/workload.hpp"
+#include "core/sim/sim_policies.hpp"
+#include "core/sim/simulator.hpp"
+#include "core/sim/synthetic.hpp"
+#include "core/sim/workload.hpp"
 
 namespace {
 

@@ -64,11 +64,17 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/evaluation DESTINATION ${CMAKE_INST
 
 # The C++ client library: find_package(eldr CONFIG REQUIRED), then link eldr::client.
 if(TARGET eldr_client)
-  file(GLOB eldr_core_headers ${PROJECT_SOURCE_DIR}/core/*.hpp)
-  install(FILES ${eldr_core_headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/eldr/core
-          COMPONENT dev)
-  install(FILES ${ELDR_CLIENT_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/eldr/cluster
-          COMPONENT dev)
+  # Headers keep their folders under include/eldr/, so that an include line reads the same in
+  # the tree and installed. core/sim/ (the simulation sub-library) is not part of the client.
+  file(GLOB_RECURSE eldr_core_headers RELATIVE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/core/*.hpp)
+  list(FILTER eldr_core_headers EXCLUDE REGEX "^core/sim/")
+  foreach(header IN LISTS eldr_core_headers ELDR_CLIENT_HEADERS)
+    cmake_path(ABSOLUTE_PATH header BASE_DIRECTORY ${PROJECT_SOURCE_DIR})
+    cmake_path(RELATIVE_PATH header BASE_DIRECTORY ${PROJECT_SOURCE_DIR} OUTPUT_VARIABLE header_rel)
+    cmake_path(GET header_rel PARENT_PATH header_dir)
+    install(FILES ${header}
+            DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/eldr/${header_dir} COMPONENT dev)
+  endforeach()
   install(TARGETS eldr_core eldr_client EXPORT eldr-targets
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev)
   set(ELDR_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/eldr)

@@ -1,6 +1,6 @@
 # The Debian package: `cd build && cpack -G DEB` makes eldr_VERSION_ARCH.deb of everything
 # `cmake --install` puts under /usr (cmake/EldrInstall.cmake). The version is the project's one
-# (project(VERSION), core/version.hpp); Depends comes from dpkg-shlibdeps on the programs, plus
+# (project(VERSION), core/base/version.hpp); Depends comes from dpkg-shlibdeps on the programs, plus
 # the Debian packages the Python tools and the client library's CMake package need.
 set(CPACK_PACKAGE_NAME eldr)
 set(CPACK_PACKAGE_VENDOR "eldr")

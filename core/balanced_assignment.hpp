@@ -32,7 +32,7 @@
 #include <span>
 #include <vector>
 
-#include "core/status.hpp"
+#include "core/base/status.hpp"
 
 namespace eldr {
 

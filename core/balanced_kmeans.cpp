@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "core/balanced_assignment.hpp"
-#include "core/parallel.hpp"
-#include "core/vector_math.hpp"
+#include "core/base/parallel.hpp"
+#include "core/base/vector_math.hpp"
 
 namespace eldr {
 namespace {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <string>
 
-#include "core/vector_math.hpp"
+#include "core/base/vector_math.hpp"
 
 namespace eldr {
 namespace {

@@ -12,8 +12,8 @@
 #include <span>
 #include <vector>
 
+#include "core/base/status.hpp"
 #include "core/signature.hpp"
-#include "core/status.hpp"
 
 namespace eldr {
 

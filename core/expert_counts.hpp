@@ -15,8 +15,8 @@
 #include <span>
 #include <vector>
 
+#include "core/base/status.hpp"
 #include "core/geometry.hpp"
-#include "core/status.hpp"
 
 namespace eldr {
 

@@ -25,7 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/status.hpp"
+#include "core/base/status.hpp"
 
 namespace eldr {
 
@@ -179,10 +179,11 @@ class load_view {
   // worker's latest registration belongs to an earlier instance: ignored (counted in
   // scrapes_stale; returns ok). Errors as on_report.
   status on_scrape(uint32_t worker, uint32_t in_flight, int64_t issued_ms, int64_t now_ms);
-  // The worker's load as the cluster's load authority for it published it (core/load_exchange.hpp,
-  // cluster.load_sharing = "authority"), this router's own decisions since included: load :=
-  // in_flight. A heartbeat when the authority hears the worker (alive), else liveness is left to
-  // time out. Seq is untouched. Counted in shared. Errors as on_report.
+  // The worker's load as the cluster's load authority for it published it
+  // (core/membership/load_exchange.hpp, cluster.load_sharing = "authority"), this router's own
+  // decisions since included: load := in_flight. A heartbeat when the authority hears the worker
+  // (alive), else liveness is left to time out. Seq is untouched. Counted in shared. Errors as
+  // on_report.
   status on_shared(uint32_t worker, uint32_t in_flight, bool alive, int64_t now_ms);
   // A scrape of the worker failed (unreachable, timeout, bad body): counted only. Liveness is not
   // touched, so a worker whose scrapes keep failing goes dead report_timeout_ms after its last

@@ -9,7 +9,7 @@
 #include <thread>
 #include <utility>
 
-#include "core/parallel.hpp"
+#include "core/base/parallel.hpp"
 
 namespace eldr {
 namespace {

@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "core/balanced_kmeans.hpp"
+#include "core/base/random.hpp"
+#include "core/base/status.hpp"
 #include "core/centroid_set.hpp"
-#include "core/random.hpp"
 #include "core/signature.hpp"
-#include "core/status.hpp"
 
 namespace eldr {
 

@@ -13,9 +13,9 @@
 #include <string_view>
 #include <vector>
 
+#include "core/base/status.hpp"
 #include "core/centroid_set.hpp"
 #include "core/signature.hpp"
-#include "core/status.hpp"
 
 namespace eldr {
 

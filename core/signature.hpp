@@ -14,9 +14,9 @@
 #include <string_view>
 #include <vector>
 
+#include "core/base/status.hpp"
 #include "core/expert_counts.hpp"
 #include "core/geometry.hpp"
-#include "core/status.hpp"
 
 namespace eldr {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "core/random.hpp"
+#include "core/base/random.hpp"
 
 namespace eldr {
 namespace {

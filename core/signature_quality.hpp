@@ -12,9 +12,9 @@
 #include <span>
 #include <vector>
 
+#include "core/base/status.hpp"
 #include "core/geometry.hpp"
 #include "core/signature.hpp"
-#include "core/status.hpp"
 
 namespace eldr {
 

@@ -5,7 +5,7 @@
 #include <type_traits>
 
 // The lookup's summation gets an x86-64-v3 clone beside the baseline, as core's kernels do.
-#include "core/multiversion.hpp"
+#include "core/base/multiversion.hpp"
 
 namespace eldr::record {
 namespace {

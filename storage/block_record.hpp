@@ -15,8 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/base/status.hpp"
 #include "core/expert_counts.hpp"
-#include "core/status.hpp"
 #include "storage/signature_cache.hpp"
 
 namespace eldr::record {

@@ -101,8 +101,8 @@ class counts_lru {
 // Remembered prefix sums (masked, dense), keyed by the prefix's last block hash: the chained
 // hash fixes the prefix's content, so its sum never changes. Byte-bounded LRU; an entry goes
 // with its block. A cluster shard is asked for subsets of prompts, and which subset depends on
-// the router asking (core/shard_plan.hpp): an entry also keeps the fingerprint of the exact list
-// it sums, and serves only that list.
+// the router asking (core/membership/shard_plan.hpp): an entry also keeps the fingerprint of the
+// exact list it sums, and serves only that list.
 class prefix_memo {
  public:
   explicit prefix_memo(size_t capacity_bytes) : capacity_(capacity_bytes) {}

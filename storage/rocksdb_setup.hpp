@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "core/status.hpp"
+#include "core/base/status.hpp"
 #include "storage/signature_cache.hpp"
 
 namespace eldr::rocks {

@@ -21,8 +21,8 @@
 // open is reported by health(). No RocksDB error aborts the process.
 //
 // Thread safety: none. One owner thread calls everything (eldr-sigcache's ingest loop, or the
-// node's sigcache actor: actors/sigcache_actor.hpp), health() included. With background_writes the
-// cache runs a writer thread of its own, behind that interface.
+// node's sigcache actor: actors/sigcache/sigcache_actor.hpp), health() included. With
+// background_writes the cache runs a writer thread of its own, behind that interface.
 #pragma once
 
 #include <cstdint>
@@ -34,10 +34,10 @@
 #include <string_view>
 #include <vector>
 
+#include "core/base/status.hpp"
 #include "core/expert_counts.hpp"
 #include "core/geometry.hpp"
 #include "core/signature.hpp"
-#include "core/status.hpp"
 
 namespace eldr {
 

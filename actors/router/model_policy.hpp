@@ -9,8 +9,8 @@
 #include <string_view>
 
 #include "actors/router/router_state.hpp"
-#include "core/centroid_file.hpp"
-#include "core/status.hpp"
+#include "core/base/status.hpp"
+#include "core/formats/centroid_file.hpp"
 
 namespace eldr::router {
 

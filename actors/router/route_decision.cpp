@@ -5,11 +5,11 @@
 
 #include <algorithm>
 
-#include "cluster/route_protocol.hpp"
+#include "cluster/wire/route_protocol.hpp"
 
 namespace eldr::router {
 
-void send_route_error(const node_context& ctx, const route_job& job, route_error_code code,
+void send_route_error(const node_context& ctx, const route_job& job, wire_error_code code,
                       std::string message) {
   ctx.metrics->route_failed(code);
   ctx.edge->reply_error(job.from, job.request.id, code, std::move(message));
@@ -57,7 +57,7 @@ decided decide(router_state& st, model_state& m, const route_job& job, const sig
   in.label = req.label ? static_cast<int32_t>(*req.label) : -1;
   if (m.pool.eligible_count(now) == 0) {
     ++m.failed;
-    send_route_error(*st.ctx, job, route_error_code::no_eligible_worker,
+    send_route_error(*st.ctx, job, wire_error_code::no_eligible_worker,
                      "no decode worker of model '" + m.cfg->name +
                          "' is registered, live, undrained and below capacity");
     return decided::answered;
@@ -65,12 +65,12 @@ decided decide(router_state& st, model_state& m, const route_job& job, const sig
   auto d = m.policy->route(in, &m.trace);
   if (!d.ok()) {
     ++m.failed;
-    send_route_error(*st.ctx, job, route_error_code::internal, d.error().to_string());
+    send_route_error(*st.ctx, job, wire_error_code::internal, d.error().to_string());
     return decided::answered;
   }
   if (auto s = m.pool.on_route(req.id, d->worker, now); !s.ok()) {
     ++m.failed;
-    send_route_error(*st.ctx, job, route_error_code::internal, s.to_string());
+    send_route_error(*st.ctx, job, wire_error_code::internal, s.to_string());
     return decided::answered;
   }
   const int64_t t1 = steady_ns();

@@ -12,7 +12,7 @@
 namespace eldr::router {
 
 // Counts error `code` and answers the request with it.
-void send_route_error(const node_context& ctx, const route_job& job, route_error_code code,
+void send_route_error(const node_context& ctx, const route_job& job, wire_error_code code,
                       std::string message);
 
 // The request carries counts of another geometry than the model's current centroid set: they can

@@ -7,6 +7,7 @@
 #include <map>
 #include <string_view>
 
+#include "actors/caf_status.hpp"
 #include "actors/router/model_policy.hpp"
 #include "actors/router/router_actor_internal.hpp"
 #include "actors/router/router_files.hpp"
@@ -17,7 +18,8 @@ namespace eldr::router {
 // Runs `file` through the store (new epoch) and installs it, then calls done(epoch or error).
 using install_done = std::function<void(result<uint64_t>)>;
 // `cause` goes to the rollback history (install); `what` to the log. `term`: the refit leader's
-// term, in which the new epoch is numbered (core/leadership.hpp's next_epoch); 0 outside a cluster.
+// term, in which the new epoch is numbered (core/membership/leadership.hpp's next_epoch); 0 outside
+// a cluster.
 void store_and_install(router_actor_t* self, model_state& m, centroid_file file, std::string cause,
                        std::string what, install_done done, uint64_t term) {
   m.fence.observe_term(term);
@@ -58,26 +60,13 @@ void store_and_install(router_actor_t* self, model_state& m, centroid_file file,
             announce_epoch(self, self->state, mm);
             done(epoch);
           },
-          [=](caf::error& e) { done(status::io_error(self->system().render(e))); });
-}
-
-// The admin error code for a failed change: a refused input is malformed, a missing epoch or
-// nothing to undo is not_found, the rest is internal.
-route_error_code admin_code_for(const status& s) {
-  switch (s.code()) {
-    case status_code::invalid_argument:
-      return route_error_code::malformed;
-    case status_code::not_found:
-      return route_error_code::not_found;
-    default:
-      return route_error_code::internal;
-  }
+          [=](caf::error& e) { done(to_status(self->system(), e)); });
 }
 
 install_done answer_with_epoch(router_actor_t* self, admin_job_ptr job) {
   return [self, job](result<uint64_t> r) {
     if (!r.ok())
-      return answer_admin_error(*self->state.ctx, *job, admin_code_for(r.error()),
+      return answer_admin_error(*self->state.ctx, *job, wire_error_for_refusal(r.error()),
                                 r.error().message());
     answer_admin(*self->state.ctx, *job, {{"epoch", *r}});
   };
@@ -89,7 +78,7 @@ install_done deliver_epoch(caf::typed_response_promise<uint64_t> rp) {
     if (r.ok())
       rp.deliver(*r);
     else
-      rp.deliver(caf::make_error(caf::sec::runtime_error, r.error().to_string()));
+      rp.deliver(to_caf_error(r.error()));
   };
 }
 
@@ -120,7 +109,7 @@ status check_stored(uint64_t epoch, const std::vector<uint64_t>& epochs) {
 // On the refit leader (term > 0): makes the change, numbering a new epoch in the term. A swap or
 // rollback re-publishes the stored set as a new epoch rather than going back to its number: the
 // routers' fences accept only newer epochs (docs/cluster.md), and every router then records the
-// change alike (core/centroid_history.hpp).
+// change alike (core/formats/centroid_history.hpp).
 void change_as_leader(router_actor_t* self, model_state& m, const std::string& command,
                       const std::vector<uint8_t>& bytes, uint64_t epoch, uint64_t term,
                       change_done done) {
@@ -193,7 +182,7 @@ void change_via_leader(router_actor_t* self, uint32_t index, admin_job_ptr job, 
   auto& m = *st.models[index];
   auto answer = [self, job](result<uint64_t> r, uint64_t source, const std::string& leader) {
     if (!r.ok())
-      return answer_admin_error(*self->state.ctx, *job, admin_code_for(r.error()),
+      return answer_admin_error(*self->state.ctx, *job, wire_error_for_refusal(r.error()),
                                 r.error().message());
     nlohmann::json out{{"epoch", *r}, {"numbered_by", leader}};
     if (source != 0) out["set_of_epoch"] = source;
@@ -214,7 +203,7 @@ void change_via_leader(router_actor_t* self, uint32_t index, admin_job_ptr job, 
       return;
     }
     return answer_admin_error(
-        *st.ctx, *job, route_error_code::internal,
+        *st.ctx, *job, wire_error_code::internal,
         "no refit leader is known after " + wait_text(leader_wait_ms(st)) +
             ": in a cluster only the refit leader changes the current set (it needs a node "
             "with the router and refit roles that sees a majority of the members); nothing "
@@ -229,10 +218,10 @@ void change_via_leader(router_actor_t* self, uint32_t index, admin_job_ptr job, 
               // The leader's refusal keeps its code in the text ("not_found: ..."): the operator
               // gets the same answer as from the leader itself.
               const std::string text = error_text(self, e);
-              const auto code = text.rfind("not_found: ", 0) == 0 ? route_error_code::not_found
+              const auto code = text.rfind("not_found: ", 0) == 0 ? wire_error_code::not_found
                                 : text.rfind("invalid_argument: ", 0) == 0
-                                    ? route_error_code::malformed
-                                    : route_error_code::internal;
+                                    ? wire_error_code::malformed
+                                    : wire_error_code::internal;
               answer_admin_error(
                   *self->state.ctx, *job, code,
                   "the refit leader " + leader + " did not " + command + ": " + text);
@@ -250,15 +239,15 @@ void swap_to(router_actor_t* self, model_state& m, uint64_t epoch, std::string c
           [=](stored_set_ptr s) {
             auto& mm = *self->state.models[index];
             if (auto c = check_installable(mm, s->file); !c.ok()) {
-              answer_admin_error(*self->state.ctx, *job, route_error_code::malformed, c.message());
+              answer_admin_error(*self->state.ctx, *job, wire_error_code::malformed, c.message());
               return;
             }
             if (auto c = check_policy_accepts(mm, s->file); !c.ok()) {
-              answer_admin_error(*self->state.ctx, *job, route_error_code::malformed, c.message());
+              answer_admin_error(*self->state.ctx, *job, wire_error_code::malformed, c.message());
               return;
             }
             if (auto c = install(self->state, mm, s->file, s->epoch, cause); !c.ok()) {
-              answer_admin_error(*self->state.ctx, *job, route_error_code::internal, c.to_string());
+              answer_admin_error(*self->state.ctx, *job, wire_error_code::internal, c.to_string());
               return;
             }
             spdlog::info("model {}: {} to stored epoch {} (from {})", mm.cfg->name, cause, s->epoch,
@@ -267,7 +256,7 @@ void swap_to(router_actor_t* self, model_state& m, uint64_t epoch, std::string c
             answer_admin(*self->state.ctx, *job, {{"epoch", s->epoch}, {"from_epoch", from}});
           },
           [=](caf::error& e) {
-            answer_admin_error(*self->state.ctx, *job, route_error_code::not_found,
+            answer_admin_error(*self->state.ctx, *job, wire_error_code::not_found,
                                error_text(self, e));
           });
 }
@@ -303,7 +292,7 @@ struct admin_call {
   // The named model, or false after answering unknown_model.
   bool need_model() {
     if (m) return true;
-    answer_admin_error(*st.ctx, *job, route_error_code::unknown_model,
+    answer_admin_error(*st.ctx, *job, wire_error_code::unknown_model,
                        model_name ? "no model named '" + *model_name + "'"
                                   : "argument 'model' (string) is required");
     return false;
@@ -312,7 +301,7 @@ struct admin_call {
   std::optional<uint32_t> need_worker() {
     auto w = uint_arg(args, "worker", UINT32_MAX);
     if (!w.ok() || !*w) {
-      answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+      answer_admin_error(*st.ctx, *job, wire_error_code::malformed,
                          w.ok() ? "argument 'worker' (uint) is required" : w.error().message());
       return std::nullopt;
     }
@@ -343,7 +332,7 @@ void cmd_drain(admin_call& c) {
   if (!w) return;
   auto s = c.cmd == "drain" ? m->pool.drain(*w) : m->pool.undrain(*w);
   publish_readiness(st, *m);
-  if (!s.ok()) return answer_admin_error(*st.ctx, *job, route_error_code::malformed, s.message());
+  if (!s.ok()) return answer_admin_error(*st.ctx, *job, wire_error_code::malformed, s.message());
   spdlog::info("model {}: worker {} {}ed by admin", m->cfg->name, *w, c.cmd);
   auto snap = m->pool.snapshot(*w, st.ctx->now_ms());
   answer_admin(*st.ctx, *job, {{"worker", *w}, {"state", std::string(to_string(snap->state))}});
@@ -380,22 +369,22 @@ void cmd_centroids_import(admin_call& c) {
   if (!c.need_model()) return;
   auto it = args.find("file");
   if (it == args.end() || !it->is_binary())
-    return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+    return answer_admin_error(*st.ctx, *job, wire_error_code::malformed,
                               "argument 'file' (bin: a centroid file) is required");
   const auto& bin = it->get_binary();
   auto file = parse_centroid_file(std::span<const uint8_t>(bin.data(), bin.size()), "import");
   if (!file.ok())
-    return answer_admin_error(*st.ctx, *job, route_error_code::malformed, file.error().message());
+    return answer_admin_error(*st.ctx, *job, wire_error_code::malformed, file.error().message());
   bool force = false;
   if (auto f = args.find("force"); f != args.end() && !f->is_null()) {
     if (!f->is_boolean())
-      return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+      return answer_admin_error(*st.ctx, *job, wire_error_code::malformed,
                                 "argument 'force' must be a bool");
     force = f->get<bool>();
   }
   if (auto fits = check_import_fits(*m, *file); !fits.ok()) {
     if (!force)
-      return answer_admin_error(*st.ctx, *job, route_error_code::malformed, fits.message());
+      return answer_admin_error(*st.ctx, *job, wire_error_code::malformed, fits.message());
     spdlog::warn("model {}: importing a set anyway (--force): {}", m->cfg->name, fits.message());
   }
   if (!st.ctx->config.clustered())
@@ -418,7 +407,7 @@ void cmd_centroids_change(admin_call& c) {
     auto e = uint_arg(args, "epoch");
     if (!e.ok() || !*e)
       return answer_admin_error(
-          *st.ctx, *job, route_error_code::malformed,
+          *st.ctx, *job, wire_error_code::malformed,
           e.ok() ? "argument 'epoch' (uint) is required" : e.error().message());
     epoch = **e;
   }
@@ -426,15 +415,15 @@ void cmd_centroids_change(admin_call& c) {
     return change_via_leader(self, m->index, job, swap ? "swap" : "rollback", {}, epoch,
                              st.ctx->now_ms() + leader_wait_ms(st));
   if (!st.sigcache)
-    return answer_admin_error(*st.ctx, *job, route_error_code::internal,
+    return answer_admin_error(*st.ctx, *job, wire_error_code::internal,
                               "this node has no signature-cache role, so it keeps no stored "
                               "sets");
   if (!swap) {
-    // Undo the newest change of the current set (core/centroid_history.hpp), whatever its
+    // Undo the newest change of the current set (core/formats/centroid_history.hpp), whatever its
     // epoch number.
     auto previous = m->history.previous();
     if (!previous.ok())
-      return answer_admin_error(*st.ctx, *job, route_error_code::not_found,
+      return answer_admin_error(*st.ctx, *job, wire_error_code::not_found,
                                 previous.error().message());
     epoch = previous->epoch;
   }
@@ -444,7 +433,7 @@ void cmd_centroids_change(admin_call& c) {
       .then(
           [=](std::vector<uint64_t> epochs) {
             if (auto s = check_stored(epoch, epochs); !s.ok())
-              return answer_admin_error(*self->state.ctx, *job, route_error_code::not_found,
+              return answer_admin_error(*self->state.ctx, *job, wire_error_code::not_found,
                                         swap ? s.message()
                                              : "the set rollback returns to (epoch " +
                                                    std::to_string(epoch) +
@@ -452,7 +441,7 @@ void cmd_centroids_change(admin_call& c) {
             swap_to(self, *self->state.models[index], epoch, swap ? "swap" : "rollback", job);
           },
           [=](caf::error& err) {
-            answer_admin_error(*self->state.ctx, *job, route_error_code::internal,
+            answer_admin_error(*self->state.ctx, *job, wire_error_code::internal,
                                error_text(self, err));
           });
 }
@@ -466,7 +455,7 @@ void cmd_explain(admin_call& c) {
   auto id_arg = string_arg(args, "request");
   if (!id_arg.ok() || !*id_arg)
     return answer_admin_error(
-        *st.ctx, *job, route_error_code::malformed,
+        *st.ctx, *job, wire_error_code::malformed,
         id_arg.ok() ? "argument 'request' (string) is required" : id_arg.error().message());
   const auto& id = *id_arg;
   for (auto it = m->recent.rbegin(); it != m->recent.rend(); ++it) {
@@ -474,7 +463,7 @@ void cmd_explain(admin_call& c) {
     answer_admin(*st.ctx, *job, explain_json(*m, *it));
     return;
   }
-  answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+  answer_admin_error(*st.ctx, *job, wire_error_code::malformed,
                      "request '" + *id + "' is not among the " + std::to_string(m->recent.size()) +
                          " recent decisions");
 }
@@ -488,11 +477,11 @@ void cmd_policy(admin_call& c) {
   if (auto r = args.find("reset"); r != args.end() && !r->is_null()) {
     // Back to the config's policy and tau, and forget the persisted change.
     if (!r->is_boolean())
-      return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+      return answer_admin_error(*st.ctx, *job, wire_error_code::malformed,
                                 "argument 'reset' must be a bool");
     if (r->get<bool>()) {
       if (args.contains("policy") || args.contains("tau") || args.contains("widen_single"))
-        return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+        return answer_admin_error(*st.ctx, *job, wire_error_code::malformed,
                                   "argument 'reset' goes without 'policy', 'tau' and "
                                   "'widen_single'");
       const auto old_name = m->policy_name;
@@ -509,7 +498,7 @@ void cmd_policy(admin_call& c) {
         m->widen_single = old_widen;
         m->policy_source = old_source;
         (void)rebuild_policy(*m);
-        return answer_admin_error(*st.ctx, *job, route_error_code::internal, s.message());
+        return answer_admin_error(*st.ctx, *job, wire_error_code::internal, s.message());
       }
       publish_readiness(st, *m);
       spdlog::info("model {}: policy {} tau {} from the config again", m->cfg->name, m->policy_name,
@@ -523,25 +512,24 @@ void cmd_policy(admin_call& c) {
   const bool has_tau = args.contains("tau") && !args["tau"].is_null();
   const bool has_widen = args.contains("widen_single") && !args["widen_single"].is_null();
   if (has_widen && !args["widen_single"].is_boolean())
-    return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+    return answer_admin_error(*st.ctx, *job, wire_error_code::malformed,
                               "argument 'widen_single': expected a bool");
   if (has_name && !args["policy"].is_string())
-    return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+    return answer_admin_error(*st.ctx, *job, wire_error_code::malformed,
                               "argument 'policy': expected a string");
   if (has_tau && !args["tau"].is_number())
-    return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+    return answer_admin_error(*st.ctx, *job, wire_error_code::malformed,
                               "argument 'tau': expected a number");
   if (has_name || has_tau || has_widen) {
     const std::string name = has_name ? args["policy"].get<std::string>() : m->policy_name;
     const double tau = has_tau ? args["tau"].get<double>() : static_cast<double>(m->tau);
     const bool widen = has_widen ? args["widen_single"].get<bool>() : m->widen_single;
     if (auto s = check_tau(tau); !s.ok())
-      return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+      return answer_admin_error(*st.ctx, *job, wire_error_code::malformed,
                                 "argument 'tau': " + s.message());
     auto built = build_policy(*m, name, static_cast<float>(tau), widen, m->set, m->pool.k());
     if (!built.ok())
-      return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
-                                built.error().message());
+      return answer_admin_error(*st.ctx, *job, wire_error_code::malformed, built.error().message());
     m->policy_name = name;
     m->tau = static_cast<float>(tau);
     m->widen_single = widen;
@@ -581,11 +569,11 @@ void handle_admin(router_actor_t* self, const admin_job_ptr& job) {
   const auto& args = job->request.args;
   const auto model_arg = string_arg(args, "model");
   if (!model_arg.ok())
-    return answer_admin_error(*st.ctx, *job, route_error_code::malformed,
+    return answer_admin_error(*st.ctx, *job, wire_error_code::malformed,
                               model_arg.error().message());
   const auto it = admin_commands().find(cmd);
   if (it == admin_commands().end())
-    return answer_admin_error(*st.ctx, *job, route_error_code::unknown_type,
+    return answer_admin_error(*st.ctx, *job, wire_error_code::unknown_type,
                               "the router has no admin command '" + cmd + "'");
   admin_call call{
       self, job, st, cmd, args, *model_arg, *model_arg ? st.find(**model_arg) : nullptr};

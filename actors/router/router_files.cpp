@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 
-#include "core/file_io.hpp"
+#include "core/base/file_io.hpp"
 
 namespace eldr::router {
 namespace {
@@ -112,8 +112,8 @@ std::map<std::string, persisted_policy> read_persisted_policies(const node_confi
 //
 // Each model's centroid_history survives a restart in data_dir/centroid-history.json,
 // {"format": "eldr-centroid-history", "version": 1, "models": {"<name>": "<history text>"}}
-// (core/centroid_history.hpp's text), replaced atomically after each install. A file that does not
-// read is logged and ignored: the history then starts from the set installed at start-up.
+// (core/formats/centroid_history.hpp's text), replaced atomically after each install. A file that
+// does not read is logged and ignored: the history then starts from the set installed at start-up.
 
 constexpr const char* history_file = "centroid-history.json";
 constexpr const char* history_format = "eldr-centroid-history";

@@ -10,9 +10,9 @@
 #include <string>
 
 #include "actors/router/router_state.hpp"
-#include "cluster/node_config.hpp"
-#include "core/centroid_history.hpp"
-#include "core/status.hpp"
+#include "cluster/config/node_config.hpp"
+#include "core/base/status.hpp"
+#include "core/formats/centroid_history.hpp"
 
 namespace eldr::router {
 

@@ -1,15 +1,15 @@
 // router_load: the decode workers' load as the router learns it -- their worker-protocol messages
 // (register, load_report, finished, drain), their vLLM /metrics scraped every scrape_interval_ms,
 // and, with cluster.load_sharing = "authority", the load exchange between routers
-// (core/load_exchange.hpp): decision totals to each worker's authority, one load vector per
-// model per interval back.
+// (core/membership/load_exchange.hpp): decision totals to each worker's authority, one load vector
+// per model per interval back.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 
 #include "actors/router/model_policy.hpp"
 #include "actors/router/router_actor_internal.hpp"
-#include "cluster/worker_protocol.hpp"
+#include "cluster/wire/worker_protocol.hpp"
 
 namespace eldr::router {
 
@@ -62,7 +62,7 @@ void scrape_model(router_actor_t* self, model_state& m) {
   }
 }
 
-// --- Load authorities (cluster.load_sharing = "authority", core/load_exchange.hpp) ---
+// --- Load authorities (cluster.load_sharing = "authority", core/membership/load_exchange.hpp) ---
 
 // Finished ids an authority remembers so that a resent one is counted once; the same bound and
 // lifetime as the load view's tracked ids.
@@ -201,7 +201,7 @@ void on_scraped(router_actor_t* self, uint32_t model, uint32_t worker, int64_t i
 void handle_worker(router_actor_t* self, const worker_job& job, bool answer) {
   auto& st = self->state;
   const int64_t now = st.ctx->now_ms();
-  auto fail = [&](route_error_code code, const std::string& id, std::string message) {
+  auto fail = [&](wire_error_code code, const std::string& id, std::string message) {
     if (answer) st.ctx->edge->reply_error(job.from, id, code, std::move(message));
   };
   auto ack = [&](const std::string& id, model_state& m, uint32_t worker) {
@@ -218,8 +218,7 @@ void handle_worker(router_actor_t* self, const worker_job& job, bool answer) {
         using T = std::decay_t<decltype(msg)>;
         model_state* m = st.find(msg.model);
         if (!m)
-          return fail(route_error_code::unknown_model, msg.id,
-                      "no model named '" + msg.model + "'");
+          return fail(wire_error_code::unknown_model, msg.id, "no model named '" + msg.model + "'");
         // Whatever the message changed, /readyz sees it once the handler returns.
         struct publish_on_return {
           const router_state& st;
@@ -230,15 +229,15 @@ void handle_worker(router_actor_t* self, const worker_job& job, bool answer) {
           if (msg.worker >= m->pool.k()) {
             const bool open_k = m->cfg->workers == 0 && !m->set;
             if (!open_k || msg.worker >= m->cfg->max_workers)
-              return fail(route_error_code::malformed, msg.id,
+              return fail(wire_error_code::malformed, msg.id,
                           "worker " + std::to_string(msg.worker) + " is outside model '" +
                               msg.model + "''s pool of " + std::to_string(m->pool.k()));
             if (auto s = m->pool.resize(msg.worker + 1); !s.ok())
-              return fail(route_error_code::internal, msg.id, s.message());
+              return fail(wire_error_code::internal, msg.id, s.message());
           }
           if (auto s = m->pool.register_worker(msg.worker, msg.endpoint, msg.capacity, now);
               !s.ok())
-            return fail(route_error_code::malformed, msg.id, s.message());
+            return fail(wire_error_code::malformed, msg.id, s.message());
           if (m->policy->workers() != m->pool.k()) (void)rebuild_policy(*m);
           // With load authorities, only the worker's authority scrapes it.
           set_metrics_url(*m, msg.worker,
@@ -251,7 +250,7 @@ void handle_worker(router_actor_t* self, const worker_job& job, bool answer) {
           ack(msg.id, *m, msg.worker);
         } else if constexpr (std::is_same_v<T, load_report>) {
           if (auto s = m->pool.on_report(msg.worker, msg.in_flight, msg.seq, now); !s.ok())
-            return fail(route_error_code::malformed, msg.id, s.message());
+            return fail(wire_error_code::malformed, msg.id, s.message());
           if (m->authority) m->authority->on_report(msg.worker, msg.in_flight, msg.seq, now);
           if (m->reported.size() <= msg.worker) m->reported.resize(msg.worker + 1);
           auto& last = m->reported[msg.worker];
@@ -261,7 +260,7 @@ void handle_worker(router_actor_t* self, const worker_job& job, bool answer) {
           ack(msg.id, *m, msg.worker);
         } else if constexpr (std::is_same_v<T, finished_requests>) {
           if (msg.worker >= m->pool.k())
-            return fail(route_error_code::malformed, msg.id, "unknown worker");
+            return fail(wire_error_code::malformed, msg.id, "unknown worker");
           for (const auto& r : msg.requests) {
             m->pool.on_finished(msg.worker, r, now);
             // The authority counts every request of its worker once, whichever router routed it.
@@ -273,12 +272,12 @@ void handle_worker(router_actor_t* self, const worker_job& job, bool answer) {
           ack(msg.id, *m, msg.worker);
         } else if constexpr (std::is_same_v<T, worker_drain>) {
           auto s = msg.drain ? m->pool.drain(msg.worker) : m->pool.undrain(msg.worker);
-          if (!s.ok()) return fail(route_error_code::malformed, msg.id, s.message());
+          if (!s.ok()) return fail(wire_error_code::malformed, msg.id, s.message());
           spdlog::info("model {}: worker {} {}", msg.model, msg.worker,
                        msg.drain ? "drains" : "undrains");
           ack(msg.id, *m, msg.worker);
         } else {
-          fail(route_error_code::unknown_type, msg.id, "not a router message");
+          fail(wire_error_code::unknown_type, msg.id, "not a router message");
         }
       },
       job.message);

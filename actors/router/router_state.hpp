@@ -17,20 +17,20 @@
 #include <string>
 #include <vector>
 
-#include "actors/cluster_protocol.hpp"
+#include "actors/cluster/cluster_protocol.hpp"
 #include "actors/messages.hpp"
 #include "actors/node_context.hpp"
 #include "actors/router/shard_sum_cache.hpp"
 #include "actors/router/store_batch.hpp"
-#include "cluster/http_url.hpp"
-#include "cluster/metrics_scraper.hpp"
-#include "core/bounded_lru.hpp"
-#include "core/centroid_file.hpp"
-#include "core/centroid_history.hpp"
-#include "core/hash_ring.hpp"
-#include "core/leadership.hpp"
-#include "core/load_exchange.hpp"
+#include "cluster/http/http_url.hpp"
+#include "cluster/http/metrics_scraper.hpp"
+#include "core/base/bounded_lru.hpp"
+#include "core/formats/centroid_file.hpp"
+#include "core/formats/centroid_history.hpp"
 #include "core/load_view.hpp"
+#include "core/membership/hash_ring.hpp"
+#include "core/membership/leadership.hpp"
+#include "core/membership/load_exchange.hpp"
 #include "core/refit.hpp"
 #include "core/route_fallback.hpp"
 #include "core/routing.hpp"
@@ -110,8 +110,8 @@ struct model_state {
   };
   std::vector<std::optional<reported_load>> reported;
 
-  // cluster.load_sharing = "authority" (core/load_exchange.hpp): this router's decisions per
-  // worker; the authorities' vectors over them; the load authority for the workers that talk to
+  // cluster.load_sharing = "authority" (core/membership/load_exchange.hpp): this router's decisions
+  // per worker; the authorities' vectors over them; the load authority for the workers that talk to
   // this node (made at the first local registration) and the finished ids it applied; which node
   // is each worker's authority (learned from the vectors); per authority, the last delta seq, the
   // totals it carried and when (an unchanged delta is resent at most every delta_resend_ms).
@@ -174,7 +174,8 @@ struct router_state {
   uint64_t shard_stores_dropped = 0;
   std::vector<uint32_t> shard_scratch;  // a shard's reply, unpacked
   // Cluster: the refit leader as last announced ("" until one is), and the live routers by node
-  // name. Only the leader numbers epochs (core/leadership.hpp), so imports go through it.
+  // name. Only the leader numbers epochs (core/membership/leadership.hpp), so imports go through
+  // it.
   std::string leader;
   uint64_t leader_term = 0;
   std::map<std::string, caf::actor> routers_by_name;

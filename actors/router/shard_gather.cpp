@@ -3,7 +3,7 @@
 
 #include <unordered_map>
 
-#include "core/shard_plan.hpp"
+#include "core/membership/shard_plan.hpp"
 #include "core/signature.hpp"
 
 namespace eldr::router {

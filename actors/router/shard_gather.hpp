@@ -1,9 +1,9 @@
 // shard_gather: a route request signed across the signature-cache shards of a cluster. The
 // counts the request carries are summed where they are; the blocks without counts (prefix hits)
-// are planned among their owners (core/shard_plan.hpp: this node's own shard first, then as few
-// other nodes as possible), each owner's partial sum over the spec's layers is merged, and the
-// signature is built once every part has answered. The carried counts are also stored at their R
-// owners (store_plan). Plain data and functions: the router actor only sends the parts and feeds
+// are planned among their owners (core/membership/shard_plan.hpp: this node's own shard first, then
+// as few other nodes as possible), each owner's partial sum over the spec's layers is merged, and
+// the signature is built once every part has answered. The carried counts are also stored at their
+// R owners (store_plan). Plain data and functions: the router actor only sends the parts and feeds
 // the answers back (router_actor.cpp); unit tests drive the plan and the merge without it.
 #pragma once
 
@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "actors/cluster_protocol.hpp"
+#include "actors/cluster/cluster_protocol.hpp"
 #include "actors/messages.hpp"
 #include "actors/router/router_state.hpp"
-#include "core/hash_ring.hpp"
+#include "core/membership/hash_ring.hpp"
 
 namespace eldr::router {
 

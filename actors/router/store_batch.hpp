@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "cluster/counts_message.hpp"
+#include "cluster/wire/counts_message.hpp"
 
 namespace eldr::router {
 

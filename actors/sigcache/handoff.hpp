@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "actors/cluster_protocol.hpp"
+#include "actors/cluster/cluster_protocol.hpp"
 #include "actors/sigcache/sigcache_state.hpp"
 
 namespace eldr::sigcache {

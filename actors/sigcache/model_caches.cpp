@@ -5,7 +5,7 @@
 #include <cctype>
 #include <filesystem>
 
-#include "actors/sigcache_actor.hpp"
+#include "actors/sigcache/sigcache_actor.hpp"
 
 namespace eldr {
 

@@ -1,6 +1,6 @@
 // model_caches: where each model's signature cache lives on disk and how it is opened
-// (open_model_caches and stored_current_set, declared in actors/sigcache_actor.hpp, are defined
-// in model_caches.cpp). Plain functions: no actor system.
+// (open_model_caches and stored_current_set, declared in actors/sigcache/sigcache_actor.hpp, are
+// defined in model_caches.cpp). Plain functions: no actor system.
 #pragma once
 
 #include <string>

@@ -35,8 +35,8 @@ void request_subscription(sigcache_actor_t* self, const publisher_registration& 
     if (id.ok())
       return caf::anon_send(me, subscribed_atom::value, endpoint, *id, uint8_t{0}, std::string());
     const auto code = id.error().code() == status_code::invalid_argument
-                          ? route_error_code::malformed
-                          : route_error_code::internal;
+                          ? wire_error_code::malformed
+                          : wire_error_code::internal;
     caf::anon_send(me, subscribed_atom::value, endpoint, uint32_t{0}, static_cast<uint8_t>(code),
                    id.error().message());
   };
@@ -142,8 +142,8 @@ std::optional<follow_answer> follow(sigcache_actor_t* self, const publisher_regi
       st.metrics->registrations_refused->inc();
       log_refusal(st, r.endpoint, a.message);
       return follow_answer{
-          static_cast<uint8_t>(a.outcome == admit_outcome::full ? route_error_code::overloaded
-                                                                : route_error_code::malformed),
+          static_cast<uint8_t>(a.outcome == admit_outcome::full ? wire_error_code::overloaded
+                                                                : wire_error_code::malformed),
           a.message};
     case admit_outcome::existing:
       if (st.publishers.find(r.endpoint)->active) return follow_answer{0, ""};

@@ -1,7 +1,7 @@
-// sigcache_actor_internal: the signature-cache actor's own files (actors/sigcache_actor.cpp,
-// publishers.cpp, sigcache_cluster.cpp) and what they call in each other. Everything here sends
-// or receives CAF messages; the logic they wire lives in the plain modules beside them (signing,
-// handoff, sigcache_status, model_caches).
+// sigcache_actor_internal: the signature-cache actor's own files
+// (actors/sigcache/sigcache_actor.cpp, publishers.cpp, sigcache_cluster.cpp) and what they call in
+// each other. Everything here sends or receives CAF messages; the logic they wire lives in the
+// plain modules beside them (signing, handoff, sigcache_status, model_caches).
 #pragma once
 
 #include <caf/all.hpp>
@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/cluster_protocol.hpp"
+#include "actors/cluster/cluster_protocol.hpp"
 #include "actors/messages.hpp"
 #include "actors/sigcache/sigcache_state.hpp"
 
@@ -20,8 +20,8 @@ namespace eldr::sigcache {
 
 using sigcache_actor_t = caf::stateful_actor<sigcache_state>;
 
-// The actor to itself: the next slice of a model's ingest backlog (cluster/ingest.hpp). Route
-// requests queued meanwhile are answered between two slices.
+// The actor to itself: the next slice of a model's ingest backlog (cluster/ingest/ingest.hpp).
+// Route requests queued meanwhile are answered between two slices.
 using ingest_more_atom = caf::atom_constant<caf::atom("ingmore")>;
 
 // --- publishers.cpp: subscriptions, replay, persistence, forgetting, ingest ---
@@ -29,7 +29,7 @@ using ingest_more_atom = caf::atom_constant<caf::atom("ingmore")>;
 // The model's registered publishers, in its database's metadata (durable at the next commit).
 constexpr const char* publishers_metadata_key = "publishers";
 
-// A registration's answer: 0 and "" = subscribed, else a route_error_code and why.
+// A registration's answer: 0 and "" = subscribed, else a wire_error_code and why.
 using follow_answer = std::pair<uint8_t, std::string>;
 
 // Stages the model's registered publishers in its database's metadata.

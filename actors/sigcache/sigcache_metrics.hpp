@@ -18,8 +18,8 @@
 #include <tuple>
 #include <vector>
 
-#include "cluster/drop_cause.hpp"
-#include "core/metrics.hpp"
+#include "cluster/wire/drop_cause.hpp"
+#include "core/base/metrics.hpp"
 
 namespace eldr {
 class zmq_frontend;
@@ -44,7 +44,7 @@ class sigcache_metrics {
   counter_metric* publishers_forgotten;   // registered publishers dropped after silence
 
   // Copies into the registry what the actor's components count (publisher_metrics in
-  // cluster/ingest.hpp, store_health in storage/signature_cache.hpp, the frontend's replay
+  // cluster/ingest/ingest.hpp, store_health in storage/signature_cache.hpp, the frontend's replay
   // counters): the publishers the cache follows and their totals; each followed publisher's
   // messages, gaps and drops, and each model's blocks; each model's store health.
   void publish_publishers(const sigcache_state& st);

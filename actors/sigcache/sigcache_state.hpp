@@ -2,7 +2,8 @@
 // (sigcache_state), and the limits of its work per turn. Plain data shared by the actor's modules
 // in actors/sigcache/: the plain ones (signing, handoff, sigcache_status, model_caches) take it
 // without an actor system, so unit tests can drive them; the actor's own files
-// (actors/sigcache_actor.cpp, publishers.cpp, sigcache_cluster.cpp) wire it to CAF messages.
+// (actors/sigcache/sigcache_actor.cpp, publishers.cpp, sigcache_cluster.cpp) wire it to CAF
+// messages.
 #pragma once
 
 #include <caf/all.hpp>
@@ -21,9 +22,9 @@
 #include "actors/messages.hpp"
 #include "actors/node_context.hpp"
 #include "actors/sigcache/sigcache_metrics.hpp"
-#include "cluster/ingest.hpp"
-#include "cluster/publisher_registry.hpp"
-#include "core/hash_ring.hpp"
+#include "cluster/ingest/ingest.hpp"
+#include "cluster/ingest/publisher_registry.hpp"
+#include "core/membership/hash_ring.hpp"
 #include "core/signature.hpp"
 #include "storage/signature_cache.hpp"
 

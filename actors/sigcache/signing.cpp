@@ -4,8 +4,8 @@
 #include <memory>
 #include <utility>
 
-#include "cluster/counts_message.hpp"
-#include "core/shard_plan.hpp"
+#include "cluster/wire/counts_message.hpp"
+#include "core/membership/shard_plan.hpp"
 
 namespace eldr::sigcache {
 
@@ -74,8 +74,9 @@ std::string store_counts(model_cache& mc, const std::vector<uint8_t>& bytes) {
 
 // A shard's part of a signature (cluster_protocol.hpp): `blocks` are the blocks of one prompt
 // this shard was asked for, in prompt order; the sum covers the requested layers the store keeps.
-// Which of its blocks a shard is asked for depends on the router asking (core/shard_plan.hpp):
-// the cache's remembered prefix sums serve only the exact list they summed.
+// Which of its blocks a shard is asked for depends on the router asking
+// (core/membership/shard_plan.hpp): the cache's remembered prefix sums serve only the exact list
+// they summed.
 shard_sign_reply sum_shard_part(model_cache& mc, std::span<const uint64_t> blocks,
                                 const std::vector<uint32_t>& layers, std::string problem) {
   shard_sign_reply out;

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/cluster_protocol.hpp"
+#include "actors/cluster/cluster_protocol.hpp"
 #include "actors/messages.hpp"
 #include "actors/sigcache/sigcache_state.hpp"
 

@@ -446,7 +446,7 @@ def checked_endpoint(field, value, zmq_connect):
 
 def checked_metrics_url(value, field="worker_register.metrics_url"):
     """value as the node accepts it for worker_register.metrics_url (docs/protocol.md section 4,
-    cluster/http_url.hpp), else ValueError naming the field: an endpoint (checked_endpoint) that
+    cluster/http/http_url.hpp), else ValueError naming the field: an endpoint (checked_endpoint) that
     is http://HOST[:PORT][/PATH] -- HOST a DNS name, an IPv4 address or a bracketed IPv6 address,
     PORT 1..65535 -- without https, user info or a fragment."""
     value = checked_endpoint(field, value, False)

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """eldr_trace: eldr-trace files (recorded expert routing of MoE requests) in Python.
 
-The format is specified in shared/formats/eldr-trace.md; core/trace.cpp is the C++ reader that
+The format is specified in shared/formats/eldr-trace.md; core/formats/trace.cpp is the C++ reader that
 eldr-fit, eldr-sim and eldr-loadgen use. This module writes files that reader accepts and reads
 them back with the same rules, for Python tools (eldr-record) and tests.
 

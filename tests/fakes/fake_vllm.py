@@ -53,7 +53,7 @@ DECODE_COST = {
     "per_sequence_ms": 0.01,
     "per_context_kilotoken_ms": 0.004,
 }
-# A prefill's duration: core/simulator.hpp's sim_config prefill_base_ms / prefill_per_token_ms.
+# A prefill's duration: core/sim/simulator.hpp's sim_config prefill_base_ms / prefill_per_token_ms.
 PREFILL_COST = {"prefill_base_ms": 20.0, "prefill_per_token_ms": 0.1}
 
 

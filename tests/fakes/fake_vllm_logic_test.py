@@ -59,7 +59,7 @@ class CostModel(unittest.TestCase):
     def test_coefficients_are_the_cxx_defaults(self):
         # One formula, two languages: the fake must time steps as core/cost_model.hpp does.
         self.assertEqual(self.cxx_defaults("core/cost_model.hpp", fv.DECODE_COST), fv.DECODE_COST)
-        self.assertEqual(self.cxx_defaults("core/simulator.hpp", fv.PREFILL_COST),
+        self.assertEqual(self.cxx_defaults("core/sim/simulator.hpp", fv.PREFILL_COST),
                          fv.PREFILL_COST)
 
     def test_formula_matches_the_cxx_formula_and_its_documented_values(self):

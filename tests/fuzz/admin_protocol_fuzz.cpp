@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "cluster/admin_protocol.hpp"
+#include "cluster/wire/admin_protocol.hpp"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "cluster/counts_message.hpp"
+#include "cluster/wire/counts_message.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   eldr::counts_decode_limits limits;

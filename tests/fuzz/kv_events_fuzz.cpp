@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "cluster/kv_events.hpp"
+#include "cluster/wire/kv_events.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   eldr::kv_decode_limits limits;

@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <vector>
 
-#include "cluster/route_protocol.hpp"
-#include "core/utf8.hpp"
+#include "cluster/wire/route_protocol.hpp"
+#include "core/base/utf8.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   eldr::route_protocol_limits limits;

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/trace.hpp"
+#include "core/formats/trace.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const eldr::result<eldr::trace> t = eldr::parse_trace(data, size, "fuzz-input");

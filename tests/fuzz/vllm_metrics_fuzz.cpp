@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "cluster/http_url.hpp"
-#include "cluster/vllm_metrics.hpp"
+#include "cluster/http/http_url.hpp"
+#include "cluster/http/vllm_metrics.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -7,9 +7,9 @@
 #include <variant>
 #include <vector>
 
-#include "cluster/wire_fields.hpp"
-#include "cluster/worker_protocol.hpp"
-#include "core/utf8.hpp"
+#include "cluster/wire/wire_fields.hpp"
+#include "cluster/wire/worker_protocol.hpp"
+#include "core/base/utf8.hpp"
 
 namespace {
 

@@ -8,14 +8,14 @@
 #include <mutex>
 
 #include "actors/admin_actor.hpp"
-#include "actors/cluster_protocol.hpp"
+#include "actors/cluster/cluster_protocol.hpp"
 #include "actors/load_monitor_actor.hpp"
 #include "actors/node_metrics.hpp"
 #include "actors/refit_actor.hpp"
-#include "actors/router_actor.hpp"
-#include "actors/sigcache_actor.hpp"
-#include "core/centroid_file.hpp"
-#include "core/shard_plan.hpp"
+#include "actors/router/router_actor.hpp"
+#include "actors/sigcache/sigcache_actor.hpp"
+#include "core/formats/centroid_file.hpp"
+#include "core/membership/shard_plan.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/toy_model.hpp"
 
@@ -279,11 +279,11 @@ TEST_F(ActorsTest, UnknownModelsAndCommandsAreAnswered) {
       auto a = decode_admin_reply(bytes, {});
       ASSERT_TRUE(a.ok());
       EXPECT_FALSE(a->ok);
-      EXPECT_EQ(a->code, route_error_code::unknown_type);
+      EXPECT_EQ(a->code, wire_error_code::unknown_type);
     } else {
       auto e = decode_error_reply(bytes, {});
       ASSERT_TRUE(e.ok());
-      EXPECT_EQ(e->code, route_error_code::unknown_model);
+      EXPECT_EQ(e->code, wire_error_code::unknown_model);
     }
     ++errors;
   }

@@ -1,8 +1,8 @@
-// client failover and CURVE: the C++ clients (cluster/client.hpp) given several endpoints, against
-// fake nodes -- ROUTER sockets bound to port 0 on loopback, served by threads with a scripted
-// handler -- and against a closed port. Checks that a timed-out call is resent with the same id
-// to the next endpoint, that a late answer from an endpoint given up on never answers a later
-// request (synchronous or pipelined), that the call fails after max_attempts, and that CURVE
+// client failover and CURVE: the C++ clients (cluster/zmq/client.hpp) given several endpoints,
+// against fake nodes -- ROUTER sockets bound to port 0 on loopback, served by threads with a
+// scripted handler -- and against a closed port. Checks that a timed-out call is resent with the
+// same id to the next endpoint, that a late answer from an endpoint given up on never answers a
+// later request (synchronous or pipelined), that the call fails after max_attempts, and that CURVE
 // works with the right server key, times out with a wrong one and refuses malformed keys. The
 // Python client's equivalent (tests/integration/py/client_failover.py) runs here too.
 #include <gtest/gtest.h>
@@ -19,11 +19,11 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "cluster/admin_protocol.hpp"
-#include "cluster/client.hpp"
-#include "cluster/curve_keys.hpp"
-#include "cluster/route_protocol.hpp"
-#include "cluster/worker_protocol.hpp"
+#include "cluster/security/curve_keys.hpp"
+#include "cluster/wire/admin_protocol.hpp"
+#include "cluster/wire/route_protocol.hpp"
+#include "cluster/wire/worker_protocol.hpp"
+#include "cluster/zmq/client.hpp"
 #include "tests/support/fake_zmq_node.hpp"
 #include "tests/support/process.hpp"
 

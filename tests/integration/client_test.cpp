@@ -3,7 +3,7 @@
 // (one frame per message), and the tests check synchronous calls, pipelining with many requests
 // outstanding matched by id, late and undecodable replies, timeouts, error replies and an admin
 // call carrying a binary blob both ways.
-#include "cluster/client.hpp"
+#include "cluster/zmq/client.hpp"
 
 #include <gtest/gtest.h>
 
@@ -18,9 +18,9 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "cluster/admin_protocol.hpp"
-#include "cluster/route_protocol.hpp"
-#include "cluster/worker_protocol.hpp"
+#include "cluster/wire/admin_protocol.hpp"
+#include "cluster/wire/route_protocol.hpp"
+#include "cluster/wire/worker_protocol.hpp"
 #include "tests/support/fake_zmq_node.hpp"
 
 namespace eldr {
@@ -47,7 +47,7 @@ std::vector<bytes_t> route_handler(std::span<const uint8_t> in) {
   auto q = decode_route_request(in, {}, issues);
   if (!q.ok())
     return {
-        encode_error_reply({std::nullopt, route_error_code_for(q.error()), q.error().message()})};
+        encode_error_reply({std::nullopt, wire_error_for_decode(q.error()), q.error().message()})};
   return {encode_route_reply(answer(*q))};
 }
 
@@ -203,8 +203,8 @@ TEST(Client, ErrorRepliesAreSurfaced) {
     auto q = decode_route_request(in, {}, issues);
     if (!q.ok()) return {};
     if (q->model == "anonymous")  // the node could not read the id
-      return {encode_error_reply({std::nullopt, route_error_code::malformed, "bad"})};
-    return {encode_error_reply({q->id, route_error_code::unknown_model, "no pool"})};
+      return {encode_error_reply({std::nullopt, wire_error_code::malformed, "bad"})};
+    return {encode_error_reply({q->id, wire_error_code::unknown_model, "no pool"})};
   });
   auto c = route_client::connect(node.endpoint());
   ASSERT_TRUE(c.ok());
@@ -212,7 +212,7 @@ TEST(Client, ErrorRepliesAreSurfaced) {
   ASSERT_TRUE(r.ok()) << r.error().to_string();
   ASSERT_TRUE(std::holds_alternative<error_reply>(*r));
   EXPECT_EQ(std::get<error_reply>(*r),
-            (error_reply{std::string("q"), route_error_code::unknown_model, "no pool"}));
+            (error_reply{std::string("q"), wire_error_code::unknown_model, "no pool"}));
 
   route_request anon = request("q2", 1);
   anon.model = "anonymous";
@@ -220,7 +220,7 @@ TEST(Client, ErrorRepliesAreSurfaced) {
   ASSERT_TRUE(r2.ok()) << r2.error().to_string();
   ASSERT_TRUE(std::holds_alternative<error_reply>(*r2));
   EXPECT_FALSE(std::get<error_reply>(*r2).id);
-  EXPECT_EQ(std::get<error_reply>(*r2).code, route_error_code::malformed);
+  EXPECT_EQ(std::get<error_reply>(*r2).code, wire_error_code::malformed);
 }
 
 TEST(Client, WorkerCallsAndPipelining) {
@@ -228,12 +228,12 @@ TEST(Client, WorkerCallsAndPipelining) {
   fake_node node(ctx, [](std::span<const uint8_t> in) -> std::vector<bytes_t> {
     auto m = decode_worker_message(in, {});
     if (!m.ok())
-      return {encode_error_reply({std::nullopt, route_error_code_for(m.error()), "bad"})};
+      return {encode_error_reply({std::nullopt, wire_error_for_decode(m.error()), "bad"})};
     const std::string id = worker_message_id(*m);
     if (const auto* d = std::get_if<worker_drain>(&*m))
       return {encode_worker_ack({id, d->drain ? "draining" : "active", 4})};
     if (const auto* r = std::get_if<worker_register>(&*m)) {
-      if (r->model != "m") return {encode_error_reply({id, route_error_code::unknown_model, "?"})};
+      if (r->model != "m") return {encode_error_reply({id, wire_error_code::unknown_model, "?"})};
       return {encode_worker_ack({id, "active", 4})};
     }
     if (std::holds_alternative<publisher_register>(*m))
@@ -256,7 +256,7 @@ TEST(Client, WorkerCallsAndPipelining) {
   auto e = (*c)->call(worker_register{"reg-2", "other", 2, "tcp://10.0.0.2:5600", 8, ""});
   ASSERT_TRUE(e.ok()) << e.error().to_string();
   ASSERT_TRUE(std::holds_alternative<error_reply>(*e));
-  EXPECT_EQ(std::get<error_reply>(*e).code, route_error_code::unknown_model);
+  EXPECT_EQ(std::get<error_reply>(*e).code, wire_error_code::unknown_model);
 
   // Pipelined load reports and finished messages.
   for (uint64_t s = 1; s <= 50; ++s) {
@@ -291,7 +291,7 @@ TEST(Client, AdminCallWithBinaryBlobRoundTrip) {
     auto q = decode_admin_request(in, {});
     admin_reply r;
     if (!q.ok()) {
-      r.code = route_error_code_for(q.error());
+      r.code = wire_error_for_decode(q.error());
       r.error = q.error().message();
       return {encode_admin_reply(r)};
     }
@@ -302,13 +302,13 @@ TEST(Client, AdminCallWithBinaryBlobRoundTrip) {
       r.result = {
           {"epoch", 3}, {"bytes", q->args["file"].get_binary().size()}, {"file", q->args["file"]}};
     } else if (q->command == "drain") {
-      r.code = route_error_code::unknown_model;
+      r.code = wire_error_code::unknown_model;
       r.error = "no pool serves model \"" + q->args.value("model", "") + "\"";
     } else if (q->command == "refit") {
-      r.code = route_error_code::no_eligible_worker;
+      r.code = wire_error_code::no_eligible_worker;
       r.error = "busy";
     } else if (q->command == "legacy") {
-      return {encode_error_reply({q->id, route_error_code::unknown_type, "unknown command"})};
+      return {encode_error_reply({q->id, wire_error_code::unknown_type, "unknown command"})};
     } else {
       r.ok = true;  // "status": no result
     }

@@ -14,11 +14,11 @@
 #include <sstream>
 #include <thread>
 
-#include "cluster/client.hpp"
-#include "core/centroid_file.hpp"
+#include "cluster/zmq/client.hpp"
+#include "core/base/version.hpp"
 #include "core/expert_counts.hpp"
-#include "core/leadership.hpp"
-#include "core/version.hpp"
+#include "core/formats/centroid_file.hpp"
+#include "core/membership/leadership.hpp"
 #include "tests/support/cluster_status.hpp"
 #include "tests/support/node_process.hpp"
 #include "tests/support/process.hpp"
@@ -516,9 +516,9 @@ TEST_F(ClusterTest, ImportedEpochsReachEveryRouterAndStayMonotonic) {
   }
 }
 
-// Only the refit leader numbers epochs, inside its term (core/leadership.hpp): imports at two
-// other routers at the same time are forwarded to it and get two different epochs of its term,
-// and every router ends on the newer one.
+// Only the refit leader numbers epochs, inside its term (core/membership/leadership.hpp): imports
+// at two other routers at the same time are forwarded to it and get two different epochs of its
+// term, and every router ends on the newer one.
 TEST_F(ClusterTest, ConcurrentImportsAtTwoRoutersGetDistinctEpochsOfTheLeadersTerm) {
   start_three();
   register_workers(*nodes_[0]);
@@ -562,7 +562,8 @@ TEST_F(ClusterTest, ConcurrentImportsAtTwoRoutersGetDistinctEpochsOfTheLeadersTe
 
 // Issue 16: swap and rollback acted on the one router asked. In a cluster they go through the
 // refit leader, which re-publishes the stored set as a new epoch of its term, so every router
-// follows; rollback undoes the newest change (core/centroid_history.hpp), asked at any router.
+// follows; rollback undoes the newest change (core/formats/centroid_history.hpp), asked at any
+// router.
 TEST_F(ClusterTest, SwapAndRollbackReachEveryRouterThroughTheLeader) {
   start_three();
   register_workers(*nodes_[0]);

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "cluster/client.hpp"
+#include "cluster/zmq/client.hpp"
 #include "tests/support/cluster_status.hpp"
 #include "tests/support/node_process.hpp"
 #include "tests/support/process.hpp"

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/centroid_file.hpp"
+#include "core/formats/centroid_file.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/test_data.hpp"
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/trace.hpp"
+#include "core/formats/trace.hpp"
 #include "tests/support/test_data.hpp"
 
 namespace {

@@ -19,10 +19,10 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "cluster/admin_protocol.hpp"
-#include "cluster/curve_keys.hpp"
-#include "core/centroid_file.hpp"
-#include "core/file_io.hpp"
+#include "cluster/security/curve_keys.hpp"
+#include "cluster/wire/admin_protocol.hpp"
+#include "core/base/file_io.hpp"
+#include "core/formats/centroid_file.hpp"
 #include "tests/support/node_process.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -122,7 +122,7 @@ admin_reply ok_reply(json result) {
   return r;
 }
 
-admin_reply error_reply_of(route_error_code code, std::string message) {
+admin_reply error_reply_of(wire_error_code code, std::string message) {
   admin_reply r;
   r.ok = false;
   r.code = code;
@@ -190,8 +190,8 @@ std::optional<admin_reply> canned(const admin_request& r) {
     return ok_reply(
         {{"policy", r.args.value("policy", "eldr")}, {"tau", r.args.value("tau", 0.1)}});
   if (r.command == "drain" || r.command == "undrain")
-    return error_reply_of(route_error_code::unknown_model, "no pool for model x");
-  return error_reply_of(route_error_code::unknown_type, "unknown command " + r.command);
+    return error_reply_of(wire_error_code::unknown_model, "no pool for model x");
+  return error_reply_of(wire_error_code::unknown_type, "unknown command " + r.command);
 }
 
 // A small valid centroid set: 2 workers over a 2-layer, 4-expert model, unit rows.
@@ -336,7 +336,7 @@ TEST_F(Eldrctl, WorkersTableAndModelFilter) {
 TEST_F(Eldrctl, NodeErrorExitsOneWithCodeNameAndMessage) {
   fake_admin_node node([](const admin_request& r) -> std::optional<admin_reply> {
     if (r.command == "refit")  // a code newer than this build: still the node's refusal
-      return error_reply_of(static_cast<route_error_code>(42), "not in this century");
+      return error_reply_of(static_cast<wire_error_code>(42), "not in this century");
     return canned(r);
   });
   auto r = ctl(node, "drain x 3");
@@ -541,7 +541,7 @@ TEST_F(Eldrctl, ASetOfAnotherModelOrGeometryIsRefusedUnlessForced) {
   // The node's own refusal (another client, or a check only the node can make) exits 1.
   fake_admin_node refusing([](const admin_request& q) -> std::optional<admin_reply> {
     if (q.command == "centroids.import")
-      return error_reply_of(route_error_code::malformed, "centroid set refused for model 'm'");
+      return error_reply_of(wire_error_code::malformed, "centroid set refused for model 'm'");
     return canned(q);
   });
   const std::string good = dir.sub("good.centroids");

@@ -334,7 +334,7 @@ CLUSTER_ONLY = {"eldr_cluster_events_total", "eldr_cluster_members", "eldr_clust
                 "eldr_cluster_term"}
 
 # vLLM's /metrics as a decode worker serves it: what the node scrapes for a worker registered
-# with a metrics_url (cluster/metrics_scraper).
+# with a metrics_url (cluster/http/metrics_scraper).
 VLLM_METRICS = (b'# TYPE vllm:num_requests_running gauge\n'
                 b'vllm:num_requests_running{engine="0",model_name="served"} 3.0\n'
                 b'# TYPE vllm:num_requests_waiting gauge\n'

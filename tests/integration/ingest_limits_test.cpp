@@ -8,8 +8,8 @@
 #include <fstream>
 #include <iterator>
 
-#include "cluster/ingest.hpp"
-#include "core/msgpack.hpp"
+#include "cluster/ingest/ingest.hpp"
+#include "core/base/msgpack.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace eldr {

@@ -1,7 +1,7 @@
 // ingest (no sockets) on a real RocksDB: sequence rules (in order, restart, gap filled by a
 // replay, gap resynchronised), bad frames and payloads counted per cause while the stream goes
 // on, counts of another geometry refused, metrics carried across a reopen.
-#include "cluster/ingest.hpp"
+#include "cluster/ingest/ingest.hpp"
 
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
@@ -10,7 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "core/msgpack.hpp"
+#include "core/base/msgpack.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace eldr {

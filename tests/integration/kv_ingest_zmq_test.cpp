@@ -9,7 +9,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
-#include "cluster/zmq_ingest.hpp"
+#include "cluster/zmq/zmq_ingest.hpp"
 #include "tests/support/kv_publisher.hpp"
 #include "tests/support/temp_dir.hpp"
 

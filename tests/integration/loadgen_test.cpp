@@ -19,11 +19,11 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
-#include "cluster/admin_protocol.hpp"
-#include "cluster/kv_events.hpp"
-#include "cluster/route_protocol.hpp"
-#include "cluster/worker_protocol.hpp"
-#include "core/centroid_file.hpp"
+#include "cluster/wire/admin_protocol.hpp"
+#include "cluster/wire/kv_events.hpp"
+#include "cluster/wire/route_protocol.hpp"
+#include "cluster/wire/worker_protocol.hpp"
+#include "core/formats/centroid_file.hpp"
 #include "tests/support/process.hpp"
 
 namespace {
@@ -132,7 +132,7 @@ class fake_node {
         rec_.imported.push_back(std::move(f).value());
       } else {
         r.ok = false;
-        r.code = eldr::route_error_code::malformed;
+        r.code = eldr::wire_error_code::malformed;
         r.error = f.error().message();
       }
     } else if (req->command == "policy") {
@@ -141,7 +141,7 @@ class fake_node {
         const std::string name = req->args.at("policy").get<std::string>();
         if (name == refuse_policy_) {
           r.ok = false;
-          r.code = eldr::route_error_code::malformed;
+          r.code = eldr::wire_error_code::malformed;
           r.error = "refused by the test";
         } else {
           rec_.policies.push_back(name);
@@ -160,7 +160,7 @@ class fake_node {
       r.result = {{"epoch", epoch_}};
     } else {
       r.ok = false;
-      r.code = eldr::route_error_code::unknown_type;
+      r.code = eldr::wire_error_code::unknown_type;
       r.error = "unknown command";
     }
     reply(admin_, id, eldr::encode_admin_reply(r));

@@ -4,7 +4,7 @@
 // oversized request is refused without stopping the server, idle connections are closed at the
 // read deadline, a flood of connections evicts the oldest, and destruction does not wait for
 // connected clients. And the optional read-only pages (`/`, `/api/...`, GET and HEAD only).
-#include "cluster/metrics_http.hpp"
+#include "cluster/http/metrics_http.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

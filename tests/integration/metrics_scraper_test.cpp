@@ -1,7 +1,7 @@
 // metrics_scraper against a real local HTTP server (cpp-httplib's, bound to port 0): vLLM-format
 // bodies read, one scrape in flight per worker, HTTP errors, refused connections, timeouts and
 // oversized bodies reported per worker. Results are awaited with a deadline, never a sleep.
-#include "cluster/metrics_scraper.hpp"
+#include "cluster/http/metrics_scraper.hpp"
 
 #include <gtest/gtest.h>
 #include <httplib.h>

@@ -2,7 +2,7 @@
 // own tests use fake servers, this one proves they speak to the real node.
 #include <gtest/gtest.h>
 
-#include "core/centroid_file.hpp"
+#include "core/formats/centroid_file.hpp"
 #include "tests/support/node_process.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"

@@ -10,7 +10,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "cluster/client.hpp"
+#include "cluster/zmq/client.hpp"
 #include "tests/support/node_fixture.hpp"
 #include "tests/support/zmq_frames.hpp"
 
@@ -106,7 +106,7 @@ TEST_F(NodeEdgeTest, NoFrameShapeSwitchesRoutingOff) {
   auto e =
       decode_error_reply({static_cast<const uint8_t*>(answer[0].data()), answer[0].size()}, {});
   ASSERT_TRUE(e.ok());
-  EXPECT_EQ(e->code, route_error_code::malformed);
+  EXPECT_EQ(e->code, wire_error_code::malformed);
 
   for (int i = 0; i < 20; ++i)
     expect_routed("after-" + std::to_string(i));
@@ -162,7 +162,7 @@ TEST_F(NodeEdgeTest, ClientStringsAreCheckedWhereTheyArrive) {
     auto* e = std::get_if<error_reply>(&*r);
     EXPECT_NE(e, nullptr) << worker_message_type(m) << " was accepted";
     if (!e) return "";
-    EXPECT_EQ(e->code, route_error_code::malformed);
+    EXPECT_EQ(e->code, wire_error_code::malformed);
     return e->message;
   };
   EXPECT_EQ(refused(worker_register{"", "toy", 2, "tcp://x\"\nINJECTED 1", 0, ""}),
@@ -195,7 +195,7 @@ TEST_F(NodeEdgeTest, ClientStringsAreCheckedWhereTheyArrive) {
   auto e =
       decode_error_reply({static_cast<const uint8_t*>(answer[0].data()), answer[0].size()}, {});
   ASSERT_TRUE(e.ok()) << e.error().to_string();
-  EXPECT_EQ(e->code, route_error_code::malformed);
+  EXPECT_EQ(e->code, wire_error_code::malformed);
   EXPECT_FALSE(e->id.has_value());
   EXPECT_EQ(e->message, "route_request.id: not valid UTF-8 at byte 3 (0xc0)");
 }

@@ -11,7 +11,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
-#include "cluster/client.hpp"
+#include "cluster/zmq/client.hpp"
 #include "tests/support/cluster_status.hpp"
 #include "tests/support/kv_publisher.hpp"
 #include "tests/support/node_process.hpp"

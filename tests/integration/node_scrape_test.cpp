@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "cluster/client.hpp"
+#include "cluster/zmq/client.hpp"
 #include "tests/support/child_process.hpp"
 #include "tests/support/cluster_status.hpp"
 #include "tests/support/node_process.hpp"

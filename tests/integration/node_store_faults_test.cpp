@@ -13,9 +13,9 @@
 #include <filesystem>
 #include <thread>
 
-#include "cluster/client.hpp"
-#include "core/centroid_file.hpp"
+#include "cluster/zmq/client.hpp"
 #include "core/expert_counts.hpp"
+#include "core/formats/centroid_file.hpp"
 #include "tests/support/node_fixture.hpp"
 #include "tests/support/small_fs.hpp"
 #include "tests/support/toy_model.hpp"

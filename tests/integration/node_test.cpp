@@ -9,9 +9,9 @@
 #include <thread>
 #include <zmq.hpp>
 
-#include "cluster/client.hpp"
-#include "core/centroid_file.hpp"
+#include "cluster/zmq/client.hpp"
 #include "core/expert_counts.hpp"
+#include "core/formats/centroid_file.hpp"
 #include "tests/support/node_fixture.hpp"
 #include "tests/support/toy_model.hpp"
 
@@ -599,21 +599,21 @@ TEST_F(NodeTest, BadInputIsAnsweredCountedAndHarmless) {
     EXPECT_TRUE(s.recv(m).has_value());
     auto e = decode_error_reply({static_cast<const uint8_t*>(m.data()), m.size()}, {});
     EXPECT_TRUE(e.ok());
-    return e.ok() ? e->code : route_error_code::internal;
+    return e.ok() ? e->code : wire_error_code::internal;
   };
-  EXPECT_EQ(raw(node_->route(), {0xc1, 0x00}), route_error_code::malformed);
+  EXPECT_EQ(raw(node_->route(), {0xc1, 0x00}), wire_error_code::malformed);
   route_request big = request_for("big", 0, {}, false);
   big.block_hashes.assign(5000, 7);
-  EXPECT_EQ(raw(node_->route(), encode_route_request(big)), route_error_code::too_large);
+  EXPECT_EQ(raw(node_->route(), encode_route_request(big)), wire_error_code::too_large);
   // A route request sent to the worker endpoint is an unknown type there.
   EXPECT_EQ(raw(node_->worker(), encode_route_request(request_for("x", 0, {1}, false))),
-            route_error_code::unknown_type);
+            wire_error_code::unknown_type);
   auto wrong_model = request_for("wm", 0, {1}, false);
   wrong_model.model = "no-such-model";
   auto r = route_->route(wrong_model);
   ASSERT_TRUE(r.ok());
   ASSERT_TRUE(std::holds_alternative<error_reply>(*r));
-  EXPECT_EQ(std::get<error_reply>(*r).code, route_error_code::unknown_model);
+  EXPECT_EQ(std::get<error_reply>(*r).code, wire_error_code::unknown_model);
   // The node goes on and counted every one.
   auto s = admin_->call("status");
   ASSERT_TRUE(s.ok());
@@ -651,7 +651,7 @@ TEST_F(NodeTest, ModelsHaveTheirOwnPoolsSetsAndEpochs) {
   auto r = route_->route(req);
   ASSERT_TRUE(r.ok());
   ASSERT_TRUE(std::holds_alternative<error_reply>(*r));
-  EXPECT_EQ(std::get<error_reply>(*r).code, route_error_code::no_eligible_worker);
+  EXPECT_EQ(std::get<error_reply>(*r).code, wire_error_code::no_eligible_worker);
   for (uint32_t w = 0; w < 2; ++w)
     ASSERT_TRUE(
         worker_->call(worker_register{"", "other", w, "tcp://o" + std::to_string(w), 0, ""}).ok());
@@ -686,7 +686,7 @@ TEST_F(NodeTest, PendingLimitShedsLoadAndEveryRequestIsAnsweredOnce) {
     auto r = route_->receive(10000);
     ASSERT_TRUE(r.ok()) << "answer " << i << ": " << r.error().to_string();
     if (auto* e = std::get_if<error_reply>(&*r)) {
-      ASSERT_EQ(e->code, route_error_code::overloaded) << e->message;
+      ASSERT_EQ(e->code, wire_error_code::overloaded) << e->message;
       ++overloaded;
     } else {
       EXPECT_TRUE(answered.insert(std::get<route_reply>(*r).id).second);

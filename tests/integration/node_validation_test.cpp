@@ -15,9 +15,9 @@
 #include <fstream>
 #include <limits>
 
-#include "cluster/client.hpp"
-#include "core/centroid_file.hpp"
+#include "cluster/zmq/client.hpp"
 #include "core/expert_counts.hpp"
+#include "core/formats/centroid_file.hpp"
 #include "tests/support/node_fixture.hpp"
 #include "tests/support/node_process.hpp"
 #include "tests/support/process.hpp"

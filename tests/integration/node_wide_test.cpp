@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "cluster/client.hpp"
-#include "core/centroid_file.hpp"
+#include "cluster/zmq/client.hpp"
 #include "core/expert_counts.hpp"
+#include "core/formats/centroid_file.hpp"
 #include "tests/support/node_fixture.hpp"
 #include "tests/support/process.hpp"
 

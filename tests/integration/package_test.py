@@ -6,7 +6,7 @@ its paths: the systemd units (deploy/systemd) and the Docker image (deploy/docke
 
 It runs `cpack -G DEB` on the already-built BUILD (into a temporary folder: the build dir is
 left as it was; nothing is compiled) and checks:
-  - dpkg-deb -I: Package eldr, Version = CMake's project(VERSION) (core/version.hpp's),
+  - dpkg-deb -I: Package eldr, Version = CMake's project(VERSION) (core/base/version.hpp's),
     Architecture = dpkg's, Maintainer, Description, Depends naming the Debian packages of the
     shared libraries the programs link (the Dockerfile's runtime packages among them) and the
     Python modules' packages;
@@ -236,7 +236,7 @@ class PackageTest(unittest.TestCase):
             self.assert_in_package("/usr/lib/python3/dist-packages/" + m, "a Python module")
         for f in ["eldrConfig.cmake", "eldrConfigVersion.cmake", "eldr-targets.cmake"]:
             self.assert_in_package("/usr/lib/cmake/eldr/" + f, "find_package(eldr)")
-        self.assert_in_package("/usr/include/eldr/cluster/client.hpp", "the C++ client header")
+        self.assert_in_package("/usr/include/eldr/cluster/zmq/client.hpp", "the C++ client header")
 
     def test_proxy_finds_its_compiled_counts_conversion(self):
         lib = "/usr/lib/python3/dist-packages/libeldr_counts_native.so"

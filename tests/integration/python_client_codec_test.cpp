@@ -13,11 +13,11 @@
 #include <variant>
 #include <vector>
 
-#include "cluster/admin_protocol.hpp"
-#include "cluster/counts_message.hpp"
-#include "cluster/route_protocol.hpp"
-#include "cluster/worker_protocol.hpp"
-#include "core/file_io.hpp"
+#include "cluster/wire/admin_protocol.hpp"
+#include "cluster/wire/counts_message.hpp"
+#include "cluster/wire/route_protocol.hpp"
+#include "cluster/wire/worker_protocol.hpp"
+#include "core/base/file_io.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -204,12 +204,12 @@ TEST_F(PythonClientCodec, PythonReadsWhatCppSends) {
       "routed by load"};
   save(dir, "route_reply_warned", encode_route_reply(warned));
   save(dir, "error_reply",
-       encode_error_reply({std::string("req-1"), route_error_code::overloaded, "busy"}));
+       encode_error_reply({std::string("req-1"), wire_error_code::overloaded, "busy"}));
   save(dir, "error_reply_noid",
        encode_error_reply(
-           {std::nullopt, route_error_code::malformed, "route_request: expected map"}));
+           {std::nullopt, wire_error_code::malformed, "route_request: expected map"}));
   save(dir, "error_reply_future",
-       encode_error_reply({std::string("req-1"), static_cast<route_error_code>(42), "new"}));
+       encode_error_reply({std::string("req-1"), static_cast<wire_error_code>(42), "new"}));
   save(dir, "worker_ack", encode_worker_ack({"w-1", "draining", 12}));
   admin_reply ok;
   ok.id = "a-1";
@@ -227,7 +227,7 @@ TEST_F(PythonClientCodec, PythonReadsWhatCppSends) {
   admin_reply err;
   err.id = "a-1";
   err.ok = false;
-  err.code = route_error_code::unknown_model;
+  err.code = wire_error_code::unknown_model;
   err.error = "no pool for model x";
   save(dir, "admin_reply_err", encode_admin_reply(err));
 

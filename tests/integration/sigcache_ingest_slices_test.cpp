@@ -14,9 +14,9 @@
 
 #include "actors/load_monitor_actor.hpp"
 #include "actors/node_metrics.hpp"
-#include "actors/router_actor.hpp"
-#include "actors/sigcache_actor.hpp"
-#include "core/msgpack.hpp"
+#include "actors/router/router_actor.hpp"
+#include "actors/sigcache/sigcache_actor.hpp"
+#include "core/base/msgpack.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace eldr {

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "actors/sigcache/sigcache_actor.hpp"
 #include "actors/sigcache/sigcache_state.hpp"
-#include "actors/sigcache_actor.hpp"
-#include "core/msgpack.hpp"
+#include "core/base/msgpack.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace eldr::sigcache {

@@ -7,7 +7,7 @@
 #include <set>
 #include <string>
 
-#include "core/trace.hpp"
+#include "core/formats/trace.hpp"
 #include "tests/support/test_data.hpp"
 
 namespace eldr {

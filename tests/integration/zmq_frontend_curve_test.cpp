@@ -13,8 +13,8 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "cluster/curve_keys.hpp"
-#include "cluster/zmq_frontend.hpp"
+#include "cluster/security/curve_keys.hpp"
+#include "cluster/zmq/zmq_frontend.hpp"
 
 namespace eldr {
 namespace {

@@ -12,7 +12,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "cluster/zmq_frontend.hpp"
+#include "cluster/zmq/zmq_frontend.hpp"
 #include "tests/support/zmq_frames.hpp"
 
 namespace eldr {

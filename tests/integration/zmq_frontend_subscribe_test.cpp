@@ -13,7 +13,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "cluster/zmq_frontend.hpp"
+#include "cluster/zmq/zmq_frontend.hpp"
 
 namespace eldr {
 namespace {

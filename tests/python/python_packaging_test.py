@@ -73,7 +73,7 @@ class PackagingTest(unittest.TestCase):
                               cwd=self.tmpdir.name, env=clean_env())
 
     def test_every_package_has_the_projects_version(self):
-        """One version: CMake's project(VERSION) (core/version.hpp) is every package's."""
+        """One version: CMake's project(VERSION) (core/base/version.hpp) is every package's."""
         with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
             cmake = re.search(r"project\(eldr VERSION ([0-9.]+)", f.read()).group(1)
         for folder in [CLIENT] + TOOLS:

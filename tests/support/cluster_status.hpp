@@ -9,7 +9,7 @@
 #include <string>
 #include <thread>
 
-#include "cluster/client.hpp"
+#include "cluster/zmq/client.hpp"
 
 namespace eldr::testing {
 

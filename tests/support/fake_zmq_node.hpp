@@ -18,7 +18,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "cluster/curve_keys.hpp"
+#include "cluster/security/curve_keys.hpp"
 
 namespace eldr::testing {
 

@@ -12,7 +12,7 @@
 #include <utility>
 #include <variant>
 
-#include "cluster/client.hpp"
+#include "cluster/zmq/client.hpp"
 #include "tests/support/node_process.hpp"
 #include "tests/support/temp_dir.hpp"
 

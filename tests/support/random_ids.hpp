@@ -6,8 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/base/random.hpp"
 #include "core/geometry.hpp"
-#include "core/random.hpp"
 
 namespace eldr::testing {
 

@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "cluster/route_protocol.hpp"
-#include "core/centroid_file.hpp"
+#include "cluster/wire/route_protocol.hpp"
 #include "core/expert_counts.hpp"
+#include "core/formats/centroid_file.hpp"
 #include "core/signature.hpp"
 
 namespace eldr::testing {

@@ -1,14 +1,14 @@
 // admin_protocol: requests and replies round trip with every kind of argument value (binary blobs
 // included), agree with nlohmann's own MessagePack codec, and hostile input -- deep nesting, huge
 // counts, bad UTF-8, non-str keys, truncation -- is refused with a named field, never a throw.
-#include "cluster/admin_protocol.hpp"
+#include "cluster/wire/admin_protocol.hpp"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "core/msgpack.hpp"
+#include "core/base/msgpack.hpp"
 
 namespace eldr {
 namespace {
@@ -105,12 +105,12 @@ TEST(AdminProtocol, RepliesRoundTrip) {
   admin_reply err;
   err.id = "a-2";
   err.ok = false;
-  err.code = route_error_code::unknown_model;
+  err.code = wire_error_code::unknown_model;
   err.error = "no pool serves model \"x\"";
   auto e = decode_admin_reply(encode_admin_reply(err), {});
   ASSERT_TRUE(e.ok()) << e.error().to_string();
   EXPECT_FALSE(e->ok);
-  EXPECT_EQ(e->code, route_error_code::unknown_model);
+  EXPECT_EQ(e->code, wire_error_code::unknown_model);
   EXPECT_EQ(e->error, err.error);
   EXPECT_TRUE(e->result.is_null());
 }
@@ -161,9 +161,9 @@ TEST(AdminProtocol, UnknownKeysAreIgnoredAndTypesChecked) {
   // Another message type is not_found (unknown_type).
   auto r = decode_admin_reply(encode_admin_request(sample_request()), {});
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(route_error_code_for(r.error()), route_error_code::unknown_type);
+  EXPECT_EQ(wire_error_for_decode(r.error()), wire_error_code::unknown_type);
   auto q =
-      decode_admin_request(encode_error_reply({std::nullopt, route_error_code::internal, "x"}), {});
+      decode_admin_request(encode_error_reply({std::nullopt, wire_error_code::internal, "x"}), {});
   EXPECT_EQ(q.error().code(), status_code::not_found);
 }
 
@@ -302,7 +302,7 @@ TEST(AdminProtocol, EveryLimitIsEnforced) {
   expect_error(decode_admin_request(req, l).error(), status_code::out_of_range, "admin_request.id");
   admin_reply err;
   err.id = "a";
-  err.code = route_error_code::internal;
+  err.code = wire_error_code::internal;
   err.error = "something broke";
   l = {};
   l.max_error_bytes = 3;

@@ -14,7 +14,7 @@
 #include <random>
 #include <vector>
 
-#include "core/vector_math.hpp"
+#include "core/base/vector_math.hpp"
 
 namespace eldr {
 namespace {

@@ -1,7 +1,7 @@
 // bounded_lru: least-recently-used eviction, TTL expiry by injected time (get refreshes recency,
 // not age; put refreshes both), the hard size bound whatever keys arrive, heterogeneous
 // std::string lookups without allocation, counters, and moves.
-#include "core/bounded_lru.hpp"
+#include "core/base/bounded_lru.hpp"
 
 #include <gtest/gtest.h>
 

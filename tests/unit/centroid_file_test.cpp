@@ -1,5 +1,5 @@
 // centroid_file: round trips, strict decoding, and validation errors that name the field.
-#include "core/centroid_file.hpp"
+#include "core/formats/centroid_file.hpp"
 
 #include <gtest/gtest.h>
 
@@ -8,8 +8,8 @@
 
 #include <unistd.h>
 
-#include "core/file_io.hpp"
-#include "core/msgpack.hpp"
+#include "core/base/file_io.hpp"
+#include "core/base/msgpack.hpp"
 
 namespace eldr {
 namespace {

@@ -2,7 +2,7 @@
 // numbers (a swap to an older epoch is undone by going forward again); a cluster's renumbered
 // rollback recorded alike on every router; the digest ignores only the epoch number; capacity;
 // the persisted text round-trips and refuses what it cannot read, naming the line.
-#include "core/centroid_history.hpp"
+#include "core/formats/centroid_history.hpp"
 
 #include <gtest/gtest.h>
 

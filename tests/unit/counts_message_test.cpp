@@ -1,10 +1,10 @@
 // counts_message: round trips of versions 1 and 2, version and geometry checks, bad blocks skipped
 // alone.
-#include "cluster/counts_message.hpp"
+#include "cluster/wire/counts_message.hpp"
 
 #include <gtest/gtest.h>
 
-#include "core/msgpack.hpp"
+#include "core/base/msgpack.hpp"
 #include "tests/support/random_ids.hpp"
 
 namespace eldr {

@@ -1,6 +1,6 @@
 // curve_keys: Z85 key checks and the key-file reader -- comments, blanks, CRLF, and errors that
 // name the file and the line.
-#include "cluster/curve_keys.hpp"
+#include "cluster/security/curve_keys.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // decode_engine: admission order, batch and KV limits, step cost from the batch's real expert ids,
 // completions and the TPOT/TTFT accounting, driven by hand with the caller's clock.
-#include "core/decode_engine.hpp"
+#include "core/sim/decode_engine.hpp"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "core/trace.hpp"
-#include "core/workload.hpp"
+#include "core/formats/trace.hpp"
+#include "core/sim/workload.hpp"
 
 namespace eldr {
 namespace {

@@ -5,13 +5,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cluster/admin_protocol.hpp"
-#include "cluster/node_config.hpp"
-#include "cluster/route_protocol.hpp"
-#include "cluster/wire_fields.hpp"
-#include "cluster/worker_protocol.hpp"
-#include "core/metrics.hpp"
-#include "core/utf8.hpp"
+#include "cluster/config/node_config.hpp"
+#include "cluster/wire/admin_protocol.hpp"
+#include "cluster/wire/route_protocol.hpp"
+#include "cluster/wire/wire_fields.hpp"
+#include "cluster/wire/worker_protocol.hpp"
+#include "core/base/metrics.hpp"
+#include "core/base/utf8.hpp"
 
 namespace eldr {
 namespace {
@@ -45,23 +45,23 @@ route_request request(std::string id, std::string model = "m") {
 }
 
 // The decode error of a route request, as the frontend answers it: code and message.
-std::pair<route_error_code, std::string> route_error(const route_request& r) {
+std::pair<wire_error_code, std::string> route_error(const route_request& r) {
   std::vector<kv_decode_issue> issues;
   auto d = decode_route_request(encode_route_request(r), route_protocol_limits{}, issues);
   EXPECT_FALSE(d.ok());
-  if (d.ok()) return {route_error_code::internal, ""};
-  return {route_error_code_for(d.error()), d.error().message()};
+  if (d.ok()) return {wire_error_code::internal, ""};
+  return {wire_error_for_decode(d.error()), d.error().message()};
 }
 
 TEST(EdgeValidation, RouteRequestIdsAndModelsMustBeUtf8WithinTheirLimits) {
   auto [code, message] = route_error(request(not_utf8));
-  EXPECT_EQ(code, route_error_code::malformed);
+  EXPECT_EQ(code, wire_error_code::malformed);
   EXPECT_EQ(message, "route_request.id: not valid UTF-8 at byte 3 (0xff)");
   std::tie(code, message) = route_error(request("fine", overlong));
-  EXPECT_EQ(code, route_error_code::malformed);
+  EXPECT_EQ(code, wire_error_code::malformed);
   EXPECT_EQ(message, "route_request.model: not valid UTF-8 at byte 1 (0xc0)");
   std::tie(code, message) = route_error(request(std::string(257, 'x')));
-  EXPECT_EQ(code, route_error_code::too_large);
+  EXPECT_EQ(code, wire_error_code::too_large);
   EXPECT_EQ(message, "route_request.id: 257 bytes, limit 256");
   // Valid UTF-8 of any script is an id.
   std::vector<kv_decode_issue> issues;
@@ -77,7 +77,7 @@ std::string worker_error(const worker_message& m) {
   auto d = decode_worker(m);
   EXPECT_FALSE(d.ok()) << worker_message_type(m);
   if (d.ok()) return "";
-  EXPECT_EQ(route_error_code_for(d.error()), route_error_code::malformed) << d.error().message();
+  EXPECT_EQ(wire_error_for_decode(d.error()), wire_error_code::malformed) << d.error().message();
   return d.error().message();
 }
 

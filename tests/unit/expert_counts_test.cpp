@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "core/random.hpp"
+#include "core/base/random.hpp"
 #include "tests/support/random_ids.hpp"
 
 namespace eldr {

@@ -2,7 +2,7 @@
 // distinct replica sets, balance over small-integer block hashes, and the consistent-hashing
 // promises -- adding a member moves about 1/(n+1) of the keys, all to it; removing one moves only
 // its own keys; replica sets not containing a removed member do not change.
-#include "core/hash_ring.hpp"
+#include "core/membership/hash_ring.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // hmac: the OpenSSL wrappers -- SHA-256 against the FIPS 180-2 vectors and the padding
 // boundaries, HMAC-SHA256 against all of RFC 4231's test cases (also the empty key), random bytes,
 // the constant-time compare and hex.
-#include "cluster/hmac.hpp"
+#include "cluster/security/hmac.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // http_url: the metrics URLs a worker may register, and hostile ones refused with a reason.
-#include "cluster/http_url.hpp"
+#include "cluster/http/http_url.hpp"
 
 #include <gtest/gtest.h>
 

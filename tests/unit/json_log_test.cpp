@@ -1,6 +1,6 @@
 // json_log: the fields taken from the node's own log lines, the line's JSON (parsed back), the
 // time stamp, bytes that are not UTF-8, and the formatter as spdlog drives it.
-#include "cluster/json_log.hpp"
+#include "cluster/config/json_log.hpp"
 
 #include <gtest/gtest.h>
 #include <spdlog/logger.h>

@@ -1,7 +1,7 @@
 // kv_events: every golden vLLM payload (../shared/reference/vllm-kv-vectors, read in place)
 // decodes to exactly the meaning vectors.json gives it; both event encodings, all hash forms;
 // malformed events are skipped while the rest of the batch survives.
-#include "cluster/kv_events.hpp"
+#include "cluster/wire/kv_events.hpp"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "core/msgpack.hpp"
+#include "core/base/msgpack.hpp"
 
 namespace eldr {
 namespace {

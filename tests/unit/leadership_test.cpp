@@ -2,7 +2,7 @@
 // their stability, stepping down on newer terms and equal-term conflicts, a split brain where only
 // the majority side leads; vote_box: one vote per term; next_epoch: epochs numbered inside their
 // term; epoch_fence: stale leaders, monotone epochs and idempotent duplicates.
-#include "core/leadership.hpp"
+#include "core/membership/leadership.hpp"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // against the exact count of requests running; a lost or reordered delta converges at the next;
 // a report resets the base and anchors every router; a router restart is folded into the base; a
 // router sees its own decisions at once and its peers' one interval later; liveness; bad input.
-#include "core/load_exchange.hpp"
+#include "core/membership/load_exchange.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,15 +1,15 @@
 // loadgen emulators (tools/eldr-loadgen): block hashing, the prefill worker's prefix cache and the
-// vLLM KV events it publishes, and the decode emulator against core/simulator on one workload.
+// vLLM KV events it publishes, and the decode emulator against core/sim/simulator on one workload.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
-#include "cluster/kv_events.hpp"
+#include "cluster/wire/kv_events.hpp"
 #include "core/routing.hpp"
-#include "core/simulator.hpp"
-#include "core/synthetic.hpp"
-#include "core/workload.hpp"
+#include "core/sim/simulator.hpp"
+#include "core/sim/synthetic.hpp"
+#include "core/sim/workload.hpp"
 #include "tools/eldr-loadgen/decode_emulator.hpp"
 #include "tools/eldr-loadgen/prefill_emulator.hpp"
 

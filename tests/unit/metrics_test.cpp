@@ -1,6 +1,6 @@
 // metrics: the exact exposition text of a small registry, escaping, cumulative histogram buckets,
 // identity of registered children, validation, and increments racing from two threads.
-#include "core/metrics.hpp"
+#include "core/base/metrics.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // msgpack: smallest encodings at every width boundary, decoding of every type (canonical or not),
 // and errors instead of out-of-bounds reads for truncated, oversized, reserved or too-deep input.
-#include "core/msgpack.hpp"
+#include "core/base/msgpack.hpp"
 
 #include <gtest/gtest.h>
 

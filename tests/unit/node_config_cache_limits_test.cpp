@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "cluster/node_config.hpp"
+#include "cluster/config/node_config.hpp"
 
 namespace eldr {
 namespace {

@@ -2,7 +2,7 @@
 // replay_timeout_ms) parsed, defaulted, and refused out of range naming the key.
 #include <gtest/gtest.h>
 
-#include "cluster/node_config.hpp"
+#include "cluster/config/node_config.hpp"
 
 namespace eldr {
 namespace {

@@ -2,7 +2,7 @@
 // header's defaults, the shipped example parses, and every kind of mistake (unknown key, wrong
 // type, out of the type's range, out of the allowed range, duplicates, bad endpoints, TOML syntax)
 // is refused with a message naming the file and the key.
-#include "cluster/node_config.hpp"
+#include "cluster/config/node_config.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/centroid_file.hpp"
+#include "core/formats/centroid_file.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace eldr {

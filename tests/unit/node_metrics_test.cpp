@@ -2,8 +2,8 @@
 // route-latency buckets, in Prometheus text; build and cluster gauges.
 #include "actors/node_metrics.hpp"
 
-#include "core/metrics.hpp"
-#include "core/version.hpp"
+#include "core/base/metrics.hpp"
+#include "core/base/version.hpp"
 
 #include <gtest/gtest.h>
 

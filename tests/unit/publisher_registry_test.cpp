@@ -1,6 +1,6 @@
 // publisher_registry: the bound, idempotent registration, conflicts, forgetting by silence, and
 // the persisted form.
-#include "cluster/publisher_registry.hpp"
+#include "cluster/ingest/publisher_registry.hpp"
 
 #include <gtest/gtest.h>
 

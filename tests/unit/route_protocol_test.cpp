@@ -1,13 +1,13 @@
 // route_protocol: round trips, every limit, unknown keys ignored, wrong types named, and
 // truncation at every byte offset refused rather than crashing.
-#include "cluster/route_protocol.hpp"
+#include "cluster/wire/route_protocol.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
 
-#include "core/msgpack.hpp"
+#include "core/base/msgpack.hpp"
 
 namespace eldr {
 namespace {
@@ -47,7 +47,7 @@ route_reply sample_reply() {
 }
 
 error_reply sample_error() {
-  return {std::string("req-9"), route_error_code::unknown_model, "no pool serves model \"x\""};
+  return {std::string("req-9"), wire_error_code::unknown_model, "no pool serves model \"x\""};
 }
 
 // A message's envelope, for hand-written payloads.
@@ -113,7 +113,7 @@ TEST(RouteProtocol, ReplyAndErrorRoundTrip) {
   ASSERT_TRUE(eb.ok()) << eb.error().to_string();
   EXPECT_EQ(*eb, e);
 
-  error_reply anonymous{std::nullopt, route_error_code::malformed, "bad"};
+  error_reply anonymous{std::nullopt, wire_error_code::malformed, "bad"};
   auto ab = decode_error_reply(encode_error_reply(anonymous), {});
   ASSERT_TRUE(ab.ok()) << ab.error().to_string();
   EXPECT_EQ(*ab, anonymous);
@@ -149,13 +149,13 @@ TEST(RouteProtocol, FallbackAndWarningsRoundTripAndAreLimited) {
 }
 
 TEST(RouteProtocol, ErrorCodesAreNamedAndMapped) {
-  EXPECT_STREQ(to_string(route_error_code::no_eligible_worker), "no_eligible_worker");
-  EXPECT_STREQ(to_string(route_error_code::not_found), "not_found");
-  EXPECT_STREQ(to_string(static_cast<route_error_code>(200)), "unknown");
-  EXPECT_EQ(route_error_code_for(status::out_of_range("x")), route_error_code::too_large);
-  EXPECT_EQ(route_error_code_for(status::not_found("x")), route_error_code::unknown_type);
-  EXPECT_EQ(route_error_code_for(status::corrupt("x")), route_error_code::malformed);
-  EXPECT_EQ(route_error_code_for(status::invalid_argument("x")), route_error_code::malformed);
+  EXPECT_STREQ(to_string(wire_error_code::no_eligible_worker), "no_eligible_worker");
+  EXPECT_STREQ(to_string(wire_error_code::not_found), "not_found");
+  EXPECT_STREQ(to_string(static_cast<wire_error_code>(200)), "unknown");
+  EXPECT_EQ(wire_error_for_decode(status::out_of_range("x")), wire_error_code::too_large);
+  EXPECT_EQ(wire_error_for_decode(status::not_found("x")), wire_error_code::unknown_type);
+  EXPECT_EQ(wire_error_for_decode(status::corrupt("x")), wire_error_code::malformed);
+  EXPECT_EQ(wire_error_for_decode(status::invalid_argument("x")), wire_error_code::malformed);
 }
 
 TEST(RouteProtocol, UnknownKeysAreIgnored) {
@@ -274,7 +274,7 @@ TEST(RouteProtocol, WrongTypesAreNamed) {
 
   auto r = decode_route_reply(encode_error_reply(sample_error()), {});
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(route_error_code_for(r.error()), route_error_code::unknown_type);
+  EXPECT_EQ(wire_error_for_decode(r.error()), wire_error_code::unknown_type);
   EXPECT_NE(r.error().message().find("error_reply"), std::string::npos);
 
   std::vector<uint8_t> not_a_map;
@@ -377,8 +377,8 @@ TEST(RouteProtocol, EveryLimitIsEnforced) {
   l = {};
   l.max_blocks = 1;
   expect_too_large(decode_request(encode_route_request(few), l).error(), "route_request.counts");
-  EXPECT_EQ(route_error_code_for(decode_request(encode_route_request(few), l).error()),
-            route_error_code::too_large);
+  EXPECT_EQ(wire_error_for_decode(decode_request(encode_route_request(few), l).error()),
+            wire_error_code::too_large);
 }
 
 TEST(RouteProtocol, BadCountBlocksAreReportedNotFatal) {

@@ -22,7 +22,7 @@
 #include "actors/router/shard_gather.hpp"
 #include "actors/router/shard_sum_cache.hpp"
 #include "actors/router/store_batch.hpp"
-#include "cluster/route_protocol.hpp"
+#include "cluster/wire/route_protocol.hpp"
 #include "core/signature.hpp"
 
 namespace eldr::router {
@@ -259,7 +259,7 @@ TEST(RouteDecision, NoRegisteredWorkerIsAnErrorNamingTheModel) {
   EXPECT_EQ(decide(f.st, f.model(), j, nullptr, 0), decided::answered);
   ASSERT_EQ(f.sink.replies.size(), 1u);
   const auto e = f.sink.last_error();
-  EXPECT_EQ(e.code, route_error_code::no_eligible_worker);
+  EXPECT_EQ(e.code, wire_error_code::no_eligible_worker);
   EXPECT_NE(e.message.find("'toy'"), std::string::npos);
   EXPECT_EQ(f.model().failed, 1u);
   EXPECT_EQ(f.st.ctx->metrics->route_totals_of("toy").routes, 0u);

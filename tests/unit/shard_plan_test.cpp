@@ -2,7 +2,7 @@
 // tie-breaks), exclusions are honoured, and on real rings every choice is a live owner and R = 2
 // of 3 nodes never needs more than one other node; partial sums over different layer sets add
 // where their layers meet, and travel packed in 2 or 4 bytes a value.
-#include "core/shard_plan.hpp"
+#include "core/membership/shard_plan.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/hash_ring.hpp"
+#include "core/membership/hash_ring.hpp"
 
 namespace eldr {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "core/random.hpp"
+#include "core/base/random.hpp"
 
 namespace eldr {
 namespace {

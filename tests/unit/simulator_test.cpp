@@ -1,6 +1,6 @@
 // simulator: the lazy synthetic model, workload drawing, the event loop's arithmetic, determinism,
 // and that locality routing touches fewer distinct experts where there is locality.
-#include "core/simulator.hpp"
+#include "core/sim/simulator.hpp"
 
 #include <gtest/gtest.h>
 
@@ -8,9 +8,9 @@
 #include <set>
 #include <utility>
 
-#include "core/sim_policies.hpp"
-#include "core/synthetic.hpp"
-#include "core/workload.hpp"
+#include "core/sim/sim_policies.hpp"
+#include "core/sim/synthetic.hpp"
+#include "core/sim/workload.hpp"
 
 namespace eldr {
 namespace {

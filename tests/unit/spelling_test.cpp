@@ -1,5 +1,5 @@
 // spelling: the distance itself, and the suggestion rule node_config and eldrctl share.
-#include "core/spelling.hpp"
+#include "core/base/spelling.hpp"
 
 #include <gtest/gtest.h>
 

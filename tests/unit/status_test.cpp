@@ -1,9 +1,9 @@
 // status, result<T> and model_geometry validation.
 #include <gtest/gtest.h>
 
+#include "core/base/status.hpp"
+#include "core/base/vector_math.hpp"
 #include "core/geometry.hpp"
-#include "core/status.hpp"
-#include "core/vector_math.hpp"
 
 namespace eldr {
 namespace {

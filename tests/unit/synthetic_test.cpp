@@ -1,6 +1,6 @@
 // synthetic: presets, parameter checks, determinism, validity of what is generated, and the
 // locality the presets promise (same-domain requests alike, unless the preset removes locality).
-#include "core/synthetic.hpp"
+#include "core/sim/synthetic.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // trace: eldr-trace v1 and v2 round trips, one test per malformation with the message checked for
 // the file and field it names, truncation/corruption at every byte, and atomic file writes.
-#include "core/trace.hpp"
+#include "core/formats/trace.hpp"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/msgpack.hpp"
+#include "core/base/msgpack.hpp"
 
 namespace eldr {
 namespace {

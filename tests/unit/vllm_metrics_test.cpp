@@ -1,6 +1,6 @@
 // vllm_metrics: vLLM's /metrics as prometheus_client writes it (docs/vllm.md section (c)), data
 // parallel engines, the model selection, and malformed, hostile and oversized bodies.
-#include "cluster/vllm_metrics.hpp"
+#include "cluster/http/vllm_metrics.hpp"
 
 #include <gtest/gtest.h>
 

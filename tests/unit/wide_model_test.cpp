@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "core/centroid_file.hpp"
 #include "core/centroid_set.hpp"
 #include "core/expert_counts.hpp"
-#include "core/fit.hpp"
+#include "core/formats/centroid_file.hpp"
+#include "core/formats/trace.hpp"
 #include "core/signature.hpp"
-#include "core/synthetic.hpp"
-#include "core/trace.hpp"
+#include "core/sim/fit.hpp"
+#include "core/sim/synthetic.hpp"
 
 namespace eldr {
 namespace {

@@ -1,7 +1,7 @@
 // wire_table: one table drives encode, decode and the error texts of a message. A toy message
 // covers every factory and rule: exact bytes written, required fields missing, nil where it is
 // and is not allowed, limits, wrong types, unknown fields skipped, nested maps, checks.
-#include "cluster/wire_table.hpp"
+#include "cluster/wire/wire_table.hpp"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/msgpack.hpp"
+#include "core/base/msgpack.hpp"
 
 namespace eldr::wire {
 namespace {

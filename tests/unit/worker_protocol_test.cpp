@@ -1,6 +1,6 @@
 // worker_protocol: every message round trips, dispatch by type, unknown keys ignored, required
 // fields and wrong types named, every limit enforced, truncation at every byte offset refused.
-#include "cluster/worker_protocol.hpp"
+#include "cluster/wire/worker_protocol.hpp"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/msgpack.hpp"
+#include "core/base/msgpack.hpp"
 
 namespace eldr {
 namespace {
@@ -112,13 +112,13 @@ TEST(WorkerProtocol, AckRoundTripsAndErrorRepliesAreAnotherType) {
   EXPECT_EQ(*back2, anonymous);
 
   // An error_reply is route_protocol's, and the ack decoder names it as another type.
-  const auto err = encode_error_reply({std::string("m-1"), route_error_code::unknown_model, "x"});
+  const auto err = encode_error_reply({std::string("m-1"), wire_error_code::unknown_model, "x"});
   auto not_ack = decode_worker_ack(err, {});
   ASSERT_FALSE(not_ack.ok());
   EXPECT_EQ(not_ack.error().code(), status_code::not_found);
   auto e = decode_error_reply(err, {});
   ASSERT_TRUE(e.ok());
-  EXPECT_EQ(e->code, route_error_code::unknown_model);
+  EXPECT_EQ(e->code, wire_error_code::unknown_model);
 
   // Nor is an ack a worker message, or a worker message an ack.
   EXPECT_EQ(decode(encode_worker_ack(a)).error().code(), status_code::not_found);
@@ -135,7 +135,7 @@ TEST(WorkerProtocol, UnknownTypeIsNotFound) {
   auto m = decode(out);
   ASSERT_FALSE(m.ok());
   expect_error(m.error(), status_code::not_found, "route_request");
-  EXPECT_EQ(route_error_code_for(m.error()), route_error_code::unknown_type);
+  EXPECT_EQ(wire_error_for_decode(m.error()), wire_error_code::unknown_type);
 }
 
 TEST(WorkerProtocol, UnknownKeysAndNilOptionalsAreAccepted) {
@@ -320,7 +320,7 @@ TEST(WorkerProtocol, EveryLimitIsEnforced) {
   const auto reg = encode_worker_message(sample_register());
   l.max_payload_bytes = static_cast<uint32_t>(reg.size() - 1);
   expect_error(decode(reg, l).error(), status_code::out_of_range, "payload");
-  EXPECT_EQ(route_error_code_for(decode(reg, l).error()), route_error_code::too_large);
+  EXPECT_EQ(wire_error_for_decode(decode(reg, l).error()), wire_error_code::too_large);
 
   l = {};
   l.max_id_bytes = 2;  // "m-1" is 3

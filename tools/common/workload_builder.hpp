@@ -12,12 +12,12 @@
 #include <optional>
 #include <string>
 
+#include "core/base/status.hpp"
+#include "core/formats/trace.hpp"
 #include "core/signature_quality.hpp"
-#include "core/sim_policies.hpp"
-#include "core/status.hpp"
-#include "core/synthetic.hpp"
-#include "core/trace.hpp"
-#include "core/workload.hpp"
+#include "core/sim/sim_policies.hpp"
+#include "core/sim/synthetic.hpp"
+#include "core/sim/workload.hpp"
 
 namespace eldr::tools {
 

@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "core/balanced_kmeans.hpp"
-#include "core/centroid_file.hpp"
-#include "core/fit.hpp"
+#include "core/base/version.hpp"
+#include "core/formats/centroid_file.hpp"
+#include "core/formats/trace.hpp"
 #include "core/signature.hpp"
 #include "core/signature_quality.hpp"
-#include "core/trace.hpp"
-#include "core/version.hpp"
+#include "core/sim/fit.hpp"
 #include "tools/cli.hpp"
 #include "tools/common/cli_options.hpp"
 #include "tools/common/workload_builder.hpp"
@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
   std::printf("calibration: %zu requests of %s (%s), from %s\n", n, tr.model_name.c_str(),
               g.to_string().c_str(), source.c_str());
 
-  // 2-5. IDF, rho per transform, layer selection, signatures, balanced K-means (core/fit.hpp);
+  // 2-5. IDF, rho per transform, layer selection, signatures, balanced K-means (core/sim/fit.hpp);
   //      the vanilla variant is fitted alongside for the report.
   eldr::fit_options fo;
   fo.workers = o.workers;

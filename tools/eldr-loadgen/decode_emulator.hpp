@@ -15,9 +15,9 @@
 #include <queue>
 #include <vector>
 
-#include "core/decode_engine.hpp"
-#include "core/status.hpp"
-#include "core/workload.hpp"
+#include "core/base/status.hpp"
+#include "core/sim/decode_engine.hpp"
+#include "core/sim/workload.hpp"
 
 namespace eldr::loadgen {
 

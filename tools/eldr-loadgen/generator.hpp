@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "cluster/client.hpp"
-#include "core/status.hpp"
+#include "cluster/zmq/client.hpp"
+#include "core/base/status.hpp"
 #include "tools/eldr-loadgen/decode_loop.hpp"
 #include "tools/eldr-loadgen/loadgen.hpp"
 #include "tools/eldr-loadgen/prepare_pipeline.hpp"

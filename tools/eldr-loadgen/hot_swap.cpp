@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/centroid_file.hpp"
-#include "core/version.hpp"
+#include "core/base/version.hpp"
+#include "core/formats/centroid_file.hpp"
 
 namespace eldr::loadgen {
 

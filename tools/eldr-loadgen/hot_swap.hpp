@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "cluster/client.hpp"
-#include "core/status.hpp"
+#include "cluster/zmq/client.hpp"
+#include "core/base/status.hpp"
 #include "tools/eldr-loadgen/loadgen.hpp"
 #include "tools/eldr-loadgen/route_book.hpp"
 #include "tools/eldr-loadgen/session.hpp"

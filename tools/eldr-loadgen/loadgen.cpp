@@ -11,7 +11,7 @@
 
 #include <zmq.hpp>
 
-#include "cluster/client.hpp"
+#include "cluster/zmq/client.hpp"
 #include "tools/eldr-loadgen/node_restore.hpp"
 #include "tools/eldr-loadgen/report.hpp"
 #include "tools/eldr-loadgen/run_policy.hpp"
@@ -125,7 +125,7 @@ loadgen_outcome play(const loadgen_options& o, const std::atomic<bool>& stop,
     m.model = s.model;
     m.worker = wi;
     m.endpoint = "loadgen://decode/" + std::to_string(wi);
-    // Unbounded by default, like core/simulator's decode workers, whose waiting queue has no
+    // Unbounded by default, like core/sim/simulator's decode workers, whose waiting queue has no
     // limit (max_batch bounds the running batch only): a node refusing requests as "full" would
     // make the run's requests differ from the simulation's.
     m.capacity = o.capacity.value_or(0);

@@ -27,8 +27,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/base/status.hpp"
 #include "core/cost_model.hpp"
-#include "core/status.hpp"
 #include "tools/common/workload_builder.hpp"
 
 namespace eldr::loadgen {

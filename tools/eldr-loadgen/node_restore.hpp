@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cluster/client.hpp"
-#include "core/status.hpp"
+#include "cluster/zmq/client.hpp"
+#include "core/base/status.hpp"
 #include "tools/eldr-loadgen/loadgen.hpp"
 
 namespace eldr::loadgen {

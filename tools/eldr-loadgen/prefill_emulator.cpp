@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "core/msgpack.hpp"
+#include "core/base/msgpack.hpp"
 
 namespace eldr::loadgen {
 namespace {

@@ -20,7 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cluster/kv_events.hpp"
+#include "cluster/wire/kv_events.hpp"
 
 namespace eldr::loadgen {
 
@@ -79,7 +79,7 @@ std::vector<uint8_t> encode_kv_batch(const kv_batch& batch);
 // The 8-byte big-endian sequence frame of a live message.
 std::array<uint8_t, 8> encode_sequence(uint64_t seq);
 
-// When emulated prefills hand their requests over, mirroring core/simulator's prefill model:
+// When emulated prefills hand their requests over, mirroring core/sim/simulator's prefill model:
 // `workers` prefill workers serve requests first come, first served, and a prefill takes
 // base_ms + per_token_ms * (uncached prompt tokens). Feed requests in arrival order.
 class prefill_clock {

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <chrono>
 
-#include "cluster/counts_message.hpp"
-#include "cluster/route_protocol.hpp"
+#include "cluster/wire/counts_message.hpp"
+#include "cluster/wire/route_protocol.hpp"
 #include "tools/eldr-loadgen/prefill_emulator.hpp"
 
 namespace eldr::loadgen {

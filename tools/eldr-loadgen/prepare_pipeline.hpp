@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/status.hpp"
+#include "core/base/status.hpp"
 #include "tools/eldr-loadgen/session.hpp"
 
 namespace eldr::loadgen {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <variant>
 
-#include "core/simulator.hpp"
+#include "core/sim/simulator.hpp"
 
 namespace eldr::loadgen {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "cluster/client.hpp"
+#include "cluster/zmq/client.hpp"
 #include "tools/eldr-loadgen/loadgen.hpp"
 #include "tools/eldr-loadgen/session.hpp"
 

@@ -17,9 +17,9 @@
 
 #include <zmq.hpp>
 
-#include "cluster/client.hpp"
-#include "cluster/route_protocol.hpp"
-#include "core/status.hpp"
+#include "cluster/wire/route_protocol.hpp"
+#include "cluster/zmq/client.hpp"
+#include "core/base/status.hpp"
 #include "tools/eldr-loadgen/session.hpp"
 
 namespace eldr::loadgen {

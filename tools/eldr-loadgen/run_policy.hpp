@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/status.hpp"
+#include "core/base/status.hpp"
 #include "tools/eldr-loadgen/loadgen.hpp"
 #include "tools/eldr-loadgen/session.hpp"
 

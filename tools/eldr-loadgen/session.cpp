@@ -7,7 +7,7 @@
 
 #include <sys/resource.h>
 
-#include "core/parallel.hpp"
+#include "core/base/parallel.hpp"
 #include "tools/eldr-loadgen/prefill_emulator.hpp"
 
 namespace eldr::loadgen {

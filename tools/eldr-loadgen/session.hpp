@@ -16,12 +16,12 @@
 
 #include <zmq.hpp>
 
-#include "cluster/client.hpp"
-#include "cluster/kv_events.hpp"
-#include "core/centroid_file.hpp"
+#include "cluster/wire/kv_events.hpp"
+#include "cluster/zmq/client.hpp"
+#include "core/base/status.hpp"
 #include "core/expert_counts.hpp"
-#include "core/status.hpp"
-#include "core/workload.hpp"
+#include "core/formats/centroid_file.hpp"
+#include "core/sim/workload.hpp"
 #include "tools/eldr-loadgen/loadgen.hpp"
 
 namespace eldr::loadgen {

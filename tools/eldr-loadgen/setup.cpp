@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/centroid_file.hpp"
-#include "core/sim_policies.hpp"
-#include "core/synthetic.hpp"
-#include "core/version.hpp"
-#include "core/workload.hpp"
+#include "core/base/version.hpp"
+#include "core/formats/centroid_file.hpp"
+#include "core/sim/sim_policies.hpp"
+#include "core/sim/synthetic.hpp"
+#include "core/sim/workload.hpp"
 #include "tools/common/workload_builder.hpp"
 
 namespace eldr::loadgen {

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/status.hpp"
+#include "core/base/status.hpp"
 #include "tools/eldr-loadgen/loadgen.hpp"
 #include "tools/eldr-loadgen/session.hpp"
 

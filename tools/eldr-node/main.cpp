@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "actors/node.hpp"
-#include "cluster/json_log.hpp"
-#include "core/file_io.hpp"
+#include "cluster/config/json_log.hpp"
+#include "core/base/file_io.hpp"
 #include "tools/cli.hpp"
 
 int main(int argc, char** argv) {

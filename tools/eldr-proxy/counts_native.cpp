@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "cluster/counts_message.hpp"
+#include "cluster/wire/counts_message.hpp"
 #include "core/expert_counts.hpp"
 #include "core/geometry.hpp"
 

@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "cluster/zmq_ingest.hpp"
+#include "cluster/zmq/zmq_ingest.hpp"
 #include "storage/signature_cache.hpp"
 #include "tools/cli.hpp"
 

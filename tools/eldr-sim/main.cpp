@@ -1,6 +1,6 @@
 // eldr-sim: simulates a prefill/decode-disaggregated MoE cluster serving a workload under each
 // routing policy, and reports TPOT, TTFT and the distinct experts that explain them. A thin shell
-// over core/simulator.hpp: every policy, signature, fit and cost is core's.
+// over core/sim/simulator.hpp: every policy, signature, fit and cost is core's.
 //
 //   eldr-sim --trace FILE --policies rr,random,jsq,p2c,domain,eldr,eldr-online --rate R
 //            --decode-workers D --prefill-workers P --requests N --seed S --out DIR
@@ -22,12 +22,12 @@
 #include <tuple>
 #include <vector>
 
-#include "core/centroid_file.hpp"
-#include "core/sim_policies.hpp"
-#include "core/simulator.hpp"
-#include "core/synthetic.hpp"
-#include "core/trace.hpp"
-#include "core/workload.hpp"
+#include "core/formats/centroid_file.hpp"
+#include "core/formats/trace.hpp"
+#include "core/sim/sim_policies.hpp"
+#include "core/sim/simulator.hpp"
+#include "core/sim/synthetic.hpp"
+#include "core/sim/workload.hpp"
 #include "tools/cli.hpp"
 #include "tools/common/cli_options.hpp"
 #include "tools/common/workload_builder.hpp"

@@ -8,9 +8,9 @@
 #include <cstring>
 #include <filesystem>
 
-#include "cluster/curve_keys.hpp"
-#include "core/centroid_file.hpp"
-#include "core/file_io.hpp"
+#include "cluster/security/curve_keys.hpp"
+#include "core/base/file_io.hpp"
+#include "core/formats/centroid_file.hpp"
 
 namespace eldr::ctl {
 

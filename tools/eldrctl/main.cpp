@@ -1,5 +1,5 @@
 // eldrctl: the operator's CLI of an eldr node, over the node's admin endpoint (docs/protocol.md
-// section 5, cluster/admin_protocol.hpp).
+// section 5, cluster/wire/admin_protocol.hpp).
 //
 //   eldrctl [--node tcp://HOST:5702] [--timeout-ms N] [--json] COMMAND ...
 //     status                                 node, endpoints, one row per model, counters
@@ -28,7 +28,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/spelling.hpp"
+#include "core/base/spelling.hpp"
 #include "tools/cli.hpp"
 #include "tools/eldrctl/commands.hpp"
 #include "tools/eldrctl/node_call.hpp"

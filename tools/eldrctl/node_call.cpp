@@ -5,19 +5,19 @@
 #include <iostream>
 #include <string>
 
-#include "cluster/curve_keys.hpp"
+#include "cluster/security/curve_keys.hpp"
 
 namespace eldr::ctl {
 namespace {
 
 // The node's refusals come back from admin_client::call as "<code name>: <message>"
-// (cluster/client.hpp); anything else (timeout, refused connection, a corrupt answer) failed
+// (cluster/zmq/client.hpp); anything else (timeout, refused connection, a corrupt answer) failed
 // before the node could answer. The exit code tells the two apart for scripts.
 bool is_node_error(const eldr::status& s) {
   // Every code this build names ("unknown" for the rest, which is also what a code newer than this
   // build prints as).
   for (int code = 1; code <= UINT8_MAX; ++code) {
-    const std::string name = eldr::to_string(static_cast<eldr::route_error_code>(code));
+    const std::string name = eldr::to_string(static_cast<eldr::wire_error_code>(code));
     if (s.message().rfind(name + ": ", 0) == 0) return true;
   }
   return false;

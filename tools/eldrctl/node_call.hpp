@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "cluster/client.hpp"
+#include "cluster/zmq/client.hpp"
 
 namespace eldr::ctl {
 

@@ -10,7 +10,7 @@
 #include <variant>
 #include <vector>
 
-#include "cluster/client.hpp"
+#include "cluster/zmq/client.hpp"
 
 namespace {
 

@@ -466,7 +466,7 @@ def test_strings_checked_at_the_edge():
                 raise AssertionError("sent: " + start)
         c.register("m", 1, "10.0.0.1:5600")  # no scheme: opaque to the node, accepted
         eq(node.next()[0]["endpoint"], "10.0.0.1:5600", "schemeless worker endpoint")
-        # metrics_url: checked as the node checks it (cluster/http_url.hpp), sent only when given.
+        # metrics_url: checked as the node checks it (cluster/http/http_url.hpp), sent only when given.
         for bad in ("https://h/metrics", "http://u@h/", "http://h:0/", "http://h/#x",
                     "http://[::1/", "http://a;b/", "tcp://h:1"):
             try:

@@ -1,0 +1,197 @@
+// load_exchange: see load_exchange.hpp.
+#include "core/membership/load_exchange.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace eldr {
+namespace {
+
+// A report this far behind the last applied one is a new sequence (the worker restarted), not a
+// reordered one: the same window as load_view's.
+constexpr uint64_t seq_reorder_window = 64;
+
+}  // namespace
+
+void decision_ledger::resize(uint32_t workers) {
+  if (workers > totals_.size()) totals_.resize(workers, 0);
+}
+
+status decision_ledger::on_route(uint32_t worker) {
+  if (worker >= totals_.size())
+    return status::invalid_argument("worker " + std::to_string(worker) + " outside the ledger's " +
+                                    std::to_string(totals_.size()));
+  ++totals_[worker];
+  return {};
+}
+
+load_authority::load_authority(std::string name, int64_t report_timeout_ms)
+    : name_(std::move(name)), report_timeout_ms_(report_timeout_ms) {}
+
+void load_authority::add_worker(uint32_t worker, int64_t now_ms) {
+  auto [it, added] = workers_.try_emplace(worker);
+  if (!added) return;
+  it->second.last_heard_ms = now_ms;
+  // Decisions routers made to this slot before it was added are not in flight here: anchor every
+  // known router at its current total.
+  for (const auto& [router, view] : routers_) {
+    auto t = view.totals.find(worker);
+    it->second.anchor[router] = t == view.totals.end() ? 0 : t->second;
+  }
+}
+
+void load_authority::remove_worker(uint32_t worker) {
+  workers_.erase(worker);
+}
+
+void load_authority::on_delta(const load_delta& d) {
+  auto found = routers_.find(d.router);
+  const bool first_seen = found == routers_.end();
+  router_view& r = routers_[d.router];
+  if (first_seen) {
+    r.incarnation = d.incarnation;
+  } else if (r.incarnation != d.incarnation) {
+    // The router restarted: its old decisions are still running, so their contribution moves
+    // into the base, and its new totals count from 0.
+    ++counters_.incarnations;
+    for (auto& [w, wv] : workers_) {
+      auto t = r.totals.find(w);
+      const uint64_t total = t == r.totals.end() ? 0 : t->second;
+      const uint64_t anchor = wv.anchor.count(d.router) ? wv.anchor[d.router] : 0;
+      if (total > anchor) wv.base += static_cast<int64_t>(total - anchor);
+      wv.anchor[d.router] = 0;
+    }
+    r = router_view{d.incarnation, 0, {}};
+  }
+  if (d.seq <= r.seq) {
+    ++counters_.deltas_stale;
+    return;
+  }
+  r.seq = d.seq;
+  ++counters_.deltas;
+  for (const auto& [w, total] : d.totals) {
+    auto wv = workers_.find(w);
+    if (wv == workers_.end()) {
+      ++counters_.unknown_worker;
+      continue;
+    }
+    uint64_t& mine = r.totals[w];
+    if (total < mine) continue;  // totals only grow within an incarnation: a bad sender
+    // A router first seen here after the worker reported (an authority that took over) made
+    // decisions the report already counts, or that the next one will: anchored at its first
+    // totals. Before any report the base is 0 and every decision counts from the first.
+    if (first_seen && wv->second.reported && !wv->second.anchor.count(d.router))
+      wv->second.anchor[d.router] = total;
+    mine = total;
+  }
+}
+
+void load_authority::on_report(uint32_t worker, uint32_t in_flight, uint64_t seq, int64_t now_ms) {
+  auto it = workers_.find(worker);
+  if (it == workers_.end()) {
+    ++counters_.unknown_worker;
+    return;
+  }
+  worker_view& wv = it->second;
+  wv.last_heard_ms = now_ms;
+  if (wv.reported && seq <= wv.report_seq && wv.report_seq - seq <= seq_reorder_window) {
+    ++counters_.reports_stale;
+    return;
+  }
+  ++counters_.reports;
+  wv.reported = true;
+  wv.report_seq = seq;
+  wv.base = in_flight;
+  wv.finished_since = 0;
+  for (const auto& [router, view] : routers_) {
+    auto t = view.totals.find(worker);
+    wv.anchor[router] = t == view.totals.end() ? 0 : t->second;
+  }
+}
+
+void load_authority::on_finished(uint32_t worker, uint32_t n) {
+  auto it = workers_.find(worker);
+  if (it == workers_.end()) {
+    ++counters_.unknown_worker;
+    return;
+  }
+  it->second.finished_since += n;
+  counters_.finished += n;
+}
+
+uint32_t load_authority::in_flight(uint32_t worker) const {
+  auto it = workers_.find(worker);
+  if (it == workers_.end()) return 0;
+  const worker_view& wv = it->second;
+  int64_t load = wv.base - static_cast<int64_t>(wv.finished_since);
+  for (const auto& [router, view] : routers_) {
+    auto t = view.totals.find(worker);
+    if (t == view.totals.end()) continue;
+    auto a = wv.anchor.find(router);
+    const uint64_t anchor = a == wv.anchor.end() ? 0 : a->second;
+    if (t->second > anchor) load += static_cast<int64_t>(t->second - anchor);
+  }
+  return static_cast<uint32_t>(std::clamp<int64_t>(load, 0, std::numeric_limits<uint32_t>::max()));
+}
+
+load_vector load_authority::publish(int64_t now_ms) {
+  load_vector v;
+  v.authority = name_;
+  v.seq = ++seq_;
+  v.workers.reserve(workers_.size());
+  for (const auto& [w, wv] : workers_)
+    v.workers.push_back(
+        {w, in_flight(w),
+         report_timeout_ms_ == 0 || now_ms - wv.last_heard_ms <= report_timeout_ms_});
+  for (const auto& [router, view] : routers_)
+    v.included[router] = view.seq;
+  return v;
+}
+
+void load_overlay::sent(const std::string& authority, uint64_t seq,
+                        std::span<const uint64_t> totals) {
+  auto& a = authorities_[authority];
+  a.sent.emplace_back(seq, std::vector<uint64_t>(totals.begin(), totals.end()));
+  while (a.sent.size() > history)
+    a.sent.pop_front();
+}
+
+bool load_overlay::on_vector(const load_vector& v, const std::string& self) {
+  auto& a = authorities_[v.authority];
+  if (a.vector.seq >= v.seq && !a.vector.authority.empty()) return false;
+  a.vector = v;
+  auto inc = v.included.find(self);
+  a.included = inc == v.included.end() ? 0 : inc->second;
+  // Sends the vector includes are no longer needed, except the included one itself.
+  while (a.sent.size() > 1 && a.sent.front().first < a.included)
+    a.sent.pop_front();
+  return true;
+}
+
+void load_overlay::compose(const decision_ledger& ledger, std::span<uint32_t> out,
+                           std::span<uint8_t> covered) const {
+  const auto totals = ledger.totals();
+  for (const auto& [name, a] : authorities_) {
+    if (a.vector.authority.empty()) continue;
+    // This router's totals as of the delta the vector includes. When it includes none yet, the
+    // authority anchored this router at its first delta (or knows nothing of it): count what was
+    // decided since the oldest send kept, an over-estimate for one interval at most.
+    // When the included send is older than the history kept, the oldest kept stands in (an
+    // over-estimate too); with nothing sent, every decision counts.
+    const std::vector<uint64_t>* at = nullptr;
+    for (const auto& s : a.sent)
+      if (s.first == a.included) at = &s.second;
+    if (at == nullptr && !a.sent.empty()) at = &a.sent.front().second;
+    for (const auto& e : a.vector.workers) {
+      if (e.worker >= out.size() || e.worker >= covered.size()) continue;
+      const uint64_t now_total = e.worker < totals.size() ? totals[e.worker] : 0;
+      const uint64_t then = at && e.worker < at->size() ? (*at)[e.worker] : 0;
+      const uint64_t extra = now_total > then ? now_total - then : 0;
+      out[e.worker] = static_cast<uint32_t>(
+          std::min<uint64_t>(uint64_t{e.in_flight} + extra, std::numeric_limits<uint32_t>::max()));
+      covered[e.worker] = e.alive ? 1 : 2;
+    }
+  }
+}
+
+}  // namespace eldr

@@ -1,0 +1,145 @@
+// simulator: a discrete-event model of a prefill/decode-disaggregated MoE cluster, the engine of
+// eldr-sim. It routes with the very same routing_policy objects the router runs (make_policy),
+// builds signatures with the same signature_builder, runs decode on the decode_engine that
+// eldr-loadgen's emulated workers run, and refits through the node's refit path (core/refit).
+//
+// The model:
+// - Requests arrive at the workload's times. P prefill workers serve them first come, first
+//   served; a prefill takes prefill_base_ms + prefill_per_token_ms * (uncached prompt tokens).
+// - At the prefill-to-decode handoff the policy under test picks a decode worker (its load: the
+//   worker's in-flight decode requests, +1 when routed, -1 when the request's last token is out);
+//   the KV transfer then takes kv_transfer_ms.
+// - Each of D decode workers runs continuous batching (core/sim/decode_engine.hpp): up to max_batch
+//   sequences within kv_capacity_tokens, steps priced by decode_cost_model on the batch's REAL
+//   distinct experts per layer (recorded in a trace, or drawn from the request's own profile for
+//   synthetic ones), here in simulated time.
+// - TTFT = arrival to the first decode token; TPOT = (last token - first token) / (output - 1).
+// Deterministic: the same workload, config and policy give the same metrics (only wall_seconds
+// varies). Ties between events at the same instant resolve by insertion order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/base/status.hpp"
+#include "core/cost_model.hpp"
+#include "core/refit.hpp"
+#include "core/routing.hpp"
+#include "core/signature.hpp"
+#include "core/sim/decode_engine.hpp"
+#include "core/sim/workload.hpp"
+
+namespace eldr {
+
+struct sim_config {
+  uint32_t prefill_workers = 8;     // P (the paper's testbed: 8 prefill + 16 decode)
+  uint32_t decode_workers = 16;     // D
+  uint32_t max_batch = 64;          // running sequences per decode worker
+  uint64_t kv_capacity_tokens = 0;  // per decode worker; 0 = unlimited
+  double prefill_base_ms = 20.0;
+  double prefill_per_token_ms = 0.1;
+  double kv_transfer_ms = 5.0;
+  decode_cost_params cost;
+  // Prefix caching: prompt blocks computed before (same workload prompt_id, same block) are not
+  // prefilled again, and signatures are summed from per-block expert counts held in a
+  // block-level signature cache (docs/method.md section 7). Blocks are never evicted.
+  bool prefix_caching = false;
+  uint32_t block_size = 16;  // tokens per KV block, 1..255
+
+  // ok, or invalid_argument naming the first bad field.
+  status validate() const;
+};
+
+// Where a policy's signatures come from.
+enum class signature_source {
+  none,            // load-only policies
+  prefill,         // ELDR: the prompt's expert counts (or the sum of its cached blocks' counts)
+  decode_profile,  // the clairvoyant bound: the request's real decode-phase counts
+};
+
+// ELDR with online refit (docs/method.md section 6), run as the node runs it (actors/refit_actor):
+// every routed signature is offered to a reservoir sample of sample_size rows (signature_sample,
+// the router's); every interval_s of simulated time, once rule.min_sample rows are held,
+// refit_candidate fits K centroids seeded from the current ones, aligns them to the workers and
+// validates them against the current set on the same sample (refit_rule: the node's knobs and
+// their defaults); only an accepted candidate is installed. The first refit comes interval_s after
+// the first handoff, as the node's first comes one interval after it starts.
+struct online_refit {
+  bool enabled = false;
+  uint32_t sample_size = 4096;  // models.sample_size
+  double interval_s = 2.0;      // models.refit_interval_s
+  refit_rule rule;              // min_sample, validation, seed (the sample's and the fits')
+};
+
+// A policy under test. Owns its routing_policy (whose state, e.g. a round-robin cursor, the
+// simulation advances); a sim_policy serves one simulate() call.
+struct sim_policy {
+  std::string name;  // as reported ("eldr", "eldr/tau=0.2", "clairvoyant"...)
+  std::unique_ptr<routing_policy> policy;
+  signature_source signatures = signature_source::none;
+  std::shared_ptr<const signature_spec> spec;  // required unless signatures == none
+  online_refit refit;                          // needs an "eldr" or "eldr-adaptive" policy
+};
+
+struct sim_metrics {
+  std::string policy;
+  uint32_t requests = 0;  // evaluated
+  double tpot_p50_ms = 0, tpot_p95_ms = 0, tpot_p99_ms = 0;
+  double ttft_p50_ms = 0, ttft_p99_ms = 0;
+  // Mean over all decode steps of the distinct experts per layer (averaged over layers).
+  double distinct_experts_per_layer = 0;
+  double batch_size_mean = 0;  // mean running sequences per decode step
+  // Per-worker decode tokens: max / mean (1 = perfectly even).
+  double load_imbalance = 0;
+  double throughput_tokens_s = 0;  // output tokens / (last finish - first arrival)
+  double throughput_requests_s = 0;
+  double makespan_s = 0;
+  uint64_t decode_steps = 0;
+  uint32_t refits = 0;  // online refits installed
+  // Online refits that installed nothing (sample below min_sample, a failed fit, a candidate
+  // that failed validation): what the node counts as rejected.
+  uint32_t refits_rejected = 0;
+  double prefix_hit_fraction = 0;  // prompt tokens served from the prefix cache
+  double wall_seconds = 0;         // host time of the run (the only non-deterministic field)
+};
+
+// Called with the fraction of requests finished, at most every 5% and at the end.
+using sim_progress = std::function<void(double)>;
+
+// Runs one policy over the workload. decode_counts (optional, needed by decode_profile
+// policies): dense L * E decode counts per evaluated request's prefill row (parallel to
+// w.prefill_sources), see decode_profiles().
+// Errors (invalid_argument): a bad config, a policy whose K differs from decode_workers, a
+// signature policy without a spec or with a spec of another geometry, decode_profile without
+// decode counts, refit on a non-"eldr" policy or with an interval that is not > 0; a refit
+// sample_size signature_sample refuses, and a routing error, are returned as they come.
+result<sim_metrics> simulate(const workload& w, const sim_config& config, sim_policy& policy,
+                             const std::vector<uint32_t>* decode_counts = nullptr,
+                             const sim_progress& progress = {});
+
+// Real decode-phase counts of every distinct evaluated source (rows parallel to
+// w.prefill_sources), for the clairvoyant bound.
+std::vector<uint32_t> decode_profiles(const workload& w, uint32_t threads = 2);
+
+// The locality a workload offers, measured as the paper does (batches of one domain against
+// mixed batches): mean distinct experts per layer of one decode step of `batch` running
+// requests, over `batches` batches x `steps` steps each. Same-domain batches cycle through the
+// labels; requests are drawn from the evaluated ones' distinct source requests, without
+// replacement while the pool lasts, each batch with fresh decode streams.
+struct locality_point {
+  uint32_t batch = 0;
+  double same_domain = 0.0;
+  double mixed = 0.0;
+  double reduction() const { return mixed > 0.0 ? 1.0 - same_domain / mixed : 0.0; }
+};
+// Errors (invalid_argument): no labelled evaluated request, a batch size of 0, batches or steps 0.
+result<std::vector<locality_point>> measure_locality(const workload& w,
+                                                     std::span<const uint32_t> batch_sizes,
+                                                     uint32_t batches = 6, uint32_t steps = 20,
+                                                     uint64_t seed = 1);
+
+}  // namespace eldr
