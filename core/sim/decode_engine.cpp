@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 namespace eldr {
 
@@ -141,6 +142,12 @@ latency_summary summarize_latency(const workload& w, const decode_engine& engine
   s.ttft_p50_ms = percentile(ttft, 0.50);
   s.ttft_p99_ms = percentile(ttft, 0.99);
   return s;
+}
+
+latency_summary summarize_latency(const workload& w, const decode_engine& engine) {
+  std::vector<uint32_t> all(w.requests.size());
+  std::iota(all.begin(), all.end(), 0u);
+  return summarize_latency(w, engine, all);
 }
 
 double percentile(std::vector<double>& values, double q) {

@@ -138,6 +138,26 @@ struct latency_summary {
 };
 latency_summary summarize_latency(const workload& w, const decode_engine& engine,
                                   std::span<const uint32_t> requests);
+// The same over every request of the workload.
+latency_summary summarize_latency(const workload& w, const decode_engine& engine);
+
+// Fills the figures every whole-run report takes from its engine -- TPOT and TTFT over all
+// requests, decode steps, distinct experts per layer, mean batch -- into a report with those
+// fields (eldr-sim's sim_metrics, eldr-loadgen's policy_result): one list, so that a figure
+// added here reaches both. Returns the latency summary for the report's own extra fields.
+template <class Report>
+latency_summary report_run_figures(const workload& w, const decode_engine& engine, Report& r) {
+  const latency_summary l = summarize_latency(w, engine);
+  r.tpot_p50_ms = l.tpot_p50_ms;
+  r.tpot_p95_ms = l.tpot_p95_ms;
+  r.tpot_p99_ms = l.tpot_p99_ms;
+  r.ttft_p50_ms = l.ttft_p50_ms;
+  r.ttft_p99_ms = l.ttft_p99_ms;
+  r.decode_steps = engine.decode_steps();
+  r.distinct_experts_per_layer = engine.distinct_experts_per_layer();
+  r.batch_size_mean = engine.batch_size_mean();
+  return l;
+}
 
 // Linear-interpolated percentile (q in [0, 1]) of values, 0 when empty. Sorts values.
 double percentile(std::vector<double>& values, double q);

@@ -257,18 +257,7 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
   }
 
   // ---- Metrics.
-  std::vector<uint32_t> all(N);
-  for (std::size_t i = 0; i < N; ++i)
-    all[i] = static_cast<uint32_t>(i);
-  const latency_summary latency = summarize_latency(w, *engine, all);
-  m.tpot_p50_ms = latency.tpot_p50_ms;
-  m.tpot_p95_ms = latency.tpot_p95_ms;
-  m.tpot_p99_ms = latency.tpot_p99_ms;
-  m.ttft_p50_ms = latency.ttft_p50_ms;
-  m.ttft_p99_ms = latency.ttft_p99_ms;
-  m.decode_steps = engine->decode_steps();
-  m.distinct_experts_per_layer = engine->distinct_experts_per_layer();
-  m.batch_size_mean = engine->batch_size_mean();
+  (void)report_run_figures(w, *engine, m);
   m.load_imbalance = engine->load_imbalance();
   const double first_arrival = N > 0 ? w.requests.front().arrival_s : 0.0;
   double last_finish = 0;

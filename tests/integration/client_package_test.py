@@ -65,7 +65,7 @@ class ClientPackageTest(unittest.TestCase):
             for tree in (os.path.realpath(BUILD), os.path.realpath(SRC)):
                 self.assertNotIn(tree, text, f"{name} names the build or source tree")
         self.assertTrue(os.path.isfile(os.path.join(self.prefix, "include", "eldr", "cluster",
-                                                    "client.hpp")))
+                                                    "zmq", "client.hpp")))
         # Every header an installed header includes is installed too.
         inc = os.path.join(self.prefix, "include", "eldr")
         for d, _, names in os.walk(inc):

@@ -35,20 +35,9 @@ void summarize_run(const session& s, const prefill_totals& prefill, const decode
                                                            static_cast<double>(prefill.blocks_total)
                                                      : 0.0;
   if (emu == nullptr) return;
-  std::vector<uint32_t> all(N);
-  for (uint32_t i = 0; i < N; ++i)
-    all[i] = i;
-  const latency_summary ls = summarize_latency(w, *emu, all);
-  res.tpot_p50_ms = ls.tpot_p50_ms;
-  res.tpot_p95_ms = ls.tpot_p95_ms;
-  res.tpot_p99_ms = ls.tpot_p99_ms;
-  res.ttft_p50_ms = ls.ttft_p50_ms;
-  res.ttft_p99_ms = ls.ttft_p99_ms;
+  const latency_summary ls = report_run_figures(w, emu->engine(), res);
   res.completed = ls.completed;
   res.incomplete = ls.incomplete;
-  res.decode_steps = emu->decode_steps();
-  res.distinct_experts_per_layer = emu->distinct_experts_per_layer();
-  res.batch_size_mean = emu->batch_size_mean();
   res.token_imbalance = emu->load_imbalance();
   res.inflight_imbalance = emu->inflight_imbalance();
   res.inflight_mean = emu->inflight_mean();
