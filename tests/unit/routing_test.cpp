@@ -482,44 +482,66 @@ uint32_t reference_band_pick(const std::vector<float>& s, const std::vector<uint
   return pick;
 }
 
+using uniform01 = std::uniform_real_distribution<float>;
+
+// K random centroids `width` wide for the reference checks: each entry nonzero with probability
+// one half, plus 0.1 on one axis per row so that no row is all zero.
+result<centroid_set> random_centroids(std::mt19937& gen, uniform01& u, uint32_t k, uint32_t width,
+                                      uint64_t epoch) {
+  std::vector<float> rows(static_cast<std::size_t>(k) * width);
+  for (float& x : rows)
+    x = u(gen) < 0.5f ? u(gen) : 0.0f;
+  for (uint32_t r = 0; r < k; ++r)
+    rows[static_cast<std::size_t>(r) * width + r % width] += 0.1f;
+  return centroid_set::make(k, width, std::move(rows), epoch);
+}
+
+// A random unit-norm signature `width` wide, each dimension present with probability 0.3 (so it
+// may have none).
+signature random_unit_signature(std::mt19937& gen, uniform01& u, uint32_t width) {
+  signature v;
+  v.width = width;
+  for (uint32_t d = 0; d < width; ++d)
+    if (u(gen) < 0.3f) {
+      v.index.push_back(d);
+      v.value.push_back(u(gen));
+    }
+  double norm = 0.0;
+  for (float x : v.value)
+    norm += static_cast<double>(x) * x;
+  for (float& x : v.value)
+    x = static_cast<float>(x / std::sqrt(norm));
+  return v;
+}
+
+// An eligibility mask of K workers, each eligible with probability `p`, and one more always.
+std::vector<uint8_t> random_mask(std::mt19937& gen, uniform01& u, uint32_t k, float p) {
+  std::vector<uint8_t> mask(k);
+  for (uint8_t& m : mask)
+    m = u(gen) < p ? 1 : 0;
+  mask[gen() % k] = 1;
+  return mask;
+}
+
 TEST(LocalityBand, MatchesTheRuleOnRandomSituationsAndNeverPicksIneligible) {
   std::mt19937 gen(2024);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  uniform01 u(0.0f, 1.0f);
   const float taus[] = {0.0f, 0.05f, 0.1f, 0.3f};
   for (int trial = 0; trial < 400; ++trial) {
     const uint32_t k = 2 + gen() % 19;
     const uint32_t width = 24;
-    std::vector<float> rows(static_cast<std::size_t>(k) * width);
-    for (float& x : rows)
-      x = u(gen) < 0.5f ? u(gen) : 0.0f;
-    for (uint32_t r = 0; r < k; ++r)
-      rows[static_cast<std::size_t>(r) * width + r % width] += 0.1f;
-    auto set = centroid_set::make(k, width, std::move(rows), trial);
+    auto set = random_centroids(gen, u, k, width, trial);
     ASSERT_TRUE(set.ok());
     const float tau = taus[trial % 4];
     const bool widen = (trial / 4) % 2 == 0;
     auto p = make_or_die(
         "eldr",
         eldr_config(std::make_shared<const centroid_set>(std::move(set).value()), tau, widen));
-    signature v;
-    v.width = width;
-    for (uint32_t d = 0; d < width; ++d)
-      if (u(gen) < 0.3f) {
-        v.index.push_back(d);
-        v.value.push_back(u(gen));
-      }
-    double norm = 0.0;
-    for (float x : v.value)
-      norm += static_cast<double>(x) * x;
-    for (float& x : v.value)
-      x = static_cast<float>(x / std::sqrt(norm));
+    const signature v = random_unit_signature(gen, u, width);
     std::vector<uint32_t> load(k);
     for (uint32_t& l : load)
       l = gen() % 4;
-    std::vector<uint8_t> mask(k);
-    for (uint8_t& m : mask)
-      m = u(gen) < 0.7f ? 1 : 0;
-    mask[gen() % k] = 1;
+    const std::vector<uint8_t> mask = random_mask(gen, u, k, 0.7f);
 
     route_trace trace;
     auto d = p->route({&v, load, mask, -1}, &trace);
@@ -760,19 +782,14 @@ uint32_t reference_adaptive_pick(const std::vector<float>& s, const std::vector<
 
 TEST(AdaptiveBand, MatchesTheRuleOnRandomSituations) {
   std::mt19937 gen(77);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  uniform01 u(0.0f, 1.0f);
   const float taus[] = {0.0f, 0.05f, 0.1f, 0.3f};
   const float slacks[] = {0.0f, 0.25f, 0.5f, 1.0f, 1e9f};
   const uint32_t min_loads[] = {0, 1, 3, 5};
   for (int trial = 0; trial < 200; ++trial) {
     const uint32_t k = 2 + gen() % 15;
     const uint32_t width = 24;
-    std::vector<float> rows(static_cast<std::size_t>(k) * width);
-    for (float& x : rows)
-      x = u(gen) < 0.5f ? u(gen) : 0.0f;
-    for (uint32_t r = 0; r < k; ++r)
-      rows[static_cast<std::size_t>(r) * width + r % width] += 0.1f;
-    auto set = centroid_set::make(k, width, std::move(rows), trial);
+    auto set = random_centroids(gen, u, k, width, trial);
     ASSERT_TRUE(set.ok());
     const float tau = taus[trial % 4];
     const bool widen = (trial / 4) % 2 == 0;
@@ -785,25 +802,11 @@ TEST(AdaptiveBand, MatchesTheRuleOnRandomSituations) {
     std::vector<uint64_t> last(k, 0);
     // Several decisions per policy, so the recency state matters.
     for (uint64_t step = 1; step <= 6; ++step) {
-      signature v;
-      v.width = width;
-      for (uint32_t d = 0; d < width; ++d)
-        if (u(gen) < 0.3f) {
-          v.index.push_back(d);
-          v.value.push_back(u(gen));
-        }
-      double norm = 0.0;
-      for (float x : v.value)
-        norm += static_cast<double>(x) * x;
-      for (float& x : v.value)
-        x = static_cast<float>(x / std::sqrt(norm));
+      const signature v = random_unit_signature(gen, u, width);
       std::vector<uint32_t> load(k);
       for (uint32_t& l : load)
         l = gen() % 3 == 0 ? gen() % 6 : 4 + gen() % 12;
-      std::vector<uint8_t> mask(k);
-      for (uint8_t& m : mask)
-        m = u(gen) < 0.8f ? 1 : 0;
-      mask[gen() % k] = 1;
+      const std::vector<uint8_t> mask = random_mask(gen, u, k, 0.8f);
       route_trace trace;
       auto d = p->route({v.index.empty() ? nullptr : &v, load, mask, -1}, &trace);
       ASSERT_TRUE(d.ok()) << d.error().to_string();
