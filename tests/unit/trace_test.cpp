@@ -154,7 +154,7 @@ result<trace> parse(const bytes& b) {
 }
 
 // The parse fails as corrupt, and the message starts with the file name and contains every piece.
-void expect_error(const bytes& b, std::initializer_list<std::string> pieces) {
+void expect_error(const bytes& b, const std::vector<std::string>& pieces) {
   result<trace> r = parse(b);
   ASSERT_FALSE(r.ok()) << "parsed a malformed file";
   EXPECT_EQ(r.error().code(), status_code::corrupt);
@@ -162,6 +162,24 @@ void expect_error(const bytes& b, std::initializer_list<std::string> pieces) {
   EXPECT_EQ(m.rfind("t.eldrtrace: ", 0), 0u) << m;
   for (const std::string& piece : pieces)
     EXPECT_NE(m.find(piece), std::string::npos) << "missing \"" << piece << "\" in: " << m;
+}
+
+// The top-level `key` left out of the small trace, then given each of `wrong` in turn: every file
+// fails, naming the pieces listed with its value.
+void expect_top_level_key_checked(
+    const std::string& key,
+    const std::vector<std::pair<field_writer, std::vector<std::string>>>& wrong) {
+  document d = document::from(small_trace());
+  d.top.erase(key);
+  {
+    SCOPED_TRACE(key + " missing");
+    expect_error(d.encode(), {"missing key '" + key + "'"});
+  }
+  for (size_t i = 0; i < wrong.size(); ++i) {
+    SCOPED_TRACE(key + " given wrong value " + std::to_string(i));
+    d.top.set(key, wrong[i].first);
+    expect_error(d.encode(), wrong[i].second);
+  }
 }
 
 // ---- round trips ----
@@ -259,33 +277,20 @@ TEST(TraceErrors, TopLevelNotAMap) {
 }
 
 TEST(TraceErrors, FormatMissingWrongOrNotAString) {
-  document d = document::from(small_trace());
-  d.top.erase("format");
-  expect_error(d.encode(), {"missing key 'format'"});
-  d.top.set("format", s("eldr-trace-v2"));
-  expect_error(d.encode(), {"format is \"eldr-trace-v2\"", "expected \"eldr-trace\""});
-  d.top.set("format", u(1));
-  expect_error(d.encode(), {"format must be a str", "found int"});
+  expect_top_level_key_checked(
+      "format", {{s("eldr-trace-v2"), {"format is \"eldr-trace-v2\"", "expected \"eldr-trace\""}},
+                 {u(1), {"format must be a str", "found int"}}});
 }
 
 TEST(TraceErrors, VersionMissingWrongOrNotAnInteger) {
-  document d = document::from(small_trace());
-  d.top.erase("version");
-  expect_error(d.encode(), {"missing key 'version'"});
-  d.top.set("version", u(3));
-  expect_error(d.encode(), {"unsupported version 3", "supports versions 1 and 2"});
-  d.top.set("version", i64(-1));
-  expect_error(d.encode(), {"unsupported version -1"});
-  d.top.set("version", f64(1.0));
-  expect_error(d.encode(), {"version must be an integer", "float64"});
+  expect_top_level_key_checked("version",
+                               {{u(3), {"unsupported version 3", "supports versions 1 and 2"}},
+                                {i64(-1), {"unsupported version -1"}},
+                                {f64(1.0), {"version must be an integer", "float64"}}});
 }
 
 TEST(TraceErrors, ModelMissingOrNotAMap) {
-  document d = document::from(small_trace());
-  d.top.erase("model");
-  expect_error(d.encode(), {"missing key 'model'"});
-  d.top.set("model", s("qwen"));
-  expect_error(d.encode(), {"model: expected a map, found str"});
+  expect_top_level_key_checked("model", {{s("qwen"), {"model: expected a map, found str"}}});
 }
 
 TEST(TraceErrors, EachModelKeyIsRequired) {
@@ -328,16 +333,13 @@ TEST(TraceErrors, GeometryBounds) {
 }
 
 TEST(TraceErrors, RequestsMissingOrNotAnArray) {
-  document d = document::from(small_trace());
-  d.top.erase("requests");
-  expect_error(d.encode(), {"missing key 'requests'"});
-  d.top.set("requests", s("none"));
-  expect_error(d.encode(), {"requests must be an array, found str"});
-  d.top.set("requests", [](msgpack::writer& w) {
+  const field_writer int_element = [](msgpack::writer& w) {
     w.write_array_header(1);
     w.write_uint(7);
-  });
-  expect_error(d.encode(), {"requests[0]: expected a map, found int"});
+  };
+  expect_top_level_key_checked("requests",
+                               {{s("none"), {"requests must be an array, found str"}},
+                                {int_element, {"requests[0]: expected a map, found int"}}});
 }
 
 TEST(TraceErrors, EachRequestKeyIsRequired) {
