@@ -556,18 +556,15 @@ TEST(LocalityBand, MatchesTheRuleOnRandomSituationsAndNeverPicksIneligible) {
   }
 }
 
-TEST(LocalityBand, InstalledSetIsUsedByTheNextDecision) {
-  auto made = locality_band_policy::make(axis_set(3, 1), 0.0f, true);
-  ASSERT_TRUE(made.ok());
-  locality_band_policy& p = **made;
-  const signature v = with_scores({0.8f, 0.1f, 0.1f});
-  const std::vector<uint32_t> load(3, 0);
+// `p`, made over axis_set(3, 1), sends `v` (scores {0.8, 0.1, 0.1}) to worker 0; installing epoch
+// 2, which swaps the first two centroids, sends the same signature to worker 1. Each decision
+// names the epoch it used.
+void expect_installed_swap_moves_the_decision(centroid_policy& p, const signature& v,
+                                              const std::vector<uint32_t>& load) {
   auto d = p.route({&v, load, {}, -1});
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->worker, 0u);
   EXPECT_EQ(d->epoch, 1u);
-
-  // Epoch 2 swaps the first two centroids: the same signature now belongs to worker 1.
   auto swapped = centroid_set::make(3, 4, {0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0}, 2);
   ASSERT_TRUE(swapped.ok());
   ASSERT_TRUE(p.install(std::make_shared<const centroid_set>(std::move(swapped).value())).ok());
@@ -576,6 +573,16 @@ TEST(LocalityBand, InstalledSetIsUsedByTheNextDecision) {
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->worker, 1u);
   EXPECT_EQ(d->epoch, 2u);
+}
+
+TEST(LocalityBand, InstalledSetIsUsedByTheNextDecision) {
+  auto made = locality_band_policy::make(axis_set(3, 1), 0.0f, true);
+  ASSERT_TRUE(made.ok());
+  locality_band_policy& p = **made;
+  const signature v = with_scores({0.8f, 0.1f, 0.1f});
+  const std::vector<uint32_t> load(3, 0);
+  // Epoch 2 swaps the first two centroids: the same signature now belongs to worker 1.
+  ASSERT_NO_FATAL_FAILURE(expect_installed_swap_moves_the_decision(p, v, load));
 
   // K is fixed; the width may change, and then old-width signatures are rejected.
   EXPECT_FALSE(p.install(nullptr).ok());
@@ -587,7 +594,7 @@ TEST(LocalityBand, InstalledSetIsUsedByTheNextDecision) {
   ASSERT_TRUE(wider.ok());
   ASSERT_TRUE(p.install(std::make_shared<const centroid_set>(std::move(wider).value())).ok());
   EXPECT_FALSE(p.route({&v, load, {}, -1}).ok());
-  d = p.route({nullptr, load, {}, -1});
+  auto d = p.route({nullptr, load, {}, -1});
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->epoch, 4u);
 }
@@ -827,17 +834,7 @@ TEST(AdaptiveBand, InstallSwapsTheSetLikeTheBand) {
   adaptive_band_policy& p = **made;
   const signature v = with_scores({0.8f, 0.1f, 0.1f});
   const std::vector<uint32_t> load(3, 4);  // allowance 2: the band decides
-  auto d = p.route({&v, load, {}, -1});
-  ASSERT_TRUE(d.ok());
-  EXPECT_EQ(d->worker, 0u);
-  EXPECT_EQ(d->epoch, 1u);
-  auto swapped = centroid_set::make(3, 4, {0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0}, 2);
-  ASSERT_TRUE(swapped.ok());
-  ASSERT_TRUE(p.install(std::make_shared<const centroid_set>(std::move(swapped).value())).ok());
-  d = p.route({&v, load, {}, -1});
-  ASSERT_TRUE(d.ok());
-  EXPECT_EQ(d->worker, 1u);
-  EXPECT_EQ(d->epoch, 2u);
+  ASSERT_NO_FATAL_FAILURE(expect_installed_swap_moves_the_decision(p, v, load));
   const status wrong_k = p.install(axis_set(4, 3));
   ASSERT_FALSE(wrong_k.ok());
   EXPECT_NE(wrong_k.message().find("eldr-adaptive policy"), std::string::npos);
