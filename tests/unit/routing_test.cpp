@@ -523,21 +523,36 @@ std::vector<uint8_t> random_mask(std::mt19937& gen, uniform01& u, uint32_t k, fl
   return mask;
 }
 
+// What each randomized band trial draws first: K = 2 + gen() % k_spread, K random centroids
+// band_trial_width wide at epoch `trial`, and tau and widen cycling with the trial number.
+constexpr uint32_t band_trial_width = 24;
+struct band_trial {
+  uint32_t k = 0;
+  std::shared_ptr<const centroid_set> centroids;
+  float tau = 0.0f;
+  bool widen = false;
+};
+result<band_trial> draw_band_trial(std::mt19937& gen, uniform01& u, int trial, uint32_t k_spread) {
+  static constexpr float taus[] = {0.0f, 0.05f, 0.1f, 0.3f};
+  band_trial t;
+  t.k = 2 + gen() % k_spread;
+  auto set = random_centroids(gen, u, t.k, band_trial_width, static_cast<uint64_t>(trial));
+  if (!set.ok()) return set.error();
+  t.centroids = std::make_shared<const centroid_set>(std::move(set).value());
+  t.tau = taus[trial % 4];
+  t.widen = (trial / 4) % 2 == 0;
+  return t;
+}
+
 TEST(LocalityBand, MatchesTheRuleOnRandomSituationsAndNeverPicksIneligible) {
   std::mt19937 gen(2024);
   uniform01 u(0.0f, 1.0f);
-  const float taus[] = {0.0f, 0.05f, 0.1f, 0.3f};
   for (int trial = 0; trial < 400; ++trial) {
-    const uint32_t k = 2 + gen() % 19;
-    const uint32_t width = 24;
-    auto set = random_centroids(gen, u, k, width, trial);
-    ASSERT_TRUE(set.ok());
-    const float tau = taus[trial % 4];
-    const bool widen = (trial / 4) % 2 == 0;
-    auto p = make_or_die(
-        "eldr",
-        eldr_config(std::make_shared<const centroid_set>(std::move(set).value()), tau, widen));
-    const signature v = random_unit_signature(gen, u, width);
+    const auto drawn = draw_band_trial(gen, u, trial, 19);
+    ASSERT_TRUE(drawn.ok());
+    const auto& [k, centroids, tau, widen] = *drawn;
+    auto p = make_or_die("eldr", eldr_config(centroids, tau, widen));
+    const signature v = random_unit_signature(gen, u, band_trial_width);
     std::vector<uint32_t> load(k);
     for (uint32_t& l : load)
       l = gen() % 4;
@@ -790,26 +805,19 @@ uint32_t reference_adaptive_pick(const std::vector<float>& s, const std::vector<
 TEST(AdaptiveBand, MatchesTheRuleOnRandomSituations) {
   std::mt19937 gen(77);
   uniform01 u(0.0f, 1.0f);
-  const float taus[] = {0.0f, 0.05f, 0.1f, 0.3f};
   const float slacks[] = {0.0f, 0.25f, 0.5f, 1.0f, 1e9f};
   const uint32_t min_loads[] = {0, 1, 3, 5};
   for (int trial = 0; trial < 200; ++trial) {
-    const uint32_t k = 2 + gen() % 15;
-    const uint32_t width = 24;
-    auto set = random_centroids(gen, u, k, width, trial);
-    ASSERT_TRUE(set.ok());
-    const float tau = taus[trial % 4];
-    const bool widen = (trial / 4) % 2 == 0;
+    const auto drawn = draw_band_trial(gen, u, trial, 15);
+    ASSERT_TRUE(drawn.ok());
+    const auto& [k, centroids, tau, widen] = *drawn;
     const float slack = slacks[trial % 5];
     const uint32_t min_load = min_loads[(trial / 3) % 4];
-    auto p =
-        make_or_die("eldr-adaptive",
-                    adaptive_config(std::make_shared<const centroid_set>(std::move(set).value()),
-                                    tau, widen, slack, min_load));
+    auto p = make_or_die("eldr-adaptive", adaptive_config(centroids, tau, widen, slack, min_load));
     std::vector<uint64_t> last(k, 0);
     // Several decisions per policy, so the recency state matters.
     for (uint64_t step = 1; step <= 6; ++step) {
-      const signature v = random_unit_signature(gen, u, width);
+      const signature v = random_unit_signature(gen, u, band_trial_width);
       std::vector<uint32_t> load(k);
       for (uint32_t& l : load)
         l = gen() % 3 == 0 ? gen() % 6 : 4 + gen() % 12;
