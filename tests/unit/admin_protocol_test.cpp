@@ -5,13 +5,19 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "core/base/msgpack.hpp"
+#include "tests/support/protocol_test_cases.hpp"
 
 namespace eldr {
 namespace {
+
+using testing::expect_error;
+using testing::map_payload;
+using testing::message;
 
 using nlohmann::json;
 
@@ -35,30 +41,9 @@ admin_request sample_request() {
   return {"a-1", "centroids.import", sample_args()};
 }
 
-void envelope(msgpack::writer& w, uint32_t fields, std::string_view type) {
-  w.write_map_header(fields + 2);
-  w.write_str("version");
-  w.write_uint(1);
-  w.write_str("type");
-  w.write_str(type);
-}
-
 // A request whose args value is written by `write_args`.
-template <class F>
-std::vector<uint8_t> request_with_args(F&& write_args) {
-  std::vector<uint8_t> out;
-  msgpack::writer w(out);
-  envelope(w, 2, "admin_request");
-  w.write_str("command");
-  w.write_str("status");
-  w.write_str("args");
-  write_args(w);
-  return out;
-}
-
-void expect_error(const status& s, status_code code, std::string_view text) {
-  EXPECT_EQ(s.code(), code) << s.to_string();
-  EXPECT_NE(s.message().find(text), std::string::npos) << s.message();
+std::vector<uint8_t> request_with_args(const std::function<void(msgpack::writer&)>& write_args) {
+  return message("admin_request").str("command", "status").value("args", write_args).bytes();
 }
 
 TEST(AdminProtocol, RequestRoundTripsEveryValueKind) {
@@ -143,17 +128,13 @@ TEST(AdminProtocol, AgreesWithNlohmannMessagePack) {
 }
 
 TEST(AdminProtocol, UnknownKeysAreIgnoredAndTypesChecked) {
-  std::vector<uint8_t> out;
-  msgpack::writer w(out);
-  envelope(w, 3, "admin_request");
-  w.write_str("later");
-  w.write_array_header(1);
-  w.write_map_header(0);
-  w.write_str("command");
-  w.write_str("workers");
-  w.write_str("args");
-  w.write_nil();
-  auto m = decode_admin_request(out, {});
+  const auto later = [](msgpack::writer& w) {
+    w.write_array_header(1);
+    w.write_map_header(0);
+  };
+  auto m = decode_admin_request(
+      message("admin_request").value("later", later).str("command", "workers").nil("args").bytes(),
+      {});
   ASSERT_TRUE(m.ok()) << m.error().to_string();
   EXPECT_EQ(m->command, "workers");
   EXPECT_TRUE(m->args.is_object());
@@ -168,24 +149,13 @@ TEST(AdminProtocol, UnknownKeysAreIgnoredAndTypesChecked) {
 }
 
 TEST(AdminProtocol, BadRequestsAreNamed) {
-  std::vector<uint8_t> out;
-  msgpack::writer w(out);
-  envelope(w, 1, "admin_request");
-  w.write_str("args");
-  w.write_map_header(0);
-  expect_error(decode_admin_request(out, {}).error(), status_code::invalid_argument,
-               "admin_request.command: missing");
-
-  out.clear();
-  envelope(w, 1, "admin_request");
-  w.write_str("command");
-  w.write_str("");
-  expect_error(decode_admin_request(out, {}).error(), status_code::invalid_argument,
-               "admin_request.command: empty");
-
+  expect_error(
+      decode_admin_request(message("admin_request").map("args", map_payload()).bytes(), {}),
+      status_code::invalid_argument, "admin_request.command: missing");
+  expect_error(decode_admin_request(message("admin_request").str("command", "").bytes(), {}),
+               status_code::invalid_argument, "admin_request.command: empty");
   expect_error(decode_admin_request(
-                   request_with_args([](msgpack::writer& a) { a.write_array_header(0); }), {})
-                   .error(),
+                   request_with_args([](msgpack::writer& a) { a.write_array_header(0); }), {}),
                status_code::invalid_argument, "admin_request.args: expected map");
 
   // A non-str key, at depth 2, is named with its path.
@@ -196,7 +166,7 @@ TEST(AdminProtocol, BadRequestsAreNamed) {
     a.write_uint(5);
     a.write_nil();
   });
-  expect_error(decode_admin_request(bad_key, {}).error(), status_code::invalid_argument,
+  expect_error(decode_admin_request(bad_key, {}), status_code::invalid_argument,
                "admin_request.args.outer key");
 
   // Invalid UTF-8 in a string value, inside an array: overlong, surrogate, truncated sequence.
@@ -209,41 +179,23 @@ TEST(AdminProtocol, BadRequestsAreNamed) {
       a.write_str("fine \xe2\x82\xac");
       a.write_str(bad);
     });
-    expect_error(decode_admin_request(bytes, {}).error(), status_code::invalid_argument,
+    SCOPED_TRACE(::testing::PrintToString(bad));
+    expect_error(decode_admin_request(bytes, {}), status_code::invalid_argument,
                  "admin_request.args.list[1]: invalid UTF-8");
   }
 
   // Replies: ok is required, and a failed reply needs its code.
-  out.clear();
-  envelope(w, 1, "admin_reply");
-  w.write_str("result");
-  w.write_uint(1);
-  expect_error(decode_admin_reply(out, {}).error(), status_code::invalid_argument,
-               "admin_reply.ok: missing");
-  out.clear();
-  envelope(w, 2, "admin_reply");
-  w.write_str("ok");
-  w.write_bool(false);
-  w.write_str("error");
-  w.write_str("x");
-  expect_error(decode_admin_reply(out, {}).error(), status_code::invalid_argument,
-               "admin_reply.code: missing");
-  out.clear();
-  envelope(w, 2, "admin_reply");
-  w.write_str("ok");
-  w.write_bool(false);
-  w.write_str("code");
-  w.write_uint(300);
-  expect_error(decode_admin_reply(out, {}).error(), status_code::invalid_argument,
-               "admin_reply.code");
+  expect_error(decode_admin_reply(message("admin_reply").uint("result", 1).bytes(), {}),
+               status_code::invalid_argument, "admin_reply.ok: missing");
+  expect_error(
+      decode_admin_reply(message("admin_reply").boolean("ok", false).str("error", "x").bytes(), {}),
+      status_code::invalid_argument, "admin_reply.code: missing");
+  expect_error(
+      decode_admin_reply(message("admin_reply").boolean("ok", false).uint("code", 300).bytes(), {}),
+      status_code::invalid_argument, "admin_reply.code");
 
-  out.clear();
-  w.write_map_header(2);
-  w.write_str("version");
-  w.write_uint(7);
-  w.write_str("type");
-  w.write_str("admin_request");
-  expect_error(decode_admin_request(out, {}).error(), status_code::failed_precondition, "version");
+  expect_error(decode_admin_request(message("admin_request", 7).bytes(), {}),
+               status_code::failed_precondition, "version");
 }
 
 // Args nested `depth` containers deep (args itself is the first).
@@ -260,7 +212,7 @@ std::vector<uint8_t> nested(uint32_t depth) {
 TEST(AdminProtocol, DepthAndValueCountAreBounded) {
   auto ok = decode_admin_request(nested(32), {});
   ASSERT_TRUE(ok.ok()) << ok.error().to_string();
-  expect_error(decode_admin_request(nested(33), {}).error(), status_code::out_of_range,
+  expect_error(decode_admin_request(nested(33), {}), status_code::out_of_range,
                "nested deeper than 32");
   // Far deeper than the reader's own limit: refused without recursing.
   EXPECT_FALSE(decode_admin_request(nested(100000), {}).ok());
@@ -274,7 +226,7 @@ TEST(AdminProtocol, DepthAndValueCountAreBounded) {
     for (int i = 0; i < 20; ++i)
       a.write_uint(1);
   });
-  expect_error(decode_admin_request(many, l).error(), status_code::out_of_range, "values");
+  expect_error(decode_admin_request(many, l), status_code::out_of_range, "values");
   l.max_values = 22;  // args, xs, 20 elements
   EXPECT_TRUE(decode_admin_request(many, l).ok());
 
@@ -289,25 +241,22 @@ TEST(AdminProtocol, DepthAndValueCountAreBounded) {
 }
 
 TEST(AdminProtocol, EveryLimitIsEnforced) {
+  using limits = admin_protocol_limits;
   const auto req = encode_admin_request(sample_request());
-  admin_protocol_limits l;
-  l.max_payload_bytes = static_cast<uint32_t>(req.size() - 1);
-  expect_error(decode_admin_request(req, l).error(), status_code::out_of_range, "payload");
-  l = {};
-  l.max_command_bytes = 4;
-  expect_error(decode_admin_request(req, l).error(), status_code::out_of_range,
-               "admin_request.command");
-  l = {};
-  l.max_id_bytes = 2;
-  expect_error(decode_admin_request(req, l).error(), status_code::out_of_range, "admin_request.id");
   admin_reply err;
   err.id = "a";
   err.code = wire_error_code::internal;
   err.error = "something broke";
-  l = {};
-  l.max_error_bytes = 3;
-  expect_error(decode_admin_reply(encode_admin_reply(err), l).error(), status_code::out_of_range,
-               "admin_reply.error");
+  const auto of_request = [&](const limits& l) { return decode_admin_request(req, l).error(); };
+  const auto of_reply = [bytes = encode_admin_reply(err)](const limits& l) {
+    return decode_admin_reply(bytes, l).error();
+  };
+  testing::expect_limits_enforced<limits>({
+      {"payload", &limits::max_payload_bytes, static_cast<uint32_t>(req.size() - 1), of_request},
+      {"admin_request.command", &limits::max_command_bytes, 4, of_request},
+      {"admin_request.id", &limits::max_id_bytes, 2, of_request},
+      {"admin_reply.error", &limits::max_error_bytes, 3, of_reply},
+  });
 }
 
 TEST(AdminProtocol, TruncationAndGarbageAreErrorsNotThrows) {
@@ -317,13 +266,9 @@ TEST(AdminProtocol, TruncationAndGarbageAreErrorsNotThrows) {
   ok.result = sample_args();
   const std::vector<std::vector<uint8_t>> all = {encode_admin_request(sample_request()),
                                                  encode_admin_reply(ok)};
-  for (const auto& bytes : all) {
-    for (size_t n = 0; n < bytes.size(); ++n) {
-      const std::span<const uint8_t> cut(bytes.data(), n);
-      EXPECT_FALSE(decode_admin_request(cut, {}).ok()) << n;
-      EXPECT_FALSE(decode_admin_reply(cut, {}).ok()) << n;
-    }
-  }
+  testing::expect_truncations_refused(
+      all, [](std::span<const uint8_t> b) { return decode_admin_request(b, {}); },
+      [](std::span<const uint8_t> b) { return decode_admin_reply(b, {}); });
   // Every single-byte corruption decodes or fails cleanly.
   std::vector<uint8_t> bytes = encode_admin_request(sample_request());
   for (size_t i = 0; i < bytes.size(); ++i) {

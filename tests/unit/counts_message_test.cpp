@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "core/base/msgpack.hpp"
+#include "tests/support/protocol_test_cases.hpp"
 #include "tests/support/random_ids.hpp"
 
 namespace eldr {
@@ -41,49 +42,45 @@ TEST(CountsMessage, RoundTrips) {
 }
 
 TEST(CountsMessage, RefusesOtherVersionsAndBadBlocksAlone) {
-  std::vector<uint8_t> out;
-  msgpack::writer w(out);
-  w.write_map_header(3);
-  w.write_str("v");
-  w.write_uint(3);
-  w.write_str("model");
-  w.write_array_header(3);
-  w.write_uint(2);
-  w.write_uint(8);
-  w.write_uint(2);
-  w.write_str("blocks");
-  w.write_array_header(0);
+  const auto geometry_2_8_2 = [](msgpack::writer& w) {
+    w.write_array_header(3);
+    w.write_uint(2);
+    w.write_uint(8);
+    w.write_uint(2);
+  };
   std::vector<kv_decode_issue> issues;
-  auto r = decode_counts_message(out, {}, issues);
+  auto r = decode_counts_message(
+      testing::map_payload()
+          .uint("v", 3)
+          .value("model", geometry_2_8_2)
+          .value("blocks", [](msgpack::writer& w) { w.write_array_header(0); })
+          .bytes(),
+      {}, issues);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(counts_error_cause(r.error()), drop_cause::unsupported_version);
 
   // Block 0: expert id 9 >= E; block 1 fine.
-  out.clear();
-  msgpack::writer w2(out);
-  w2.write_map_header(3);
-  w2.write_str("blocks");
-  w2.write_array_header(2);
-  for (int b = 0; b < 2; ++b) {
-    w2.write_array_header(6);
-    w2.write_uint(static_cast<uint64_t>(b + 1));
-    w2.write_nil();
-    w2.write_uint(2);
-    w2.write_array_header(2);
-    w2.write_uint(2);
-    w2.write_uint(2);
-    const std::vector<uint8_t> ids = {1, b == 0 ? uint8_t{9} : uint8_t{5}, 6, 7};
-    const std::vector<uint8_t> counts = {2, 2, 2, 2};
-    w2.write_bin(ids);
-    w2.write_bin(counts);
-  }
-  w2.write_str("model");
-  w2.write_array_header(3);
-  w2.write_uint(2);
-  w2.write_uint(8);
-  w2.write_uint(2);
-  w2.write_str("v");
-  w2.write_uint(1);
+  const auto two_blocks = [](msgpack::writer& w) {
+    w.write_array_header(2);
+    for (int b = 0; b < 2; ++b) {
+      w.write_array_header(6);
+      w.write_uint(static_cast<uint64_t>(b + 1));
+      w.write_nil();
+      w.write_uint(2);
+      w.write_array_header(2);
+      w.write_uint(2);
+      w.write_uint(2);
+      const std::vector<uint8_t> ids = {1, b == 0 ? uint8_t{9} : uint8_t{5}, 6, 7};
+      const std::vector<uint8_t> counts = {2, 2, 2, 2};
+      w.write_bin(ids);
+      w.write_bin(counts);
+    }
+  };
+  const auto out = testing::map_payload()
+                       .value("blocks", two_blocks)
+                       .value("model", geometry_2_8_2)
+                       .uint("v", 1)
+                       .bytes();
   r = decode_counts_message(out, {}, issues);
   ASSERT_TRUE(r.ok()) << r.error().to_string();
   ASSERT_EQ(r->blocks.size(), 1u);

@@ -58,6 +58,21 @@ std::vector<float> block_points(uint32_t blocks, uint32_t per_block, uint64_t se
   return out;
 }
 
+// block_points(blocks, per_block, seed), then `extra` more points in block 0 (drawn with
+// `extra_seed`, zero beyond the first block): a sample lopsided towards block 0.
+std::vector<float> block_points_heavy_first(uint32_t blocks, uint32_t per_block, uint64_t seed,
+                                            uint32_t extra, uint64_t extra_seed) {
+  std::vector<float> points = block_points(blocks, per_block, seed);
+  const auto more = block_points(1, extra, extra_seed);
+  for (std::size_t r = 0; r < extra; ++r) {
+    std::vector<float> row(static_cast<std::size_t>(blocks) * block_dims, 0.0f);
+    std::copy_n(more.begin() + static_cast<std::ptrdiff_t>(r * block_dims), block_dims,
+                row.begin());
+    points.insert(points.end(), row.begin(), row.end());
+  }
+  return points;
+}
+
 // One centroid per entry of `regions`: uniform over dims [first, first + count).
 std::shared_ptr<const centroid_set> region_set(
     uint32_t width, const std::vector<std::pair<uint32_t, uint32_t>>& regions, uint64_t epoch = 1) {
@@ -303,14 +318,8 @@ TEST(ValidateRefit, RejectsDegenerateClusters) {
 
 TEST(ValidateRefit, RejectsBrokenBalance) {
   // Block 0 holds 75% of the sample: under argmax its worker gets exactly 3x its share.
-  std::vector<float> points = block_points(4, 10, 1);  // 10 per block
-  const auto extra = block_points(1, 80, 2);           // 80 more in block 0 (width 8)
-  for (std::size_t r = 0; r < 80; ++r) {
-    std::vector<float> row(plain_width, 0.0f);
-    std::copy_n(extra.begin() + static_cast<std::ptrdiff_t>(r * block_dims), block_dims,
-                row.begin());
-    points.insert(points.end(), row.begin(), row.end());
-  }
+  // 10 per block, and 80 more in block 0.
+  const std::vector<float> points = block_points_heavy_first(4, 10, 1, 80, 2);
   auto set = block_set(plain_width, {0, 1, 2, 3});
   auto r = validate_refit(*set, nullptr, points, plain_width);
   ASSERT_TRUE(r.ok());
@@ -328,15 +337,7 @@ TEST(ValidateRefit, RejectsBrokenBalance) {
 
 TEST(ValidateRefit, BalanceIsMeasuredAgainstEachWorkersWeightedShare) {
   // Two blocks, 60 and 20 points: lopsided for equal workers, exact for weights 3:1.
-  const auto a = block_points(2, 20, 4);  // 20 per block
-  std::vector<float> points = a;
-  const auto more = block_points(1, 40, 5);
-  for (std::size_t r = 0; r < 40; ++r) {
-    std::vector<float> row(2 * block_dims, 0.0f);
-    std::copy_n(more.begin() + static_cast<std::ptrdiff_t>(r * block_dims), block_dims,
-                row.begin());
-    points.insert(points.end(), row.begin(), row.end());
-  }
+  const std::vector<float> points = block_points_heavy_first(2, 20, 4, 40, 5);  // 20 per block
   auto set = block_set(2 * block_dims, {0, 1});
   refit_validation_options o;
   o.max_balance_ratio = 1.2;
@@ -497,14 +498,7 @@ TEST(RefitCandidate, FirstFitNeedsKAndStartsAtEpochOne) {
 
 TEST(RefitCandidate, ValidatesBalanceAgainstTheFitsWorkerWeights) {
   // Blocks of 60 and 20 points fitted for workers weighted 3:1: balanced for those workers.
-  std::vector<float> points = block_points(2, 20, 4);
-  const auto more = block_points(1, 40, 5);
-  for (std::size_t r = 0; r < 40; ++r) {
-    std::vector<float> row(2 * block_dims, 0.0f);
-    std::copy_n(more.begin() + static_cast<std::ptrdiff_t>(r * block_dims), block_dims,
-                row.begin());
-    points.insert(points.end(), row.begin(), row.end());
-  }
+  const std::vector<float> points = block_points_heavy_first(2, 20, 4, 40, 5);
   // A first fit (no current set: the blocks as a current set would score the same, and be no
   // improvement), started at the blocks.
   refit_options o;

@@ -8,9 +8,14 @@
 #include <string>
 
 #include "core/base/msgpack.hpp"
+#include "tests/support/protocol_test_cases.hpp"
 
 namespace eldr {
 namespace {
+
+using testing::expect_error;
+using testing::map_payload;
+using testing::message;
 
 const model_geometry geo{2, 8, 2};
 
@@ -48,15 +53,6 @@ route_reply sample_reply() {
 
 error_reply sample_error() {
   return {std::string("req-9"), wire_error_code::unknown_model, "no pool serves model \"x\""};
-}
-
-// A message's envelope, for hand-written payloads.
-void envelope(msgpack::writer& w, uint32_t fields, std::string_view type) {
-  w.write_map_header(fields + 2);
-  w.write_str("version");
-  w.write_uint(1);
-  w.write_str("type");
-  w.write_str(type);
 }
 
 result<route_request> decode_request(std::span<const uint8_t> bytes,
@@ -142,10 +138,8 @@ TEST(RouteProtocol, FallbackAndWarningsRoundTripAndAreLimited) {
 
   route_protocol_limits tight;
   tight.max_warnings = 1;
-  auto over = decode_route_reply(encode_route_reply(r), tight);
-  ASSERT_FALSE(over.ok());
-  EXPECT_EQ(over.error().code(), status_code::out_of_range);
-  EXPECT_NE(over.error().message().find("route_reply.warnings"), std::string::npos);
+  expect_error(decode_route_reply(encode_route_reply(r), tight), status_code::out_of_range,
+               "route_reply.warnings");
 }
 
 TEST(RouteProtocol, ErrorCodesAreNamedAndMapped) {
@@ -159,54 +153,42 @@ TEST(RouteProtocol, ErrorCodesAreNamedAndMapped) {
 }
 
 TEST(RouteProtocol, UnknownKeysAreIgnored) {
-  std::vector<uint8_t> out;
-  msgpack::writer w(out);
-  envelope(w, 5, "route_request");
-  w.write_str("future");
-  w.write_map_header(1);  // a nested value, skipped whole
-  w.write_str("x");
-  w.write_array_header(2);
-  w.write_uint(1);
-  w.write_str("y");
-  w.write_str("id");
-  w.write_str("r");
-  w.write_str("model");
-  w.write_str("m");
-  w.write_str("blocks");
-  w.write_array_header(1);
-  w.write_uint(9);
-  w.write_str("zzz");
-  w.write_nil();
-  auto m = decode_request(out);
+  const auto future = [](msgpack::writer& w) {
+    w.write_map_header(1);  // a nested value, skipped whole
+    w.write_str("x");
+    w.write_array_header(2);
+    w.write_uint(1);
+    w.write_str("y");
+  };
+  const auto one_block = [](msgpack::writer& w) {
+    w.write_array_header(1);
+    w.write_uint(9);
+  };
+  auto m = decode_request(message("route_request")
+                              .value("future", future)
+                              .str("id", "r")
+                              .str("model", "m")
+                              .value("blocks", one_block)
+                              .nil("zzz")
+                              .bytes());
   ASSERT_TRUE(m.ok()) << m.error().to_string();
   EXPECT_EQ(m->block_hashes, std::vector<uint64_t>{9});
 
   // The reply's explanation ignores unknown keys and extra band-member elements too.
-  out.clear();
-  envelope(w, 7, "route_reply");
-  for (const char* k : {"worker", "epoch", "covered_blocks", "total_blocks"}) {
-    w.write_str(k);
+  map_payload reply = message("route_reply");
+  for (const char* k : {"worker", "epoch", "covered_blocks", "total_blocks"})
+    reply.uint(k, 1);
+  const auto band = [](msgpack::writer& w) {
+    w.write_array_header(1);
+    w.write_array_header(3);
     w.write_uint(1);
-  }
-  w.write_str("id");
-  w.write_str("r");
-  w.write_str("endpoint");
-  w.write_str("e");
-  w.write_str("explain");
-  w.write_map_header(4);
-  w.write_str("note");
-  w.write_str("later");
-  w.write_str("policy");
-  w.write_str("jsq");
-  w.write_str("tau");
-  w.write_uint(0);
-  w.write_str("band");
-  w.write_array_header(1);
-  w.write_array_header(3);
-  w.write_uint(1);
-  w.write_float64(0.5);
-  w.write_str("extra");
-  auto r = decode_route_reply(out, {});
+    w.write_float64(0.5);
+    w.write_str("extra");
+  };
+  const auto explain =
+      map_payload().str("note", "later").str("policy", "jsq").uint("tau", 0).value("band", band);
+  reply.str("id", "r").str("endpoint", "e").map("explain", explain);
+  auto r = decode_route_reply(reply.bytes(), {});
   ASSERT_TRUE(r.ok()) << r.error().to_string();
   ASSERT_TRUE(r->explain);
   EXPECT_EQ(r->explain->policy, "jsq");
@@ -215,170 +197,115 @@ TEST(RouteProtocol, UnknownKeysAreIgnored) {
 
 // Writes a request whose field `key` holds a string, to see the wrong type named.
 std::vector<uint8_t> request_with_string_at(std::string_view key) {
-  std::vector<uint8_t> out;
-  msgpack::writer w(out);
-  envelope(w, 4, "route_request");
+  map_payload m = message("route_request");
   for (std::string_view k : {"id", "model", "blocks", "label"}) {
-    w.write_str(k);
     if (k == key)
-      w.write_str("oops");
+      m.str(k, "oops");
     else if (k == "blocks")
-      w.write_array_header(0);
+      m.value(k, [](msgpack::writer& w) { w.write_array_header(0); });
     else if (k == "label")
-      w.write_uint(1);
+      m.uint(k, 1);
     else
-      w.write_str("x");
+      m.str(k, "x");
   }
-  return out;
+  return m.bytes();
+}
+
+// Block hashes {1, -1}: the second is not a uint64.
+void write_bad_second_hash(msgpack::writer& w) {
+  w.write_array_header(2);
+  w.write_uint(1);
+  w.write_int(-1);
 }
 
 TEST(RouteProtocol, WrongTypesAreNamed) {
   for (std::string_view key : {"blocks", "label"}) {
-    auto m = decode_request(request_with_string_at(key));
-    ASSERT_FALSE(m.ok()) << key;
-    EXPECT_EQ(m.error().code(), status_code::invalid_argument);
-    EXPECT_NE(m.error().message().find("route_request." + std::string(key)), std::string::npos)
-        << m.error().message();
+    SCOPED_TRACE(key);
+    expect_error(decode_request(request_with_string_at(key)), status_code::invalid_argument,
+                 "route_request." + std::string(key));
   }
 
-  std::vector<uint8_t> out;
-  msgpack::writer w(out);
-  envelope(w, 3, "route_request");
-  w.write_str("id");
-  w.write_uint(5);
-  w.write_str("model");
-  w.write_str("m");
-  w.write_str("blocks");
-  w.write_array_header(2);
-  w.write_uint(1);
-  w.write_int(-1);
-  auto m = decode_request(out);
-  ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.error().message().find("route_request.id"), std::string::npos);
+  auto m = decode_request(message("route_request")
+                              .uint("id", 5)
+                              .str("model", "m")
+                              .value("blocks", write_bad_second_hash)
+                              .bytes());
+  expect_error(m, status_code::invalid_argument, "route_request.id");
 
   // Element errors say which element.
-  out.clear();
-  envelope(w, 3, "route_request");
-  w.write_str("id");
-  w.write_str("r");
-  w.write_str("model");
-  w.write_str("m");
-  w.write_str("blocks");
-  w.write_array_header(2);
-  w.write_uint(1);
-  w.write_int(-1);
-  m = decode_request(out);
-  ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.error().message().find("route_request.blocks[1]"), std::string::npos)
-      << m.error().message();
+  m = decode_request(message("route_request")
+                         .str("id", "r")
+                         .str("model", "m")
+                         .value("blocks", write_bad_second_hash)
+                         .bytes());
+  expect_error(m, status_code::invalid_argument, "route_request.blocks[1]");
 
   auto r = decode_route_reply(encode_error_reply(sample_error()), {});
-  ASSERT_FALSE(r.ok());
+  expect_error(r, status_code::not_found, "error_reply");
   EXPECT_EQ(wire_error_for_decode(r.error()), wire_error_code::unknown_type);
-  EXPECT_NE(r.error().message().find("error_reply"), std::string::npos);
 
   std::vector<uint8_t> not_a_map;
   msgpack::writer(not_a_map).write_array_header(0);
-  auto e = decode_error_reply(not_a_map, {});
-  ASSERT_FALSE(e.ok());
-  EXPECT_EQ(e.error().code(), status_code::invalid_argument);
+  expect_error(decode_error_reply(not_a_map, {}), status_code::invalid_argument, "");
 }
 
 TEST(RouteProtocol, VersionTypeAndRequiredFieldsAreChecked) {
-  std::vector<uint8_t> out;
-  msgpack::writer w(out);
-  w.write_map_header(4);
-  w.write_str("id");
-  w.write_str("r");
-  w.write_str("model");
-  w.write_str("m");
-  w.write_str("type");
-  w.write_str("route_request");
-  w.write_str("version");
-  w.write_uint(2);
-  auto m = decode_request(out);
-  ASSERT_FALSE(m.ok());
-  EXPECT_EQ(m.error().code(), status_code::failed_precondition);
-
-  out.clear();
-  envelope(w, 2, "route_request");
-  w.write_str("id");
-  w.write_str("r");
-  w.write_str("model");
-  w.write_str("m");
-  m = decode_request(out);
-  ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.error().message().find("route_request.blocks: missing"), std::string::npos);
-
-  out.clear();
-  w.write_map_header(1);
-  w.write_str("version");
-  w.write_uint(1);
-  m = decode_request(out);
-  ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.error().message().find("type: missing"), std::string::npos);
+  expect_error(decode_request(map_payload()
+                                  .str("id", "r")
+                                  .str("model", "m")
+                                  .str("type", "route_request")
+                                  .uint("version", 2)
+                                  .bytes()),
+               status_code::failed_precondition, "version");
+  expect_error(decode_request(message("route_request").str("id", "r").str("model", "m").bytes()),
+               status_code::invalid_argument, "route_request.blocks: missing");
+  expect_error(decode_request(map_payload().uint("version", 1).bytes()),
+               status_code::invalid_argument, "type: missing");
 
   route_reply bad = sample_reply();
   bad.covered_blocks = 4;
-  auto r = decode_route_reply(encode_route_reply(bad), {});
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.error().message().find("covered_blocks"), std::string::npos);
+  expect_error(decode_route_reply(encode_route_reply(bad), {}), status_code::invalid_argument,
+               "covered_blocks");
 
   // Trailing bytes after the message are refused.
   auto bytes = encode_error_reply(sample_error());
   bytes.push_back(0xc0);
-  auto e = decode_error_reply(bytes, {});
-  ASSERT_FALSE(e.ok());
-  EXPECT_EQ(e.error().code(), status_code::corrupt);
+  expect_error(decode_error_reply(bytes, {}), status_code::corrupt, "");
 }
 
 TEST(RouteProtocol, EveryLimitIsEnforced) {
+  using limits = route_protocol_limits;
   const auto request = encode_route_request(sample_request());
   const auto reply = encode_route_reply(sample_reply());
   const auto error = encode_error_reply(sample_error());
-  auto expect_too_large = [](const status& s, std::string_view field) {
-    EXPECT_EQ(s.code(), status_code::out_of_range) << s.to_string();
-    EXPECT_NE(s.message().find(field), std::string::npos) << s.message();
-  };
-  route_protocol_limits l;
-
-  l = {};
-  l.max_payload_bytes = static_cast<uint32_t>(request.size() - 1);
-  expect_too_large(decode_request(request, l).error(), "payload");
-  l = {};
-  l.max_id_bytes = 4;  // "req-1" is 5
-  expect_too_large(decode_request(request, l).error(), "route_request.id");
-  expect_too_large(decode_route_reply(reply, l).error(), "route_reply.id");
-  expect_too_large(decode_error_reply(error, l).error(), "error_reply.id");
-  l = {};
-  l.max_model_bytes = 3;
-  expect_too_large(decode_request(request, l).error(), "route_request.model");
-  l = {};
-  l.max_blocks = 2;  // three hashes
-  expect_too_large(decode_request(request, l).error(), "route_request.blocks");
-  l = {};
-  l.max_endpoint_bytes = 5;
-  expect_too_large(decode_route_reply(reply, l).error(), "route_reply.endpoint");
-  l = {};
-  l.max_band = 1;
-  expect_too_large(decode_route_reply(reply, l).error(), "route_reply.explain.band");
-  l = {};
-  l.max_policy_bytes = 2;
-  expect_too_large(decode_route_reply(reply, l).error(), "route_reply.explain.policy");
-  l = {};
-  l.max_message_bytes = 3;
-  expect_too_large(decode_error_reply(error, l).error(), "error_reply.message");
-
+  const auto of_request = [&](const limits& l) { return decode_request(request, l).error(); };
+  const auto of_reply = [&](const limits& l) { return decode_route_reply(reply, l).error(); };
+  const auto of_error = [&](const limits& l) { return decode_error_reply(error, l).error(); };
   // The counts travel under max_blocks too (one counted block, three hashes).
   route_request few = sample_request();
   few.block_hashes.clear();
   counts_message& c = *few.counts;
   c.blocks.push_back(c.blocks[0]);
-  l = {};
+  const auto of_few = [bytes = encode_route_request(few)](const limits& l) {
+    return decode_request(bytes, l).error();
+  };
+  testing::expect_limits_enforced<limits>({
+      {"payload", &limits::max_payload_bytes, static_cast<uint32_t>(request.size() - 1),
+       of_request},
+      {"route_request.id", &limits::max_id_bytes, 4, of_request},  // "req-1" is 5
+      {"route_reply.id", &limits::max_id_bytes, 4, of_reply},
+      {"error_reply.id", &limits::max_id_bytes, 4, of_error},
+      {"route_request.model", &limits::max_model_bytes, 3, of_request},
+      {"route_request.blocks", &limits::max_blocks, 2, of_request},  // three hashes
+      {"route_reply.endpoint", &limits::max_endpoint_bytes, 5, of_reply},
+      {"route_reply.explain.band", &limits::max_band, 1, of_reply},
+      {"route_reply.explain.policy", &limits::max_policy_bytes, 2, of_reply},
+      {"error_reply.message", &limits::max_message_bytes, 3, of_error},
+      {"route_request.counts", &limits::max_blocks, 1, of_few},
+  });
+  limits l;
   l.max_blocks = 1;
-  expect_too_large(decode_request(encode_route_request(few), l).error(), "route_request.counts");
-  EXPECT_EQ(wire_error_for_decode(decode_request(encode_route_request(few), l).error()),
-            wire_error_code::too_large);
+  EXPECT_EQ(wire_error_for_decode(of_few(l)), wire_error_code::too_large);
 }
 
 TEST(RouteProtocol, BadCountBlocksAreReportedNotFatal) {
@@ -399,35 +326,25 @@ TEST(RouteProtocol, BadCountBlocksAreReportedNotFatal) {
 }
 
 TEST(RouteProtocol, TruncationAtEveryOffsetIsAnError) {
-  const std::vector<std::vector<uint8_t>> all = {encode_route_request(sample_request()),
-                                                 encode_route_reply(sample_reply()),
-                                                 encode_error_reply(sample_error())};
-  for (const auto& bytes : all) {
-    for (size_t n = 0; n < bytes.size(); ++n) {
-      const std::span<const uint8_t> cut(bytes.data(), n);
-      EXPECT_FALSE(decode_request(cut).ok()) << n;
-      EXPECT_FALSE(decode_route_reply(cut, {}).ok()) << n;
-      EXPECT_FALSE(decode_error_reply(cut, {}).ok()) << n;
-    }
-  }
+  testing::expect_truncations_refused(
+      {encode_route_request(sample_request()), encode_route_reply(sample_reply()),
+       encode_error_reply(sample_error())},
+      [](std::span<const uint8_t> b) { return decode_request(b); },
+      [](std::span<const uint8_t> b) { return decode_route_reply(b, {}); },
+      [](std::span<const uint8_t> b) { return decode_error_reply(b, {}); });
 }
 
 TEST(RouteProtocol, HostileLengthsDoNotAllocate) {
   // A request declaring 2^32-1 block hashes in a few bytes: refused by the limit, never reserved.
-  std::vector<uint8_t> out;
-  msgpack::writer w(out);
-  envelope(w, 3, "route_request");
-  w.write_str("id");
-  w.write_str("r");
-  w.write_str("model");
-  w.write_str("m");
-  w.write_str("blocks");
-  w.write_array_header(UINT32_MAX);
+  const auto out =
+      message("route_request")
+          .str("id", "r")
+          .str("model", "m")
+          .value("blocks", [](msgpack::writer& w) { w.write_array_header(UINT32_MAX); })
+          .bytes();
   route_protocol_limits l;
   l.max_blocks = UINT32_MAX;
-  auto m = decode_request(out, l);
-  ASSERT_FALSE(m.ok());
-  EXPECT_EQ(m.error().code(), status_code::corrupt);
+  expect_error(decode_request(out, l), status_code::corrupt, "");
 }
 
 }  // namespace

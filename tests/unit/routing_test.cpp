@@ -482,44 +482,81 @@ uint32_t reference_band_pick(const std::vector<float>& s, const std::vector<uint
   return pick;
 }
 
+using uniform01 = std::uniform_real_distribution<float>;
+
+// K random centroids `width` wide for the reference checks: each entry nonzero with probability
+// one half, plus 0.1 on one axis per row so that no row is all zero.
+result<centroid_set> random_centroids(std::mt19937& gen, uniform01& u, uint32_t k, uint32_t width,
+                                      uint64_t epoch) {
+  std::vector<float> rows(static_cast<std::size_t>(k) * width);
+  for (float& x : rows)
+    x = u(gen) < 0.5f ? u(gen) : 0.0f;
+  for (uint32_t r = 0; r < k; ++r)
+    rows[static_cast<std::size_t>(r) * width + r % width] += 0.1f;
+  return centroid_set::make(k, width, std::move(rows), epoch);
+}
+
+// A random unit-norm signature `width` wide, each dimension present with probability 0.3 (so it
+// may have none).
+signature random_unit_signature(std::mt19937& gen, uniform01& u, uint32_t width) {
+  signature v;
+  v.width = width;
+  for (uint32_t d = 0; d < width; ++d)
+    if (u(gen) < 0.3f) {
+      v.index.push_back(d);
+      v.value.push_back(u(gen));
+    }
+  double norm = 0.0;
+  for (float x : v.value)
+    norm += static_cast<double>(x) * x;
+  for (float& x : v.value)
+    x = static_cast<float>(x / std::sqrt(norm));
+  return v;
+}
+
+// An eligibility mask of K workers, each eligible with probability `p`, and one more always.
+std::vector<uint8_t> random_mask(std::mt19937& gen, uniform01& u, uint32_t k, float p) {
+  std::vector<uint8_t> mask(k);
+  for (uint8_t& m : mask)
+    m = u(gen) < p ? 1 : 0;
+  mask[gen() % k] = 1;
+  return mask;
+}
+
+// What each randomized band trial draws first: K = 2 + gen() % k_spread, K random centroids
+// band_trial_width wide at epoch `trial`, and tau and widen cycling with the trial number.
+constexpr uint32_t band_trial_width = 24;
+struct band_trial {
+  uint32_t k = 0;
+  std::shared_ptr<const centroid_set> centroids;
+  float tau = 0.0f;
+  bool widen = false;
+};
+result<band_trial> draw_band_trial(std::mt19937& gen, uniform01& u, int trial, uint32_t k_spread) {
+  static constexpr float taus[] = {0.0f, 0.05f, 0.1f, 0.3f};
+  band_trial t;
+  t.k = 2 + gen() % k_spread;
+  auto set = random_centroids(gen, u, t.k, band_trial_width, static_cast<uint64_t>(trial));
+  if (!set.ok()) return set.error();
+  t.centroids = std::make_shared<const centroid_set>(std::move(set).value());
+  t.tau = taus[trial % 4];
+  t.widen = (trial / 4) % 2 == 0;
+  return t;
+}
+
 TEST(LocalityBand, MatchesTheRuleOnRandomSituationsAndNeverPicksIneligible) {
   std::mt19937 gen(2024);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  const float taus[] = {0.0f, 0.05f, 0.1f, 0.3f};
+  uniform01 u(0.0f, 1.0f);
   for (int trial = 0; trial < 400; ++trial) {
-    const uint32_t k = 2 + gen() % 19;
-    const uint32_t width = 24;
-    std::vector<float> rows(static_cast<std::size_t>(k) * width);
-    for (float& x : rows)
-      x = u(gen) < 0.5f ? u(gen) : 0.0f;
-    for (uint32_t r = 0; r < k; ++r)
-      rows[static_cast<std::size_t>(r) * width + r % width] += 0.1f;
-    auto set = centroid_set::make(k, width, std::move(rows), trial);
-    ASSERT_TRUE(set.ok());
-    const float tau = taus[trial % 4];
-    const bool widen = (trial / 4) % 2 == 0;
-    auto p = make_or_die(
-        "eldr",
-        eldr_config(std::make_shared<const centroid_set>(std::move(set).value()), tau, widen));
-    signature v;
-    v.width = width;
-    for (uint32_t d = 0; d < width; ++d)
-      if (u(gen) < 0.3f) {
-        v.index.push_back(d);
-        v.value.push_back(u(gen));
-      }
-    double norm = 0.0;
-    for (float x : v.value)
-      norm += static_cast<double>(x) * x;
-    for (float& x : v.value)
-      x = static_cast<float>(x / std::sqrt(norm));
+    const auto drawn = draw_band_trial(gen, u, trial, 19);
+    ASSERT_TRUE(drawn.ok());
+    const auto& [k, centroids, tau, widen] = *drawn;
+    auto p = make_or_die("eldr", eldr_config(centroids, tau, widen));
+    const signature v = random_unit_signature(gen, u, band_trial_width);
     std::vector<uint32_t> load(k);
     for (uint32_t& l : load)
       l = gen() % 4;
-    std::vector<uint8_t> mask(k);
-    for (uint8_t& m : mask)
-      m = u(gen) < 0.7f ? 1 : 0;
-    mask[gen() % k] = 1;
+    const std::vector<uint8_t> mask = random_mask(gen, u, k, 0.7f);
 
     route_trace trace;
     auto d = p->route({&v, load, mask, -1}, &trace);
@@ -534,18 +571,15 @@ TEST(LocalityBand, MatchesTheRuleOnRandomSituationsAndNeverPicksIneligible) {
   }
 }
 
-TEST(LocalityBand, InstalledSetIsUsedByTheNextDecision) {
-  auto made = locality_band_policy::make(axis_set(3, 1), 0.0f, true);
-  ASSERT_TRUE(made.ok());
-  locality_band_policy& p = **made;
-  const signature v = with_scores({0.8f, 0.1f, 0.1f});
-  const std::vector<uint32_t> load(3, 0);
+// `p`, made over axis_set(3, 1), sends `v` (scores {0.8, 0.1, 0.1}) to worker 0; installing epoch
+// 2, which swaps the first two centroids, sends the same signature to worker 1. Each decision
+// names the epoch it used.
+void expect_installed_swap_moves_the_decision(centroid_policy& p, const signature& v,
+                                              const std::vector<uint32_t>& load) {
   auto d = p.route({&v, load, {}, -1});
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->worker, 0u);
   EXPECT_EQ(d->epoch, 1u);
-
-  // Epoch 2 swaps the first two centroids: the same signature now belongs to worker 1.
   auto swapped = centroid_set::make(3, 4, {0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0}, 2);
   ASSERT_TRUE(swapped.ok());
   ASSERT_TRUE(p.install(std::make_shared<const centroid_set>(std::move(swapped).value())).ok());
@@ -554,6 +588,16 @@ TEST(LocalityBand, InstalledSetIsUsedByTheNextDecision) {
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->worker, 1u);
   EXPECT_EQ(d->epoch, 2u);
+}
+
+TEST(LocalityBand, InstalledSetIsUsedByTheNextDecision) {
+  auto made = locality_band_policy::make(axis_set(3, 1), 0.0f, true);
+  ASSERT_TRUE(made.ok());
+  locality_band_policy& p = **made;
+  const signature v = with_scores({0.8f, 0.1f, 0.1f});
+  const std::vector<uint32_t> load(3, 0);
+  // Epoch 2 swaps the first two centroids: the same signature now belongs to worker 1.
+  ASSERT_NO_FATAL_FAILURE(expect_installed_swap_moves_the_decision(p, v, load));
 
   // K is fixed; the width may change, and then old-width signatures are rejected.
   EXPECT_FALSE(p.install(nullptr).ok());
@@ -565,7 +609,7 @@ TEST(LocalityBand, InstalledSetIsUsedByTheNextDecision) {
   ASSERT_TRUE(wider.ok());
   ASSERT_TRUE(p.install(std::make_shared<const centroid_set>(std::move(wider).value())).ok());
   EXPECT_FALSE(p.route({&v, load, {}, -1}).ok());
-  d = p.route({nullptr, load, {}, -1});
+  auto d = p.route({nullptr, load, {}, -1});
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->epoch, 4u);
 }
@@ -760,50 +804,24 @@ uint32_t reference_adaptive_pick(const std::vector<float>& s, const std::vector<
 
 TEST(AdaptiveBand, MatchesTheRuleOnRandomSituations) {
   std::mt19937 gen(77);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  const float taus[] = {0.0f, 0.05f, 0.1f, 0.3f};
+  uniform01 u(0.0f, 1.0f);
   const float slacks[] = {0.0f, 0.25f, 0.5f, 1.0f, 1e9f};
   const uint32_t min_loads[] = {0, 1, 3, 5};
   for (int trial = 0; trial < 200; ++trial) {
-    const uint32_t k = 2 + gen() % 15;
-    const uint32_t width = 24;
-    std::vector<float> rows(static_cast<std::size_t>(k) * width);
-    for (float& x : rows)
-      x = u(gen) < 0.5f ? u(gen) : 0.0f;
-    for (uint32_t r = 0; r < k; ++r)
-      rows[static_cast<std::size_t>(r) * width + r % width] += 0.1f;
-    auto set = centroid_set::make(k, width, std::move(rows), trial);
-    ASSERT_TRUE(set.ok());
-    const float tau = taus[trial % 4];
-    const bool widen = (trial / 4) % 2 == 0;
+    const auto drawn = draw_band_trial(gen, u, trial, 15);
+    ASSERT_TRUE(drawn.ok());
+    const auto& [k, centroids, tau, widen] = *drawn;
     const float slack = slacks[trial % 5];
     const uint32_t min_load = min_loads[(trial / 3) % 4];
-    auto p =
-        make_or_die("eldr-adaptive",
-                    adaptive_config(std::make_shared<const centroid_set>(std::move(set).value()),
-                                    tau, widen, slack, min_load));
+    auto p = make_or_die("eldr-adaptive", adaptive_config(centroids, tau, widen, slack, min_load));
     std::vector<uint64_t> last(k, 0);
     // Several decisions per policy, so the recency state matters.
     for (uint64_t step = 1; step <= 6; ++step) {
-      signature v;
-      v.width = width;
-      for (uint32_t d = 0; d < width; ++d)
-        if (u(gen) < 0.3f) {
-          v.index.push_back(d);
-          v.value.push_back(u(gen));
-        }
-      double norm = 0.0;
-      for (float x : v.value)
-        norm += static_cast<double>(x) * x;
-      for (float& x : v.value)
-        x = static_cast<float>(x / std::sqrt(norm));
+      const signature v = random_unit_signature(gen, u, band_trial_width);
       std::vector<uint32_t> load(k);
       for (uint32_t& l : load)
         l = gen() % 3 == 0 ? gen() % 6 : 4 + gen() % 12;
-      std::vector<uint8_t> mask(k);
-      for (uint8_t& m : mask)
-        m = u(gen) < 0.8f ? 1 : 0;
-      mask[gen() % k] = 1;
+      const std::vector<uint8_t> mask = random_mask(gen, u, k, 0.8f);
       route_trace trace;
       auto d = p->route({v.index.empty() ? nullptr : &v, load, mask, -1}, &trace);
       ASSERT_TRUE(d.ok()) << d.error().to_string();
@@ -824,17 +842,7 @@ TEST(AdaptiveBand, InstallSwapsTheSetLikeTheBand) {
   adaptive_band_policy& p = **made;
   const signature v = with_scores({0.8f, 0.1f, 0.1f});
   const std::vector<uint32_t> load(3, 4);  // allowance 2: the band decides
-  auto d = p.route({&v, load, {}, -1});
-  ASSERT_TRUE(d.ok());
-  EXPECT_EQ(d->worker, 0u);
-  EXPECT_EQ(d->epoch, 1u);
-  auto swapped = centroid_set::make(3, 4, {0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0}, 2);
-  ASSERT_TRUE(swapped.ok());
-  ASSERT_TRUE(p.install(std::make_shared<const centroid_set>(std::move(swapped).value())).ok());
-  d = p.route({&v, load, {}, -1});
-  ASSERT_TRUE(d.ok());
-  EXPECT_EQ(d->worker, 1u);
-  EXPECT_EQ(d->epoch, 2u);
+  ASSERT_NO_FATAL_FAILURE(expect_installed_swap_moves_the_decision(p, v, load));
   const status wrong_k = p.install(axis_set(4, 3));
   ASSERT_FALSE(wrong_k.ok());
   EXPECT_NE(wrong_k.message().find("eldr-adaptive policy"), std::string::npos);

@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <initializer_list>
 #include <limits>
 #include <string>
 #include <utility>
@@ -154,7 +153,7 @@ result<trace> parse(const bytes& b) {
 }
 
 // The parse fails as corrupt, and the message starts with the file name and contains every piece.
-void expect_error(const bytes& b, std::initializer_list<std::string> pieces) {
+void expect_error(const bytes& b, const std::vector<std::string>& pieces) {
   result<trace> r = parse(b);
   ASSERT_FALSE(r.ok()) << "parsed a malformed file";
   EXPECT_EQ(r.error().code(), status_code::corrupt);
@@ -162,6 +161,24 @@ void expect_error(const bytes& b, std::initializer_list<std::string> pieces) {
   EXPECT_EQ(m.rfind("t.eldrtrace: ", 0), 0u) << m;
   for (const std::string& piece : pieces)
     EXPECT_NE(m.find(piece), std::string::npos) << "missing \"" << piece << "\" in: " << m;
+}
+
+// The top-level `key` left out of the small trace, then given each of `wrong` in turn: every file
+// fails, naming the pieces listed with its value.
+void expect_top_level_key_checked(
+    const std::string& key,
+    const std::vector<std::pair<field_writer, std::vector<std::string>>>& wrong) {
+  document d = document::from(small_trace());
+  d.top.erase(key);
+  {
+    SCOPED_TRACE(key + " missing");
+    expect_error(d.encode(), {"missing key '" + key + "'"});
+  }
+  for (size_t i = 0; i < wrong.size(); ++i) {
+    SCOPED_TRACE(key + " given wrong value " + std::to_string(i));
+    d.top.set(key, wrong[i].first);
+    expect_error(d.encode(), wrong[i].second);
+  }
 }
 
 // ---- round trips ----
@@ -259,33 +276,20 @@ TEST(TraceErrors, TopLevelNotAMap) {
 }
 
 TEST(TraceErrors, FormatMissingWrongOrNotAString) {
-  document d = document::from(small_trace());
-  d.top.erase("format");
-  expect_error(d.encode(), {"missing key 'format'"});
-  d.top.set("format", s("eldr-trace-v2"));
-  expect_error(d.encode(), {"format is \"eldr-trace-v2\"", "expected \"eldr-trace\""});
-  d.top.set("format", u(1));
-  expect_error(d.encode(), {"format must be a str", "found int"});
+  expect_top_level_key_checked(
+      "format", {{s("eldr-trace-v2"), {"format is \"eldr-trace-v2\"", "expected \"eldr-trace\""}},
+                 {u(1), {"format must be a str", "found int"}}});
 }
 
 TEST(TraceErrors, VersionMissingWrongOrNotAnInteger) {
-  document d = document::from(small_trace());
-  d.top.erase("version");
-  expect_error(d.encode(), {"missing key 'version'"});
-  d.top.set("version", u(3));
-  expect_error(d.encode(), {"unsupported version 3", "supports versions 1 and 2"});
-  d.top.set("version", i64(-1));
-  expect_error(d.encode(), {"unsupported version -1"});
-  d.top.set("version", f64(1.0));
-  expect_error(d.encode(), {"version must be an integer", "float64"});
+  expect_top_level_key_checked("version",
+                               {{u(3), {"unsupported version 3", "supports versions 1 and 2"}},
+                                {i64(-1), {"unsupported version -1"}},
+                                {f64(1.0), {"version must be an integer", "float64"}}});
 }
 
 TEST(TraceErrors, ModelMissingOrNotAMap) {
-  document d = document::from(small_trace());
-  d.top.erase("model");
-  expect_error(d.encode(), {"missing key 'model'"});
-  d.top.set("model", s("qwen"));
-  expect_error(d.encode(), {"model: expected a map, found str"});
+  expect_top_level_key_checked("model", {{s("qwen"), {"model: expected a map, found str"}}});
 }
 
 TEST(TraceErrors, EachModelKeyIsRequired) {
@@ -328,16 +332,13 @@ TEST(TraceErrors, GeometryBounds) {
 }
 
 TEST(TraceErrors, RequestsMissingOrNotAnArray) {
-  document d = document::from(small_trace());
-  d.top.erase("requests");
-  expect_error(d.encode(), {"missing key 'requests'"});
-  d.top.set("requests", s("none"));
-  expect_error(d.encode(), {"requests must be an array, found str"});
-  d.top.set("requests", [](msgpack::writer& w) {
+  const field_writer int_element = [](msgpack::writer& w) {
     w.write_array_header(1);
     w.write_uint(7);
-  });
-  expect_error(d.encode(), {"requests[0]: expected a map, found int"});
+  };
+  expect_top_level_key_checked("requests",
+                               {{s("none"), {"requests must be an array, found str"}},
+                                {int_element, {"requests[0]: expected a map, found int"}}});
 }
 
 TEST(TraceErrors, EachRequestKeyIsRequired) {
@@ -465,8 +466,10 @@ TEST(TraceErrors, TooDeepUnknownValue) {
 
 // ---- robustness ----
 
-TEST(TraceRobustness, EveryTruncationFailsCleanly) {
-  const bytes full = encode_trace(small_trace());
+// `t` encodes to a file that parses, and every proper prefix of it fails as corrupt, naming the
+// file.
+void expect_every_truncation_fails(const trace& t) {
+  const bytes full = encode_trace(t);
   ASSERT_TRUE(parse(full).ok());
   for (size_t cut = 0; cut < full.size(); ++cut) {
     // An exactly-sized copy, so a sanitizer build catches any read past the end.
@@ -476,6 +479,10 @@ TEST(TraceRobustness, EveryTruncationFailsCleanly) {
     EXPECT_EQ(r.error().code(), status_code::corrupt);
     EXPECT_EQ(r.error().message().rfind("t.eldrtrace: ", 0), 0u);
   }
+}
+
+TEST(TraceRobustness, EveryTruncationFailsCleanly) {
+  expect_every_truncation_fails(small_trace());
 }
 
 TEST(TraceRobustness, EverySingleByteCorruptionIsHandled) {
@@ -576,14 +583,7 @@ TEST(TraceWide, WideIdsAreRangeCheckedAndDistinctPerTokenAndLayer) {
 }
 
 TEST(TraceWide, EveryTruncationOfAVersion2FileFailsCleanly) {
-  const bytes full = encode_trace(wide_trace(512));
-  ASSERT_TRUE(parse(full).ok());
-  for (size_t cut = 0; cut < full.size(); ++cut) {
-    const bytes prefix(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(cut));
-    result<trace> r = parse(prefix);
-    ASSERT_FALSE(r.ok()) << "a " << cut << "-byte prefix parsed";
-    EXPECT_EQ(r.error().code(), status_code::corrupt);
-  }
+  expect_every_truncation_fails(wide_trace(512));
 }
 
 // ---- validation of in-memory traces ----

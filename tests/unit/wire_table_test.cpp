@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/base/msgpack.hpp"
+#include "tests/support/protocol_test_cases.hpp"
 
 namespace eldr::wire {
 namespace {
@@ -259,14 +260,11 @@ TEST(WireTable, NestedMapsCheckTheirKeysAndRequiredFields) {
   EXPECT_EQ(back->policy, "eldr");
   EXPECT_EQ(back->tau, 0.5f);
 
-  std::vector<uint8_t> no_policy;
-  msgpack::writer w2(no_policy);
-  w2.write_map_header(2);
-  w2.write_str("tau");
-  w2.write_float32(1.0f);
-  w2.write_str("unknown");
-  w2.write_str("skipped");
-  auto missing_policy = read_inner(no_policy);
+  auto missing_policy =
+      read_inner(testing::map_payload()
+                     .value("tau", [](msgpack::writer& w) { w.write_float32(1.0f); })
+                     .str("unknown", "skipped")
+                     .bytes());
   ASSERT_FALSE(missing_policy.ok());
   EXPECT_EQ(missing_policy.error().message(), "toy.inner.policy: missing");
 

@@ -5,13 +5,19 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "core/base/msgpack.hpp"
+#include "tests/support/protocol_test_cases.hpp"
 
 namespace eldr {
 namespace {
+
+using testing::expect_error;
+using testing::map_payload;
+using testing::message;
 
 worker_register sample_register() {
   return {"m-1", "qwen3-30b-a3b", 3, "tcp://10.0.0.3:5600", 64, ""};
@@ -42,21 +48,13 @@ std::vector<worker_message> samples() {
   return {sample_register(), sample_load(), sample_finished(), sample_drain(), sample_publisher()};
 }
 
-void envelope(msgpack::writer& w, uint32_t fields, std::string_view type) {
-  w.write_map_header(fields + 2);
-  w.write_str("version");
-  w.write_uint(1);
-  w.write_str("type");
-  w.write_str(type);
-}
-
 result<worker_message> decode(std::span<const uint8_t> b, const worker_protocol_limits& l = {}) {
   return decode_worker_message(b, l);
 }
 
-void expect_error(const status& s, status_code code, std::string_view text) {
-  EXPECT_EQ(s.code(), code) << s.to_string();
-  EXPECT_NE(s.message().find(text), std::string::npos) << s.message();
+// A hand-written `type` message starting with the fields most of them require.
+map_payload model_and_worker(std::string_view type, uint64_t worker = 1) {
+  return message(type).str("model", "m").uint("worker", worker);
 }
 
 TEST(WorkerProtocol, EveryMessageRoundTrips) {
@@ -127,44 +125,30 @@ TEST(WorkerProtocol, AckRoundTripsAndErrorRepliesAreAnotherType) {
 }
 
 TEST(WorkerProtocol, UnknownTypeIsNotFound) {
-  std::vector<uint8_t> out;
-  msgpack::writer w(out);
-  envelope(w, 1, "route_request");
-  w.write_str("model");
-  w.write_str("m");
-  auto m = decode(out);
-  ASSERT_FALSE(m.ok());
-  expect_error(m.error(), status_code::not_found, "route_request");
+  auto m = decode(message("route_request").str("model", "m").bytes());
+  expect_error(m, status_code::not_found, "route_request");
   EXPECT_EQ(wire_error_for_decode(m.error()), wire_error_code::unknown_type);
 }
 
 TEST(WorkerProtocol, UnknownKeysAndNilOptionalsAreAccepted) {
-  std::vector<uint8_t> out;
-  msgpack::writer w(out);
-  envelope(w, 9, "load_report");
-  w.write_str("future");
-  w.write_map_header(1);
-  w.write_str("x");
-  w.write_array_header(2);
-  w.write_uint(1);
-  w.write_str("y");
-  w.write_str("id");
-  w.write_nil();
-  w.write_str("model");
-  w.write_str("m");
-  w.write_str("worker");
-  w.write_uint(2);
-  w.write_str("in_flight");
-  w.write_uint(4);
-  w.write_str("seq");
-  w.write_uint(11);
-  w.write_str("running");
-  w.write_nil();
-  w.write_str("waiting");
-  w.write_nil();
-  w.write_str("kv_usage");
-  w.write_uint(1);  // an integer is a number too
-  auto m = decode(out);
+  const auto future = [](msgpack::writer& w) {
+    w.write_map_header(1);
+    w.write_str("x");
+    w.write_array_header(2);
+    w.write_uint(1);
+    w.write_str("y");
+  };
+  auto m = decode(message("load_report")
+                      .value("future", future)
+                      .nil("id")
+                      .str("model", "m")
+                      .uint("worker", 2)
+                      .uint("in_flight", 4)
+                      .uint("seq", 11)
+                      .nil("running")
+                      .nil("waiting")
+                      .uint("kv_usage", 1)  // an integer is a number too
+                      .bytes());
   ASSERT_TRUE(m.ok()) << m.error().to_string();
   const auto& l = std::get<load_report>(*m);
   EXPECT_EQ(l.id, "");
@@ -175,15 +159,11 @@ TEST(WorkerProtocol, UnknownKeysAndNilOptionalsAreAccepted) {
   EXPECT_EQ(l.kv_usage, 1.0f);
 
   // worker_register's capacity is optional (0 = unbounded).
-  out.clear();
-  envelope(w, 3, "worker_register");
-  w.write_str("endpoint");
-  w.write_str("tcp://h:1");
-  w.write_str("worker");
-  w.write_uint(0);
-  w.write_str("model");
-  w.write_str("m");
-  auto r = decode(out);
+  auto r = decode(message("worker_register")
+                      .str("endpoint", "tcp://h:1")
+                      .uint("worker", 0)
+                      .str("model", "m")
+                      .bytes());
   ASSERT_TRUE(r.ok()) << r.error().to_string();
   EXPECT_EQ(std::get<worker_register>(*r).capacity, 0u);
 }
@@ -216,150 +196,97 @@ TEST(WorkerProtocol, MissingRequiredFieldsAreNamed) {
         ASSERT_TRUE(r.skip().ok());
         if (key != name) out.insert(out.end(), full.begin() + key_at, full.begin() + r.offset());
       }
-      auto m = decode(out);
-      ASSERT_FALSE(m.ok()) << type << " without " << name;
-      expect_error(m.error(), status_code::invalid_argument, type + "." + name + ": missing");
+      SCOPED_TRACE(type + " without " + name);
+      expect_error(decode(out), status_code::invalid_argument, type + "." + name + ": missing");
     }
   }
-  std::vector<uint8_t> out;
-  msgpack::writer w(out);
-  w.write_map_header(1);
-  w.write_str("version");
-  w.write_uint(1);
-  expect_error(decode(out).error(), status_code::invalid_argument, "type: missing");
-  out.clear();
-  w.write_map_header(1);
-  w.write_str("type");
-  w.write_str("finished");
-  expect_error(decode(out).error(), status_code::invalid_argument, "version: missing");
-  out.clear();
-  envelope(w, 0, "worker_ack");
-  expect_error(decode_worker_ack(out, {}).error(), status_code::invalid_argument,
+  expect_error(decode(map_payload().uint("version", 1).bytes()), status_code::invalid_argument,
+               "type: missing");
+  expect_error(decode(map_payload().str("type", "finished").bytes()), status_code::invalid_argument,
+               "version: missing");
+  expect_error(decode_worker_ack(message("worker_ack").bytes(), {}), status_code::invalid_argument,
                "worker_ack.state: missing");
 }
 
 TEST(WorkerProtocol, WrongTypesAndValuesAreNamed) {
-  std::vector<uint8_t> out;
-  msgpack::writer w(out);
-  envelope(w, 4, "worker_drain");
-  w.write_str("model");
-  w.write_str("m");
-  w.write_str("worker");
-  w.write_uint(1);
-  w.write_str("drain");
-  w.write_uint(1);  // not a bool
-  w.write_str("id");
-  w.write_str("x");
-  expect_error(decode(out).error(), status_code::invalid_argument, "worker_drain.drain");
-
-  out.clear();
-  envelope(w, 3, "finished");
-  w.write_str("model");
-  w.write_str("m");
-  w.write_str("worker");
-  w.write_uint(1);
-  w.write_str("requests");
-  w.write_array_header(2);
-  w.write_str("a");
-  w.write_uint(7);
-  expect_error(decode(out).error(), status_code::invalid_argument, "finished.requests[1]");
-
-  out.clear();
-  envelope(w, 2, "publisher_register");
-  w.write_str("model");
-  w.write_str("");
-  w.write_str("endpoint");
-  w.write_str("tcp://h:1");
-  expect_error(decode(out).error(), status_code::invalid_argument,
-               "publisher_register.model: empty");
-
-  out.clear();
-  envelope(w, 3, "worker_register");
-  w.write_str("model");
-  w.write_str("m");
-  w.write_str("worker");
-  w.write_uint(1ULL << 33);
-  w.write_str("endpoint");
-  w.write_str("tcp://h:1");
-  expect_error(decode(out).error(), status_code::invalid_argument, "worker_register.worker");
-
-  for (double bad : {-0.5, 1.5, std::nan("")}) {
-    out.clear();
-    envelope(w, 5, "load_report");
-    w.write_str("model");
-    w.write_str("m");
-    w.write_str("worker");
-    w.write_uint(1);
-    w.write_str("in_flight");
-    w.write_uint(1);
-    w.write_str("seq");
-    w.write_uint(1);
-    w.write_str("kv_usage");
-    w.write_float64(bad);
-    expect_error(decode(out).error(), status_code::invalid_argument, "load_report.kv_usage");
-  }
+  struct bad_case {
+    std::vector<uint8_t> bytes;
+    status_code code;
+    std::string fragment;
+  };
+  const auto two_requests = [](msgpack::writer& w) {
+    w.write_array_header(2);
+    w.write_str("a");
+    w.write_uint(7);
+  };
+  std::vector<bad_case> cases = {
+      {model_and_worker("worker_drain").uint("drain", 1).str("id", "x").bytes(),  // not a bool
+       status_code::invalid_argument, "worker_drain.drain"},
+      {model_and_worker("finished").value("requests", two_requests).bytes(),
+       status_code::invalid_argument, "finished.requests[1]"},
+      {message("publisher_register").str("model", "").str("endpoint", "tcp://h:1").bytes(),
+       status_code::invalid_argument, "publisher_register.model: empty"},
+      {model_and_worker("worker_register", 1ULL << 33).str("endpoint", "tcp://h:1").bytes(),
+       status_code::invalid_argument, "worker_register.worker"},
+  };
+  for (double bad : {-0.5, 1.5, std::nan("")})
+    cases.push_back({model_and_worker("load_report")
+                         .uint("in_flight", 1)
+                         .uint("seq", 1)
+                         .f64("kv_usage", bad)
+                         .bytes(),
+                     status_code::invalid_argument, "load_report.kv_usage"});
 
   // Another version is failed_precondition; trailing bytes are corrupt; a non-map is refused.
-  out.clear();
-  w.write_map_header(2);
-  w.write_str("type");
-  w.write_str("finished");
-  w.write_str("version");
-  w.write_uint(2);
-  expect_error(decode(out).error(), status_code::failed_precondition, "version");
-  auto bytes = encode_worker_message(sample_drain());
-  bytes.push_back(0xc0);
-  expect_error(decode(bytes).error(), status_code::corrupt, "trailing");
-  out.clear();
-  w.write_array_header(0);
-  expect_error(decode(out).error(), status_code::invalid_argument, "expected map");
+  cases.push_back({map_payload().str("type", "finished").uint("version", 2).bytes(),
+                   status_code::failed_precondition, "version"});
+  auto trailing = encode_worker_message(sample_drain());
+  trailing.push_back(0xc0);
+  cases.push_back({trailing, status_code::corrupt, "trailing"});
+  std::vector<uint8_t> not_a_map;
+  msgpack::writer(not_a_map).write_array_header(0);
+  cases.push_back({not_a_map, status_code::invalid_argument, "expected map"});
+
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i) + ", expecting " + cases[i].fragment);
+    expect_error(decode(cases[i].bytes), cases[i].code, cases[i].fragment);
+  }
 }
 
 TEST(WorkerProtocol, EveryLimitIsEnforced) {
-  worker_protocol_limits l;
+  using limits = worker_protocol_limits;
   const auto reg = encode_worker_message(sample_register());
+  const auto ack = encode_worker_ack({"m-1", "active", 0});
+  const auto publisher = encode_worker_message(sample_publisher());
+  const auto finished = encode_worker_message(sample_finished());
+  const auto decoding = [](const std::vector<uint8_t>& bytes) {
+    return [&bytes](const limits& l) { return decode(bytes, l).error(); };
+  };
+  testing::expect_limits_enforced<limits>({
+      {"payload", &limits::max_payload_bytes, static_cast<uint32_t>(reg.size() - 1), decoding(reg)},
+      {"worker_register.id", &limits::max_id_bytes, 2, decoding(reg)},  // "m-1" is 3
+      {"worker_ack.id", &limits::max_id_bytes, 2,
+       [&](const limits& l) { return decode_worker_ack(ack, l).error(); }},
+      {"worker_register.model", &limits::max_model_bytes, 4, decoding(reg)},
+      {"worker_register.endpoint", &limits::max_endpoint_bytes, 5, decoding(reg)},
+      {"publisher_register.endpoint", &limits::max_endpoint_bytes, 5, decoding(publisher)},
+      {"finished.requests", &limits::max_finished, 1, decoding(finished)},
+      // "req-1" is 5, the message id "m-3" fits
+      {"finished.requests[0]", &limits::max_id_bytes, 4, decoding(finished)},
+  });
+  limits l;
   l.max_payload_bytes = static_cast<uint32_t>(reg.size() - 1);
-  expect_error(decode(reg, l).error(), status_code::out_of_range, "payload");
   EXPECT_EQ(wire_error_for_decode(decode(reg, l).error()), wire_error_code::too_large);
-
-  l = {};
-  l.max_id_bytes = 2;  // "m-1" is 3
-  expect_error(decode(reg, l).error(), status_code::out_of_range, "worker_register.id");
-  expect_error(decode_worker_ack(encode_worker_ack({"m-1", "active", 0}), l).error(),
-               status_code::out_of_range, "worker_ack.id");
-  l = {};
-  l.max_model_bytes = 4;
-  expect_error(decode(reg, l).error(), status_code::out_of_range, "worker_register.model");
-  l = {};
-  l.max_endpoint_bytes = 5;
-  expect_error(decode(reg, l).error(), status_code::out_of_range, "worker_register.endpoint");
-  expect_error(decode(encode_worker_message(sample_publisher()), l).error(),
-               status_code::out_of_range, "publisher_register.endpoint");
-  l = {};
-  l.max_finished = 1;
-  expect_error(decode(encode_worker_message(sample_finished()), l).error(),
-               status_code::out_of_range, "finished.requests");
-  l = {};
-  l.max_id_bytes = 4;  // "req-1" is 5, the message id "m-3" fits
-  expect_error(decode(encode_worker_message(sample_finished()), l).error(),
-               status_code::out_of_range, "finished.requests[0]");
 }
 
 TEST(WorkerProtocol, HostileLengthsDoNotAllocate) {
-  std::vector<uint8_t> out;
-  msgpack::writer w(out);
-  envelope(w, 3, "finished");
-  w.write_str("model");
-  w.write_str("m");
-  w.write_str("worker");
-  w.write_uint(1);
-  w.write_str("requests");
-  w.write_array_header(UINT32_MAX);
+  const auto out =
+      model_and_worker("finished")
+          .value("requests", [](msgpack::writer& w) { w.write_array_header(UINT32_MAX); })
+          .bytes();
   worker_protocol_limits l;
   l.max_finished = UINT32_MAX;
-  auto m = decode(out, l);
-  ASSERT_FALSE(m.ok());
-  EXPECT_EQ(m.error().code(), status_code::corrupt);
+  expect_error(decode(out, l), status_code::corrupt, "");
 }
 
 TEST(WorkerProtocol, TruncationAtEveryOffsetIsAnError) {
@@ -367,13 +294,9 @@ TEST(WorkerProtocol, TruncationAtEveryOffsetIsAnError) {
   for (const worker_message& m : samples())
     all.push_back(encode_worker_message(m));
   all.push_back(encode_worker_ack({"m-1", "active", 3}));
-  for (const auto& bytes : all) {
-    for (size_t n = 0; n < bytes.size(); ++n) {
-      const std::span<const uint8_t> cut(bytes.data(), n);
-      EXPECT_FALSE(decode(cut).ok()) << n;
-      EXPECT_FALSE(decode_worker_ack(cut, {}).ok()) << n;
-    }
-  }
+  testing::expect_truncations_refused(
+      all, [](std::span<const uint8_t> b) { return decode(b); },
+      [](std::span<const uint8_t> b) { return decode_worker_ack(b, {}); });
 }
 
 TEST(WorkerProtocol, RegisterCarriesAValidatedMetricsUrl) {
@@ -387,19 +310,13 @@ TEST(WorkerProtocol, RegisterCarriesAValidatedMetricsUrl) {
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(std::get<worker_register>(*plain).metrics_url, "");
 
-  auto with_url = [](auto write_value) {
-    std::vector<uint8_t> out;
-    msgpack::writer w(out);
-    envelope(w, 4, "worker_register");
-    w.write_str("endpoint");
-    w.write_str("tcp://h:1");
-    w.write_str("worker");
-    w.write_uint(0);
-    w.write_str("model");
-    w.write_str("m");
-    w.write_str("metrics_url");
-    write_value(w);
-    return out;
+  auto with_url = [](const std::function<void(msgpack::writer&)>& write_value) {
+    return message("worker_register")
+        .str("endpoint", "tcp://h:1")
+        .uint("worker", 0)
+        .str("model", "m")
+        .value("metrics_url", write_value)
+        .bytes();
   };
   auto nil = decode(with_url([](msgpack::writer& w) { w.write_nil(); }));
   ASSERT_TRUE(nil.ok()) << nil.error().to_string();
@@ -407,17 +324,15 @@ TEST(WorkerProtocol, RegisterCarriesAValidatedMetricsUrl) {
 
   for (const char* bad : {"https://h:1/metrics", "tcp://h:1", "http://u@h/", "http://h:0/",
                           "http://h/#x", "", "http://h/\"quoted\""}) {
-    auto r = decode(with_url([&](msgpack::writer& w) { w.write_str(bad); }));
-    ASSERT_FALSE(r.ok()) << bad;
-    expect_error(r.error(), status_code::invalid_argument, "worker_register.metrics_url");
+    SCOPED_TRACE(bad);
+    expect_error(decode(with_url([&](msgpack::writer& w) { w.write_str(bad); })),
+                 status_code::invalid_argument, "worker_register.metrics_url");
   }
-  auto number = decode(with_url([](msgpack::writer& w) { w.write_uint(8000); }));
-  ASSERT_FALSE(number.ok());
-  expect_error(number.error(), status_code::invalid_argument, "worker_register.metrics_url");
-  auto long_url = decode(
-      with_url([](msgpack::writer& w) { w.write_str("http://h/" + std::string(300, 'a')); }));
-  ASSERT_FALSE(long_url.ok());
-  expect_error(long_url.error(), status_code::out_of_range, "worker_register.metrics_url");
+  expect_error(decode(with_url([](msgpack::writer& w) { w.write_uint(8000); })),
+               status_code::invalid_argument, "worker_register.metrics_url");
+  expect_error(decode(with_url(
+                   [](msgpack::writer& w) { w.write_str("http://h/" + std::string(300, 'a')); })),
+               status_code::out_of_range, "worker_register.metrics_url");
 }
 
 }  // namespace
