@@ -9,7 +9,7 @@
 
 #include "bench/bench_support.hpp"
 #include "cluster/ingest/ingest.hpp"
-#include "core/base/msgpack.hpp"
+#include "tests/support/kv_batches.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace {
@@ -24,28 +24,7 @@ std::vector<uint8_t> largest_batch(uint64_t first) {
   const kv_decode_limits limits;
   const uint32_t per_event = eldr::bench::smoke() ? 16 : limits.max_hashes;
   const uint32_t events = eldr::bench::smoke() ? 2 : limits.max_batch_hashes / per_event;
-  std::vector<uint8_t> out;
-  msgpack::writer w(out);
-  w.write_array_header(3);
-  w.write_float64(1.0);
-  w.write_array_header(events);
-  uint64_t h = first;
-  for (uint32_t e = 0; e < events; ++e) {
-    w.write_array_header(7);
-    w.write_str("BlockStored");
-    w.write_array_header(per_event);
-    for (uint32_t i = 0; i < per_event; ++i)
-      w.write_uint(h++);
-    w.write_nil();
-    w.write_array_header(per_event * 16);
-    for (uint32_t i = 0; i < per_event * 16; ++i)
-      w.write_uint(100000 + i % 50000);
-    w.write_uint(16);
-    w.write_nil();
-    w.write_str("GPU");
-  }
-  w.write_uint(0);
-  return out;
+  return eldr::testing::block_stored_batch(first, events, per_event, /*with_tokens=*/true);
 }
 
 void BM_DecodeLargestBatch(benchmark::State& state) {

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <caf/all.hpp>
-#include <mutex>
 
 #include "actors/admin_actor.hpp"
 #include "actors/cluster/cluster_protocol.hpp"
@@ -16,35 +15,12 @@
 #include "actors/sigcache/sigcache_actor.hpp"
 #include "core/formats/centroid_file.hpp"
 #include "core/membership/shard_plan.hpp"
+#include "tests/support/actor_testing.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/toy_model.hpp"
 
 namespace eldr {
 namespace {
-
-// Records every answer, decoded by the channel it was sent on.
-class recording_sink final : public reply_sink {
- public:
-  void reply(const reply_address& to, std::vector<uint8_t> payload) override {
-    std::lock_guard lock(mutex_);
-    sent_.emplace_back(to, std::move(payload));
-  }
-  void subscribe(subscription_request r) override {
-    if (r.done) r.done(next_id_++);
-  }
-  void unsubscribe(uint32_t) override {}
-  void request_replay(uint32_t, uint64_t, uint64_t) override {}
-
-  std::vector<std::pair<reply_address, std::vector<uint8_t>>> take() {
-    std::lock_guard lock(mutex_);
-    return std::exchange(sent_, {});
-  }
-
- private:
-  std::mutex mutex_;
-  std::vector<std::pair<reply_address, std::vector<uint8_t>>> sent_;
-  uint32_t next_id_ = 0;
-};
 
 centroid_file toy_centroids(uint32_t rotate, signature_transform t = signature_transform::count) {
   return testing::toy_centroids("toy", testing::toy_workers, rotate, t);
@@ -54,23 +30,17 @@ route_request request_for(const std::string& id, uint32_t domain, uint64_t hash)
   return testing::toy_request(id, "toy", domain, {hash});
 }
 
-class ActorsTest : public ::testing::Test {
+class ActorsTest : public ::testing::Test, protected testing::actor_fixture {
  protected:
-  ActorsTest()
-      : sys_(configure(cfg_)),
-        sched_(dynamic_cast<caf::scheduler::test_coordinator&>(sys_.scheduler())) {
+  ActorsTest() : actor_fixture("eldr-actors") {
     node_config c = default_node_config();
     c.data_dir = dir_.path();
     c.models[0].name = "toy";
     c.models[0].workers = 4;
     c.models[0].widen_single = false;
     c.models[0].worker_timeout_ms = 1000;
-    auto ctx = std::make_shared<node_context>();
-    ctx->config = c;
-    ctx->edge = &sink_;
-    ctx->metrics = std::make_shared<node_metrics>();
+    auto ctx = make_context(c);
     metrics_ = ctx->metrics;
-    ctx->now_ms = [this] { return now_; };
     auto caches = open_model_caches(c);
     EXPECT_TRUE(caches.ok());
     sigcache_ = spawn_sigcache(sys_, ctx, std::move(*caches), /*detached=*/false);
@@ -84,12 +54,6 @@ class ActorsTest : public ::testing::Test {
     for (auto* a : {&admin_, &refit_, &monitor_, &router_, &sigcache_})
       caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
     sched_.run();
-  }
-
-  static caf::actor_system_config& configure(caf::actor_system_config& cfg) {
-    cfg.set("scheduler.policy", caf::atom("testing"));
-    cfg.set("logger.verbosity", caf::atom("quiet"));
-    return cfg;
   }
 
   void admin(const std::string& command, nlohmann::json args) {
@@ -135,12 +99,6 @@ class ActorsTest : public ::testing::Test {
           {{"model", "toy"}, {"file", nlohmann::json::binary(encode_centroid_file(f))}});
   }
 
-  testing::temp_dir dir_{"eldr-actors"};
-  recording_sink sink_;
-  int64_t now_ = 1000;
-  caf::actor_system_config cfg_;
-  caf::actor_system sys_;
-  caf::scheduler::test_coordinator& sched_;
   caf::actor sigcache_, router_, monitor_, refit_, admin_;
   std::shared_ptr<node_metrics> metrics_;
 };

@@ -28,6 +28,8 @@
 #include "tests/support/node_process.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
+#include "tests/support/toy_model.hpp"
+#include "tests/support/worker_registration.hpp"
 
 namespace eldr {
 namespace {
@@ -64,12 +66,9 @@ int64_t ms_since(clock_type::time_point t0) {
   return std::chrono::duration_cast<milliseconds>(clock_type::now() - t0).count();
 }
 
+// A request without counts (so of no worker in particular) for three blocks.
 route_request request(const std::string& id) {
-  route_request r;
-  r.id = id;
-  r.model = "m";
-  r.block_hashes = {7, 8, 9};
-  return r;
+  return testing::toy_request(id, "m", 0, {7, 8, 9}, /*with_counts=*/false);
 }
 
 // Runs `eldr-cluster stop` for its directory when it goes, however the test ended.
@@ -177,16 +176,7 @@ TEST_F(ClusterPartitionTest, ACutNodeIsMarkedDeadTheMajorityRoutesAndTheHealedNo
 
   // The majority keeps working: workers registered at n1 during the partition reach n3's router,
   // and both route.
-  {
-    auto w = worker_client::connect(worker("n1"));
-    ASSERT_TRUE(w.ok());
-    for (uint32_t k = 0; k < 4; ++k) {
-      auto r = (*w)->call(
-          worker_register{"", "m", k, "tcp://10.9.0." + std::to_string(k) + ":1", 0, ""});
-      ASSERT_TRUE(r.ok()) << r.error().to_string();
-      ASSERT_TRUE(std::holds_alternative<worker_ack>(*r));
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(testing::register_workers(worker("n1"), "m", 4, "tcp://10.9.0.", ":1"));
   ASSERT_TRUE(eventually([&] {
     auto ws = admin_workers(admin("n3"), "m");
     return ws.is_array() && ws.size() == 4;

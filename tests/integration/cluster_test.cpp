@@ -23,6 +23,8 @@
 #include "tests/support/node_process.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
+#include "tests/support/toy_model.hpp"
+#include "tests/support/worker_registration.hpp"
 
 namespace eldr {
 namespace {
@@ -38,49 +40,16 @@ using testing::temp_dir;
 constexpr const char* models_toml =
     "[[models]]\nname = \"m\"\nworkers = 4\npolicy = \"eldr\"\nwiden_single = false\n"
     "worker_timeout_ms = 600000\n";
-const model_geometry toy{2, 8, 2};
-
-// Worker w's centroid puts its mass on experts 2w and 2w+1 of both layers.
+// The toy model (tests/support/toy_model.hpp) as model "m": worker w's centroid puts its mass on
+// experts 2w and 2w+1 of both layers.
 centroid_file toy_centroids() {
-  centroid_file f;
-  f.model_name = "m";
-  f.spec = *signature_spec::make(toy, signature_transform::count, {}, {});
-  f.workers = 4;
-  f.centroids.assign(4 * f.spec.width(), 0.0f);
-  for (uint32_t w = 0; w < 4; ++w)
-    for (uint32_t l = 0; l < toy.layers; ++l)
-      for (uint32_t e : {2 * w, 2 * w + 1})
-        f.centroids[w * 16 + l * 8 + e] = 0.5f;
-  f.epoch = 1;
-  f.provenance.source = "cluster_test";
-  f.provenance.kmeans_variant = "balanced";
-  return f;
+  return testing::toy_centroids("m");
 }
 
 // A prompt of `blocks` whose tokens all pick worker w's experts; with its counts or without.
 route_request prompt_for(const std::string& id, uint32_t w, std::vector<uint64_t> blocks,
                          bool with_counts) {
-  route_request r;
-  r.id = id;
-  r.model = "m";
-  r.block_hashes = blocks;
-  if (with_counts) {
-    std::vector<expert_id> ids;
-    for (int t = 0; t < 4; ++t)
-      for (uint32_t l = 0; l < toy.layers; ++l) {
-        ids.push_back(static_cast<expert_id>(2 * w));
-        ids.push_back(static_cast<expert_id>(2 * w + 1));
-      }
-    counts_message c;
-    c.geometry = toy;
-    std::optional<uint64_t> parent;
-    for (uint64_t h : blocks) {
-      c.blocks.push_back({h, parent, *block_counts::from_tokens(toy, ids, 0, 4)});
-      parent = h;
-    }
-    r.counts = std::move(c);
-  }
-  return r;
+  return testing::toy_request(id, "m", w, std::move(blocks), with_counts);
 }
 
 class ClusterTest : public ::testing::Test {
@@ -156,14 +125,7 @@ class ClusterTest : public ::testing::Test {
   }
 
   static void register_workers(const node_process& n) {
-    auto w = worker_client::connect(n.worker());
-    ASSERT_TRUE(w.ok());
-    for (uint32_t k = 0; k < 4; ++k) {
-      auto r = (*w)->call(
-          worker_register{"", "m", k, "tcp://10.9.0." + std::to_string(k) + ":1", 0, ""});
-      ASSERT_TRUE(r.ok()) << r.error().to_string();
-      ASSERT_TRUE(std::holds_alternative<worker_ack>(*r));
-    }
+    testing::register_workers(n.worker(), "m", 4, "tcp://10.9.0.", ":1");
   }
 
   // Load of each worker as node `n`'s router sees it.
@@ -183,12 +145,9 @@ class ClusterTest : public ::testing::Test {
   std::string cluster_extra_;  // more [cluster] keys for every node
 };
 
+// A request without counts (so of no worker in particular) for three blocks.
 route_request request(const std::string& id) {
-  route_request r;
-  r.id = id;
-  r.model = "m";
-  r.block_hashes = {7, 8, 9};
-  return r;
+  return testing::toy_request(id, "m", 0, {7, 8, 9}, /*with_counts=*/false);
 }
 
 TEST_F(ClusterTest, NodesJoinThroughASeedAndFormAFullMesh) {

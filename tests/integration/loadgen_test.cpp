@@ -331,18 +331,28 @@ json last_json_line(const std::string& output) {
   return json::parse(output.substr(start, output.find('\n', start) - start), nullptr, false);
 }
 
+// Runs eldr-loadgen against `node` with `args` (after --node), stops the node so that its record
+// is complete, and reads the run's JSON report into `report`. Fails the test (use it under
+// ASSERT_NO_FATAL_FAILURE) when the run does not exit 0 or prints no report.
+void run_for_report(fake_node& node, const std::string& args, json& report) {
+  const auto r =
+      eldr::testing::run_command(loadgen_binary + " --node " + node.admin_endpoint() + args);
+  node.stop();
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  report = last_json_line(r.output);
+  ASSERT_TRUE(report.is_object()) << r.output;
+}
+
 TEST(Loadgen, PlaysEveryPolicyThroughTheNode) {
   fake_node node(3);
   // 40 requests (rate * duration), short outputs, four times faster than real time.
-  const auto r = eldr::testing::run_command(
-      loadgen_binary + " --node " + node.admin_endpoint() +
+  json j;
+  ASSERT_NO_FATAL_FAILURE(run_for_report(
+      node,
       " --synthetic qwen-task --rate 40 --duration 1 --decode-workers 3 --json --quiet"
       " --calibration-requests 120 --pairs 500 --prompt-max 200 --output-tokens 6 --time-scale 4"
-      " --prompt-pool 8 --report-ms 20 --capacity 64");
-  node.stop();
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const json j = last_json_line(r.output);
-  ASSERT_TRUE(j.is_object()) << r.output;
+      " --prompt-pool 8 --report-ms 20 --capacity 64",
+      j));
   for (const char* key :
        {"route_rps", "route_p50_us", "route_p99_us", "errors", "tpot_p50_ms", "tpot_p99_ms",
         "ttft_p50_ms", "inflight_imbalance", "inflight_mean", "decision_cv"})
@@ -405,14 +415,12 @@ TEST(Loadgen, PlaysEveryPolicyThroughTheNode) {
 
 TEST(Loadgen, RouteOnlyFinishesEveryDecision) {
   fake_node node(2);
-  const auto r = eldr::testing::run_command(
-      loadgen_binary + " --node " + node.admin_endpoint() +
+  json j;
+  ASSERT_NO_FATAL_FAILURE(run_for_report(
+      node,
       " --synthetic gpt-oss-task --rate 400 --duration 0.5 --decode-workers 2 --json --quiet"
-      " --route-only --no-import --policies jsq --max-outstanding 16 --prompt-pool 16");
-  node.stop();
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const json j = last_json_line(r.output);
-  ASSERT_TRUE(j.is_object()) << r.output;
+      " --route-only --no-import --policies jsq --max-outstanding 16 --prompt-pool 16",
+      j));
   EXPECT_EQ(j["sent"], 200);
   EXPECT_EQ(j["replied"], 200);
   EXPECT_EQ(j["errors"], 0);
@@ -467,15 +475,13 @@ TEST(Loadgen, RunsUseFreshRequestIdsAndWarmupOnlyNarrowsThePercentiles) {
 
 TEST(Loadgen, SwapAtImportsASecondSetUnderLoad) {
   fake_node node(2, /*install_imports=*/true);
-  const auto r = eldr::testing::run_command(
-      loadgen_binary + " --node " + node.admin_endpoint() +
+  json j;
+  ASSERT_NO_FATAL_FAILURE(run_for_report(
+      node,
       " --synthetic qwen-task --rate 200 --duration 1.5 --decode-workers 2 --json --quiet"
       " --calibration-requests 120 --pairs 500 --prompt-max 200 --route-only --policies eldr"
-      " --prompt-pool 16 --swap-at 0.5");
-  node.stop();
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const json j = last_json_line(r.output);
-  ASSERT_TRUE(j.is_object()) << r.output;
+      " --prompt-pool 16 --swap-at 0.5",
+      j));
   EXPECT_EQ(j["errors"], 0);
   ASSERT_TRUE(j.contains("swap")) << j.dump();
   const json& sw = j["swap"];
@@ -512,17 +518,15 @@ TEST(Loadgen, SwapAtImportsASecondSetUnderLoad) {
 
 TEST(Loadgen, RoutersSpreadRoutesRoundRobinWorkersStayAtTheNode) {
   fake_node a(2), b(2);
-  const auto r = eldr::testing::run_command(
-      loadgen_binary + " --node " + a.admin_endpoint() + " --routers " + a.admin_endpoint() + "," +
-      b.admin_endpoint() +
-      " --synthetic qwen-task --rate 40 --duration 1 --decode-workers 2 --json --quiet"
-      " --calibration-requests 120 --pairs 500 --prompt-max 200 --output-tokens 6 --time-scale 4"
-      " --prompt-pool 8 --report-ms 20 --policies jsq");
-  a.stop();
+  json j;
+  const std::string routers = " --routers " + a.admin_endpoint() + "," + b.admin_endpoint();
+  ASSERT_NO_FATAL_FAILURE(run_for_report(
+      a,
+      routers + " --synthetic qwen-task --rate 40 --duration 1 --decode-workers 2 --json --quiet"
+                " --calibration-requests 120 --pairs 500 --prompt-max 200 --output-tokens 6"
+                " --time-scale 4 --prompt-pool 8 --report-ms 20 --policies jsq",
+      j));
   b.stop();
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const json j = last_json_line(r.output);
-  ASSERT_TRUE(j.is_object()) << r.output;
   EXPECT_EQ(j["sent"], 40);
   EXPECT_EQ(j["replied"], 40);
   EXPECT_EQ(j["errors"], 0);
@@ -590,14 +594,11 @@ TEST(Loadgen, TheNodeIsRestoredAfterAFailureAndKeepCentroidsKeepsTheSet) {
   }
   {
     fake_node node(2);
-    const auto r = eldr::testing::run_command(loadgen_binary + " --node " + node.admin_endpoint() +
-                                              args + " --policies eldr --keep-centroids --json");
-    node.stop();
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    json j;
+    ASSERT_NO_FATAL_FAILURE(
+        run_for_report(node, args + " --policies eldr --keep-centroids --json", j));
     EXPECT_EQ(node.record().policy_resets, 1u);
     EXPECT_TRUE(node.record().swaps.empty());
-    const json j = last_json_line(r.output);
-    ASSERT_TRUE(j.is_object()) << r.output;
     bool kept = false;
     for (const json& line : j["node_changes"]["restored"])
       kept = kept || line.get<std::string>().find("--keep-centroids") != std::string::npos;

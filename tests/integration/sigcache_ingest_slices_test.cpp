@@ -8,7 +8,6 @@
 #include <caf/all.hpp>
 #include <chrono>
 #include <fstream>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
@@ -16,46 +15,12 @@
 #include "actors/node_metrics.hpp"
 #include "actors/router/router_actor.hpp"
 #include "actors/sigcache/sigcache_actor.hpp"
-#include "core/base/msgpack.hpp"
+#include "tests/support/actor_testing.hpp"
+#include "tests/support/kv_batches.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace eldr {
 namespace {
-
-class recording_sink final : public reply_sink {
- public:
-  void reply(const reply_address& to, std::vector<uint8_t> payload) override {
-    std::lock_guard lock(mutex_);
-    if (to.channel == frontend_channel::route) ++route_replies_;
-    (void)payload;
-  }
-  void subscribe(subscription_request r) override {
-    uint32_t id = 0;
-    {
-      std::lock_guard lock(mutex_);
-      auto [it, fresh] = ids_.try_emplace(r.endpoint, static_cast<uint32_t>(ids_.size()));
-      (void)fresh;
-      id = it->second;
-    }
-    if (r.done) r.done(id);
-  }
-  void unsubscribe(uint32_t) override {}
-  void request_replay(uint32_t, uint64_t, uint64_t) override {}
-  // The id subscribe() gave the endpoint.
-  uint32_t id_of(const std::string& endpoint) {
-    std::lock_guard lock(mutex_);
-    return ids_.at(endpoint);
-  }
-  size_t route_replies() {
-    std::lock_guard lock(mutex_);
-    return route_replies_;
-  }
-
- private:
-  std::mutex mutex_;
-  std::map<std::string, uint32_t> ids_;
-  size_t route_replies_ = 0;
-};
 
 std::vector<uint8_t> seq8(uint64_t s) {
   std::vector<uint8_t> b(8);
@@ -64,25 +29,7 @@ std::vector<uint8_t> seq8(uint64_t s) {
   return b;
 }
 
-// [ts, [["BlockStored", hashes, nil]...], 0]: `events` events of `per_event` hashes from `first`.
-std::vector<uint8_t> stored_batch(uint64_t first, uint32_t events, uint32_t per_event) {
-  std::vector<uint8_t> out;
-  msgpack::writer w(out);
-  w.write_array_header(3);
-  w.write_float64(1.0);
-  w.write_array_header(events);
-  uint64_t h = first;
-  for (uint32_t e = 0; e < events; ++e) {
-    w.write_array_header(3);
-    w.write_str("BlockStored");
-    w.write_array_header(per_event);
-    for (uint32_t i = 0; i < per_event; ++i)
-      w.write_uint(h++);
-    w.write_nil();
-  }
-  w.write_uint(0);
-  return out;
-}
+using testing::block_stored_batch;
 
 size_t rss_bytes() {
   std::ifstream in("/proc/self/statm");
@@ -91,11 +38,9 @@ size_t rss_bytes() {
   return resident * 4096;
 }
 
-class SigcacheIngestSlices : public ::testing::Test {
+class SigcacheIngestSlices : public ::testing::Test, protected testing::actor_fixture {
  protected:
-  SigcacheIngestSlices()
-      : sys_(configure(cfg_)),
-        sched_(dynamic_cast<caf::scheduler::test_coordinator&>(sys_.scheduler())) {}
+  SigcacheIngestSlices() : actor_fixture("eldr-sigcache-slices") {}
   ~SigcacheIngestSlices() override {
     for (auto* a : {&monitor_, &router_, &sigcache_})
       if (*a) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
@@ -109,11 +54,7 @@ class SigcacheIngestSlices : public ::testing::Test {
     c.models[0].workers = 2;
     c.cache_max_blocks = max_blocks;
     c.cache_publisher_share = share;
-    auto ctx = std::make_shared<node_context>();
-    ctx->config = c;
-    ctx->edge = &sink_;
-    ctx->metrics = std::make_shared<node_metrics>();
-    ctx->now_ms = [this] { return now_; };
+    auto ctx = make_context(c);
     auto caches = open_model_caches(c);
     ASSERT_TRUE(caches.ok()) << caches.error().to_string();
     cache_ = caches->front().get();
@@ -128,12 +69,6 @@ class SigcacheIngestSlices : public ::testing::Test {
       caf::anon_send(monitor_, worker_atom::value, worker_job_ptr(job));
     }
     sched_.run();
-  }
-
-  static caf::actor_system_config& configure(caf::actor_system_config& cfg) {
-    cfg.set("scheduler.policy", caf::atom("testing"));
-    cfg.set("logger.verbosity", caf::atom("quiet"));
-    return cfg;
   }
 
   uint32_t subscribe(const std::string& endpoint) {
@@ -169,12 +104,6 @@ class SigcacheIngestSlices : public ::testing::Test {
     return out;
   }
 
-  testing::temp_dir dir_{"eldr-sigcache-slices"};
-  recording_sink sink_;
-  int64_t now_ = 1000;
-  caf::actor_system_config cfg_;
-  caf::actor_system sys_;
-  caf::scheduler::test_coordinator& sched_;
   caf::actor sigcache_, router_, monitor_;
   signature_cache* cache_ = nullptr;  // owned by the actor; read between scheduler steps only
 };
@@ -187,7 +116,7 @@ TEST_F(SigcacheIngestSlices, ARouteIsAnsweredBetweenSlicesOfALargeBatch) {
   const kv_decode_limits limits;
   const uint32_t per_event = limits.max_hashes;
   const uint32_t events = limits.max_batch_hashes / per_event;
-  publish(sub, 0, stored_batch(1, events, per_event));
+  publish(sub, 0, block_stored_batch(1, events, per_event));
   sched_.run_once();  // the cache takes the batch
   route("after-the-batch");
   // A fair scheduler: the router runs whenever it has mail (the test coordinator would
@@ -210,7 +139,8 @@ TEST_F(SigcacheIngestSlices, ARouteIsAnsweredBetweenSlicesOfALargeBatch) {
 TEST_F(SigcacheIngestSlices, AHugeBatchIsRefusedWithoutHoldingMemory) {
   start();
   const uint32_t sub = subscribe("tcp://publisher:1");
-  auto huge = stored_batch(uint64_t{1} << 63, 64, 65536);  // 9 bytes per hash, like SHA-256 bits
+  auto huge =
+      block_stored_batch(uint64_t{1} << 63, 64, 65536);  // 9 bytes per hash, like SHA-256 bits
   ASSERT_GT(huge.size(), size_t{30} << 20);
   const size_t before = rss_bytes();
   publish(sub, 0, std::move(huge));
@@ -230,8 +160,8 @@ TEST_F(SigcacheIngestSlices, APublisherAtItsShareLeavesRoomForAnother) {
   start(/*max_blocks=*/20'000, /*share=*/0.25);
   const uint32_t a = subscribe("tcp://flood:1"), b = subscribe("tcp://honest:1");
   for (uint64_t s = 0; s < 4; ++s)
-    publish(a, s, stored_batch(1 + s * 5000, 1, 5000));  // the whole cache's worth
-  publish(b, 0, stored_batch(1'000'000, 1, 1000));
+    publish(a, s, block_stored_batch(1 + s * 5000, 1, 5000));  // the whole cache's worth
+  publish(b, 0, block_stored_batch(1'000'000, 1, 1000));
   sched_.run();
   const auto stats = cache_stats();
   EXPECT_EQ(stats["blocks"].get<uint64_t>(), 5000u + 1000u);

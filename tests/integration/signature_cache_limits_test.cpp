@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "storage/signature_cache.hpp"
-#include "tests/support/temp_dir.hpp"
+#include "tests/support/signature_cache_fixture.hpp"
 
 namespace eldr {
 namespace {
@@ -27,21 +27,8 @@ std::vector<block_hash> range(block_hash first, size_t n) {
   return out;
 }
 
-struct SignatureCacheLimits : ::testing::Test {
-  testing::temp_dir dir{"eldr-sigcache-limits"};
-  int64_t now = 1000;
-
-  signature_cache_options options() {
-    signature_cache_options o;
-    o.geometry = geo;
-    o.clock = [this] { return now; };
-    return o;
-  }
-  std::unique_ptr<signature_cache> open(signature_cache_options o) {
-    auto c = signature_cache::open(dir.sub("db"), std::move(o));
-    EXPECT_TRUE(c.ok()) << c.error().to_string();
-    return c.ok() ? std::move(*c) : nullptr;
-  }
+struct SignatureCacheLimits : testing::signature_cache_fixture {
+  SignatureCacheLimits() : signature_cache_fixture("eldr-sigcache-limits", geo) {}
 };
 
 // One publisher at its share is refused (counted for it alone); another publisher's blocks, and

@@ -7,7 +7,7 @@
 
 #include <numeric>
 
-#include "tests/support/temp_dir.hpp"
+#include "tests/support/signature_cache_fixture.hpp"
 
 namespace eldr {
 namespace {
@@ -33,21 +33,14 @@ block_counts counts_for(uint64_t seed) {
   return *c;
 }
 
-struct SignatureCache : ::testing::Test {
-  testing::temp_dir dir{"eldr-sigcache"};
-  int64_t now = 1000;
+struct SignatureCache : testing::signature_cache_fixture {
+  SignatureCache() : signature_cache_fixture("eldr-sigcache", geo) {}
 
+  // The fixture's defaults, masked to layers 1 and 3.
   signature_cache_options options() {
-    signature_cache_options o;
-    o.geometry = geo;
+    signature_cache_options o = signature_cache_fixture::options();
     o.layer_mask = {1, 3};
-    o.clock = [this] { return now; };
     return o;
-  }
-  std::unique_ptr<signature_cache> open(signature_cache_options o) {
-    auto c = signature_cache::open(dir.sub("db"), std::move(o));
-    EXPECT_TRUE(c.ok()) << c.error().to_string();
-    return c.ok() ? std::move(*c) : nullptr;
   }
   // Dense masked sum computed directly from counts_for.
   std::vector<uint32_t> expected_sum(std::span<const uint64_t> seeds,

@@ -73,7 +73,32 @@ struct route_frontend {
   }
   const frontend_counters& counters() const { return f->counters(); }
   std::string endpoint() const { return f->bound(frontend_channel::route); }
+  // All `n` requests routed, and each reply sent into ZeroMQ, held in the backlog, or dropped.
+  bool every_reply_accounted_for(uint64_t n) const {
+    const frontend_counters& c = counters();
+    return routed.load() == n &&
+           c.replies_sent.load() + c.replies_dropped.load() + c.queued_replies.load() == n;
+  }
 };
+
+// A DEALER with small buffers, so that ZeroMQ and the kernel hold little of what the node sends
+// it before it reads.
+zmq::socket_t small_dealer(zmq::context_t& ctx, const std::string& endpoint) {
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::rcvhwm, 1);
+  s.set(zmq::sockopt::rcvbuf, 4096);
+  s.connect(endpoint);
+  return s;
+}
+
+// Sends route requests with ids prefix + "0" .. prefix + (n - 1), without reading any reply.
+void send_routes(zmq::socket_t& s, const std::string& prefix, uint64_t n) {
+  for (uint64_t i = 0; i < n; ++i) {
+    const auto p = route_payload(prefix + std::to_string(i));
+    s.send(zmq::buffer(p), zmq::send_flags::none);
+  }
+}
 
 // Receives one whole message (all frames) within the deadline.
 using testing::receive;
@@ -93,12 +118,37 @@ void expect_routed(zmq::context_t& ctx, const std::string& endpoint, const std::
   EXPECT_EQ(r->id, id);
 }
 
-TEST(ZmqFrontendEdge, EveryFrameShapeReleasesExactlyTheSlotItTook) {
+// Every test's node and client context; the two that flood the node from a peer that never reads
+// start it through flood_silent_peer().
+class ZmqFrontendEdge : public ::testing::Test {
+ protected:
+  static constexpr uint64_t flood_size = 3000;  // 48 MiB of 16 KiB replies
+
+  // Starts `node` with ZeroMQ's send queue at 8 replies and the backlog capped at `cap` bytes,
+  // sends flood_size requests from `silent`, which never reads (far more replies than the kernel,
+  // ZeroMQ and the cap hold), and waits until every reply is sent, queued or dropped.
+  void flood_silent_peer(size_t cap, const std::string& id_prefix) {
+    options.send_hwm = 8;
+    options.max_queued_reply_bytes = cap;
+    node.start(options);
+    silent = small_dealer(ctx, node.endpoint());
+    send_routes(silent, id_prefix, flood_size);
+    const auto& c = node.counters();
+    ASSERT_TRUE(eventually([&] { return node.every_reply_accounted_for(flood_size); }, 30s))
+        << "routed " << node.routed.load() << " sent " << c.replies_sent.load() << " dropped "
+        << c.replies_dropped.load() << " queued " << c.queued_replies.load();
+  }
+
   route_frontend node;
+  frontend_options options;  // what flood_silent_peer() started the node with
+  zmq::context_t ctx;
+  zmq::socket_t silent;  // closed before ctx
+};
+
+TEST_F(ZmqFrontendEdge, EveryFrameShapeReleasesExactlyTheSlotItTook) {
   frontend_options o;
   o.max_pending = 4;  // a few leaked or wrapped slots would shed every request
   node.start(o);
-  zmq::context_t ctx;
   const auto payload = route_payload("shape");
   const std::vector<uint8_t> empty;
   uint64_t expected_bad = 0, answers = 0;
@@ -145,42 +195,17 @@ TEST(ZmqFrontendEdge, EveryFrameShapeReleasesExactlyTheSlotItTook) {
   EXPECT_TRUE(eventually([&] { return node.counters().pending.load() == 0; }));
 }
 
-TEST(ZmqFrontendEdge, RepliesToAPeerThatNeverReadsAreCappedDroppedAndCounted) {
-  route_frontend node;
-  frontend_options o;
-  o.send_hwm = 8;
-  o.max_queued_reply_bytes = 256 << 10;  // 16 replies of 16 KiB
-  node.start(o);
-  zmq::context_t ctx;
-  // Never reads; small buffers so that the kernel holds little of what the node sends it.
-  zmq::socket_t silent(ctx, zmq::socket_type::dealer);
-  silent.set(zmq::sockopt::linger, 0);
-  silent.set(zmq::sockopt::rcvhwm, 1);
-  silent.set(zmq::sockopt::rcvbuf, 4096);
-  silent.connect(node.endpoint());
-  // 3,000 x 16 KiB = 48 MiB of replies: far more than the kernel, ZeroMQ's 8 and the cap hold.
-  const uint64_t n = 3000;
-  for (uint64_t i = 0; i < n; ++i) {
-    const auto p = route_payload("big-" + std::to_string(i));
-    silent.send(zmq::buffer(p), zmq::send_flags::none);
-  }
+TEST_F(ZmqFrontendEdge, RepliesToAPeerThatNeverReadsAreCappedDroppedAndCounted) {
+  ASSERT_NO_FATAL_FAILURE(flood_silent_peer(256 << 10, "big-"));  // 16 replies of 16 KiB
+  const uint64_t n = flood_size;
   const auto& c = node.counters();
-  // Every reply is accounted for: sent into ZeroMQ, held in the backlog, or dropped.
-  ASSERT_TRUE(eventually(
-      [&] {
-        return node.routed.load() == n &&
-               c.replies_sent.load() + c.replies_dropped.load() + c.queued_replies.load() == n;
-      },
-      30s))
-      << "routed " << node.routed.load() << " sent " << c.replies_sent.load() << " dropped "
-      << c.replies_dropped.load() << " queued " << c.queued_replies.load();
   EXPECT_GT(c.replies_dropped.load(), n / 2);
   EXPECT_EQ(c.replies_over_cap.load(), c.replies_dropped.load());
   // The backlog was used, and never beyond its cap. (It may be empty by now: the kernel's send
   // buffer grows while the peer's window is closed and takes what waited.)
   EXPECT_GT(c.queued_reply_bytes_peak.load(), 0u);
-  EXPECT_LE(c.queued_reply_bytes_peak.load(), o.max_queued_reply_bytes);
-  EXPECT_LE(c.queued_reply_bytes.load(), o.max_queued_reply_bytes);
+  EXPECT_LE(c.queued_reply_bytes_peak.load(), options.max_queued_reply_bytes);
+  EXPECT_LE(c.queued_reply_bytes.load(), options.max_queued_reply_bytes);
   // Another client is answered at once, and its answer does not wait behind the silent peer's.
   for (int i = 0; i < 10; ++i)
     expect_routed(ctx, node.endpoint(), "other-" + std::to_string(i));
@@ -203,42 +228,16 @@ TEST(ZmqFrontendEdge, RepliesToAPeerThatNeverReadsAreCappedDroppedAndCounted) {
 
 // The cap is shared, but not first come, first served: a peer that never reads and fills it
 // gives way to a peer that is only behind for a while, whose replies all arrive.
-TEST(ZmqFrontendEdge, PeersThatNeverReadCannotTakeTheCapFromOneThatIsBehind) {
-  route_frontend node;
-  frontend_options o;
-  o.send_hwm = 8;
-  o.max_queued_reply_bytes = 4 << 20;  // 256 replies of 16 KiB
-  node.start(o);
-  zmq::context_t ctx;
-  auto small_dealer = [&] {
-    zmq::socket_t s(ctx, zmq::socket_type::dealer);
-    s.set(zmq::sockopt::linger, 0);
-    s.set(zmq::sockopt::rcvhwm, 1);
-    s.set(zmq::sockopt::rcvbuf, 4096);
-    s.connect(node.endpoint());
-    return s;
-  };
-  zmq::socket_t silent = small_dealer();
-  const uint64_t flood = 3000;  // 48 MiB: the cap fills with replies for the silent peer
-  for (uint64_t i = 0; i < flood; ++i) {
-    const auto p = route_payload("big-silent-" + std::to_string(i));
-    silent.send(zmq::buffer(p), zmq::send_flags::none);
-  }
+TEST_F(ZmqFrontendEdge, PeersThatNeverReadCannotTakeTheCapFromOneThatIsBehind) {
+  // 256 replies of 16 KiB: the cap fills with replies for the silent peer.
+  ASSERT_NO_FATAL_FAILURE(flood_silent_peer(4 << 20, "big-silent-"));
+  const uint64_t flood = flood_size;
   const auto& c = node.counters();
-  ASSERT_TRUE(eventually(
-      [&] {
-        return node.routed.load() == flood &&
-               c.replies_sent.load() + c.replies_dropped.load() + c.queued_replies.load() == flood;
-      },
-      30s));
   ASSERT_GT(c.replies_over_cap.load(), 0u) << "the cap never filled";
   // A second peer sends 100 (1.6 MiB of replies, under half the cap) before it reads any.
-  zmq::socket_t late = small_dealer();
+  zmq::socket_t late = small_dealer(ctx, node.endpoint());
   const int n = 100;
-  for (int i = 0; i < n; ++i) {
-    const auto p = route_payload("big-late-" + std::to_string(i));
-    late.send(zmq::buffer(p), zmq::send_flags::none);
-  }
+  send_routes(late, "big-late-", n);
   ASSERT_TRUE(eventually([&] { return node.routed.load() == flood + n; }, 30s));
   for (int i = 0; i < n; ++i) {
     auto parts = receive(late);
@@ -246,26 +245,17 @@ TEST(ZmqFrontendEdge, PeersThatNeverReadCannotTakeTheCapFromOneThatIsBehind) {
     const std::string id = "big-late-" + std::to_string(i) + "Z";
     ASSERT_EQ(parts[0].to_string().substr(0, id.size()), id) << "out of order";
   }
-  EXPECT_LE(c.queued_reply_bytes_peak.load(), o.max_queued_reply_bytes);
+  EXPECT_LE(c.queued_reply_bytes_peak.load(), options.max_queued_reply_bytes);
 }
 
-TEST(ZmqFrontendEdge, ASlowReaderGetsEveryReplyInOrderFromTheBacklog) {
-  route_frontend node;
+TEST_F(ZmqFrontendEdge, ASlowReaderGetsEveryReplyInOrderFromTheBacklog) {
   node.big_reply_bytes = 4 << 10;
   frontend_options o;
   o.send_hwm = 4;
   node.start(o);
-  zmq::context_t ctx;
-  zmq::socket_t slow(ctx, zmq::socket_type::dealer);
-  slow.set(zmq::sockopt::linger, 0);
-  slow.set(zmq::sockopt::rcvhwm, 1);
-  slow.set(zmq::sockopt::rcvbuf, 4096);
-  slow.connect(node.endpoint());
+  zmq::socket_t slow = small_dealer(ctx, node.endpoint());
   const int n = 4000;  // 16 MiB: more than ZeroMQ's 4 and the kernel's buffers hold
-  for (int i = 0; i < n; ++i) {
-    const auto p = route_payload("big-" + std::to_string(i));
-    slow.send(zmq::buffer(p), zmq::send_flags::none);
-  }
+  send_routes(slow, "big-", n);
   ASSERT_TRUE(eventually([&] { return node.counters().queued_replies.load() > 0; }, 30s));
   // Reading now drains the backlog: every reply arrives, none is dropped.
   for (int i = 0; i < n; ++i) {

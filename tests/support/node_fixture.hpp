@@ -15,6 +15,7 @@
 #include "cluster/zmq/client.hpp"
 #include "tests/support/node_process.hpp"
 #include "tests/support/temp_dir.hpp"
+#include "tests/support/worker_registration.hpp"
 
 namespace eldr::testing {
 
@@ -47,13 +48,7 @@ class node_fixture : public ::testing::Test {
   void register_workers(const std::string& model, uint32_t k,
                         const std::string& host_prefix = "tcp://10.0.0.",
                         const std::string& suffix = ":9") {
-    for (uint32_t w = 0; w < k; ++w) {
-      auto r = worker_->call(
-          worker_register{"", model, w, host_prefix + std::to_string(w) + suffix, 0, ""});
-      ASSERT_TRUE(r.ok()) << r.error().to_string();
-      ASSERT_TRUE(std::holds_alternative<worker_ack>(*r)) << "worker " << w << " not acknowledged";
-      EXPECT_EQ(std::get<worker_ack>(*r).state, "active") << "worker " << w;
-    }
+    testing::register_workers(*worker_, model, k, host_prefix, suffix);
   }
 
   // The decision for `req`; a transport error or an error reply fails the test (non-fatally)

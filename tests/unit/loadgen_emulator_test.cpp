@@ -186,6 +186,13 @@ workload tiny_workload(uint32_t requests, double rate) {
   return make_workload(make_synthetic_source(m, 0), 0, o).value();
 }
 
+// An emulator of `workers` decode workers over `w`, the default batch limit and cost model.
+auto make_emulator(const workload& w, uint32_t workers) {
+  decode_emulator_config c;
+  c.workers = workers;
+  return decode_emulator::make(w, c).value();
+}
+
 TEST(DecodeEmulator, StepTimesComeFromTheCostModel) {
   const workload w = tiny_workload(3, 10.0);
   decode_emulator_config c;
@@ -272,9 +279,7 @@ TEST(DecodeEmulator, AgreesWithTheSimulatorOnThreeRequests) {
 
 TEST(DecodeEmulator, LateArrivalsAreTakenAtTheCurrentTime) {
   const workload w = tiny_workload(3, 10.0);
-  decode_emulator_config c;
-  c.workers = 2;
-  auto d = decode_emulator::make(w, c).value();
+  auto d = make_emulator(w, 2);
   std::vector<decode_finish> done;
   d->advance_to(5.0, done);
   d->arrive(1, 1, 4.0);  // the live loop saw the handoff late
@@ -287,9 +292,7 @@ TEST(DecodeEmulator, LateArrivalsAreTakenAtTheCurrentTime) {
 
 TEST(DecodeEmulator, InflightImbalanceIsTimeAveragedMaxOverMean) {
   const workload w = tiny_workload(3, 10.0);
-  decode_emulator_config c;
-  c.workers = 2;
-  auto d = decode_emulator::make(w, c).value();
+  auto d = make_emulator(w, 2);
   std::vector<decode_finish> done;
   EXPECT_DOUBLE_EQ(d->inflight_imbalance(), 1.0);  // nothing in flight yet
   EXPECT_DOUBLE_EQ(d->inflight_mean(), 0.0);
@@ -308,7 +311,7 @@ TEST(DecodeEmulator, InflightImbalanceIsTimeAveragedMaxOverMean) {
   EXPECT_NEAR(d->inflight_mean(), mean_integral / end, 1e-9);
 
   // One request per worker at the same instants: even.
-  auto e = decode_emulator::make(w, c).value();
+  auto e = make_emulator(w, 2);
   done.clear();
   e->arrive(0, 0, 0.5);
   e->arrive(1, 1, 0.5);
