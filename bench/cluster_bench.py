@@ -280,6 +280,15 @@ def pct(xs, q):
 
 
 # ------------------------------------------------------------------------------- herding
+def table_head(title, header):
+    """Prints a result table's heading, its column names (header: "| a | b |") and the Markdown
+    rule under them, one cell per column."""
+    print("## " + title)
+    print()
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+
+
 def herding():
     rows = []
     rates = [int(x) for x in args.rates.split(",")]
@@ -335,12 +344,11 @@ def herding():
                           "--prefill-per-token-ms 0" % (
                               args.preset, args.duration, args.decode_workers, args.policies,
                               args.output_tokens, args.max_batch, args.prompt_max)}
-    print("## Herding: %s, %d decode workers, %g s, outputs of %d tokens (medians of %d run(s))"
-          % (args.preset, args.decode_workers, args.duration, args.output_tokens, args.repeat))
-    print()
-    print("| routers | load_sync_ms | req/s | policy | errors | route p50 µs | route p99 µs | "
-          "TPOT p50 ms | TPOT p99 ms | in-flight max/mean | decisions CV |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    table_head("Herding: %s, %d decode workers, %g s, outputs of %d tokens (medians of %d run(s))"
+               % (args.preset, args.decode_workers, args.duration, args.output_tokens,
+                  args.repeat),
+               "| routers | load_sync_ms | req/s | policy | errors | route p50 µs | route p99 µs | "
+               "TPOT p50 ms | TPOT p99 ms | in-flight max/mean | decisions CV |")
     keys = sorted({(r["load_sync_ms"], r["rate"], r["policy"], r["routers"]) for r in rows})
     for sync, rate, p, n in keys:
         g = [r for r in rows if (r["load_sync_ms"], r["rate"], r["policy"], r["routers"]) ==
@@ -410,12 +418,10 @@ def failure():
                 rejoin.append(time.monotonic() - t1)
         out[mode] = {"detected_s": seen_all, "node_estimate_s": own_all, "rejoin_s": rejoin}
     results["failure"] = out
-    print("## Failure detection: node 3 of 3 lost, both survivors polled (%d SIGKILLs, %d link "
-          "cuts)" % (args.kills, args.partitions if len(modes) > 1 else 0))
-    print()
-    print("| cause | observations | p50 ms | p90 ms | max ms | node's own estimate p50 / max ms | "
-          "rejoin (restart or heal) p50 s |")
-    print("|---|---|---|---|---|---|---|")
+    table_head("Failure detection: node 3 of 3 lost, both survivors polled (%d SIGKILLs, %d link "
+               "cuts)" % (args.kills, args.partitions if len(modes) > 1 else 0),
+               "| cause | observations | p50 ms | p90 ms | max ms | node's own estimate p50 / max "
+               "ms | rejoin (restart or heal) p50 s |")
     for mode, o in out.items():
         d = o["detected_s"]
         e = o["node_estimate_s"]
@@ -463,12 +469,10 @@ def epoch():
     results["epoch"] = per_import
     alls = [p["all_s"] for p in per_import if p["all_s"] is not None]
     acks = [p["ack_s"] for p in per_import]
-    print("## Epoch propagation: centroids.import at n1 of %d, until every node reports the new "
-          "epoch (%d imports)" % (n, len(per_import)))
-    print()
-    print("| imports | not propagated in 10 s | import ack p50 ms | every node p50 ms | "
-          "every node max ms |")
-    print("|---|---|---|---|---|")
+    table_head("Epoch propagation: centroids.import at n1 of %d, until every node reports the new "
+               "epoch (%d imports)" % (n, len(per_import)),
+               "| imports | not propagated in 10 s | import ack p50 ms | every node p50 ms | "
+               "every node max ms |")
     print("| %d | %d | %.1f | %.1f | %.1f |" % (len(per_import), len(per_import) - len(alls),
                                                median(acks) * 1e3, median(alls) * 1e3,
                                                max(alls or [float("nan")]) * 1e3))
@@ -580,15 +584,13 @@ def throughput():
                              "replies_per_node_core": r["route_rps"] / (node_cpu / wall)
                              if node_cpu > 0 and wall > 0 else float("nan")})
     results["throughput"] = rows
-    print("## Route throughput at saturation (%d req/s offered, route-only, %g s, eldr, 2 cores "
-          "shared by the nodes and the generator; medians of %d run(s))"
-          % (args.throughput_rate, args.throughput_duration, args.repeat))
-    print()
-    print("| load sharing | shard sums MiB / store batch ms | routers | replies/s | errors | coverage | remote shard "
-          "requests per decision | remote store messages per decision | rtt p50 µs | rtt p99 µs | node CPU s | "
-          "node CPU µs per reply | loadgen CPU s | cores used | replies/s per core used | "
-          "replies/s per node core |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    table_head("Route throughput at saturation (%d req/s offered, route-only, %g s, eldr, 2 cores "
+               "shared by the nodes and the generator; medians of %d run(s))"
+               % (args.throughput_rate, args.throughput_duration, args.repeat),
+               "| load sharing | shard sums MiB / store batch ms | routers | replies/s | errors | "
+               "coverage | remote shard requests per decision | remote store messages per "
+               "decision | rtt p50 µs | rtt p99 µs | node CPU s | node CPU µs per reply | "
+               "loadgen CPU s | cores used | replies/s per core used | replies/s per node core |")
     for mode, sums, n in sorted({(r["load_sharing"], r["shard_sums_mib"], r["routers"])
                                  for r in rows}):
         g = [r for r in rows if r["routers"] == n and r["load_sharing"] == mode
@@ -690,14 +692,12 @@ def shard():
                              "remote_shard_over_1ms": over_1ms / remote_n if remote_n else
                              float("nan")})
     results["shard"] = rows
-    print("## Route latency with signature shards on other nodes (%d req/s, route-only, "
-          "runtime.threads %d per node, after a 4 s warm-up; %d run(s) each)"
-          % (args.shard_rate, args.shard_threads, args.repeat))
-    print()
-    print("| setup | run | errors | rtt p50 µs | rtt p99 µs (after 2 s) | rtt p99 µs, whole run | "
-          "shard requests per decision (local) | remote store messages per decision | "
-          "remote shard request p50 / p99 µs (whole run) | remote shard requests > 1 ms |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    table_head("Route latency with signature shards on other nodes (%d req/s, route-only, "
+               "runtime.threads %d per node, after a 4 s warm-up; %d run(s) each)"
+               % (args.shard_rate, args.shard_threads, args.repeat),
+               "| setup | run | errors | rtt p50 µs | rtt p99 µs (after 2 s) | rtt p99 µs, whole run | "
+               "shard requests per decision (local) | remote store messages per decision | "
+               "remote shard request p50 / p99 µs (whole run) | remote shard requests > 1 ms |")
     for r in rows:
         print("| %s | %d | %d | %.0f | %.0f | %.0f | %.2f (%.2f) | %.2f | %.0f / %.0f | %.1f%% |" % (
             r["setup"], r["run"], r["errors"], r["route_p50_us"], r["route_p99_us"],

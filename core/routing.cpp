@@ -96,6 +96,60 @@ route_decision plain_decision(uint32_t worker, uint32_t band_size) {
   return d;
 }
 
+// ---- the band policies' common steps (inline: they run once per decision) ----------------------
+
+struct top_two {
+  uint32_t best = no_worker;
+  uint32_t second = no_worker;
+};
+
+// The two highest scores among the workers `admitted` accepts; the ascending scan with a strict
+// '>' keeps the lower index on ties.
+template <class Admitted>
+top_two top_two_scores(std::span<const float> s, uint32_t workers, Admitted admitted) {
+  top_two t;
+  for (uint32_t w = 0; w < workers; ++w) {
+    if (!admitted(w)) continue;
+    if (t.best == no_worker || s[w] > s[t.best]) {
+      t.second = t.best;
+      t.best = w;
+    } else if (t.second == no_worker || s[w] > s[t.second]) {
+      t.second = w;
+    }
+  }
+  return t;
+}
+
+// The band's trace: the scores and the candidates, the widened pair or the admitted workers at or
+// above the threshold.
+template <class Admitted>
+void trace_band(std::span<const float> s, const top_two& top, float threshold, bool widened,
+                uint32_t load_limit, Admitted admitted, route_trace* trace) {
+  trace->score.assign(s.begin(), s.end());
+  trace->candidates.clear();
+  trace->threshold = threshold;
+  trace->widened = widened;
+  trace->load_limit = load_limit;
+  if (widened) {
+    trace->candidates.push_back(std::min(top.best, top.second));
+    trace->candidates.push_back(std::max(top.best, top.second));
+  } else {
+    for (uint32_t w = 0; w < static_cast<uint32_t>(s.size()); ++w)
+      if (admitted(w) && s[w] >= threshold) trace->candidates.push_back(w);
+  }
+}
+
+route_decision band_decision(uint32_t chosen, uint32_t band, std::span<const float> s,
+                             uint32_t best, uint64_t epoch) {
+  route_decision d;
+  d.worker = chosen;
+  d.band_size = band;
+  d.best_score = s[best];
+  d.worker_score = s[chosen];
+  d.epoch = epoch;
+  return d;
+}
+
 // ---- the baselines ----------------------------------------------------------------------------
 
 // Cycles through the workers, skipping ineligible ones; the cursor moves past each pick.
@@ -308,18 +362,10 @@ result<route_decision> locality_band_policy::pick(const route_input& in, uint32_
   const std::span<float> s = scores();
   const float half_width = tau();
 
-  // Top two eligible scores; ascending scan with strict '>' keeps the lower index on ties.
-  uint32_t best = no_worker;
-  uint32_t second = no_worker;
-  for (uint32_t w = 0; w < workers(); ++w) {
-    if (!eligible_at(in, w)) continue;
-    if (best == no_worker || s[w] > s[best]) {
-      second = best;
-      best = w;
-    } else if (second == no_worker || s[w] > s[second]) {
-      second = w;
-    }
-  }
+  auto eligible = [&](uint32_t w) { return eligible_at(in, w); };
+  const top_two top = top_two_scores(s, workers(), eligible);
+  const uint32_t best = top.best;
+  const uint32_t second = top.second;
 
   const float threshold = s[best] - half_width;
   uint32_t chosen = no_worker;
@@ -338,28 +384,8 @@ result<route_decision> locality_band_policy::pick(const route_input& in, uint32_
     chosen = in.load[hi] < in.load[lo] ? hi : lo;
   }
 
-  if (trace != nullptr) {
-    trace->score.assign(s.begin(), s.end());
-    trace->candidates.clear();
-    trace->threshold = threshold;
-    trace->widened = widen;
-    trace->load_limit = 0;
-    if (widen) {
-      trace->candidates.push_back(std::min(best, second));
-      trace->candidates.push_back(std::max(best, second));
-    } else {
-      for (uint32_t w = 0; w < workers(); ++w)
-        if (eligible_at(in, w) && s[w] >= threshold) trace->candidates.push_back(w);
-    }
-  }
-
-  route_decision d;
-  d.worker = chosen;
-  d.band_size = band;
-  d.best_score = s[best];
-  d.worker_score = s[chosen];
-  d.epoch = set.epoch();
-  return d;
+  if (trace != nullptr) trace_band(s, top, threshold, widen, 0, eligible, trace);
+  return band_decision(chosen, band, s, best, set.epoch());
 }
 
 // ---- the adaptive band ------------------------------------------------------------------------
@@ -400,18 +426,9 @@ result<route_decision> adaptive_band_policy::pick(const route_input& in, uint32_
       std::min(static_cast<double>(std::numeric_limits<uint32_t>::max()), lightest + allowance));
   auto admissible = [&](uint32_t w) { return eligible_at(in, w) && in.load[w] <= limit; };
 
-  // Top two admissible scores; ascending scan with strict '>' keeps the lower index on ties.
-  uint32_t best = no_worker;
-  uint32_t second = no_worker;
-  for (uint32_t w = 0; w < workers(); ++w) {
-    if (!admissible(w)) continue;
-    if (best == no_worker || s[w] > s[best]) {
-      second = best;
-      best = w;
-    } else if (second == no_worker || s[w] > s[second]) {
-      second = w;
-    }
-  }
+  const top_two top = top_two_scores(s, workers(), admissible);
+  const uint32_t best = top.best;
+  const uint32_t second = top.second;
 
   // The least-loaded band member; on equal loads the one this policy routed to least recently
   // (its newest request is the oldest, so it is the closest to finishing: what round-robin gets
@@ -439,29 +456,9 @@ result<route_decision> adaptive_band_policy::pick(const route_input& in, uint32_
     chosen = better(second, best) ? second : best;
   }
 
-  if (trace != nullptr) {
-    trace->score.assign(s.begin(), s.end());
-    trace->candidates.clear();
-    trace->threshold = threshold;
-    trace->widened = widen;
-    trace->load_limit = limit;
-    if (widen) {
-      trace->candidates.push_back(std::min(best, second));
-      trace->candidates.push_back(std::max(best, second));
-    } else {
-      for (uint32_t w = 0; w < workers(); ++w)
-        if (admissible(w) && s[w] >= threshold) trace->candidates.push_back(w);
-    }
-  }
-
+  if (trace != nullptr) trace_band(s, top, threshold, widen, limit, admissible, trace);
   last_routed_[chosen] = ++decisions_;
-  route_decision d;
-  d.worker = chosen;
-  d.band_size = band;
-  d.best_score = s[best];
-  d.worker_score = s[chosen];
-  d.epoch = set.epoch();
-  return d;
+  return band_decision(chosen, band, s, best, set.epoch());
 }
 
 // ---- pools, names, factory --------------------------------------------------------------------

@@ -297,15 +297,22 @@ struct admin_call {
                                   : "argument 'model' (string) is required");
     return false;
   }
-  // The 'worker' argument, or nullopt after answering malformed.
-  std::optional<uint32_t> need_worker() {
-    auto w = uint_arg(args, "worker", UINT32_MAX);
-    if (!w.ok() || !*w) {
-      answer_admin_error(*st.ctx, *job, wire_error_code::malformed,
-                         w.ok() ? "argument 'worker' (uint) is required" : w.error().message());
+  // The required uint argument `key` (at most max), or nullopt after answering malformed.
+  std::optional<uint64_t> need_uint(const char* key, uint64_t max = UINT64_MAX) {
+    auto v = uint_arg(args, key, max);
+    if (!v.ok() || !*v) {
+      answer_admin_error(
+          *st.ctx, *job, wire_error_code::malformed,
+          v.ok() ? "argument '" + std::string(key) + "' (uint) is required" : v.error().message());
       return std::nullopt;
     }
-    return static_cast<uint32_t>(**w);
+    return **v;
+  }
+  // The 'worker' argument, or nullopt after answering malformed.
+  std::optional<uint32_t> need_worker() {
+    auto w = need_uint("worker", UINT32_MAX);
+    if (!w) return std::nullopt;
+    return static_cast<uint32_t>(*w);
   }
 };
 
@@ -398,18 +405,14 @@ void cmd_centroids_change(admin_call& c) {
   auto* self = c.self;
   auto& st = c.st;
   const auto& job = c.job;
-  const auto& args = c.args;
   auto* m = c.m;
   if (!c.need_model()) return;
   const bool swap = c.cmd == "centroids.swap";
   uint64_t epoch = 0;
   if (swap) {
-    auto e = uint_arg(args, "epoch");
-    if (!e.ok() || !*e)
-      return answer_admin_error(
-          *st.ctx, *job, wire_error_code::malformed,
-          e.ok() ? "argument 'epoch' (uint) is required" : e.error().message());
-    epoch = **e;
+    auto e = c.need_uint("epoch");
+    if (!e) return;
+    epoch = *e;
   }
   if (st.ctx->config.clustered())
     return change_via_leader(self, m->index, job, swap ? "swap" : "rollback", {}, epoch,

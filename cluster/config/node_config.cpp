@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "cluster/config/first_error.hpp"
 #include "cluster/http/metrics_http.hpp"
 #include "core/base/file_io.hpp"
 #include "core/base/spelling.hpp"
@@ -180,19 +181,6 @@ status convert(const toml::node& n, const std::string& key, std::vector<std::str
   out = std::move(values);
   return {};
 }
-
-// The first error of a sequence of steps; later steps still run but cannot replace it, which
-// keeps the reading code a flat list of fields.
-class first_error {
- public:
-  void operator()(status s) {
-    if (first_.ok() && !s.ok()) first_ = std::move(s);
-  }
-  const status& get() const { return first_; }
-
- private:
-  status first_;
-};
 
 // One TOML table being read: `path` names it in errors ("runtime", "models[1]").
 class table_reader {

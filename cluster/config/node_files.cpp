@@ -9,6 +9,7 @@
 #include <system_error>
 #include <utility>
 
+#include "cluster/config/first_error.hpp"
 #include "cluster/config/node_config.hpp"
 #include "cluster/security/curve_keys.hpp"
 #include "core/base/file_io.hpp"
@@ -23,18 +24,6 @@ namespace fs = std::filesystem;
 std::string in_quotes(std::string_view s) {
   return "\"" + std::string(s) + "\"";
 }
-
-// Keeps the first error of several checks.
-class first_error {
- public:
-  void operator()(status s) {
-    if (first_.ok() && !s.ok()) first_ = std::move(s);
-  }
-  const status& get() const { return first_; }
-
- private:
-  status first_;
-};
 
 // A file start-up reads: it must exist and be a regular file (or a link to one).
 status check_regular_file(const std::string& key, const std::string& path) {

@@ -495,6 +495,81 @@ def route_request(request_id, model, blocks, counts=None, label=None, explain=Fa
     })
 
 
+# The worker endpoint's requests (docs/protocol.md section 4) as (type, fields without "id"), and
+# the admin request and the replies' meaning: the message logic of both clients (this module's
+# and eldr_client_aio's), which only send and receive.
+
+def worker_register_message(model, worker, endpoint, capacity=0, metrics_url=None):
+    """worker_register: decode worker `worker` (its index in the model's pool), the endpoint
+    route replies name and, when not None, vLLM's /metrics URL (http://) the node scrapes."""
+    fields = {"model": str(model), "worker": int(worker),
+              "endpoint": checked_endpoint("worker_register.endpoint", endpoint, False),
+              "capacity": int(capacity)}
+    if metrics_url is not None:
+        fields["metrics_url"] = checked_metrics_url(metrics_url)
+    return "worker_register", fields
+
+
+class LoadReports:
+    """The load_report both worker clients send (this module's and eldr_client_aio's): seq
+    defaults to the wall clock in microseconds, kept strictly increasing within the client (the
+    node ignores a report older than one it applied, also across worker restarts). Needs
+    self._seq (0 at first)."""
+
+    def _load_report_message(self, model, worker, in_flight, running, waiting, kv_usage, seq):
+        if not 0.0 <= float(kv_usage) <= 1.0:  # the node refuses it (malformed) otherwise
+            raise ValueError("kv_usage %r is outside 0..1" % (kv_usage,))
+        if seq is None:
+            self._seq = max(self._seq + 1, time.time_ns() // 1000)
+            seq = self._seq
+        return "load_report", {
+            "model": str(model), "worker": int(worker), "in_flight": int(in_flight),
+            "running": int(running), "waiting": int(waiting), "kv_usage": float(kv_usage),
+            "seq": int(seq)}
+
+
+def finished_message(model, worker, request_ids):
+    return "finished", {"model": str(model), "worker": int(worker),
+                        "requests": [str(r) for r in request_ids]}
+
+
+def worker_drain_message(model, worker, drain=True):
+    return "worker_drain", {"model": str(model), "worker": int(worker), "drain": bool(drain)}
+
+
+def publisher_register_message(model, endpoint, replay_endpoint=""):
+    return "publisher_register", {
+        "model": str(model),
+        "endpoint": checked_endpoint("publisher_register.endpoint", endpoint, True),
+        "replay_endpoint": checked_endpoint("publisher_register.replay_endpoint",
+                                            replay_endpoint, True) if replay_endpoint else ""}
+
+
+def worker_request(request_id, message):
+    """The encoded worker request: message is one of the (type, fields) above."""
+    msg_type, fields = message
+    return encode(msg_type, dict({"id": request_id}, **fields))
+
+
+def worker_ack(reply):
+    """The worker_ack; raises the EldrError an error_reply stands for."""
+    if reply["type"] == "error_reply":
+        raise error_from(reply)
+    return reply
+
+
+def admin_request(request_id, command, args):
+    """The encoded admin_request (docs/protocol.md section 5)."""
+    return encode("admin_request", {"id": request_id, "command": str(command), "args": args})
+
+
+def admin_result(reply):
+    """The result of an admin_reply; raises EldrError when the node refused the command."""
+    if reply["type"] == "error_reply" or not reply.get("ok", False):
+        raise error_from(reply)
+    return reply.get("result")
+
+
 def curve_keypair():
     """A fresh CURVE key pair (public, secret), Z85 text (40 characters each), as str."""
     _require_curve()
@@ -579,6 +654,40 @@ class ClientSettings:
         self.max_attempts = len(endpoints) if max_attempts is None else int(max_attempts)
 
 
+class DealerClientBase:
+    """What both clients (_Client here, eldr_client_aio._AsyncClient) keep the same way: the
+    checked settings, the failover state and the context; the subclass connects its DEALERs
+    (connect_dealers, with self._keys) once its own state is set up."""
+
+    def __init__(self, endpoints, timeout_ms, reply_types, context, max_attempts,
+                 server_public_key, public_key, secret_key, new_context):
+        settings = ClientSettings(endpoints, timeout_ms, max_attempts, server_public_key,
+                                  public_key, secret_key)
+        self.endpoints = settings.endpoints
+        self.timeout_ms = settings.timeout_ms
+        self.max_attempts = settings.max_attempts
+        self.failovers = 0           # attempts resent to another endpoint after a timeout
+        self.last_endpoint = None    # the endpoint whose answer was returned last
+        self._keys = settings.keys
+        self._current = 0
+        self._reply_types = reply_types
+        self._own_context = context is None
+        self._ctx = context if context is not None else new_context()
+        self._socks = []
+
+    @property
+    def endpoint(self):
+        """The current endpoint (where the next call starts and, in the synchronous client,
+        pipelined messages go)."""
+        return self.endpoints[self._current]
+
+    def _no_reply(self):
+        """The TimeoutError of a call whose every attempt went unanswered."""
+        return TimeoutError("%s: no reply within %d ms (%d attempt%s)"
+                            % (", ".join(self.endpoints), self.timeout_ms, self.max_attempts,
+                               "" if self.max_attempts == 1 else "s"))
+
+
 def _curve_keys(server_public_key, public_key, secret_key):
     """The (server, public, secret) keys a socket gets, checked and completed, or None (no
     CURVE). An absent client pair is made up (ephemeral); an absent public key is derived."""
@@ -603,7 +712,7 @@ def _curve_keys(server_public_key, public_key, secret_key):
     return server, public, secret
 
 
-class _Client:
+class _Client(DealerClientBase):
     """DEALERs connected to one or more node endpoints, with id correlation, timeouts and
     failover.
 
@@ -623,31 +732,15 @@ class _Client:
 
     def __init__(self, endpoints, timeout_ms, reply_types, context=None, max_attempts=None,
                  server_public_key=None, public_key=None, secret_key=None):
-        settings = ClientSettings(endpoints, timeout_ms, max_attempts, server_public_key,
-                                  public_key, secret_key)
-        endpoints, keys = settings.endpoints, settings.keys
-        self.endpoints = endpoints
-        self.timeout_ms = settings.timeout_ms
-        self.max_attempts = settings.max_attempts
-        self.failovers = 0           # attempts resent to another endpoint after a timeout
-        self.last_endpoint = None    # the endpoint whose answer was returned last
-        self._current = 0
-        self._reply_types = reply_types
-        self._own_context = context is None
-        self._ctx = context if context is not None else zmq.Context()
-        self._socks = []
-        self._abandoned = [collections.OrderedDict() for _ in endpoints]
+        super().__init__(endpoints, timeout_ms, reply_types, context, max_attempts,
+                         server_public_key, public_key, secret_key, zmq.Context)
+        self._abandoned = [collections.OrderedDict() for _ in self.endpoints]
         try:
-            connect_dealers(self._ctx, endpoints, keys, self._socks)
+            connect_dealers(self._ctx, self.endpoints, self._keys, self._socks)
         except Exception:
             self.close()
             raise
         self._prefix = "py-%d-%x-" % (os.getpid(), id(self))
-
-    @property
-    def endpoint(self):
-        """The current endpoint (where the next call starts and pipelined messages go)."""
-        return self.endpoints[self._current]
 
     @property
     def _sock(self):
@@ -749,9 +842,7 @@ class _Client:
         for k in sent:
             self._abandon(k, request_id)
         self._current = (start + self.max_attempts) % n
-        raise TimeoutError("%s: no reply within %d ms (%d attempt%s)"
-                           % (", ".join(self.endpoints), self.timeout_ms, self.max_attempts,
-                              "" if self.max_attempts == 1 else "s"))
+        raise self._no_reply()
 
 
 class RouteReplySurfacing:
@@ -818,7 +909,7 @@ class RouteClient(RouteReplySurfacing, _Client):
         return self._surface(self._receive(timeout_ms))
 
 
-class WorkerClient(_Client):
+class WorkerClient(LoadReports, _Client):
     """A decode worker's (or publisher's) connection to the node's worker endpoint."""
 
     def __init__(self, endpoints, timeout_ms=2000, context=None, max_attempts=None,
@@ -827,56 +918,35 @@ class WorkerClient(_Client):
                          max_attempts, server_public_key, public_key, secret_key)
         self._seq = 0
 
-    def _worker_call(self, msg_type, fields):
+    def _worker_call(self, message):
         rid = self.next_id()
-        reply = self._call(rid, encode(msg_type, dict({"id": rid}, **fields)))
-        if reply["type"] == "error_reply":
-            raise error_from(reply)
-        return reply
+        return worker_ack(self._call(rid, worker_request(rid, message)))
 
     def register(self, model, worker, endpoint, capacity=0, metrics_url=None):
         """Announces decode worker `worker` (its index in the model's pool) and its KV endpoint;
         metrics_url (vLLM's /metrics, http://) makes the node scrape the worker's load instead of
         waiting for report_load (docs/vllm.md, "Load from vLLM's /metrics")."""
-        fields = {"model": str(model), "worker": int(worker),
-                  "endpoint": checked_endpoint("worker_register.endpoint", endpoint, False),
-                  "capacity": int(capacity)}
-        if metrics_url is not None:
-            fields["metrics_url"] = checked_metrics_url(metrics_url)
-        return self._worker_call("worker_register", fields)
+        return self._worker_call(
+            worker_register_message(model, worker, endpoint, capacity, metrics_url))
 
     def report_load(self, model, worker, in_flight, running=0, waiting=0, kv_usage=0.0, seq=None):
         """The worker's own load. The node ignores a report older than one it applied, so seq
         must increase per worker, also across restarts of the worker: the default is the wall
         clock in microseconds (kept strictly increasing within this client)."""
-        if not 0.0 <= float(kv_usage) <= 1.0:  # the node refuses it (malformed) otherwise
-            raise ValueError("kv_usage %r is outside 0..1" % (kv_usage,))
-        if seq is None:
-            self._seq = max(self._seq + 1, time.time_ns() // 1000)
-            seq = self._seq
-        return self._worker_call("load_report", {
-            "model": str(model), "worker": int(worker), "in_flight": int(in_flight),
-            "running": int(running), "waiting": int(waiting), "kv_usage": float(kv_usage),
-            "seq": int(seq)})
+        return self._worker_call(self._load_report_message(model, worker, in_flight, running,
+                                                           waiting, kv_usage, seq))
 
     def finished(self, model, worker, request_ids):
         """Requests the worker completed or aborted."""
-        return self._worker_call("finished", {
-            "model": str(model), "worker": int(worker),
-            "requests": [str(r) for r in request_ids]})
+        return self._worker_call(finished_message(model, worker, request_ids))
 
     def drain(self, model, worker, drain=True):
         """Stop (drain=True) or resume (False) receiving requests; those in flight finish."""
-        return self._worker_call("worker_drain", {
-            "model": str(model), "worker": int(worker), "drain": bool(drain)})
+        return self._worker_call(worker_drain_message(model, worker, drain))
 
     def register_publisher(self, model, endpoint, replay_endpoint=""):
         """A vLLM KV-event publisher (PUB endpoint, optional replay ROUTER) for the cache."""
-        return self._worker_call("publisher_register", {
-            "model": str(model),
-            "endpoint": checked_endpoint("publisher_register.endpoint", endpoint, True),
-            "replay_endpoint": checked_endpoint("publisher_register.replay_endpoint",
-                                                replay_endpoint, True) if replay_endpoint else ""})
+        return self._worker_call(publisher_register_message(model, endpoint, replay_endpoint))
 
 
 class AdminClient(_Client):
@@ -891,11 +961,7 @@ class AdminClient(_Client):
         """Runs one command; its result (any value; bytes for centroids.export). Raises
         EldrError when the node refuses it, TimeoutError when it does not answer."""
         rid = self.next_id()
-        reply = self._call(rid, encode("admin_request",
-                                       {"id": rid, "command": str(command), "args": args}))
-        if reply["type"] == "error_reply" or not reply.get("ok", False):
-            raise error_from(reply)
-        return reply.get("result")
+        return admin_result(self._call(rid, admin_request(rid, command, args)))
 
 
 if __name__ == "__main__":

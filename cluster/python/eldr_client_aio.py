@@ -60,9 +60,11 @@ import time
 import zmq
 import zmq.asyncio
 
-from eldr_client import (PROTOCOL_VERSION, ClientSettings, EldrError, ProtocolError,
-                         RouteReplySurfacing, checked_endpoint, checked_metrics_url,
-                         connect_dealers, decode, encode, error_from, route_request)
+from eldr_client import (PROTOCOL_VERSION, DealerClientBase, EldrError, LoadReports,
+                         ProtocolError, RouteReplySurfacing, admin_request, admin_result,
+                         connect_dealers, decode, error_from, finished_message,
+                         publisher_register_message, route_request, worker_ack,
+                         worker_drain_message, worker_register_message, worker_request)
 
 __all__ = ["AsyncRouteClient", "AsyncWorkerClient", "AsyncAdminClient", "EldrError",
            "ProtocolError", "PROTOCOL_VERSION"]
@@ -70,7 +72,7 @@ __all__ = ["AsyncRouteClient", "AsyncWorkerClient", "AsyncAdminClient", "EldrErr
 _log = logging.getLogger("eldr_client")
 
 
-class _AsyncClient:
+class _AsyncClient(DealerClientBase):
     """DEALERs to one or more node endpoints, a reader task per socket, and calls matched to
     replies by id, with timeouts and failover (module docstring)."""
 
@@ -78,37 +80,21 @@ class _AsyncClient:
 
     def __init__(self, endpoints, timeout_ms, reply_types, context=None, max_attempts=None,
                  server_public_key=None, public_key=None, secret_key=None):
-        settings = ClientSettings(endpoints, timeout_ms, max_attempts, server_public_key,
-                                  public_key, secret_key)
-        endpoints, keys = settings.endpoints, settings.keys
-        self.endpoints = endpoints
-        self.timeout_ms = settings.timeout_ms
-        self.max_attempts = settings.max_attempts
-        self.failovers = 0       # attempts resent to another endpoint after a timeout
+        super().__init__(endpoints, timeout_ms, reply_types, context, max_attempts,
+                         server_public_key, public_key, secret_key, zmq.asyncio.Context)
         self.late_replies = 0    # answers that came after their call had given up
         self.bad_replies = 0     # replies that did not decode (logged, dropped)
-        self.last_endpoint = None
-        self._current = 0
-        self._reply_types = reply_types
-        self._own_context = context is None
-        self._ctx = context if context is not None else zmq.asyncio.Context()
-        self._socks = []
         self._readers = []
         # id -> (future of (endpoint index, reply), endpoint index of the latest attempt)
         self._pending = {}
         self._closed = False
         self._bad_logged_at = None
         try:
-            connect_dealers(self._ctx, endpoints, keys, self._socks)
+            connect_dealers(self._ctx, self.endpoints, self._keys, self._socks)
         except Exception:
             self._close_sockets()
             raise
         self._prefix = "aio-%d-%x-" % (os.getpid(), id(self))
-
-    @property
-    def endpoint(self):
-        """The current endpoint (where the next call starts)."""
-        return self.endpoints[self._current]
 
     @property
     def in_flight(self):
@@ -196,9 +182,7 @@ class _AsyncClient:
                     self.last_endpoint = self.endpoints[j]
                     return reply
             self._current = (start + self.max_attempts) % n
-            raise TimeoutError("%s: no reply within %d ms (%d attempt%s)"
-                               % (", ".join(self.endpoints), self.timeout_ms, self.max_attempts,
-                                  "" if self.max_attempts == 1 else "s"))
+            raise self._no_reply()
         finally:
             del self._pending[request_id]
             if not fut.done():
@@ -252,13 +236,7 @@ class AsyncRouteClient(RouteReplySurfacing, _AsyncClient):
         return self._surface(reply)
 
 
-def _metrics_url(value):
-    """value as sent in worker_register.metrics_url: an http:// URL the node fetches itself,
-    checked as the node checks it (eldr_client.checked_metrics_url)."""
-    return checked_metrics_url(value)
-
-
-class AsyncWorkerClient(_AsyncClient):
+class AsyncWorkerClient(LoadReports, _AsyncClient):
     """A decode worker's (or its proxy's, or a publisher's) connection to the worker endpoint."""
 
     def __init__(self, endpoints, timeout_ms=2000, context=None, max_attempts=None,
@@ -267,55 +245,35 @@ class AsyncWorkerClient(_AsyncClient):
                          max_attempts, server_public_key, public_key, secret_key)
         self._seq = 0
 
-    async def _worker_call(self, msg_type, fields):
+    async def _worker_call(self, message):
         rid = self.next_id()
-        reply = await self._call(rid, encode(msg_type, dict({"id": rid}, **fields)))
-        if reply["type"] == "error_reply":
-            raise error_from(reply)
-        return reply
+        return worker_ack(await self._call(rid, worker_request(rid, message)))
 
     async def register(self, model, worker, endpoint, capacity=0, metrics_url=None):
         """Announces decode worker `worker` (its index in the model's pool), the endpoint route
         replies name, and (optionally) the metrics URL the node scrapes for its load."""
-        fields = {"model": str(model), "worker": int(worker),
-                  "endpoint": checked_endpoint("worker_register.endpoint", endpoint, False),
-                  "capacity": int(capacity)}
-        if metrics_url is not None:
-            fields["metrics_url"] = _metrics_url(metrics_url)
-        return await self._worker_call("worker_register", fields)
+        return await self._worker_call(
+            worker_register_message(model, worker, endpoint, capacity, metrics_url))
 
     async def report_load(self, model, worker, in_flight, running=0, waiting=0, kv_usage=0.0,
                           seq=None):
         """The worker's own load; seq defaults to the wall clock in microseconds (increasing
         across restarts), as in eldr_client.WorkerClient.report_load."""
-        if not 0.0 <= float(kv_usage) <= 1.0:  # the node refuses it (malformed) otherwise
-            raise ValueError("kv_usage %r is outside 0..1" % (kv_usage,))
-        if seq is None:
-            self._seq = max(self._seq + 1, time.time_ns() // 1000)
-            seq = self._seq
-        return await self._worker_call("load_report", {
-            "model": str(model), "worker": int(worker), "in_flight": int(in_flight),
-            "running": int(running), "waiting": int(waiting), "kv_usage": float(kv_usage),
-            "seq": int(seq)})
+        return await self._worker_call(self._load_report_message(
+            model, worker, in_flight, running, waiting, kv_usage, seq))
 
     async def finished(self, model, worker, request_ids):
         """Requests the worker completed or aborted (at most 4,096 per message)."""
-        return await self._worker_call("finished", {
-            "model": str(model), "worker": int(worker),
-            "requests": [str(r) for r in request_ids]})
+        return await self._worker_call(finished_message(model, worker, request_ids))
 
     async def drain(self, model, worker, drain=True):
         """Stop (drain=True) or resume (False) receiving requests; those in flight finish."""
-        return await self._worker_call("worker_drain", {
-            "model": str(model), "worker": int(worker), "drain": bool(drain)})
+        return await self._worker_call(worker_drain_message(model, worker, drain))
 
     async def register_publisher(self, model, endpoint, replay_endpoint=""):
         """A vLLM KV-event publisher (PUB endpoint, optional replay ROUTER) for the cache."""
-        return await self._worker_call("publisher_register", {
-            "model": str(model),
-            "endpoint": checked_endpoint("publisher_register.endpoint", endpoint, True),
-            "replay_endpoint": checked_endpoint("publisher_register.replay_endpoint",
-                                                replay_endpoint, True) if replay_endpoint else ""})
+        return await self._worker_call(
+            publisher_register_message(model, endpoint, replay_endpoint))
 
 
 class AsyncAdminClient(_AsyncClient):
@@ -329,8 +287,4 @@ class AsyncAdminClient(_AsyncClient):
     async def call(self, command, /, **args):
         """Runs one command; its result. Raises EldrError when the node refuses it."""
         rid = self.next_id()
-        reply = await self._call(rid, encode("admin_request",
-                                             {"id": rid, "command": str(command), "args": args}))
-        if reply["type"] == "error_reply" or not reply.get("ok", False):
-            raise error_from(reply)
-        return reply.get("result")
+        return admin_result(await self._call(rid, admin_request(rid, command, args)))

@@ -106,50 +106,45 @@ def timeseries(title, description, exprs, unit, thresholds=None, stack=False, ba
     }
     if not min_zero:
         del defaults["custom"]["axisSoftMin"]
-    if decimals is not None:
-        defaults["decimals"] = decimals
-    return {
-        "type": "timeseries", "title": title, "description": description, "datasource": DS,
-        "fieldConfig": {"defaults": defaults, "overrides": []},
-        "options": {
-            "legend": {"showLegend": True, "displayMode": "table", "placement": "bottom",
-                       "calcs": list(legend_calcs)},
-            "tooltip": {"mode": "multi", "sort": "desc"},
-        },
-        "targets": refs(exprs),
-    }
+    return panel("timeseries", title, description, defaults, decimals, {
+        "legend": {"showLegend": True, "displayMode": "table", "placement": "bottom",
+                   "calcs": list(legend_calcs)},
+        "tooltip": {"mode": "multi", "sort": "desc"},
+    }, refs(exprs))
 
 
 def stat(title, description, expr, unit, thresholds, legend="", mappings=None, decimals=None,
          graph=True):
     defaults = {"unit": unit, "color": {"mode": "thresholds"}, "thresholds": thresholds,
                 "mappings": mappings or []}
-    if decimals is not None:
-        defaults["decimals"] = decimals
-    return {
-        "type": "stat", "title": title, "description": description, "datasource": DS,
-        "fieldConfig": {"defaults": defaults, "overrides": []},
-        "options": {
-            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-            "colorMode": "background", "graphMode": "area" if graph else "none",
-            "justifyMode": "auto", "orientation": "auto", "textMode": "auto",
-        },
-        "targets": [target(expr, legend)],
-    }
+    return panel("stat", title, description, defaults, decimals, {
+        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+        "colorMode": "background", "graphMode": "area" if graph else "none",
+        "justifyMode": "auto", "orientation": "auto", "textMode": "auto",
+    }, [target(expr, legend)])
 
 
 def state_timeline(title, description, expr, legend, mappings):
+    defaults = {"color": {"mode": "thresholds"}, "mappings": mappings,
+                "thresholds": steps((None, GREEN), (1, RED)),
+                "custom": {"lineWidth": 0, "fillOpacity": 80}}
+    return panel("state-timeline", title, description, defaults, None, {
+        "mergeValues": True, "showValue": "auto", "alignValue": "left", "rowHeight": 0.9,
+        "legend": {"showLegend": True, "displayMode": "list", "placement": "bottom"},
+        "tooltip": {"mode": "single", "sort": "none"},
+    }, [target(expr, legend)])
+
+
+def panel(kind, title, description, defaults, decimals, options, targets):
+    """The panel every kind above makes: its field defaults (with "decimals" last, when given),
+    its options and its queries, on the dashboard's data source."""
+    if decimals is not None:
+        defaults["decimals"] = decimals
     return {
-        "type": "state-timeline", "title": title, "description": description, "datasource": DS,
-        "fieldConfig": {"defaults": {"color": {"mode": "thresholds"}, "mappings": mappings,
-                                     "thresholds": steps((None, GREEN), (1, RED)),
-                                     "custom": {"lineWidth": 0, "fillOpacity": 80}},
-                        "overrides": []},
-        "options": {"mergeValues": True, "showValue": "auto", "alignValue": "left",
-                    "rowHeight": 0.9, "legend": {"showLegend": True, "displayMode": "list",
-                                                 "placement": "bottom"},
-                    "tooltip": {"mode": "single", "sort": "none"}},
-        "targets": [target(expr, legend)],
+        "type": kind, "title": title, "description": description, "datasource": DS,
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": options,
+        "targets": targets,
     }
 
 
