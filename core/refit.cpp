@@ -196,15 +196,10 @@ status signature_sample::add(const signature& s) {
       return status::invalid_argument("signature sample: non-finite signature value");
     squared += static_cast<double>(s.value[i]) * s.value[i];
   }
-  if (squared == 0.0) {
-    ++skipped_;
-    return {};
-  }
   // Densified only when the reservoir keeps it: past capacity, most offers are dropped, and
   // building a row of width floats for each was the router's largest cost after the decision.
-  float* row = claim_row();
+  const auto [row, inv] = admit(squared);
   if (row == nullptr) return {};
-  const double inv = 1.0 / std::sqrt(squared);
   std::fill(row, row + width_, 0.0f);
   for (std::size_t i = 0; i < s.index.size(); ++i)
     row[s.index[i]] = static_cast<float>(s.value[i] * inv);
@@ -221,16 +216,19 @@ status signature_sample::add_dense(std::span<const float> v) {
       return status::invalid_argument("signature sample: non-finite signature value");
     squared += static_cast<double>(x) * x;
   }
-  if (squared == 0.0) {
-    ++skipped_;
-    return {};
-  }
-  float* row = claim_row();
+  const auto [row, inv] = admit(squared);
   if (row == nullptr) return {};
-  const double inv = 1.0 / std::sqrt(squared);
   for (uint32_t d = 0; d < width_; ++d)
     row[d] = static_cast<float>(v[d] * inv);
   return {};
+}
+
+std::pair<float*, double> signature_sample::admit(double squared) {
+  if (squared == 0.0) {
+    ++skipped_;
+    return {nullptr, 0.0};
+  }
+  return {claim_row(), 1.0 / std::sqrt(squared)};
 }
 
 float* signature_sample::claim_row() {

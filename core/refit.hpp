@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/balanced_kmeans.hpp"
@@ -71,6 +72,9 @@ class signature_sample {
   // The reservoir step for one more non-empty signature: the row to overwrite with it, or
   // nullptr when it is not kept.
   float* claim_row();
+  // The row a signature of this squared norm goes into, and the factor that scales it to unit
+  // norm; no row for a zero signature (counted as skipped) or an offer the reservoir drops.
+  std::pair<float*, double> admit(double squared);
 
   uint32_t capacity_ = 0;
   uint32_t width_ = 0;

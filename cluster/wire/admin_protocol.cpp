@@ -18,9 +18,6 @@
 namespace eldr {
 namespace {
 
-using msgpack::item;
-using msgpack::kind;
-using msgpack::reader;
 using namespace wire;
 using nlohmann::json;
 

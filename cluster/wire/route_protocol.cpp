@@ -10,9 +10,6 @@
 namespace eldr {
 namespace {
 
-using msgpack::item;
-using msgpack::kind;
-using msgpack::reader;
 using namespace wire;
 
 // The request's counts are an eldr-counts message nested as one value: its own decoder reads its

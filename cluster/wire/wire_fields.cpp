@@ -3,10 +3,6 @@
 
 namespace eldr::wire {
 
-using msgpack::item;
-using msgpack::kind;
-using msgpack::reader;
-
 // A message type name longer than this is not one of ours.
 constexpr uint32_t max_type_bytes = 64;
 

@@ -15,6 +15,11 @@
 
 namespace eldr::wire {
 
+// The MessagePack vocabulary of every codec's readers: `using namespace wire` brings it along.
+using msgpack::item;
+using msgpack::kind;
+using msgpack::reader;
+
 std::string join(std::string_view a, std::string_view b);
 // "type.name", how errors name a field of a message.
 std::string field(std::string_view type, std::string_view name);

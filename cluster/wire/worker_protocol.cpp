@@ -14,7 +14,6 @@
 namespace eldr {
 namespace {
 
-using msgpack::reader;
 using namespace wire;
 using L = worker_protocol_limits;
 

@@ -1,12 +1,15 @@
 // Random expert choices in eldr-trace's token-major layout, for tests of counts and signatures.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <numeric>
 #include <utility>
 #include <vector>
 
 #include "core/base/random.hpp"
+#include "core/expert_counts.hpp"
 #include "core/geometry.hpp"
 
 namespace eldr::testing {
@@ -25,6 +28,29 @@ inline std::vector<expert_id> random_ids(const model_geometry& g, uint32_t token
       }
     }
   return ids;
+}
+
+// The counts (layers x experts) of the first `tokens` tokens of token-major `ids`. A failure to
+// count fails the calling test and returns no counts, so the caller's size checks fail too.
+inline std::vector<uint32_t> prompt_counts(const model_geometry& g,
+                                           const std::vector<expert_id>& ids, uint32_t tokens) {
+  std::vector<uint32_t> counts(g.width(), 0);
+  if (const status s = add_token_counts(g, ids, 0, tokens, counts); !s.ok()) {
+    ADD_FAILURE() << "prompt_counts: " << s.to_string();
+    return {};
+  }
+  return counts;
+}
+
+// A random prompt: its token-major ids and their counts over the whole prompt.
+struct random_prompt {
+  std::vector<expert_id> ids;
+  std::vector<uint32_t> counts;  // layers x experts; empty (and the test failed) if not counted
+};
+inline random_prompt make_random_prompt(const model_geometry& g, uint32_t tokens, uint64_t seed) {
+  random_prompt p{random_ids(g, tokens, seed), {}};
+  p.counts = prompt_counts(g, p.ids, tokens);
+  return p;
 }
 
 }  // namespace eldr::testing

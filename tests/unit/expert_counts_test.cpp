@@ -12,13 +12,13 @@
 namespace eldr {
 namespace {
 
-using eldr::testing::random_ids;
+using namespace eldr::testing;  // random_ids, prompt_counts, make_random_prompt
 
 TEST(ExpertCounts, EveryLayerSumsToTokensTimesTopK) {
   const model_geometry g{4, 16, 3};
   const auto ids = random_ids(g, 10, 1);
-  std::vector<uint32_t> counts(g.width(), 0);
-  ASSERT_TRUE(add_token_counts(g, ids, 0, 10, counts).ok());
+  const std::vector<uint32_t> counts = prompt_counts(g, ids, 10);
+  ASSERT_EQ(counts.size(), g.width());
   for (uint32_t l = 0; l < g.layers; ++l) {
     uint32_t sum = 0;
     for (uint32_t e = 0; e < g.experts; ++e)
@@ -30,9 +30,8 @@ TEST(ExpertCounts, EveryLayerSumsToTokensTimesTopK) {
 TEST(ExpertCounts, BlocksSumToTheWholePromptForEveryBlockSize) {
   const model_geometry g{5, 32, 4};
   const uint32_t tokens = 103;
-  const auto ids = random_ids(g, tokens, 2);
-  std::vector<uint32_t> whole(g.width(), 0);
-  ASSERT_TRUE(add_token_counts(g, ids, 0, tokens, whole).ok());
+  const auto [ids, whole] = make_random_prompt(g, tokens, 2);
+  ASSERT_EQ(whole.size(), g.width());
   for (uint32_t bs : {1u, 7u, 16u, 64u, 255u}) {
     auto blocks = count_blocks(g, ids, 0, tokens, bs);
     ASSERT_TRUE(blocks.ok()) << blocks.error().to_string();
@@ -166,8 +165,8 @@ TEST(ExpertCountsWide, DenseAndBlockCountsAgreeAt384And512Experts) {
     const uint32_t tokens = 70;
     const auto ids = random_ids(g, tokens, 11);
     ASSERT_TRUE(std::any_of(ids.begin(), ids.end(), [](expert_id e) { return e > 255; }));
-    std::vector<uint32_t> whole(g.width(), 0);
-    ASSERT_TRUE(add_token_counts(g, ids, 0, tokens, whole).ok());
+    const std::vector<uint32_t> whole = prompt_counts(g, ids, tokens);
+    ASSERT_EQ(whole.size(), g.width());
     for (uint32_t l = 0; l < g.layers; ++l)
       EXPECT_EQ(
           std::accumulate(whole.begin() + l * g.experts, whole.begin() + (l + 1) * g.experts, 0u),

@@ -12,7 +12,7 @@
 namespace eldr {
 namespace {
 
-using eldr::testing::random_ids;
+using namespace eldr::testing;  // random_ids, prompt_counts, make_random_prompt
 
 TEST(Signature, ParseTransformNamesAndRejectsOthers) {
   for (signature_transform t : all_transforms)
@@ -77,13 +77,11 @@ TEST(Signature, SpecRejectsBadMasksAndIdf) {
 TEST(Signature, BlockBuilderEqualsDenseForEveryTransformAndMask) {
   const model_geometry g{6, 16, 4};
   const uint32_t tokens = 70;
-  const auto ids = random_ids(g, tokens, 11);
-  std::vector<uint32_t> whole(g.width(), 0);
-  ASSERT_TRUE(add_token_counts(g, ids, 0, tokens, whole).ok());
+  const auto [ids, whole] = make_random_prompt(g, tokens, 11);
+  ASSERT_EQ(whole.size(), g.width());
   std::vector<uint32_t> calib = whole;
-  const auto other = random_ids(g, 9, 12);
-  std::vector<uint32_t> other_counts(g.width(), 0);
-  ASSERT_TRUE(add_token_counts(g, other, 0, 9, other_counts).ok());
+  const std::vector<uint32_t> other_counts = prompt_counts(g, random_ids(g, 9, 12), 9);
+  ASSERT_EQ(other_counts.size(), g.width());
   calib.insert(calib.end(), other_counts.begin(), other_counts.end());
   auto idf = fit_idf(g, calib);
   ASSERT_TRUE(idf.ok());
