@@ -166,6 +166,7 @@ class node::impl {
     system.await_all_actors_done();
     // No actor answers any more: stop the edge, then drop every handle. A detached actor's thread
     // ends only when the last reference to the actor is gone, and ~actor_system waits for it.
+    metrics->forget_frontend();  // /metrics reads the frontend's counters until here
     frontend.reset();
     http.reset();
     handles->router = handles->sigcache = handles->load_monitor = handles->admin = refit = cluster =
@@ -284,6 +285,7 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
   if (!frontend.ok()) return frontend.error();
   p->frontend = std::move(*frontend);
   handles->frontend.store(p->frontend.get(), std::memory_order_release);
+  p->metrics->expose_frontend(p->frontend->counters());
 
   // /readyz reads the board the actors write (readiness.hpp); the store part is writable until
   // its owner says otherwise through set_store.

@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cluster/zmq/zmq_frontend.hpp"
 #include "core/base/metrics.hpp"
 #include "core/base/version.hpp"
 
@@ -30,6 +31,10 @@ T* must(result<T*> r) {
   assert(r.ok());
   return r.ok() ? *r : nullptr;
 }
+void must(const status& s) {
+  assert(s.ok());
+  (void)s;
+}
 
 }  // namespace
 
@@ -46,6 +51,7 @@ class node_metrics::impl {
     std::vector<counter_metric*> per_worker;
   };
   std::unordered_map<std::string, model_series> models;
+  std::vector<std::pair<std::string, metric_labels>> frontend_series;  // to forget
   // Created up front: observed from the router's hot path without the mutex.
   histogram_metric* shard_local = must(registry.histogram(
       "eldr_shard_request_seconds",
@@ -212,6 +218,61 @@ void node_metrics::cache_committed(std::string_view model, double seconds) {
            "Signature cache group commits on the route path: expiry, staging, hand-over.",
            latency_bounds, {{"model", std::string(model)}}))
       ->observe(seconds);
+}
+
+void node_metrics::expose_frontend(const frontend_counters& c) {
+  std::lock_guard lock(impl_->mutex);
+  const auto add = [&](bool counter, const char* name, const char* help, metric_labels labels,
+                       const auto& atomic) {
+    auto read = [&atomic] { return static_cast<double>(atomic.load(std::memory_order_relaxed)); };
+    must(counter ? impl_->registry.callback_counter(name, help, labels, read)
+                 : impl_->registry.callback_gauge(name, help, labels, read));
+    impl_->frontend_series.emplace_back(name, std::move(labels));
+  };
+  const char* received = "Messages the ZeroMQ frontend read, per channel.";
+  add(true, "eldr_frontend_received_total", received, {{"channel", "route"}},
+      c.received[static_cast<size_t>(frontend_channel::route)]);
+  add(true, "eldr_frontend_received_total", received, {{"channel", "worker"}},
+      c.received[static_cast<size_t>(frontend_channel::worker)]);
+  add(true, "eldr_frontend_received_total", received, {{"channel", "admin"}},
+      c.received[static_cast<size_t>(frontend_channel::admin)]);
+  const char* replies =
+      "Replies the frontend sent, and dropped (the peer gone or its backlog full).";
+  add(true, "eldr_frontend_replies_total", replies, {{"outcome", "sent"}}, c.replies_sent);
+  add(true, "eldr_frontend_replies_total", replies, {{"outcome", "dropped"}}, c.replies_dropped);
+  add(true, "eldr_frontend_replies_over_cap_total",
+      "Dropped replies whose peer's backlog was at max_queued_reply_bytes.", {},
+      c.replies_over_cap);
+  const char* refused = "Messages the frontend refused before any actor saw them, per reason.";
+  add(true, "eldr_frontend_refused_total", refused, {{"reason", "malformed"}}, c.malformed);
+  add(true, "eldr_frontend_refused_total", refused, {{"reason", "too_large"}}, c.too_large);
+  add(true, "eldr_frontend_refused_total", refused, {{"reason", "unknown_type"}}, c.unknown_type);
+  add(true, "eldr_frontend_refused_total", refused, {{"reason", "overloaded"}}, c.overloaded);
+  add(true, "eldr_frontend_refused_total", refused, {{"reason", "bad_frames"}}, c.bad_frames);
+  add(true, "eldr_frontend_publisher_messages_total",
+      "KV-event messages the frontend read from publishers.", {}, c.publisher_messages);
+  add(false, "eldr_frontend_reply_backlog", "Replies queued for slow peers now.", {},
+      c.queued_replies);
+  add(false, "eldr_frontend_reply_backlog_bytes", "Bytes of replies queued for slow peers now.", {},
+      c.queued_reply_bytes);
+  add(false, "eldr_frontend_reply_backlog_bytes_peak",
+      "The most bytes of replies ever queued for slow peers at once.", {},
+      c.queued_reply_bytes_peak);
+  add(false, "eldr_frontend_pending",
+      "Requests handed to the actors and not answered yet (the overload limit's count).", {},
+      c.pending);
+  const char* curve = "CURVE handshakes the client-key allowlist decided.";
+  add(true, "eldr_frontend_curve_handshakes_total", curve, {{"result", "accepted"}},
+      c.curve_accepted);
+  add(true, "eldr_frontend_curve_handshakes_total", curve, {{"result", "refused"}},
+      c.curve_refused);
+}
+
+void node_metrics::forget_frontend() {
+  std::lock_guard lock(impl_->mutex);
+  for (const auto& [name, labels] : impl_->frontend_series)
+    (void)impl_->registry.remove(name, labels);
+  impl_->frontend_series.clear();
 }
 
 void node_metrics::shard_answered(bool local, double seconds) {

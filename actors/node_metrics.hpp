@@ -20,6 +20,7 @@
 namespace eldr {
 
 class metric_registry;
+struct frontend_counters;
 
 // One model's route counters at an instant, cumulative since the node started: what the operator
 // page's history (operator_page.hpp) turns into rates and quantiles per interval.
@@ -71,6 +72,13 @@ class node_metrics {
   // A signature shard answered a router's request after `seconds` (sent to answer merged), from
   // this node's own shard (local) or another node's (remote): the cross-node share of a route.
   void shard_answered(bool local, double seconds);
+
+  // The ZeroMQ frontend's own counts on /metrics: messages read per channel, replies sent and
+  // dropped, messages refused before any actor saw them, the reply backlog, requests pending,
+  // CURVE decisions. Read from the frontend's atomics at each render: the same counts as the
+  // status JSON's "counters". `c` must outlive the exposure: forget_frontend() first.
+  void expose_frontend(const frontend_counters& c);
+  void forget_frontend();
   // The registry behind every family here, for components that declare their own.
   metric_registry& registry();
 

@@ -193,6 +193,9 @@ result<counter_metric*> metric_registry::counter(std::string_view name, std::str
   std::lock_guard lock(mutex_);
   auto c = find_or_add(name, help, kind::counter, labels, nullptr);
   if (!c.ok()) return c.error();
+  if ((*c)->read)
+    return status::invalid_argument("metrics: \"" + std::string(name) +
+                                    "\": these labels are a callback counter");
   if (!(*c)->c) (*c)->c = std::make_unique<counter_metric>();
   return (*c)->c.get();
 }
@@ -221,15 +224,27 @@ result<histogram_metric*> metric_registry::histogram(std::string_view name, std:
 
 status metric_registry::callback_gauge(std::string_view name, std::string_view help,
                                        const metric_labels& labels, std::function<double()> read) {
+  return add_callback(name, help, kind::gauge, labels, std::move(read));
+}
+
+status metric_registry::callback_counter(std::string_view name, std::string_view help,
+                                         const metric_labels& labels,
+                                         std::function<double()> read) {
+  return add_callback(name, help, kind::counter, labels, std::move(read));
+}
+
+status metric_registry::add_callback(std::string_view name, std::string_view help, kind type,
+                                     const metric_labels& labels, std::function<double()> read) {
+  const std::string what(type == kind::counter ? "counter" : "gauge");
   if (!read)
-    return status::invalid_argument("metrics: \"" + std::string(name) +
-                                    "\": callback gauge without a function");
+    return status::invalid_argument("metrics: \"" + std::string(name) + "\": callback " + what +
+                                    " without a function");
   std::lock_guard lock(mutex_);
-  auto c = find_or_add(name, help, kind::gauge, labels, nullptr);
+  auto c = find_or_add(name, help, type, labels, nullptr);
   if (!c.ok()) return c.error();
-  if ((*c)->g)
+  if ((*c)->g || (*c)->c)
     return status::invalid_argument("metrics: \"" + std::string(name) +
-                                    "\": these labels are a plain gauge");
+                                    "\": these labels are a plain " + what);
   (*c)->read = std::move(read);
   return {};
 }
@@ -255,7 +270,9 @@ uint64_t metric_registry::counter_value(std::string_view name, const metric_labe
   auto f = families_.find(name);
   if (f == families_.end()) return 0;
   auto c = f->second.children.find(key_of(labels));
-  return c != f->second.children.end() && c->second.c ? c->second.c->value() : 0;
+  if (c == f->second.children.end()) return 0;
+  if (c->second.read) return static_cast<uint64_t>(c->second.read());
+  return c->second.c ? c->second.c->value() : 0;
 }
 
 std::string metric_registry::render() const {
@@ -277,7 +294,10 @@ std::string metric_registry::render() const {
           out += name;
           append_labels(out, labels);
           out += ' ';
-          append_u64(out, c.c ? c.c->value() : 0);
+          if (c.read)
+            out += format_metric_value(c.read());
+          else
+            append_u64(out, c.c ? c.c->value() : 0);
           out += '\n';
           break;
         case kind::gauge:

@@ -121,6 +121,11 @@ class metric_registry {
   // (a callback gauge and a plain gauge may share a family), plus read being empty.
   status callback_gauge(std::string_view name, std::string_view help, const metric_labels& labels,
                         std::function<double()> read);
+  // A counter whose count is owned elsewhere (a socket thread's atomics), read as callback_gauge
+  // reads. The owner must remove() it before the count goes away. Errors: as counter(), plus read
+  // being empty or the labels being a plain counter.
+  status callback_counter(std::string_view name, std::string_view help, const metric_labels& labels,
+                          std::function<double()> read);
 
   // Declares a counter or gauge family without a child, so that its HELP and TYPE are on the page
   // before its first series (e.g. drops per cause before the first drop). Errors: as counter() or
@@ -133,9 +138,9 @@ class metric_registry {
   // only its sole user may remove it. Returns whether the child existed.
   bool remove(std::string_view name, const metric_labels& labels);
 
-  // The value of a counter child now, 0 when it was never registered (a count of no event so far).
-  // For readers that show the same count elsewhere (the status JSON); takes the mutex, so not for
-  // the hot path.
+  // The value of a counter child now (a callback counter's read), 0 when it was never registered (a
+  // count of no event so far). For readers that show the same count elsewhere (the status JSON);
+  // takes the mutex, so not for the hot path.
   uint64_t counter_value(std::string_view name, const metric_labels& labels) const;
 
   // Every family in name order, children in label order, in the Prometheus text exposition format
@@ -153,7 +158,7 @@ class metric_registry {
     std::unique_ptr<counter_metric> c;
     std::unique_ptr<gauge_metric> g;
     std::unique_ptr<histogram_metric> h;
-    std::function<double()> read;  // callback gauge
+    std::function<double()> read;  // callback gauge or counter
   };
   struct family {
     kind type = kind::counter;
@@ -165,6 +170,8 @@ class metric_registry {
   // Validates and finds or creates the family. Caller holds mutex_.
   result<family*> find_or_add_family(std::string_view name, std::string_view help, kind type,
                                      const std::vector<double>* bounds);
+  status add_callback(std::string_view name, std::string_view help, kind type,
+                      const metric_labels& labels, std::function<double()> read);
   // Validates and finds or creates the child; the caller fills it if new. Caller holds mutex_.
   result<child*> find_or_add(std::string_view name, std::string_view help, kind type,
                              const metric_labels& labels, const std::vector<double>* bounds);

@@ -235,6 +235,22 @@ def build():
                      "requests, drains, publisher registrations.",
                      [(f"sum by (type) (rate(eldr_worker_messages_total{{{INST}}}[{RATE}]))",
                        "{{type}}")], "ops"), 12, 8)
+    L.add(timeseries("Frontend refusals", "Messages the ZeroMQ frontend answered with an error "
+                     "or dropped before any actor saw them, by reason "
+                     "(eldr_frontend_refused_total): malformed, too_large and unknown_type point "
+                     "at a client; overloaded at the node (limits.max_pending); bad_frames at a "
+                     "peer using the wrong socket pattern.",
+                     [(f"sum by (reason) (rate(eldr_frontend_refused_total{{{INST}}}[{RATE}]))",
+                       "{{reason}}")], "ops"), 12, 8)
+    L.add(timeseries("Replies lost to slow or gone peers", "Replies dropped per second "
+                     "(eldr_frontend_replies_total, outcome dropped: the peer is gone, or its "
+                     "backlog is at max_queued_reply_bytes -- eldr_frontend_replies_over_cap_total) "
+                     "and route requests pending in the actors (eldr_frontend_pending).",
+                     [(f"sum(rate(eldr_frontend_replies_total{{outcome=\"dropped\",{INST}}}"
+                       f"[{RATE}]))", "dropped"),
+                      (f"sum(rate(eldr_frontend_replies_over_cap_total{{{INST}}}[{RATE}]))",
+                       "of which backlog full"),
+                      (f"sum(eldr_frontend_pending{{{INST}}})", "pending")], "short"), 12, 8)
 
     # ------------------------------------------------------------------------------ workers
     L.row("Decode workers: vLLM /metrics scrapes")

@@ -12,6 +12,7 @@
 
 #include "cluster/zmq/client.hpp"
 #include "tests/support/node_fixture.hpp"
+#include "tests/support/process.hpp"
 #include "tests/support/refused_registrations.hpp"
 #include "tests/support/zmq_frames.hpp"
 
@@ -115,6 +116,16 @@ TEST_F(NodeEdgeTest, NoFrameShapeSwitchesRoutingOff) {
     return c.value("pending", -1) == 0 && c.value("bad_frames", 0) == sent + 1;
   })) << counters().dump();
   EXPECT_EQ(counters().value("overloaded", -1), 0);
+  // /metrics reads the same counts the status shows (the frontend's counters, one registry).
+  const json c = counters();
+  const std::string text = testing::run_command("curl -s --max-time 5 " + node_->metrics()).output;
+  const auto shows = [&](const std::string& series, const json& value) {
+    return text.find("\n" + series + " " + value.dump() + "\n") != std::string::npos;
+  };
+  EXPECT_TRUE(shows("eldr_frontend_refused_total{reason=\"bad_frames\"}", c["bad_frames"])) << text;
+  EXPECT_TRUE(shows("eldr_frontend_refused_total{reason=\"overloaded\"}", c["overloaded"])) << text;
+  EXPECT_TRUE(shows("eldr_frontend_pending", c["pending"])) << text;
+  EXPECT_NE(text.find("eldr_frontend_received_total{channel=\"route\"} "), std::string::npos);
 }
 
 TEST_F(NodeEdgeTest, AdminUnsignedArgumentsAreRefusedNamingTheArgument) {

@@ -161,6 +161,30 @@ TEST(Metrics, CallbackGaugeIsReadAtRenderTime) {
   EXPECT_NE(reg.render().find("cache_size{model=\"m\"} 9\n"), std::string::npos);
 }
 
+// A count owned elsewhere (the frontend's atomics) rendered as a counter, read by counter_value,
+// kept apart from plain counters of the same labels, and gone once removed.
+TEST(Metrics, CallbackCounterIsReadAtRenderTimeAndRemovable) {
+  metric_registry reg;
+  std::atomic<uint64_t> received{5};
+  const auto read = [&received] { return static_cast<double>(received.load()); };
+  ASSERT_TRUE(reg.callback_counter("received_total", "Read.", {{"channel", "route"}}, read).ok());
+  EXPECT_NE(
+      reg.render().find("# TYPE received_total counter\nreceived_total{channel=\"route\"} 5\n"),
+      std::string::npos);
+  received = 12;
+  EXPECT_EQ(reg.counter_value("received_total", {{"channel", "route"}}), 12u);
+  EXPECT_NE(reg.render().find("received_total{channel=\"route\"} 12\n"), std::string::npos);
+  // The same labels cannot also be a plain counter, nor the family a gauge.
+  EXPECT_FALSE(reg.counter("received_total", "Read.", {{"channel", "route"}}).ok());
+  EXPECT_FALSE(reg.callback_gauge("received_total", "Read.", {{"channel", "x"}}, read).ok());
+  EXPECT_FALSE(reg.callback_counter("received_total", "Read.", {{"channel", "x"}}, nullptr).ok());
+  ok_or_die(reg.counter("plain_total", "P."))->inc();
+  EXPECT_FALSE(reg.callback_counter("plain_total", "P.", {}, read).ok());
+  EXPECT_TRUE(reg.remove("received_total", {{"channel", "route"}}));
+  EXPECT_EQ(reg.render().find("received_total{"), std::string::npos);
+  EXPECT_EQ(reg.counter_value("received_total", {{"channel", "route"}}), 0u);
+}
+
 TEST(Metrics, DeclaredFamilyShowsItsHeaderBeforeItsFirstChild) {
   metric_registry reg;
   ASSERT_TRUE(reg.declare("drops_total", "Drops, per cause.", metric_type::counter).ok());
