@@ -85,12 +85,6 @@ const char* type_name(int type) {
 
 }  // namespace
 
-std::string prometheus_label_value(std::string_view value) {
-  std::string out;
-  append_escaped(out, value, true);
-  return out;
-}
-
 bool valid_metric_name(std::string_view name) {
   return valid_identifier(name, true);
 }

@@ -31,11 +31,6 @@ namespace eldr {
 // Prometheus), must be distinct, and "le" is refused on histograms (it names their buckets).
 using metric_labels = std::vector<std::pair<std::string, std::string>>;
 
-// A label value as the text exposition format writes it between its double quotes: backslash,
-// double quote and newline escaped (\\, \", \n), and bytes that are not UTF-8 (the format's
-// encoding) replaced by U+FFFD. For text rendered outside the registry (hand-written sections).
-std::string prometheus_label_value(std::string_view value);
-
 // A monotonic count (requests routed, messages dropped). Starts at 0.
 class counter_metric {
  public:

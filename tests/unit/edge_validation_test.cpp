@@ -200,10 +200,18 @@ TEST(AdminArgs, StringsAreStringsAndLongValuesAreCutInTheError) {
 }
 
 TEST(PrometheusLabels, ValuesAreEscapedPerTheExpositionFormat) {
-  EXPECT_EQ(prometheus_label_value("plain"), "plain");
-  EXPECT_EQ(prometheus_label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
-  EXPECT_EQ(prometheus_label_value(not_utf8), "pub\xef\xbf\xbd\xef\xbf\xbd");
-  // Through the registry: the injected text stays inside one label value on one line.
+  // A label value as the registry writes it between its double quotes.
+  const auto rendered = [](const std::string& value) {
+    metric_registry one;
+    EXPECT_TRUE(one.gauge("g", "h", {{"v", value}}).ok());
+    const std::string text = one.render();
+    const size_t from = text.find("g{v=\"") + 5, to = text.rfind("\"} 0\n");
+    return from < to && to != std::string::npos ? text.substr(from, to - from) : "(not found)";
+  };
+  EXPECT_EQ(rendered("plain"), "plain");
+  EXPECT_EQ(rendered("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+  EXPECT_EQ(rendered(not_utf8), "pub\xef\xbf\xbd\xef\xbf\xbd");
+  // The injected text stays inside one label value on one line.
   metric_registry reg;
   auto c = reg.counter("eldr_test_total", "A test.",
                        {{"publisher", "tcp://h:1\"} 1\neldr_fake_total{x=\"" + not_utf8}});
