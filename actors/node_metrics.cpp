@@ -25,17 +25,6 @@ constexpr const char* route_fallbacks = "eldr_route_fallbacks_total";
 constexpr const char* route_warnings = "eldr_route_warnings_total";
 constexpr const char* centroid_swaps = "eldr_centroid_swaps_total";
 
-template <class T>
-T* must(result<T*> r) {
-  // Names and labels here are fixed by this file; an error is a bug, caught by the tests.
-  assert(r.ok());
-  return r.ok() ? *r : nullptr;
-}
-void must(const status& s) {
-  assert(s.ok());
-  (void)s;
-}
-
 }  // namespace
 
 class node_metrics::impl {
@@ -53,11 +42,11 @@ class node_metrics::impl {
   std::unordered_map<std::string, model_series> models;
   std::vector<std::pair<std::string, metric_labels>> frontend_series;  // to forget
   // Created up front: observed from the router's hot path without the mutex.
-  histogram_metric* shard_local = must(registry.histogram(
+  histogram_metric* shard_local = must_register(registry.histogram(
       "eldr_shard_request_seconds",
       "Router's signature shard requests, sent to answered, by where the shard is.", latency_bounds,
       {{"shard", "local"}}));
-  histogram_metric* shard_remote = must(registry.histogram(
+  histogram_metric* shard_remote = must_register(registry.histogram(
       "eldr_shard_request_seconds",
       "Router's signature shard requests, sent to answered, by where the shard is.", latency_bounds,
       {{"shard", "remote"}}));
@@ -67,27 +56,28 @@ class node_metrics::impl {
     if (it != models.end()) return it->second;
     const metric_labels l{{"model", std::string(model)}};
     model_series s;
-    s.node_latency = must(registry.histogram(
+    s.node_latency = must_register(registry.histogram(
         "eldr_route_latency_seconds",
         "Node-side route latency: request received on the frontend to answer queued.",
         latency_bounds, l));
-    s.decision_latency = must(registry.histogram(
+    s.decision_latency = must_register(registry.histogram(
         "eldr_route_decision_seconds", "Time of the routing decision itself (policy + load view).",
         latency_bounds, l));
-    s.band = must(registry.histogram("eldr_route_band_size",
-                                     "Workers the pick was made among (locality band size).",
-                                     band_bounds, l));
-    s.covered =
-        must(registry.counter(covered_blocks, "Route request blocks whose counts were known.", l));
-    s.total = must(registry.counter(signature_blocks, "Route request blocks, known or not.", l));
+    s.band = must_register(registry.histogram(
+        "eldr_route_band_size", "Workers the pick was made among (locality band size).",
+        band_bounds, l));
+    s.covered = must_register(
+        registry.counter(covered_blocks, "Route request blocks whose counts were known.", l));
+    s.total =
+        must_register(registry.counter(signature_blocks, "Route request blocks, known or not.", l));
     return models.emplace(std::string(model), std::move(s)).first->second;
   }
 };
 
 node_metrics::node_metrics() : impl_(std::make_unique<impl>()) {
   // The info-metric idiom: the value is always 1, the version is a label to join on.
-  must(impl_->registry.gauge("eldr_build_info", "eldr's build: its version, as a label.",
-                             {{"version", std::string(version)}}))
+  must_register(impl_->registry.gauge("eldr_build_info", "eldr's build: its version, as a label.",
+                                      {{"version", std::string(version)}}))
       ->set(1);
 }
 node_metrics::~node_metrics() = default;
@@ -104,7 +94,7 @@ void node_metrics::route_decided(std::string_view model, uint32_t worker, uint32
   s.total->inc(total);
   if (worker >= s.per_worker.size()) s.per_worker.resize(worker + 1, nullptr);
   if (!s.per_worker[worker])
-    s.per_worker[worker] = must(impl_->registry.counter(
+    s.per_worker[worker] = must_register(impl_->registry.counter(
         "eldr_route_decisions_total", "Route decisions per decode worker.",
         {{"model", std::string(model)}, {"worker", std::to_string(worker)}}));
   s.per_worker[worker]->inc();
@@ -129,94 +119,103 @@ route_totals node_metrics::route_totals_of(std::string_view model) const {
 }
 
 void node_metrics::route_failed(wire_error_code code) {
-  auto* c = must(impl_->registry.counter("eldr_route_errors_total",
-                                         "Route requests answered with an error_reply, per code.",
-                                         {{"code", to_string(code)}}));
+  auto* c = must_register(impl_->registry.counter(
+      "eldr_route_errors_total", "Route requests answered with an error_reply, per code.",
+      {{"code", to_string(code)}}));
   c->inc();
 }
 
 void node_metrics::route_fallback(std::string_view model, std::string_view reason) {
-  must(impl_->registry.counter(route_fallbacks,
-                               "Decisions of the locality policy made by load only, by reason.",
-                               {{"model", std::string(model)}, {"reason", std::string(reason)}}))
+  must_register(
+      impl_->registry.counter(route_fallbacks,
+                              "Decisions of the locality policy made by load only, by reason.",
+                              {{"model", std::string(model)}, {"reason", std::string(reason)}}))
       ->inc();
 }
 
 void node_metrics::route_warning(std::string_view model, std::string_view code) {
-  must(impl_->registry.counter(route_warnings, "Warnings route replies carried, by code.",
-                               {{"model", std::string(model)}, {"warning", std::string(code)}}))
+  must_register(
+      impl_->registry.counter(route_warnings, "Warnings route replies carried, by code.",
+                              {{"model", std::string(model)}, {"warning", std::string(code)}}))
       ->inc();
 }
 
 void node_metrics::refit_done(std::string_view model, bool accepted) {
-  must(impl_->registry.counter(
-           "eldr_refits_total", "Refits run, by outcome.",
-           {{"model", std::string(model)}, {"outcome", accepted ? "accepted" : "rejected"}}))
+  must_register(impl_->registry.counter("eldr_refits_total", "Refits run, by outcome.",
+                                        {{"model", std::string(model)},
+                                         {"outcome", accepted ? "accepted" : "rejected"}}))
       ->inc();
 }
 
 void node_metrics::swapped(std::string_view model, uint64_t epoch) {
   const metric_labels l{{"model", std::string(model)}};
-  must(impl_->registry.counter(centroid_swaps, "Centroid sets installed.", l))->inc();
-  must(impl_->registry.gauge("eldr_centroid_epoch", "Epoch of the current centroid set.", l))
+  must_register(impl_->registry.counter(centroid_swaps, "Centroid sets installed.", l))->inc();
+  must_register(
+      impl_->registry.gauge("eldr_centroid_epoch", "Epoch of the current centroid set.", l))
       ->set(static_cast<double>(epoch));
 }
 
 void node_metrics::worker_message(std::string_view type) {
-  must(impl_->registry.counter("eldr_worker_messages_total", "Decode-worker messages, by type.",
-                               {{"type", std::string(type)}}))
+  must_register(impl_->registry.counter("eldr_worker_messages_total",
+                                        "Decode-worker messages, by type.",
+                                        {{"type", std::string(type)}}))
       ->inc();
 }
 
 void node_metrics::worker_scraped(std::string_view model, uint32_t worker, bool ok,
                                   uint32_t in_flight, float kv_usage) {
   const std::string m(model), w = std::to_string(worker);
-  must(impl_->registry.counter("eldr_worker_scrapes_total",
-                               "Scrapes of decode workers' vLLM /metrics, by result.",
-                               {{"model", m}, {"worker", w}, {"result", ok ? "ok" : "failed"}}))
+  must_register(
+      impl_->registry.counter("eldr_worker_scrapes_total",
+                              "Scrapes of decode workers' vLLM /metrics, by result.",
+                              {{"model", m}, {"worker", w}, {"result", ok ? "ok" : "failed"}}))
       ->inc();
   if (!ok) return;
   const metric_labels l{{"model", m}, {"worker", w}};
-  must(impl_->registry.gauge("eldr_worker_scraped_load",
-                             "Running + waiting requests in the worker's last good scrape.", l))
+  must_register(
+      impl_->registry.gauge("eldr_worker_scraped_load",
+                            "Running + waiting requests in the worker's last good scrape.", l))
       ->set(static_cast<double>(in_flight));
-  must(impl_->registry.gauge("eldr_worker_kv_cache_usage",
-                             "KV-cache usage (0..1) in the worker's last good scrape.", l))
+  must_register(impl_->registry.gauge("eldr_worker_kv_cache_usage",
+                                      "KV-cache usage (0..1) in the worker's last good scrape.", l))
       ->set(static_cast<double>(kv_usage));
 }
 
 void node_metrics::worker_scrape_age(std::string_view model, uint32_t worker, double seconds) {
-  must(impl_->registry.gauge("eldr_worker_scrape_age_seconds",
-                             "Age of the worker's last good scrape, as of the last scrape round.",
-                             {{"model", std::string(model)}, {"worker", std::to_string(worker)}}))
+  must_register(
+      impl_->registry.gauge("eldr_worker_scrape_age_seconds",
+                            "Age of the worker's last good scrape, as of the last scrape round.",
+                            {{"model", std::string(model)}, {"worker", std::to_string(worker)}}))
       ->set(seconds);
 }
 
 void node_metrics::cluster_event(std::string_view event) {
-  must(impl_->registry.counter("eldr_cluster_events_total", "Cluster membership events, by kind.",
-                               {{"event", std::string(event)}}))
+  must_register(impl_->registry.counter("eldr_cluster_events_total",
+                                        "Cluster membership events, by kind.",
+                                        {{"event", std::string(event)}}))
       ->inc();
 }
 
 void node_metrics::cluster_members(uint32_t up) {
-  must(impl_->registry.gauge("eldr_cluster_members",
-                             "Cluster members this node sees up, itself included."))
+  must_register(impl_->registry.gauge("eldr_cluster_members",
+                                      "Cluster members this node sees up, itself included."))
       ->set(static_cast<double>(up));
 }
 
 void node_metrics::cluster_leadership(bool self_leads, uint64_t term) {
-  must(impl_->registry.gauge("eldr_cluster_is_leader", "1 on the refit leader, else 0."))
+  must_register(impl_->registry.gauge("eldr_cluster_is_leader", "1 on the refit leader, else 0."))
       ->set(self_leads ? 1 : 0);
-  must(impl_->registry.gauge("eldr_cluster_term",
-                             "Term of the refit leader as this node knows it (0: none known)."))
+  must_register(
+      impl_->registry.gauge("eldr_cluster_term",
+                            "Term of the refit leader as this node knows it (0: none known)."))
       ->set(static_cast<double>(term));
 }
 
 void node_metrics::cache_committed(std::string_view model, double seconds) {
-  must(impl_->registry.histogram(
-           "eldr_sigcache_commit_seconds",
-           "Signature cache group commits on the route path: expiry, staging, hand-over.",
-           latency_bounds, {{"model", std::string(model)}}))
+  must_register(impl_->registry.histogram(
+                    "eldr_sigcache_commit_seconds",
+                    "Signature cache group commits on the route path: expiry, staging, hand-over.",
+                    latency_bounds, {{"model", std::string(model)}}))
       ->observe(seconds);
 }
 
@@ -225,8 +224,8 @@ void node_metrics::expose_frontend(const frontend_counters& c) {
   const auto add = [&](bool counter, const char* name, const char* help, metric_labels labels,
                        const auto& atomic) {
     auto read = [&atomic] { return static_cast<double>(atomic.load(std::memory_order_relaxed)); };
-    must(counter ? impl_->registry.callback_counter(name, help, labels, read)
-                 : impl_->registry.callback_gauge(name, help, labels, read));
+    must_register(counter ? impl_->registry.callback_counter(name, help, labels, read)
+                          : impl_->registry.callback_gauge(name, help, labels, read));
     impl_->frontend_series.emplace_back(name, std::move(labels));
   };
   const char* received = "Messages the ZeroMQ frontend read, per channel.";

@@ -9,19 +9,6 @@
 namespace eldr::sigcache {
 namespace {
 
-template <class T>
-T* must(result<T*> r) {
-  // Names, help and labels are fixed by this file (label values are escaped by the registry); an
-  // error is a bug, caught by the tests.
-  assert(r.ok());
-  return r.ok() ? *r : nullptr;
-}
-
-void must(const status& s) {
-  assert(s.ok());
-  (void)s;
-}
-
 constexpr const char* messages_name = "eldr_ingest_messages_total";
 constexpr const char* messages_help = "Publisher messages applied to the signature cache.";
 constexpr const char* gaps_name = "eldr_ingest_gaps_total";
@@ -62,47 +49,47 @@ const store_family store_families[] = {
 }  // namespace
 
 sigcache_metrics::sigcache_metrics(metric_registry& registry, const node_context& ctx)
-    : registrations_refused(must(registry.counter(
+    : registrations_refused(must_register(registry.counter(
           "eldr_publisher_registrations_refused_total",
           "Publisher registrations refused: at max_publishers or a conflicting endpoint."))),
-      subscribe_failed(must(registry.counter("eldr_publisher_subscribe_failed_total",
-                                             "Publisher subscriptions ZeroMQ refused."))),
-      publishers_forgotten(must(
+      subscribe_failed(must_register(registry.counter("eldr_publisher_subscribe_failed_total",
+                                                      "Publisher subscriptions ZeroMQ refused."))),
+      publishers_forgotten(must_register(
           registry.counter("eldr_publishers_forgotten_total",
                            "Registered publishers dropped after publisher_forget_ms of silence."))),
       registry_(registry),
       frontend_(ctx.frontend),
-      publishers_(must(
+      publishers_(must_register(
           registry.gauge("eldr_publishers",
                          "Publishers the signature cache follows (configured and registered)."))),
       publishers_max_(
-          must(registry.gauge("eldr_publishers_max", "signature_cache.max_publishers."))),
-      replayed_(must(registry.counter("eldr_ingest_replayed_total",
-                                      "KV-event batches applied from a publisher's replay."))),
-      gaps_unfilled_(must(registry.counter(
+          must_register(registry.gauge("eldr_publishers_max", "signature_cache.max_publishers."))),
+      replayed_(must_register(registry.counter(
+          "eldr_ingest_replayed_total", "KV-event batches applied from a publisher's replay."))),
+      gaps_unfilled_(must_register(registry.counter(
           "eldr_ingest_gaps_unfilled_total",
           "Sequence gaps that resynchronised a worker (replay failed, short or absent)."))) {
   if (frontend_) {
-    replays_ =
-        must(registry.counter("eldr_publisher_replays_total", "Replays asked of publishers."));
-    replays_failed_ = must(registry.counter(
+    replays_ = must_register(
+        registry.counter("eldr_publisher_replays_total", "Replays asked of publishers."));
+    replays_failed_ = must_register(registry.counter(
         "eldr_publisher_replays_failed_total",
         "Replays that ended without the publisher's end marker (timeout, bad reply)."));
   }
-  must(registry.declare(messages_name, messages_help, metric_type::counter));
-  must(registry.declare(gaps_name, gaps_help, metric_type::counter));
-  must(registry.declare(dropped_name, dropped_help, metric_type::counter));
+  must_register(registry.declare(messages_name, messages_help, metric_type::counter));
+  must_register(registry.declare(gaps_name, gaps_help, metric_type::counter));
+  must_register(registry.declare(dropped_name, dropped_help, metric_type::counter));
   for (const auto& model : ctx.config.models) {
     const metric_labels l{{"model", model.name}};
-    blocks_.push_back(
-        must(registry.gauge("eldr_sigcache_blocks", "Blocks held by the signature cache.", l)));
+    blocks_.push_back(must_register(
+        registry.gauge("eldr_sigcache_blocks", "Blocks held by the signature cache.", l)));
     auto& series = stores_.emplace_back();
     for (const auto& f : store_families) {
       store_series s;
       if (f.type == metric_type::counter)
-        s.counter = must(registry.counter(f.name, f.help, l));
+        s.counter = must_register(registry.counter(f.name, f.help, l));
       else
-        s.gauge = must(registry.gauge(f.name, f.help, l));
+        s.gauge = must_register(registry.gauge(f.name, f.help, l));
       series.push_back(s);
     }
   }
@@ -133,8 +120,8 @@ sigcache_metrics::publisher_series& sigcache_metrics::series_of(const publisher_
   publisher_series s;
   s.labels = {
       {"model", model}, {"publisher", publisher}, {"kind", std::get<1>(key) ? "counts" : "kv"}};
-  s.messages = must(registry_.counter(messages_name, messages_help, s.labels));
-  s.gaps = must(registry_.counter(gaps_name, gaps_help, s.labels));
+  s.messages = must_register(registry_.counter(messages_name, messages_help, s.labels));
+  s.gaps = must_register(registry_.counter(gaps_name, gaps_help, s.labels));
   return followed_.emplace(key, std::move(s)).first->second;
 }
 
@@ -163,7 +150,7 @@ void sigcache_metrics::publish_ingest(const sigcache_state& st) {
     for (size_t c = 0; c < drop_cause_count; ++c) {
       if (m.dropped[c] == 0) continue;
       if (!s.dropped[c])
-        s.dropped[c] = must(registry_.counter(
+        s.dropped[c] = must_register(registry_.counter(
             dropped_name, dropped_help,
             {s.labels[0], s.labels[1], {"cause", to_string(static_cast<drop_cause>(c))}}));
       s.dropped[c]->advance_to(m.dropped[c]);

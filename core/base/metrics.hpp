@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <cassert>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -30,6 +31,19 @@ namespace eldr {
 // is the same child. Names follow [a-zA-Z_][a-zA-Z0-9_]*, must not start with "__" (reserved by
 // Prometheus), must be distinct, and "le" is refused on histograms (it names their buckets).
 using metric_labels = std::vector<std::pair<std::string, std::string>>;
+
+// For registrations whose names, help and labels are fixed in the caller's source (label values
+// are escaped by the registry, so any value is fine): an error is a bug the tests catch, asserted
+// in debug builds.
+template <class T>
+T* must_register(result<T*> r) {
+  assert(r.ok());
+  return r.ok() ? *r : nullptr;
+}
+inline void must_register(const status& s) {
+  assert(s.ok());
+  (void)s;
+}
 
 // A monotonic count (requests routed, messages dropped). Starts at 0.
 class counter_metric {

@@ -148,6 +148,11 @@ def panel(kind, title, description, defaults, decimals, options, targets):
     }
 
 
+def rate_by(family, label):
+    """The per-second rate of a counter family summed by one label, one line per value."""
+    return [(f"sum by ({label}) (rate({family}{{{INST}}}[{RATE}]))", "{{%s}}" % label)]
+
+
 def quantiles(family, by, legend_prefix, qs=(0.5, 0.99)):
     """histogram_quantile over a histogram family's buckets, one query per quantile."""
     by_le = ", ".join(["le", *by])
@@ -228,20 +233,17 @@ def build():
                        "mean {{model}}")], "none", decimals=1), 12, 9)
     L.add(timeseries("Route errors by code", "Route requests answered with an error_reply, by "
                      "code (eldr_route_errors_total, docs/protocol.md).",
-                     [(f"sum by (code) (rate(eldr_route_errors_total{{{INST}}}[{RATE}]))",
-                       "{{code}}")], "reqps"), 12, 8)
+                     rate_by("eldr_route_errors_total", "code"), "reqps"), 12, 8)
     L.add(timeseries("Decode-worker messages", "Messages from decode workers per second, by "
                      "type (eldr_worker_messages_total): registrations, load reports, finished "
                      "requests, drains, publisher registrations.",
-                     [(f"sum by (type) (rate(eldr_worker_messages_total{{{INST}}}[{RATE}]))",
-                       "{{type}}")], "ops"), 12, 8)
+                     rate_by("eldr_worker_messages_total", "type"), "ops"), 12, 8)
     L.add(timeseries("Frontend refusals", "Messages the ZeroMQ frontend answered with an error "
                      "or dropped before any actor saw them, by reason "
                      "(eldr_frontend_refused_total): malformed, too_large and unknown_type point "
                      "at a client; overloaded at the node (limits.max_pending); bad_frames at a "
                      "peer using the wrong socket pattern.",
-                     [(f"sum by (reason) (rate(eldr_frontend_refused_total{{{INST}}}[{RATE}]))",
-                       "{{reason}}")], "ops"), 12, 8)
+                     rate_by("eldr_frontend_refused_total", "reason"), "ops"), 12, 8)
     L.add(timeseries("Replies lost to slow or gone peers", "Replies dropped per second "
                      "(eldr_frontend_replies_total, outcome dropped: the peer is gone, or its "
                      "backlog is at max_queued_reply_bytes -- eldr_frontend_replies_over_cap_total) "
