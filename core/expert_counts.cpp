@@ -2,27 +2,38 @@
 #include "core/expert_counts.hpp"
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <cstring>
 #include <string>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace eldr {
 namespace {
 
-// block_counts::from_tokens reads a word's eight counts as one little-endian integer.
-static_assert(std::endian::native == std::endian::little, "from_tokens assumes little-endian");
+// block_counter reads a word's eight counts as one little-endian integer.
+static_assert(std::endian::native == std::endian::little, "block_counter assumes little-endian");
 
-status check_range(const model_geometry& g, std::span<const expert_id> experts, uint32_t begin,
-                   uint32_t end) {
+// Token t's ids are [t * stride, t * stride + L * k) of an array of n_ids ids; stride 0 is L * k.
+status check_range(const model_geometry& g, std::size_t n_ids, uint32_t begin, uint32_t end,
+                   std::size_t stride = 0) {
   if (begin > end)
     return status::invalid_argument("token range [" + std::to_string(begin) + ", " +
                                     std::to_string(end) + ") is reversed");
   const uint64_t per_token = uint64_t{g.layers} * g.top_k;
-  if (uint64_t{end} * per_token > experts.size())
-    return status::invalid_argument("token range ends at " + std::to_string(end) +
-                                    " but the expert array holds " +
-                                    std::to_string(experts.size() / per_token) + " tokens");
+  if (stride == 0) stride = per_token;
+  if (stride < per_token)
+    return status::invalid_argument(
+        "a token stride of " + std::to_string(stride) +
+        " ids is shorter than a token's layers * top_k = " + std::to_string(per_token));
+  uint64_t last = 0;  // one past token end - 1's last id
+  if (end > 0 && (__builtin_mul_overflow(uint64_t{end - 1}, uint64_t{stride}, &last) ||
+                  __builtin_add_overflow(last, per_token, &last) || last > n_ids))
+    return status::invalid_argument(
+        "token range ends at " + std::to_string(end) + " but the expert array holds " +
+        std::to_string(n_ids < per_token ? 0 : (n_ids - per_token) / stride + 1) + " tokens");
   return {};
 }
 
@@ -41,7 +52,7 @@ status add_token_counts(const model_geometry& g, std::span<const expert_id> expe
     return status::invalid_argument(
         "counts array has " + std::to_string(counts.size()) +
         " entries, expected layers * experts = " + std::to_string(g.width()));
-  if (status s = check_range(g, experts, begin, end); !s.ok()) return s;
+  if (status s = check_range(g, experts.size(), begin, end); !s.ok()) return s;
   const expert_id* p = experts.data() + std::size_t{begin} * g.layers * g.top_k;
   for (uint32_t t = begin; t < end; ++t)
     for (uint32_t l = 0; l < g.layers; ++l) {
@@ -54,74 +65,281 @@ status add_token_counts(const model_geometry& g, std::span<const expert_id> expe
   return {};
 }
 
+namespace {
+
+struct row_summary {
+  uint32_t entries = 0;  // nonzero counts written
+  uint32_t sum = 0;      // of the counts
+  uint32_t over = 0;     // nonzero: a count is over the block's tokens
+};
+
+// The word's sum and whether a count passes the block's tokens, four 16-bit lanes at a time (a
+// lane holds one count, at most 255: no carry crosses lanes).
+inline void summarise_word(uint64_t v, uint32_t tokens, row_summary& r) {
+  constexpr uint64_t even = 0x00ff00ff00ff00ffULL;
+  constexpr uint64_t ones = 0x0001000100010001ULL;
+  const uint64_t lo = v & even, hi = (v >> 8) & even;
+  r.sum += static_cast<uint32_t>(((lo + hi) * ones) >> 48);
+  const uint64_t over = 0x8000800080008000ULL - ones * (tokens + 1);
+  r.over |= static_cast<uint32_t>((((lo + over) | (hi + over)) & 0x8000800080008000ULL) != 0);
+}
+
+// Appends the nonzero counts of a histogram row of n_words words (ascending expert order) to ids
+// and counts, which have room for 8 * n_words entries, and zeroes the row. Portable: all eight
+// (id, count) pairs of a word stored, the output advanced past the nonzero ones only.
+row_summary compress_row_portable(uint8_t* row, uint32_t n_words, uint32_t tokens, expert_id* ids,
+                                  uint8_t* counts) {
+  row_summary r;
+  for (uint32_t w = 0; w < n_words; ++w) {
+    uint64_t v;
+    std::memcpy(&v, row + 8 * w, sizeof v);
+    if (v == 0) continue;
+    for (uint32_t byte = 0; byte < 8; ++byte) {
+      const uint8_t c = row[8 * w + byte];
+      ids[r.entries] = static_cast<expert_id>(8 * w + byte);
+      counts[r.entries] = c;
+      r.entries += c != 0;
+    }
+    summarise_word(v, tokens, r);
+    std::memset(row + 8 * w, 0, sizeof v);
+  }
+  return r;
+}
+
+#if defined(__x86_64__)
+// For every 8-bit mask of a word's nonzero bytes: their positions in ascending order (pshufb's
+// byte selectors; 0x80 selects a zero past them) and how many there are.
+struct word_compress_table {
+  uint64_t positions[256];
+  uint8_t count[256];
+  constexpr word_compress_table() : positions(), count() {
+    for (uint32_t m = 0; m < 256; ++m) {
+      uint64_t p = 0x8080808080808080ULL;
+      uint32_t n = 0;
+      for (uint32_t b = 0; b < 8; ++b)
+        if (m >> b & 1) {
+          p &= ~(uint64_t{0xff} << (8 * n));
+          p |= uint64_t{b} << (8 * n);
+          ++n;
+        }
+      positions[m] = p;
+      count[m] = static_cast<uint8_t>(n);
+    }
+  }
+};
+constexpr word_compress_table compress_table;
+
+// compress_row_portable with SSSE3 (every x86-64 CPU since 2006, checked at run time), sixteen
+// experts at a time (n_words is even: rows are whole 16-byte lines): the nonzero bytes are found
+// by one compare, gathered by one pshufb per half from a table of their positions (which are the
+// ids), summed by psadbw and bounded by a running pmaxub.
+__attribute__((target("ssse3"))) row_summary compress_row_ssse3(uint8_t* row, uint32_t n_words,
+                                                                uint32_t tokens, expert_id* ids,
+                                                                uint8_t* counts) {
+  const __m128i zero = _mm_setzero_si128();
+  __m128i sums = zero, most = zero;
+  row_summary r;
+  for (uint32_t w = 0; w < n_words; w += 2) {
+    auto* line = reinterpret_cast<__m128i*>(row + 8 * w);
+    const __m128i v = _mm_loadu_si128(line);
+    const auto zeros = static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, zero)));
+    if (zeros == 0xffff) continue;
+    sums = _mm_add_epi64(sums, _mm_sad_epu8(v, zero));
+    most = _mm_max_epu8(most, v);
+    for (uint32_t half = 0; half < 2; ++half) {
+      const uint32_t mask = ~zeros >> (8 * half) & 0xffu;
+      const __m128i positions =
+          _mm_cvtsi64_si128(static_cast<long long>(compress_table.positions[mask]));
+      const __m128i bytes = half == 0 ? v : _mm_srli_si128(v, 8);
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(counts + r.entries),
+                       _mm_shuffle_epi8(bytes, positions));
+      const __m128i wide = _mm_add_epi16(_mm_unpacklo_epi8(positions, zero),
+                                         _mm_set1_epi16(static_cast<short>(8 * (w + half))));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(ids + r.entries), wide);
+      r.entries += compress_table.count[mask];
+    }
+    _mm_storeu_si128(line, zero);
+  }
+  r.sum = static_cast<uint32_t>(_mm_cvtsi128_si64(sums)) +
+          static_cast<uint32_t>(_mm_cvtsi128_si64(_mm_srli_si128(sums, 8)));
+  alignas(16) uint8_t largest[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(largest), most);
+  r.over = static_cast<uint32_t>(*std::max_element(largest, largest + 16) > tokens);
+  return r;
+}
+
+row_summary compress_row(uint8_t* row, uint32_t n_words, uint32_t tokens, expert_id* ids,
+                         uint8_t* counts) {
+  static const bool ssse3 = __builtin_cpu_supports("ssse3");
+  return ssse3 ? compress_row_ssse3(row, n_words, tokens, ids, counts)
+               : compress_row_portable(row, n_words, tokens, ids, counts);
+}
+#else
+row_summary compress_row(uint8_t* row, uint32_t n_words, uint32_t tokens, expert_id* ids,
+                         uint8_t* counts) {
+  return compress_row_portable(row, n_words, tokens, ids, counts);
+}
+#endif
+
+}  // namespace
+
+// The one counting of block_counts::from_tokens and count_blocks, for two-byte and one-byte ids.
+// A block's picks are read once, token by token (a token's L x k ids are contiguous), into one
+// byte per (layer, expert): the whole block's histogram, L x E bytes (6 KiB for 48 x 128), stays
+// in L1. Then each layer's nonzero counts are taken in ascending expert order, eight bytes at a
+// time, and their bytes zeroed again, so the histogram is all zeros between blocks.
+//
+// A byte may wrap when a token repeats an expert in its top-k row (255 tokens x k picks can all
+// name one expert), so every layer's counts must sum to tokens * k as well as stay <= tokens: a
+// wrapped count fails the sum, an unwrapped repeat the bound.
+class block_counter {
+ public:
+  // token_stride: see count_blocks; 0 is L * k.
+  block_counter(const model_geometry& g, size_t token_stride)
+      : g_(g),
+        row_bytes_(8 * words(g)),  // see words
+        token_stride_(token_stride != 0 ? token_stride : size_t{g.layers} * g.top_k) {
+    scratch& s = local();
+    const size_t bytes = size_t{g.layers} * row_bytes_;
+    if (s.histogram.size() < bytes) s.histogram.resize(bytes, 0);
+    // extract writes a whole word's eight entries past the last one kept: room for every byte.
+    if (s.ids.size() < bytes) {
+      s.ids.resize(bytes);
+      s.counts.resize(bytes);
+    }
+  }
+
+  // Tokens [begin, end) of a checked range (check_range) of a token-major id array.
+  template <class id_type>
+  result<block_counts> count(const id_type* experts, uint32_t begin, uint32_t end) {
+    const uint32_t tokens = end - begin;
+    if (tokens < 1 || tokens > 255)
+      return status::invalid_argument("a block holds 1..255 tokens, got " + std::to_string(tokens));
+    // Allocated before counting: nothing may throw while the histogram holds counts.
+    block_counts b;
+    b.tokens_ = tokens;
+    b.layer_offsets_.resize(size_t{g_.layers} + 1);
+    uint8_t* const histogram = local().histogram.data();
+    const uint32_t n_experts = g_.experts;
+    const uint32_t k = g_.top_k;
+    const size_t per_token = size_t{g_.layers} * k;
+    for (uint32_t t = begin; t < end; ++t) {
+      const id_type* p = experts + t * token_stride_;
+      // The token's largest id first, in a loop the compiler vectorises: the counting below
+      // then runs without a branch per pick.
+      id_type largest = 0;
+      for (size_t i = 0; i < per_token; ++i)
+        largest = std::max(largest, p[i]);
+      if (largest >= n_experts) {
+        clear();
+        const size_t at = static_cast<size_t>(
+            std::find_if(p, p + per_token, [&](id_type id) { return id >= n_experts; }) - p);
+        return bad_id(g_, t, static_cast<uint32_t>(at / k), p[at]);
+      }
+      uint8_t* row = histogram;
+      for (uint32_t l = 0; l < g_.layers; ++l, p += k, row += row_bytes_)
+        for (uint32_t r = 0; r < k; ++r)
+          ++row[p[r]];
+    }
+    return extract(std::move(b));
+  }
+
+ private:
+  struct scratch {
+    std::vector<uint8_t> histogram;  // all zeros between blocks
+    std::vector<expert_id> ids;
+    std::vector<uint8_t> counts;
+  };
+  // Per thread: the node's frontend, eldr-fit's workers and the proxy's library count at once.
+  static scratch& local() {
+    thread_local scratch s;
+    return s;
+  }
+  // A layer's histogram row in words of eight counts: E rounded up to whole 16-byte lines (the
+  // SSSE3 compress_row reads lines; the bytes past E are never counted, so stay zero).
+  static uint32_t words(const model_geometry& g) { return 2 * ((g.experts + 15) / 16); }
+
+  void clear() { std::memset(local().histogram.data(), 0, size_t{g_.layers} * row_bytes_); }
+
+  // The nonzero counts of every layer in ascending expert order, a word (eight experts) at a
+  // time, written out without a branch per byte: which bytes of a word are nonzero is a coin
+  // flip the branch predictor loses (the proxy's hot path: 16 tokens x top-8 name about 80 of 128
+  // experts). An all-zero word (most of a wide model's row) is skipped, a branch that is
+  // predictable in both regimes.
+  result<block_counts> extract(block_counts b) {
+    scratch& s = local();
+    const uint32_t tokens = b.tokens_;
+    const uint32_t picks = tokens * g_.top_k;
+    const uint32_t n_words = words(g_);
+    b.layer_offsets_[0] = 0;
+    expert_id* ids = s.ids.data();
+    uint8_t* counts = s.counts.data();
+    uint32_t n = 0;
+    for (uint32_t l = 0; l < g_.layers; ++l) {
+      uint8_t* row = s.histogram.data() + size_t{l} * row_bytes_;
+      const row_summary r = compress_row(row, n_words, tokens, ids + n, counts + n);
+      n += r.entries;
+      if (r.sum != picks || r.over != 0) {  // a token picks an expert at most once per layer
+        clear();
+        return status::invalid_argument(
+            "layer " + std::to_string(l) + ": the block's " + std::to_string(tokens) +
+            " tokens pick one expert more than once each (repeated ids in a token's top-k row)");
+      }
+      b.layer_offsets_[l + 1] = n;
+    }
+    b.ids_.assign(ids, ids + n);
+    b.counts_.assign(counts, counts + n);
+    return b;
+  }
+
+  const model_geometry& g_;
+  const uint32_t row_bytes_;  // a layer's histogram row: E bytes rounded up to whole words
+  const size_t token_stride_;
+};
+
+namespace {
+
+template <class id_type>
+result<block_counts> count_one_block(const model_geometry& g, std::span<const id_type> experts,
+                                     uint32_t begin, uint32_t end) {
+  if (status s = g.validate(); !s.ok()) return s;
+  if (status s = check_range(g, experts.size(), begin, end); !s.ok()) return s;
+  return block_counter(g, 0).count(experts.data(), begin, end);
+}
+
+template <class id_type>
+result<std::vector<block_counts>> count_all_blocks(const model_geometry& g,
+                                                   std::span<const id_type> experts, uint32_t begin,
+                                                   uint32_t end, uint32_t block_size,
+                                                   size_t token_stride) {
+  if (block_size < 1 || block_size > 255)
+    return status::invalid_argument("block size must be in 1..255, got " +
+                                    std::to_string(block_size));
+  if (status s = g.validate(); !s.ok()) return s;
+  if (status s = check_range(g, experts.size(), begin, end, token_stride); !s.ok()) return s;
+  std::vector<block_counts> blocks;
+  blocks.reserve((end - begin + block_size - 1) / block_size);
+  block_counter counter(g, token_stride);
+  for (uint32_t b = begin; b < end; b += block_size) {
+    auto block = counter.count(experts.data(), b, std::min(end, b + block_size));
+    if (!block.ok()) return block.error();
+    blocks.push_back(std::move(block).value());
+  }
+  return blocks;
+}
+
+}  // namespace
+
 result<block_counts> block_counts::from_tokens(const model_geometry& g,
                                                std::span<const expert_id> experts, uint32_t begin,
                                                uint32_t end) {
-  if (status s = g.validate(); !s.ok()) return s;
-  if (status s = check_range(g, experts, begin, end); !s.ok()) return s;
-  const uint32_t tokens = end - begin;
-  if (tokens < 1 || tokens > 255)
-    return status::invalid_argument("a block holds 1..255 tokens, got " + std::to_string(tokens));
-  block_counts b;
-  b.tokens_ = tokens;
-  b.layer_offsets_.reserve(g.layers + 1);
-  b.layer_offsets_.push_back(0);
-  const uint32_t n_experts = g.experts;
-  const uint32_t k = g.top_k;
-  const std::size_t stride = std::size_t{g.layers} * k;
-  const uint32_t picks = tokens * k;
-  const std::size_t most_per_layer = std::min(n_experts, picks);
-  b.ids_.reserve(most_per_layer * g.layers);
-  b.counts_.reserve(most_per_layer * g.layers);
-  // One byte per expert, zeroed here and left zeroed after every layer. A byte may wrap when a
-  // token repeats an expert in its top-k row (255 tokens x k picks can all name one expert), so
-  // every layer's counts must sum to tokens * k as well as stay <= tokens: a wrapped count fails
-  // the sum, an unwrapped repeat the bound.
-  alignas(8) std::array<uint8_t, max_experts> per_expert{};
-  const uint32_t words = (n_experts + 7) / 8;
-  std::array<expert_id, max_experts> layer_ids;
-  std::array<uint8_t, max_experts> layer_counts;
-  for (uint32_t l = 0; l < g.layers; ++l) {
-    for (uint32_t t = begin; t < end; ++t) {
-      const expert_id* ids = experts.data() + t * stride + std::size_t{l} * k;
-      for (uint32_t r = 0; r < k; ++r) {
-        const expert_id id = ids[r];
-        if (id >= n_experts) return bad_id(g, t, l, id);
-        ++per_expert[id];
-      }
-    }
-    // The nonzero counts in ascending expert order, eight bytes at a time: a word's nonzero
-    // bytes are found with one add (their high bits), then visited by their set bits, so the
-    // unpicked experts cost nothing each (the proxy's hot path: 16 tokens x top-8 name about 80
-    // of 128 experts).
-    uint32_t n = 0;
-    uint32_t sum = 0;
-    uint32_t most = 0;
-    for (uint32_t w = 0; w < words; ++w) {
-      uint64_t v;
-      std::memcpy(&v, per_expert.data() + 8 * w, sizeof v);
-      if (v == 0) continue;
-      constexpr uint64_t low7 = 0x7f7f7f7f7f7f7f7fULL;
-      for (uint64_t nz = (((v & low7) + low7) | v) & ~low7; nz != 0; nz &= nz - 1) {
-        const uint32_t byte = static_cast<uint32_t>(std::countr_zero(nz)) / 8;
-        const uint32_t c = (v >> (8 * byte)) & 0xffu;
-        layer_ids[n] = static_cast<expert_id>(8 * w + byte);
-        layer_counts[n] = static_cast<uint8_t>(c);
-        sum += c;
-        most = std::max(most, c);
-        ++n;
-      }
-      std::memset(per_expert.data() + 8 * w, 0, sizeof v);
-    }
-    if (sum != picks || most > tokens)  // a token picks an expert at most once per layer
-      return status::invalid_argument(
-          "layer " + std::to_string(l) + ": the block's " + std::to_string(tokens) +
-          " tokens pick one expert more than once each (repeated ids in a token's top-k row)");
-    b.ids_.insert(b.ids_.end(), layer_ids.begin(), layer_ids.begin() + n);
-    b.counts_.insert(b.counts_.end(), layer_counts.begin(), layer_counts.begin() + n);
-    b.layer_offsets_.push_back(static_cast<uint32_t>(b.ids_.size()));
-  }
-  return b;
+  return count_one_block(g, experts, begin, end);
+}
+
+result<block_counts> block_counts::from_tokens(const model_geometry& g,
+                                               std::span<const uint8_t> experts, uint32_t begin,
+                                               uint32_t end) {
+  return count_one_block(g, experts, begin, end);
 }
 
 result<block_counts> block_counts::from_parts(const model_geometry& g, uint32_t tokens,
@@ -204,19 +422,16 @@ void block_counts::add_to(const model_geometry& g, std::span<uint32_t> dense) co
 
 result<std::vector<block_counts>> count_blocks(const model_geometry& g,
                                                std::span<const expert_id> experts, uint32_t begin,
-                                               uint32_t end, uint32_t block_size) {
-  if (block_size < 1 || block_size > 255)
-    return status::invalid_argument("block size must be in 1..255, got " +
-                                    std::to_string(block_size));
-  if (status s = check_range(g, experts, begin, end); !s.ok()) return s;
-  std::vector<block_counts> blocks;
-  blocks.reserve((end - begin + block_size - 1) / block_size);
-  for (uint32_t b = begin; b < end; b += block_size) {
-    auto block = block_counts::from_tokens(g, experts, b, std::min(end, b + block_size));
-    if (!block.ok()) return block.error();
-    blocks.push_back(std::move(block).value());
-  }
-  return blocks;
+                                               uint32_t end, uint32_t block_size,
+                                               std::size_t token_stride) {
+  return count_all_blocks(g, experts, begin, end, block_size, token_stride);
+}
+
+result<std::vector<block_counts>> count_blocks(const model_geometry& g,
+                                               std::span<const uint8_t> experts, uint32_t begin,
+                                               uint32_t end, uint32_t block_size,
+                                               std::size_t token_stride) {
+  return count_all_blocks(g, experts, begin, end, block_size, token_stride);
 }
 
 }  // namespace eldr

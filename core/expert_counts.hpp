@@ -8,9 +8,12 @@
 //   co-indexed with the KV cache, so that prefix-cached blocks keep exact signatures. A block's
 //   count for one expert at one layer is at most its token count (a token picks an expert at most
 //   once per layer), so counts fit in a byte for blocks of fewer than 256 tokens (enforced by
-//   every constructor); ids are expert_id (16 bits: E up to max_experts).
+//   every constructor); ids are expert_id (16 bits: E up to max_experts). from_tokens and
+//   count_blocks also read one-byte ids (models of at most 256 experts, as vLLM returns them) with
+//   the same counting code, so eldr-proxy need not widen them first.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -19,6 +22,8 @@
 #include "core/geometry.hpp"
 
 namespace eldr {
+
+class block_counter;
 
 // Adds the expert choices of tokens [begin, end) to counts (size L * E, layer-major).
 // `experts` is token-major as in eldr-trace: id of choice r of token t at layer l is element
@@ -39,6 +44,8 @@ class block_counts {
   static result<block_counts> from_tokens(const model_geometry& g,
                                           std::span<const expert_id> experts, uint32_t begin,
                                           uint32_t end);
+  static result<block_counts> from_tokens(const model_geometry& g, std::span<const uint8_t> experts,
+                                          uint32_t begin, uint32_t end);
   // From explicit per-layer entries, as received over the wire: layer_offsets has L + 1 entries
   // (first 0, non-decreasing, last == ids.size()); within a layer, ids strictly increase and are
   // < E; every count is in 1..tokens. Errors name the first violation.
@@ -59,6 +66,8 @@ class block_counts {
   void add_to(const model_geometry& g, std::span<uint32_t> dense) const;
 
  private:
+  friend class block_counter;  // expert_counts.cpp: the counting of from_tokens and count_blocks
+
   uint32_t tokens_ = 0;
   std::vector<uint32_t> layer_offsets_;
   std::vector<expert_id> ids_;
@@ -66,9 +75,17 @@ class block_counts {
 };
 
 // Splits tokens [begin, end) into KV blocks of block_size tokens (the last one may be partial,
-// as a KV cache's last block is) and counts each. block_size must be in 1..255.
+// as a KV cache's last block is) and counts each (the errors of from_tokens). block_size must be
+// in 1..255. token_stride: where token t's L * k ids start, t * token_stride (0: L * k, the
+// token-major array of add_token_counts); a wider stride reads rows of a larger array in place,
+// such as vLLM's routed experts with their dense layers, which eldr-proxy does not copy out.
 result<std::vector<block_counts>> count_blocks(const model_geometry& g,
                                                std::span<const expert_id> experts, uint32_t begin,
-                                               uint32_t end, uint32_t block_size);
+                                               uint32_t end, uint32_t block_size,
+                                               std::size_t token_stride = 0);
+result<std::vector<block_counts>> count_blocks(const model_geometry& g,
+                                               std::span<const uint8_t> experts, uint32_t begin,
+                                               uint32_t end, uint32_t block_size,
+                                               std::size_t token_stride = 0);
 
 }  // namespace eldr

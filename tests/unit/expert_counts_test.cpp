@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
+#include <span>
 
 #include "core/base/random.hpp"
 #include "tests/support/random_ids.hpp"
@@ -213,6 +215,143 @@ TEST(ExpertCountsWide, WideIdsAreRangeCheckedAndCountsStayBelowABlocksTokens) {
   const auto many = random_ids(g, 256, 3);
   EXPECT_FALSE(block_counts::from_tokens(g, many, 0, 256).ok());
   EXPECT_TRUE(block_counts::from_tokens(g, many, 0, 255).ok());
+}
+
+// The blocks of one-byte ids (vLLM's routed experts of models of at most 256 experts, counted by
+// eldr-proxy's library without widening them) equal those of the same ids widened, which equal
+// the dense counts per block; ids up to 255 included.
+TEST(ExpertCountsNarrow, OneByteIdsCountAsTheirWidenedCopy) {
+  for (const model_geometry g :
+       {model_geometry{48, 128, 8}, model_geometry{26, 64, 6}, model_geometry{5, 256, 8},
+        model_geometry{3, 9, 9}, model_geometry{2, 16, 1}}) {
+    const uint32_t tokens = 300;
+    const auto wide = random_ids(g, tokens, 21);
+    const std::vector<uint8_t> narrow(wide.begin(), wide.end());
+    for (uint32_t bs : {1u, 16u, 33u, 255u}) {
+      auto a = count_blocks(g, wide, 0, tokens, bs);
+      auto b = count_blocks(g, std::span<const uint8_t>(narrow), 0, tokens, bs);
+      ASSERT_TRUE(a.ok() && b.ok()) << g.to_string();
+      ASSERT_EQ(a->size(), b->size());
+      for (size_t i = 0; i < a->size(); ++i) {
+        const block_counts& x = (*a)[i];
+        const block_counts& y = (*b)[i];
+        EXPECT_EQ(x.tokens(), y.tokens());
+        EXPECT_EQ(x.layer_offsets(), y.layer_offsets());
+        EXPECT_EQ(x.ids(), y.ids());
+        EXPECT_EQ(x.counts(), y.counts());
+        std::vector<uint32_t> dense(g.width(), 0), from_block(g.width(), 0);
+        const auto begin = static_cast<uint32_t>(i * bs);
+        ASSERT_TRUE(add_token_counts(g, wide, begin, std::min(tokens, begin + bs), dense).ok());
+        y.add_to(g, from_block);
+        EXPECT_EQ(from_block, dense) << g.to_string() << " block " << i << " of size " << bs;
+        // What goes on the wire is accepted back.
+        EXPECT_TRUE(
+            block_counts::from_parts(g, y.tokens(), y.layer_offsets(), y.ids(), y.counts()).ok());
+      }
+      auto one =
+          block_counts::from_tokens(g, std::span<const uint8_t>(narrow), 0, std::min(tokens, bs));
+      ASSERT_TRUE(one.ok());
+      EXPECT_EQ(one->ids(), (*a)[0].ids());
+      EXPECT_EQ(one->counts(), (*a)[0].counts());
+    }
+  }
+}
+
+// Refusals of one-byte ids, and the counting after each is exact: the histogram the counting
+// keeps per thread between blocks is left zeroed by a refused block too.
+TEST(ExpertCountsNarrow, RefusalsLeaveTheNextCountExact) {
+  const model_geometry g{4, 100, 4};
+  const uint32_t tokens = 40;
+  const auto wide = random_ids(g, tokens, 5);
+  const std::vector<uint8_t> good(wide.begin(), wide.end());
+  auto want = count_blocks(g, std::span<const uint8_t>(good), 0, tokens, 16);
+  ASSERT_TRUE(want.ok());
+  auto same_as_want = [&] {
+    auto again = count_blocks(g, std::span<const uint8_t>(good), 0, tokens, 16);
+    ASSERT_TRUE(again.ok());
+    for (size_t i = 0; i < want->size(); ++i) {
+      EXPECT_EQ((*again)[i].ids(), (*want)[i].ids());
+      EXPECT_EQ((*again)[i].counts(), (*want)[i].counts());
+    }
+  };
+  auto bad = good;
+  bad[size_t{20} * 16 + 2 * 4 + 3] = 100;  // token 20, layer 2, rank 3: id 100 >= E
+  auto r = count_blocks(g, std::span<const uint8_t>(bad), 0, tokens, 16);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("expert id 100 at token 20, layer 2"), std::string::npos)
+      << r.error().message();
+  same_as_want();
+  bad = good;
+  bad[size_t{33} * 16 + 15] = 255;  // token 33, layer 3: the largest one-byte id
+  EXPECT_FALSE(count_blocks(g, std::span<const uint8_t>(bad), 0, tokens, 16).ok());
+  same_as_want();
+  bad = good;
+  for (uint32_t t = 16; t < 32; ++t)  // block 1, layer 3: expert 7 picked 32 times by 16 tokens
+    bad[size_t{t} * 16 + 3 * 4] = bad[size_t{t} * 16 + 3 * 4 + 1] = 7;
+  r = count_blocks(g, std::span<const uint8_t>(bad), 0, tokens, 16);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("repeated ids"), std::string::npos) << r.error().message();
+  same_as_want();
+  // 255 tokens x top-8 of expert 0: 2,040 picks, a byte wraps to 248 <= 255 tokens.
+  const model_geometry k8{1, 16, 8};
+  const std::vector<uint8_t> zeros(255 * 8, 0);
+  EXPECT_FALSE(block_counts::from_tokens(k8, std::span<const uint8_t>(zeros), 0, 255).ok());
+  same_as_want();
+  EXPECT_FALSE(count_blocks(g, std::span<const uint8_t>(good), 0, tokens + 1, 16).ok());
+  EXPECT_FALSE(count_blocks(g, std::span<const uint8_t>(good), 0, tokens, 256).ok());
+  EXPECT_FALSE(
+      count_blocks(model_geometry{0, 8, 2}, std::span<const uint8_t>(good), 0, 1, 16).ok());
+}
+
+// A token stride reads each token's ids in place from rows of a wider array (vLLM's routed
+// experts with a leading dense layer): the counts of the contiguous copy.
+TEST(ExpertCountsNarrow, TokenStrideReadsRowsOfAWiderArrayInPlace) {
+  const model_geometry g{6, 64, 6};
+  const uint32_t tokens = 50;
+  const auto wide = random_ids(g, tokens, 8);
+  const size_t per_token = size_t{g.layers} * g.top_k;
+  const size_t stride = per_token + 2 * g.top_k;  // one dense layer before, one after
+  std::vector<uint8_t> rows(stride * tokens, 0);
+  std::vector<expert_id> rows16(stride * tokens, 0);
+  for (uint32_t t = 0; t < tokens; ++t)
+    for (size_t i = 0; i < per_token; ++i) {
+      rows[t * stride + g.top_k + i] = static_cast<uint8_t>(wide[t * per_token + i]);
+      rows16[t * stride + g.top_k + i] = wide[t * per_token + i];
+    }
+  auto want = count_blocks(g, wide, 0, tokens, 16);
+  ASSERT_TRUE(want.ok());
+  // The span starts at token 0's first MoE id and ends after the last token's last one.
+  const size_t span_len = (tokens - 1) * stride + per_token;
+  auto got = count_blocks(g, std::span<const uint8_t>(rows.data() + g.top_k, span_len), 0, tokens,
+                          16, stride);
+  auto got16 = count_blocks(g, std::span<const expert_id>(rows16.data() + g.top_k, span_len), 0,
+                            tokens, 16, stride);
+  ASSERT_TRUE(got.ok()) << got.error().to_string();
+  ASSERT_TRUE(got16.ok()) << got16.error().to_string();
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t i = 0; i < want->size(); ++i) {
+    EXPECT_EQ((*got)[i].ids(), (*want)[i].ids());
+    EXPECT_EQ((*got)[i].counts(), (*want)[i].counts());
+    EXPECT_EQ((*got16)[i].ids(), (*want)[i].ids());
+  }
+  // Blocks from a token in the middle; a stride of exactly L * k is the contiguous array.
+  auto middle = count_blocks(g, std::span<const uint8_t>(rows.data() + g.top_k, span_len), 16,
+                             tokens, 16, stride);
+  ASSERT_TRUE(middle.ok());
+  EXPECT_EQ((*middle)[0].ids(), (*want)[1].ids());
+  const std::vector<uint8_t> narrow(wide.begin(), wide.end());
+  EXPECT_TRUE(count_blocks(g, std::span<const uint8_t>(narrow), 0, tokens, 16, per_token).ok());
+  // A stride shorter than a token, or a last row past the array, is refused.
+  auto r = count_blocks(g, std::span<const uint8_t>(narrow), 0, tokens, 16, per_token - 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("stride"), std::string::npos) << r.error().message();
+  r = count_blocks(g, std::span<const uint8_t>(rows.data() + g.top_k, span_len - 1), 0, tokens, 16,
+                   stride);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("holds 49 tokens"), std::string::npos) << r.error().message();
+  EXPECT_FALSE(count_blocks(g, std::span<const uint8_t>(narrow), 0, 3, 16,
+                            std::numeric_limits<size_t>::max() / 2)
+                   .ok());
 }
 
 TEST(ExpertCountsWide, GeometryBoundsAreDocumented) {

@@ -4,15 +4,21 @@ of a model with L MoE layers, E experts, top-k (default: 4,096 tokens, 48 layers
 top-8, block size 16, one leading dense layer), random distinct top-k picks per token.
 
 Stages, timed separately (median and p90 of --reps runs, after warm-up):
-  decode      vLLM's base64 .npy string -> array (eldr_routed_experts.decode)
+  decode      vLLM's base64 .npy string -> array (CountsBuilder.decode): with numpy
+              (eldr_routed_experts.decode: binascii, the header by ast) or with the compiled
+              library (base64 by OpenSSL, the header by routed_experts_npy.cpp), per conversion;
+              the two arrays are checked to be equal
   select      MoE-layer selection and prompt cut (CountsBuilder.prompt_ids: eldr_routed_experts'
-              MoeLayerMap, which also checks that the dense layers are zeros)
+              MoeLayerMap, which also checks that the dense layers are zeros), per conversion
   counts      array -> eldr counts message (CountsBuilder.message): the routed-experts-to-counts
               conversion proper, with numpy (eldr_client.counts_message with a TopkIds) and
               with the compiled library (eldr_proxy_native: libeldr_counts_native.so), each
               timed on the same input in every rep and reported side by side (counts_numpy,
               counts_native); the two messages are checked to be the same bytes
-  hashes      vLLM's sha256_cbor block hashes of the prompt (BlockHasher("vllm"))
+  hashes      vLLM's sha256_cbor block hashes of the prompt (BlockHasher("vllm")): with cbor2
+              and hashlib, or with the compiled library (canonical CBOR written by
+              block_hashes_native.cpp, OpenSSL's SHA-256), per conversion; the two lists of
+              digests are checked to be equal
   encode      the whole route_request packed (what goes on the wire), per conversion
   all         decode + select + counts + hashes (the proxy's conversion stage), per conversion
 
@@ -90,42 +96,50 @@ def main():
     spec = "%d-%d" % (a.dense, a.dense + L - 1)
     builders = {"numpy": rex.CountsBuilder(L, E, k, spec, bs),
                 "native": rex.CountsBuilder(L, E, k, spec, bs, native=native)}
-    hasher = block_hashes.BlockHasher("vllm", "0")
+    hashers = {"numpy": block_hashes.BlockHasher("vllm", "0"),
+               "native": block_hashes.BlockHasher("vllm", "0", native=native)}
 
     clock = time.thread_time if a.cpu else time.perf_counter
-    stages = ["decode", "select", "hashes"]
+    stages = []
     for kind in kinds:
-        stages += ["counts_" + kind, "encode_" + kind, "all_" + kind]
+        stages += ["decode_" + kind, "select_" + kind, "hashes_" + kind, "counts_" + kind,
+                   "encode_" + kind, "all_" + kind]
     times = {s: [] for s in stages}
-    builder = builders[kinds[0]]
     for rep in range(a.reps + 10):
-        t0 = clock()
-        arr = builder.decode(routed)
-        t1 = clock()
-        sel = builder.prompt_ids(arr, T)
-        t2 = clock()
-        hashes = hasher.hashes(token_ids, bs)
-        t3 = clock()
-        wires = {}
+        wires, arrays, digests = {}, {}, {}
         for kind in kinds:
+            b = builders[kind]
+            t0 = clock()
+            arr = b.decode(routed)
+            t1 = clock()
+            sel = b.prompt_ids(arr, T)
+            t2 = clock()
+            hashes = hashers[kind].hashes(token_ids, bs)
+            t3 = clock()
+            msg = b.message(sel, hashes)
             t4 = clock()
-            msg = builders[kind].message(sel, hashes)
-            t5 = clock()
             wires[kind] = route_request("bench-%d" % rep, "m", [normalize_hash(h) for h in hashes],
                                         msg)
-            t6 = clock()
+            t5 = clock()
+            arrays[kind] = arr
+            digests[kind] = hashes
             if rep >= 10:
-                times["counts_" + kind].append(t5 - t4)
-                times["encode_" + kind].append(t6 - t5)
-                times["all_" + kind].append(t3 - t0 + t5 - t4)
+                times["decode_" + kind].append(t1 - t0)
+                times["select_" + kind].append(t2 - t1)
+                times["hashes_" + kind].append(t3 - t2)
+                times["counts_" + kind].append(t4 - t3)
+                times["encode_" + kind].append(t5 - t4)
+                times["all_" + kind].append(t4 - t0)
+        if len(digests) == 2 and digests["numpy"] != digests["native"]:
+            sys.stderr.write("bench_conversion: the numpy and native block hashes differ\n")
+            return 1
         if len(set(wires.values())) != 1:
             sys.stderr.write("bench_conversion: the numpy and native route_requests differ\n")
             return 1
-        if rep < 10:
-            continue  # warm-up
-        times["decode"].append(t1 - t0)
-        times["select"].append(t2 - t1)
-        times["hashes"].append(t3 - t2)
+        if len(arrays) == 2 and not (arrays["numpy"].dtype == arrays["native"].dtype
+                                     and np.array_equal(arrays["numpy"], arrays["native"])):
+            sys.stderr.write("bench_conversion: the numpy and native decodes differ\n")
+            return 1
     wire = wires[kinds[0]]
     n_blocks = len(msgpack.unpackb(wire, raw=False)["counts"]["blocks"])
     res = {"clock": "thread CPU" if a.cpu else "wall", "tokens": T, "layers": L, "experts": E,

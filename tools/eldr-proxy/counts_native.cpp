@@ -2,25 +2,44 @@
 // BENCHMARKS.md, "Routed experts to counts"), loaded with ctypes by eldr_proxy_native.py.
 //
 // The same bytes as eldr_client.counts_message with a TopkIds packed by msgpack, made by core's
-// count_blocks and cluster's encode_counts_message: no second implementation of either. The C ABI
-// below is the whole contract; everything else in the library is hidden (-fvisibility=hidden).
+// count_blocks and cluster's encode_counts_message: no second implementation of either. vLLM's
+// base64 .npy string is decoded here too (routed_experts_npy.hpp). The C ABI below is the whole
+// contract; everything else in the library is hidden (-fvisibility=hidden).
 //
 //   uint32_t eldr_counts_abi_version(void)
 //       ELDR_COUNTS_ABI: bumped on any change of the functions below.
-//   int eldr_counts_message(layers, experts, top_k, block_size, ids, id_bytes, tokens, hashes,
-//                           parents, has_parent, n_blocks, has_seq, seq, handle, out, out_len,
-//                           error, error_len)
-//       ids: tokens x layers x top_k expert ids, C order, id_bytes (1: uint8, 2: uint16 in host
-//       order) each, of the MoE layers only. The tokens make ceil(tokens / block_size) blocks;
-//       hashes and parents (read where has_parent is nonzero) hold one uint64 per block. seq is
-//       written when has_seq is nonzero. On success returns 0 and sets *out to *out_len bytes
-//       (the MessagePack counts message) owned by *handle, valid until the caller passes the
-//       handle to eldr_counts_free. Otherwise returns 1 (the input is refused: geometry, sizes,
-//       an id >= experts, a count over the block's tokens (ids repeated in top-k rows), more
-//       than 4096 blocks) or 2 (out of memory), leaves *handle and *out null and writes a
-//       NUL-terminated message into error (truncated to error_len bytes). Never throws, never
-//       aborts on input. Thread-safe: no state.
+//   int eldr_routed_experts_decode(text, text_len, out, out_len, dtype, shape, data_offset,
+//                                  error, error_len)
+//       text: text_len bytes of vLLM's routed_experts string (need not be NUL-terminated); out:
+//       out_len >= text_len / 4 * 3 writable bytes. On success returns 0, the decoded .npy in
+//       out, its elements C-order from out + *data_offset, *dtype (0 uint8, 1 uint16, 2 int32,
+//       3 uint32, 4 int64, little-endian) and shape[0..2] (tokens, layers, top_k). Otherwise
+//       returns 1 (not strict base64, not a .npy, not a 3-dimensional C-order integer array of
+//       those dtypes, a negative id, out too small) or 2, with a message in error as below.
+//   int eldr_counts_message(layers, experts, top_k, block_size, ids, id_bytes, tokens,
+//                           token_stride, hashes, parents, has_parent, n_blocks, has_seq, seq,
+//                           handle, out, out_len, error, error_len)
+//       ids: expert ids of the MoE layers, id_bytes (1: uint8, 2: uint16 in host order) each;
+//       token t's layers x top_k ids (C order) start at element t * token_stride (0: layers x
+//       top_k, a C-order (tokens, layers, top_k) array; more: rows of a wider array, such as
+//       vLLM's with its dense layers, read in place). The tokens make ceil(tokens / block_size)
+//       blocks; hashes and parents (read where has_parent is nonzero) hold one uint64 per block.
+//       seq is written when has_seq is nonzero. On success returns 0 and sets *out to *out_len
+//       bytes (the MessagePack counts message) owned by *handle, valid until the caller passes
+//       the handle to eldr_counts_free. Otherwise returns 1 (the input is refused: geometry,
+//       sizes, an id >= experts, a count over the block's tokens (ids repeated in top-k rows),
+//       more than 4096 blocks) or 2 (out of memory), leaves *handle and *out null and writes a
+//       NUL-terminated message into error (truncated to error_len bytes).
+//   int eldr_block_hashes(none_hash, token_ids, n_tokens, block_size, has_salt, salt, salt_len,
+//                         partial_tag, tag_len, out, out_len, error, error_len)
+//       vLLM's sha256_cbor block hashes of n_tokens int64 token ids (block_hashes_native.hpp):
+//       ceil(n_tokens / block_size) digests of 32 bytes into out (out_len bytes). none_hash: 32
+//       bytes; salt and partial_tag: UTF-8, not NUL-terminated; the salt is hashed when has_salt
+//       is nonzero and salt_len > 0. Returns 0, 1 (refused: sizes, nulls) or 2 (OpenSSL failed,
+//       out of memory) with a message in error as below.
 //   void eldr_counts_free(void* handle)     a null handle is ignored
+// None throws or aborts on input; all are thread-safe (no shared state).
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -33,12 +52,14 @@
 #include "cluster/wire/counts_message.hpp"
 #include "core/expert_counts.hpp"
 #include "core/geometry.hpp"
+#include "tools/eldr-proxy/block_hashes_native.hpp"
+#include "tools/eldr-proxy/routed_experts_npy.hpp"
 
 #define ELDR_COUNTS_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace {
 
-constexpr uint32_t abi_version = 2;
+constexpr uint32_t abi_version = 3;
 constexpr int ok = 0;
 constexpr int invalid = 1;
 constexpr int internal = 2;
@@ -59,6 +80,7 @@ struct request {
   const void* ids = nullptr;
   uint32_t id_bytes = 0;
   uint64_t tokens = 0;
+  uint64_t token_stride = 0;  // in ids; 0: layers * top_k
   const uint64_t* hashes = nullptr;
   const uint64_t* parents = nullptr;
   const uint8_t* has_parent = nullptr;
@@ -89,16 +111,30 @@ eldr::result<std::vector<uint8_t>> build(const request& q) {
   if (q.tokens > 0 &&
       (q.ids == nullptr || q.hashes == nullptr || q.parents == nullptr || q.has_parent == nullptr))
     return eldr::status::invalid_argument("ids, hashes, parents or has_parent is null");
-  const size_t count = size_t(q.tokens) * g.layers * g.top_k;
-  std::vector<eldr::expert_id> ids(count);
-  if (q.id_bytes == 2) {
-    std::memcpy(ids.data(), q.ids, count * sizeof(eldr::expert_id));
-  } else {
-    const auto* narrow = static_cast<const uint8_t*>(q.ids);
-    for (size_t i = 0; i < count; ++i)
-      ids[i] = narrow[i];
-  }
-  auto blocks = eldr::count_blocks(g, ids, 0, uint32_t(q.tokens), q.block_size);
+  if (q.tokens > UINT32_MAX)
+    return eldr::status::invalid_argument(std::to_string(q.tokens) + " tokens");
+  // The ids the tokens span: the last token's row ends (tokens - 1) * stride + L * k ids in.
+  const uint64_t per_token = uint64_t{g.layers} * g.top_k;
+  const uint64_t stride = q.token_stride == 0 ? per_token : q.token_stride;
+  if (stride < per_token)
+    return eldr::status::invalid_argument(
+        "token_stride " + std::to_string(stride) +
+        " is shorter than layers * top_k = " + std::to_string(per_token));
+  uint64_t count = 0;
+  if (q.tokens > 0 &&
+      (__builtin_mul_overflow(q.tokens - 1, stride, &count) ||
+       __builtin_add_overflow(count, per_token, &count) || count > (uint64_t{1} << 40)))
+    return eldr::status::invalid_argument("the ids of " + std::to_string(q.tokens) +
+                                          " tokens at a stride of " + std::to_string(stride) +
+                                          " pass 2^40 ids");
+  const auto tokens = static_cast<uint32_t>(q.tokens);
+  // Core counts one-byte ids as they are: no widened copy.
+  auto blocks =
+      q.id_bytes == 1
+          ? eldr::count_blocks(g, std::span(static_cast<const uint8_t*>(q.ids), count), 0, tokens,
+                               q.block_size, stride)
+          : eldr::count_blocks(g, std::span(static_cast<const eldr::expert_id*>(q.ids), count), 0,
+                               tokens, q.block_size, stride);
   if (!blocks.ok()) return blocks.error();
   eldr::counts_message m;
   m.geometry = g;
@@ -119,13 +155,37 @@ ELDR_COUNTS_EXPORT uint32_t eldr_counts_abi_version(void) {
   return abi_version;
 }
 
+ELDR_COUNTS_EXPORT int eldr_routed_experts_decode(const char* text, size_t text_len, uint8_t* out,
+                                                  size_t out_len, uint32_t* dtype, uint64_t* shape,
+                                                  uint64_t* data_offset, char* error,
+                                                  size_t error_len) {
+  if (dtype == nullptr || shape == nullptr || data_offset == nullptr ||
+      (text == nullptr && text_len > 0) || (out == nullptr && out_len > 0))
+    return fail(invalid, "text, out, dtype, shape and data_offset must not be null", error,
+                error_len);
+  try {
+    auto a = eldr::proxy::decode_routed_experts(std::string_view(text, text_len),
+                                                std::span(out, out_len));
+    if (!a.ok()) return fail(invalid, a.error().message(), error, error_len);
+    *dtype = static_cast<uint32_t>(a->dtype);
+    std::copy(a->shape, a->shape + 3, shape);
+    *data_offset = a->data_offset;
+    return ok;
+  } catch (const std::bad_alloc&) {
+    return fail(internal, "out of memory", error, error_len);
+  } catch (const std::exception& e) {
+    return fail(internal, e.what(), error, error_len);
+  }
+}
+
 ELDR_COUNTS_EXPORT int eldr_counts_message(uint32_t layers, uint32_t experts, uint32_t top_k,
                                            uint32_t block_size, const void* ids, uint32_t id_bytes,
-                                           uint64_t tokens, const uint64_t* hashes,
-                                           const uint64_t* parents, const uint8_t* has_parent,
-                                           uint64_t n_blocks, int has_seq, uint64_t seq,
-                                           void** handle, const uint8_t** out, size_t* out_len,
-                                           char* error, size_t error_len) {
+                                           uint64_t tokens, uint64_t token_stride,
+                                           const uint64_t* hashes, const uint64_t* parents,
+                                           const uint8_t* has_parent, uint64_t n_blocks,
+                                           int has_seq, uint64_t seq, void** handle,
+                                           const uint8_t** out, size_t* out_len, char* error,
+                                           size_t error_len) {
   if (handle == nullptr || out == nullptr || out_len == nullptr)
     return fail(invalid, "handle, out and out_len must not be null", error, error_len);
   *handle = nullptr;
@@ -138,6 +198,7 @@ ELDR_COUNTS_EXPORT int eldr_counts_message(uint32_t layers, uint32_t experts, ui
     q.ids = ids;
     q.id_bytes = id_bytes;
     q.tokens = tokens;
+    q.token_stride = token_stride;
     q.hashes = hashes;
     q.parents = parents;
     q.has_parent = has_parent;
@@ -151,6 +212,36 @@ ELDR_COUNTS_EXPORT int eldr_counts_message(uint32_t layers, uint32_t experts, ui
     *handle = owner;
     *out = owner->data();
     *out_len = owner->size();
+    return ok;
+  } catch (const std::bad_alloc&) {
+    return fail(internal, "out of memory", error, error_len);
+  } catch (const std::exception& e) {
+    return fail(internal, e.what(), error, error_len);
+  }
+}
+
+ELDR_COUNTS_EXPORT int eldr_block_hashes(const uint8_t* none_hash, const int64_t* token_ids,
+                                         uint64_t n_tokens, uint32_t block_size, int has_salt,
+                                         const char* salt, size_t salt_len, const char* partial_tag,
+                                         size_t tag_len, uint8_t* out, size_t out_len, char* error,
+                                         size_t error_len) {
+  if (none_hash == nullptr || (token_ids == nullptr && n_tokens > 0) ||
+      (salt == nullptr && salt_len > 0) || (partial_tag == nullptr && tag_len > 0) ||
+      (out == nullptr && out_len > 0))
+    return fail(invalid, "none_hash, token_ids, salt, partial_tag or out is null", error,
+                error_len);
+  try {
+    eldr::proxy::block_hash_request q;
+    q.none_hash = std::span(none_hash, 32);
+    q.token_ids = std::span(token_ids, n_tokens);
+    q.block_size = block_size;
+    q.has_salt = has_salt != 0;
+    q.salt = std::string_view(salt, salt_len);
+    q.partial_tag = std::string_view(partial_tag, tag_len);
+    const eldr::status s = eldr::proxy::vllm_block_hashes(q, std::span(out, out_len));
+    if (!s.ok())
+      return fail(s.code() == eldr::status_code::invalid_argument ? invalid : internal, s.message(),
+                  error, error_len);
     return ok;
   } catch (const std::bad_alloc&) {
     return fail(internal, "out of memory", error, error_len);

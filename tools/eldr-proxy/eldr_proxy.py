@@ -247,7 +247,7 @@ class Config:
                              "PYTHONHASHSEED of the vLLM instances (without it vLLM's block "
                              "hashes are random per process)")
         try:
-            self.hasher = block_hashes.BlockHasher(source, ns.hash_seed)
+            self.hasher = block_hashes.BlockHasher(source, ns.hash_seed, native=native)
         except (RuntimeError, ValueError) as e:
             raise UsageError("--block-hash", str(e)) from None
         self.eldr_timeout_ms = _int_in("--eldr-timeout-ms", ns.eldr_timeout_ms, 1, 60000)

@@ -4,8 +4,9 @@ vLLM started with --enable-return-routed-experts returns, per choice, the router
 ids of every token it has run through the model (`routed_experts`, docs/vllm.md (a)). Decoding it
 and telling vLLM's layer indices of the MoE layers from the dense ones (rows of zeros, e.g.
 DeepSeek's first_k_dense_replace) is eldr_routed_experts' job, shared with eldr-record, so both
-tools take the same --moe-layers values ("1-26", "0,2,4-9", "all", "auto"). The conversion
-itself (grouping tokens into blocks and counting each block's experts per layer) is
+tools take the same --moe-layers values ("1-26", "0,2,4-9", "all", "auto"); with the compiled
+library loaded, the base64 and the .npy header are read by it instead (the same array). The
+conversion itself (grouping tokens into blocks and counting each block's experts per layer) is
 eldr_client.counts_message with a TopkIds: one encoder, whole-array numpy operations; or, when
 the compiled library is loaded (eldr_proxy_native), eldr's C++ counting and encoder, which make
 the same bytes in less CPU time (BENCHMARKS.md). This module holds the proxy's fixed settings
@@ -71,9 +72,19 @@ class CountsBuilder:
         self.layer_map = None
         self.native = native
 
+    def decode(self, value):
+        """vLLM's routed_experts field as an integer array (tokens, vLLM layers, k): decoded
+        by the compiled library when it is loaded and reads it, else (and for every refusal, so
+        that the error and its metric label are the numpy path's) by decode_numpy."""
+        if self.native is not None:
+            arr = self.native.decode(value)
+            if arr is not None:
+                return arr
+        return self.decode_numpy(value)
+
     @staticmethod
-    def decode(value):
-        """vLLM's routed_experts field as an integer array (tokens, vLLM layers, k)."""
+    def decode_numpy(value):
+        """decode with eldr_routed_experts (binascii and numpy) only."""
         try:
             return rex.decode(value)
         except rex.RoutedExpertsError as e:

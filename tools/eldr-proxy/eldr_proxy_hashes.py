@@ -51,9 +51,12 @@ class BlockHasher:
 
     hash_seed: for "vllm", the PYTHONHASHSEED the vLLM instances run with (a str, as vLLM reads
     it from the environment); for "proxy", any seed shared by the proxies; unused by "request".
+    native: an eldr_proxy_native.NativeCounts whose block_hashes computes the same chain in C++
+    (the same bytes, tested against cbor2), or None; it hands back the token ids and salts it
+    does not take (ints outside int64, other types), which are hashed here.
     """
 
-    def __init__(self, source, hash_seed=None):
+    def __init__(self, source, hash_seed=None, native=None):
         if source not in SOURCES:
             raise ValueError("block hash source %r: one of %s" % (source, ", ".join(SOURCES)))
         if source != "request" and cbor2 is None:
@@ -62,6 +65,7 @@ class BlockHasher:
         if source == "vllm" and hash_seed is None:
             raise ValueError("vLLM's block hashes need the instances' PYTHONHASHSEED")
         self.source = source
+        self.native = native
         if source == "vllm":
             self.none_hash = sha256_cbor(str(hash_seed))
         elif source == "proxy":
@@ -82,6 +86,11 @@ class BlockHasher:
             for i in range(-(-n // block_size)):
                 out.append(hashlib.sha256(base + struct.pack(">Q", i)).digest())
             return out
+        if self.native is not None:
+            got = self.native.block_hashes(self.none_hash, token_ids, block_size, cache_salt,
+                                           _PARTIAL_TAG)
+            if got is not None:
+                return got
         parent = self.none_hash
         dumps = cbor2.dumps
         sha = hashlib.sha256

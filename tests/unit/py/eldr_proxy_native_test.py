@@ -1,17 +1,23 @@
 #!/usr/bin/python3
 """Unit tests of eldr-proxy's compiled counts conversion (tools/eldr-proxy/counts_native.cpp,
 loaded by eldr_proxy_native.py): its bytes equal msgpack.packb of eldr_client.counts_message with
-a TopkIds (the numpy path) on random inputs of every id width and dtype and on the REAL recorded
-traces; bad input gets a ValueError (a CountsError in the proxy) with a message, never a crash;
-the route_request it goes into is the same bytes; the loader and the /metrics gauge say when the
-library is missing. No sockets, no processes.
+a TopkIds (the numpy path) on random inputs of every id width and dtype, on views read in place
+and on the REAL recorded traces; its decode of vLLM's base64 .npy gives eldr_routed_experts'
+array, and whatever it refuses (thousands of corrupted strings among them) the numpy path
+refuses with the same CountsError, or reads; bad input gets a ValueError (a CountsError in the
+proxy) or a refusal with a message, never a crash; the route_request it goes into is the same
+bytes; the loader and the /metrics gauge say when the library is missing. No sockets, no
+processes.
 
 usage: ELDR_COUNTS_NATIVE=path/to/libeldr_counts_native.so eldr_proxy_native_test.py
     exit 0 when every test passes; 1 when one fails or the library does not load. The
     real-trace tests read ../shared/data (or $ELDR_SHARED_DATA) and say SKIP when it is missing.
 """
+import base64
 import ctypes
+import io
 import os
+import re
 import sys
 
 import msgpack
@@ -27,8 +33,10 @@ import eldr_testing  # noqa: E402
 import eldr_client as ec  # noqa: E402
 import eldr_trace  # noqa: E402
 import eldr_proxy_counts as rex  # noqa: E402
+import eldr_proxy_hashes  # noqa: E402
 import eldr_proxy_metrics  # noqa: E402
 import eldr_proxy_native  # noqa: E402
+import eldr_routed_experts  # noqa: E402
 
 NATIVE = None  # set in main()
 
@@ -230,20 +238,354 @@ def test_the_c_function_checks_its_own_arguments():
     h = np.zeros(1, dtype=np.uint64)
     flag = np.zeros(1, dtype=np.uint8)
 
-    def call(id_bytes=1, tokens=1, hashes=h.ctypes.data, n_blocks=1, out_p=ctypes.byref(out)):
-        return lib.eldr_counts_message(1, 4, 1, 16, ids.ctypes.data, id_bytes, tokens, hashes,
-                                       h.ctypes.data, flag.ctypes.data, n_blocks, 0, 0,
+    def call(id_bytes=1, tokens=1, stride=0, hashes=h.ctypes.data, n_blocks=1,
+             out_p=ctypes.byref(out)):
+        return lib.eldr_counts_message(1, 4, 1, 16, ids.ctypes.data, id_bytes, tokens, stride,
+                                       hashes, h.ctypes.data, flag.ctypes.data, n_blocks, 0, 0,
                                        ctypes.byref(handle), out_p, ctypes.byref(n), err, 64)
 
     check(call() == 0 and n.value > 0 and handle.value and out.value, "a valid call")
     lib.eldr_counts_free(handle)
+    check(call(stride=5) == 0, "a stride past a single token's row is never read")
+    lib.eldr_counts_free(handle)
     for what, rc in [("id_bytes 3", call(id_bytes=3)), ("null hashes", call(hashes=None)),
                      ("null out", call(out_p=None)), ("blocks", call(n_blocks=2)),
-                     ("huge tokens", call(tokens=1 << 40, n_blocks=1 << 36))]:
+                     ("huge tokens", call(tokens=1 << 40, n_blocks=1 << 36)),
+                     ("huge stride", call(tokens=2, stride=1 << 62)),
+                     ("huge stride, many tokens", call(tokens=4096, stride=1 << 40,
+                                                       n_blocks=256))]:
         check(rc == 1, "%s: code %d" % (what, rc))
         check(err.value, "%s: no message" % what)
     check(len(err.value) < 64, "the message is not truncated to the buffer")
     lib.eldr_counts_free(None)  # free(NULL) is a no-op
+
+
+def test_views_of_a_wider_array_are_read_in_place():
+    """Tokens as rows of vLLM's array with its dense layers (the layer selection's view), and
+    views numpy cannot describe by a token stride (reversed, a step over tokens or ranks): the
+    same bytes as the numpy path, whichever way the library is handed them."""
+    rng = np.random.default_rng(17)
+    for dtype in (np.uint8, np.uint16):
+        moe = random_topk(rng, 70, 5, 32, 4, dtype)
+        full = np.zeros((70, 7, 4), dtype=dtype)
+        full[:, 1:6, :] = moe
+        views = {"dense layers around": full[:, 1:6, :], "reversed tokens": moe[::-1],
+                 "every other token": moe[::2], "ranks reversed": moe[:, :, ::-1],
+                 "one token of a wider array": full[3:4, 1:6, :], "no tokens": full[:0, 1:6, :]}
+        for what, view in views.items():
+            n = -(-view.shape[0] // 16)
+            hashes, parents = chain(rng, n)
+            same_bytes(5, 32, 4, hashes, parents, view, 16, what="%s %s" % (what, dtype))
+    # The proxy's own path: decode, select the MoE layers (a view), count.
+    ids = random_topk(rng, 333, 26, 64, 6, np.uint8)
+    routed = npy_b64(with_dense(ids, 1))
+    b_nat = rex.CountsBuilder(26, 64, 6, "1-26", 16, native=NATIVE)
+    b_np = rex.CountsBuilder(26, 64, 6, "1-26", 16)
+    sel = b_nat.prompt_ids(b_nat.decode(routed), 333)
+    check(not sel.flags.c_contiguous, "the selected layers are a view")
+    hashes = [os.urandom(32) for _ in range(-(-333 // 16))]
+    want = msgpack.packb(b_np.message(b_np.prompt_ids(b_np.decode(routed), 333), hashes),
+                         use_bin_type=True)
+    check(b_nat.message(sel, hashes).data == want, "the proxy's native path differs")
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding vLLM's routed experts
+
+
+def npy_b64(arr, version=None):
+    buf = io.BytesIO()
+    if version is None:
+        np.save(buf, arr, allow_pickle=False)
+    else:
+        np.lib.format.write_array(buf, arr, version=version, allow_pickle=False)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def with_dense(ids, dense):
+    full = np.zeros((ids.shape[0], dense + ids.shape[1], ids.shape[2]), dtype=ids.dtype)
+    full[:, dense:, :] = ids
+    return full
+
+
+def same_array(value, what):
+    """The library's array of value is eldr_routed_experts.decode's: dtype, shape, elements."""
+    got = NATIVE.decode(value)
+    check(got is not None, "%s: the library refused it" % what)
+    want = eldr_routed_experts.decode(value)
+    check(got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want),
+          "%s: %s %s differs from numpy's %s %s" % (what, got.dtype, got.shape, want.dtype,
+                                                    want.shape))
+    check(not got.flags.writeable, "%s: writeable" % what)
+
+
+def test_decode_gives_the_numpy_array():
+    rng = np.random.default_rng(23)
+    for dtype in (np.uint8, np.dtype("<u2"), np.dtype("<i4"), np.dtype("<u4"),
+                  np.dtype("<i8")):
+        for tokens in (0, 1, 2, 3, 17, 1000):  # every base64 padding: 0, 1 and 2 '='
+            ids = random_topk(rng, tokens, 4, 64, 6, dtype)
+            for version in (None, (1, 0), (2, 0), (3, 0)):
+                same_array(npy_b64(with_dense(ids, 1), version),
+                           "%s x %d, .npy %s" % (np.dtype(dtype), tokens, version))
+    # The issue's geometry and DeepSeek-V2-Lite's, as the benchmark makes them.
+    same_array(npy_b64(with_dense(random_topk(rng, 4096, 48, 128, 8, np.uint8), 1)), "48x128")
+    same_array(npy_b64(with_dense(random_topk(rng, 512, 26, 64, 6, np.uint8), 1)), "26x64")
+    wide = random_topk(rng, 50, 3, 512, 8, np.uint16)
+    same_array(npy_b64(wide), "E = 512, uint16")
+
+
+def refused(text, *words, out_len=None):
+    """The C function's answer to text: code 1 and a message holding words."""
+    lib = NATIVE._lib
+    raw = text if isinstance(text, bytes) else text.encode("latin-1")
+    out = np.zeros(len(raw) // 4 * 3 if out_len is None else out_len, dtype=np.uint8)
+    dtype = ctypes.c_uint32(7)
+    shape = (ctypes.c_uint64 * 3)()
+    offset = ctypes.c_uint64(0)
+    err = ctypes.create_string_buffer(200)
+    rc = lib.eldr_routed_experts_decode(raw, len(raw), out.ctypes.data, out.size,
+                                        ctypes.byref(dtype), shape, ctypes.byref(offset), err, 200)
+    message = err.value.decode()
+    check(rc == 1, "%r: code %d (%s)" % (raw[:40], rc, message))
+    for w in words:
+        check(w in message, "message %r lacks %r" % (message, w))
+    return message
+
+
+def npy_bytes_b64(header, data=b"", version=1):
+    """A .npy of a given header text (padded as numpy pads it) and data, base64."""
+    h = header.encode("latin-1")
+    h += b" " * ((64 - (10 + len(h) + 1) % 64) % 64) + b"\n"
+    size = len(h).to_bytes(2 if version == 1 else 4, "little")
+    return base64.b64encode(b"\x93NUMPY" + bytes([version, 0]) + size + h + data).decode()
+
+
+def test_decode_refuses_bad_input_with_a_message():
+    good = npy_b64(np.zeros((2, 3, 2), dtype=np.uint8))
+    refused(good[:-1], "multiple of 4")
+    refused(good[:5] + "!" + good[6:], "character 33 at offset 5")
+    refused(good[:8] + "=" + good[9:], "offset 8", "padding")
+    refused(" " + good[:-1], "character 32 at offset 0")
+    refused(good[:-4] + "\n\n\n\n", "character 10")
+    refused(good[:-4] + "   =", "character 32")
+    refused(good[:4] + "\xe9" + good[5:], "character 233")
+    refused(good[:4] + "\x00" + good[5:], "character 0")
+    refused("QQ==", "no \\x93NUMPY magic")
+    refused("====", "offset 0")
+    refused("", "magic")
+    refused(good, "too small", out_len=3)
+    refused(base64.b64encode(b"\x93NUMPY\x04\x00" + b"x" * 30).decode(), "unknown version 4")
+    refused(base64.b64encode(b"\x93NUMPY\x01\x00\xff\xff{}").decode(), "a header of 65535")
+    refused(base64.b64encode(b"\x93NUMPY\x02\x00\x00\x00\x02\x00").decode(), "header of")
+    d = "{'descr': '|u1', 'fortran_order': False, 'shape': (1, 2, 3), }"
+    refused(npy_bytes_b64(d, b"\0" * 5), "5 data bytes")
+    refused(npy_bytes_b64(d, b"\0" * 7), "7 data bytes")
+    for header, words in [
+            ("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2, 3), }", ("'<f4'",)),
+            ("{'descr': '>u2', 'fortran_order': False, 'shape': (1, 2, 3), }", ("'>u2'",)),
+            ("{'descr': '|u1', 'fortran_order': True, 'shape': (1, 2, 3), }", ("Fortran",)),
+            ("{'descr': '|u1', 'fortran_order': 0, 'shape': (1, 2, 3), }", ("True or False",)),
+            ("{'descr': '|u1', 'fortran_order': False, 'shape': (6, ), }", ("3 dimensions",)),
+            ("{'descr': '|u1', 'fortran_order': False, 'shape': (1, 2, 3, 1), }",
+             ("3 dimensions",)),
+            ("{'descr': '|u1', 'fortran_order': False, 'shape': (1, -2, 3), }", ("integers",)),
+            ("{'descr': '|u1', 'fortran_order': False, 'shape': [1, 2, 3], }", ("tuple",)),
+            ("{'descr': '|u1', 'fortran_order': False, 'shape': (99999999999999, 2, 3), }",
+             ("2^40",)),
+            ("{'descr': '|u1', 'fortran_order': False, 'shape': (1099511627776, 1099511627776, "
+             "1099511627776), }", ("data bytes",)),
+            ("{'descr': '|u1', 'fortran_order': False}", ("not all present",)),
+            ("{'descr': '|u1', 'descr': '|u1', 'fortran_order': False, 'shape': (1, 2, 3)}",
+             ("repeated key",)),
+            ("{'descr': '|u1', 'fortran_order': False, 'shape': (1, 2, 3), 'x': 1}",
+             ("unexpected",)),
+            ("{'descr': '|u1', 'fortran_order': False, 'shape': (1, 2, 3)} x", ("after",)),
+            ("{'descr': '|u1' 'fortran_order': False, 'shape': (1, 2, 3)}", ("','",)),
+            ("{'descr: '|u1', 'fortran_order': False, 'shape': (1, 2, 3)}", ("':'",)),
+            ("['descr', '|u1']", ("'{'",)),
+            ("", ("'{'",)),
+            ("{'descr': '|u1', 'fortran_order': False, 'shape': (1, 2, 3)", ("','",))]:
+        refused(npy_bytes_b64(header, b"\0" * 6), *words)
+    neg32 = np.zeros((2, 2, 2), dtype="<i4")
+    neg32[1, 1, 1] = -5
+    refused(npy_b64(neg32), "negative")
+    neg64 = np.zeros((2, 2, 2), dtype="<i8")
+    neg64[0, 0, 0] = -(1 << 40)
+    refused(npy_b64(neg64), "negative")
+    # Null pointers: a message, not a crash.
+    lib = NATIVE._lib
+    err = ctypes.create_string_buffer(100)
+    shape = (ctypes.c_uint64 * 3)()
+    check(lib.eldr_routed_experts_decode(None, 4, None, 0, None, shape, None, err, 100) == 1,
+          "null pointers accepted")
+    check(b"null" in err.value, err.value)
+
+
+def test_every_refusal_is_the_numpy_paths_and_every_answer_its_array():
+    """Thousands of corruptions of real-shaped strings (characters replaced, removed, cut off,
+    header bytes changed): whatever the library reads is numpy's array; whatever it refuses, the
+    proxy's decode (which then asks numpy) answers as the numpy path does."""
+    rng = np.random.default_rng(29)
+    b_nat = rex.CountsBuilder(6, 32, 4, "auto", 16, native=NATIVE)
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/= \n!\xe9"
+
+    def outcome(fn, value):
+        try:
+            return fn(value)
+        except rex.CountsError as e:  # ast's messages name objects by address
+            return (e.reason, re.sub(r" at 0x[0-9a-f]+", "", str(e)))
+
+    read = refused_n = 0
+    for i in range(3000):
+        dtype = (np.uint8, np.dtype("<u2"), np.dtype("<i4"))[i % 3]
+        good = npy_b64(with_dense(random_topk(rng, int(rng.integers(0, 40)), 6, 32, 4, dtype), 1))
+        s = list(good)
+        kind = i % 5
+        at = int(rng.integers(0, len(s)))
+        at_header = int(rng.integers(0, min(len(s), 120)))
+        if kind == 0:
+            s[at] = alphabet[int(rng.integers(0, len(alphabet)))]
+        elif kind == 1:
+            s[at_header] = alphabet[int(rng.integers(0, 64))]  # still base64: a bad header
+        elif kind == 2:
+            del s[at:at + int(rng.integers(1, 5))]
+        elif kind == 3:
+            s = s[:at - at % 4]  # whole quanta: a cut .npy
+        else:
+            raw = bytearray(base64.b64decode(good))
+            raw[int(rng.integers(0, min(len(raw), 128)))] = int(rng.integers(0, 256))
+            s = list(base64.b64encode(bytes(raw)).decode())
+        value = "".join(s)
+        got = NATIVE.decode(value)
+        want = outcome(rex.CountsBuilder.decode_numpy, value)
+        if got is None:
+            refused_n += 1
+            check(outcome(b_nat.decode, value) is not None, "no outcome")
+            through = outcome(b_nat.decode, value)
+            if isinstance(want, tuple):
+                check(through == want, "%d: %r != %r" % (i, through, want))
+            else:
+                check(np.array_equal(through, want), "%d: the fallback's array differs" % i)
+        else:
+            read += 1
+            check(not isinstance(want, tuple), "%d: the library read what numpy refuses (%s)"
+                  % (i, want))
+            check(got.dtype == want.dtype and got.shape == want.shape
+                  and np.array_equal(got, want), "%d: the arrays differ" % i)
+    check(read > 100 and refused_n > 1000, "read %d, refused %d" % (read, refused_n))
+
+
+def test_the_proxy_builder_decodes_with_the_library():
+    """CountsBuilder.decode with and without the library: the same arrays, the same
+    CountsErrors (reason and message) for what vLLM or a broken upstream might send."""
+    rng = np.random.default_rng(31)
+    b_nat = rex.CountsBuilder(26, 64, 6, "1-26", 16, native=NATIVE)
+    b_np = rex.CountsBuilder(26, 64, 6, "1-26", 16)
+    ids = with_dense(random_topk(rng, 100, 26, 64, 6, np.uint8), 1)
+    fortran = io.BytesIO()
+    np.save(fortran, np.asfortranarray(ids))
+    values = [npy_b64(ids), base64.b64encode(fortran.getvalue()).decode(), ids.tolist(),
+              None, 7, "not base64!", "QUJD", npy_b64(ids)[:-4], npy_b64(ids.astype("<f4")),
+              "\u00e9" * 8]
+    for v in values:
+        results = []
+        for b in (b_nat, b_np):
+            try:
+                results.append(b.decode(v))
+            except rex.CountsError as e:
+                results.append((e.reason, str(e)))
+        a, w = results
+        if isinstance(w, tuple):
+            check(a == w, "%r: %r != %r" % (str(v)[:20], a, w))
+        else:
+            check(np.array_equal(a, w) and a.dtype == w.dtype, "%r: arrays" % str(v)[:20])
+
+
+# ---------------------------------------------------------------------------------------------
+# vLLM's block hashes
+
+
+EDGES = [0, 1, 23, 24, 255, 256, 65535, 65536, (1 << 32) - 1, 1 << 32, (1 << 63) - 1, -1, -24,
+         -25, -256, -257, -65536, -65537, -(1 << 32), -(1 << 32) - 1, -(1 << 63)]
+
+
+def random_token_ids(rng, n):
+    kind = int(rng.integers(0, 4))
+    if kind == 0:
+        return [int(x) for x in rng.integers(0, 152064, size=n)]  # a real vocabulary
+    if kind == 1:
+        return [EDGES[int(i)] for i in rng.integers(0, len(EDGES), size=n)]
+    if kind == 2:  # every head length, both signs
+        bits = rng.integers(0, 63, size=n)
+        return [int(rng.integers(0, 1 << int(b))) * (1 if rng.random() < 0.7 else -1)
+                for b in bits]
+    return [int(x) for x in rng.integers(-(1 << 63), (1 << 63) - 1, size=n, dtype=np.int64)]
+
+
+def test_block_hashes_are_cbor2s_on_random_inputs():
+    """The library's chain against BlockHasher's own (cbor2 canonical, hashlib) for both
+    sources, prompts of 0 to 700 tokens, blocks of 1 to 300 tokens, token ids of every CBOR
+    head length and sign (int64 bounds included), salts absent, empty, ASCII, non-ASCII and
+    longer than 255 and 65535 bytes."""
+    rng = np.random.default_rng(37)
+    salts = [None, "", "s", "salt-1234", "\u00e9\u6f22\u5b57\U0001f642", "x" * 23, "y" * 24,
+             "z" * 300, "w" * 70000]
+    done = 0
+    for source, seed in (("vllm", "0"), ("vllm", "12345"), ("proxy", "p")):
+        py = eldr_proxy_hashes.BlockHasher(source, seed)
+        nat = eldr_proxy_hashes.BlockHasher(source, seed, native=NATIVE)
+        for i in range(400):
+            n = int(rng.integers(0, 700)) if i % 10 else int(rng.integers(0, 3))
+            bs = (1, 2, 16, 17, 23, 24, 255, 256, 300)[i % 9]
+            ids = random_token_ids(rng, n)
+            salt = salts[i % len(salts)]
+            want = py.hashes(ids, bs, cache_salt=salt)
+            direct = NATIVE.block_hashes(py.none_hash, ids, bs, salt, "eldr-proxy:partial")
+            check(direct is not None, "the library refused %d ids" % n)
+            check(direct == want, "%s seed %s: %d tokens, block %d, salt %r: hashes differ"
+                  % (source, seed, n, bs, salt and salt[:10]))
+            check(nat.hashes(ids, bs, cache_salt=salt) == want, "through BlockHasher")
+            done += 1
+    check(done == 1200, "%d cases" % done)
+
+
+def test_block_hashes_hand_back_what_the_library_does_not_take():
+    """Ints outside int64, bools, numpy ints, other sequences and salts: the library answers
+    None and BlockHasher hashes them itself (the same digests as without the library)."""
+    py = eldr_proxy_hashes.BlockHasher("vllm", "0")
+    nat = eldr_proxy_hashes.BlockHasher("vllm", "0", native=NATIVE)
+    tag = "eldr-proxy:partial"
+    cases = [([1, 2, 1 << 63], 2, None), ([1, -(1 << 63) - 1], 2, None), ([1, True, 3], 2, None),
+             ([1, np.int64(2)], 2, None), ((1, 2, 3), 2, None), ([1, 2, 3], 2, b"bytes"),
+             ([1, 2, 3], 2, "\ud800"), ([1, 2, 3], 1 << 32, None), ([1, 2], 0, None)]
+    for ids, bs, salt in cases:
+        got = NATIVE.block_hashes(py.none_hash, ids, bs, salt, tag)
+        if isinstance(ids, tuple) and bs == 2 and salt is None:
+            check(got == py.hashes(list(ids), 2), "a tuple of ints is taken")
+            continue
+        check(got is None, "%r, %r, %r taken" % (ids, bs, salt))
+        outcomes = []
+        for hasher in (nat, py):  # digests, or what cbor2 raises (a numpy int, a lone surrogate)
+            try:
+                outcomes.append(hasher.hashes(ids, bs, cache_salt=salt))
+            except Exception as e:  # noqa: BLE001 -- whatever the Python path raises
+                outcomes.append((type(e), str(e)))
+        check(outcomes[0] == outcomes[1], "%r, %r, %r: %r != %r"
+              % (ids, bs, salt, outcomes[0], outcomes[1]))
+    # The C function's own checks.
+    lib = NATIVE._lib
+    err = ctypes.create_string_buffer(100)
+    ids = np.arange(5, dtype=np.int64)
+    out = ctypes.create_string_buffer(96)
+    h = b"\0" * 32
+    check(lib.eldr_block_hashes(h, ids.ctypes.data, 5, 2, 0, b"", 0, b"t", 1, out, 96, err,
+                                100) == 0, "a valid call")
+    for what, args in [("null none_hash", (None, ids.ctypes.data, 5, 2)),
+                       ("null ids", (h, None, 5, 2)), ("block 0", (h, ids.ctypes.data, 5, 0)),
+                       ("out too small", (h, ids.ctypes.data, 7, 2))]:
+        rc = lib.eldr_block_hashes(*args, 0, b"", 0, b"t", 1, out, 96, err, 100)
+        check(rc == 1 and err.value, "%s: code %d" % (what, rc))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -93,7 +93,7 @@ def builder(L, E, k, moe_first, bs):
     return rex.CountsBuilder(L, E, k, "%d-%d" % (moe_first, moe_first + L - 1), bs)
 
 
-decode = rex.CountsBuilder.decode
+decode = rex.CountsBuilder.decode_numpy
 
 
 def check_conversion(ids_moe, dense, E, k, bs, dtype=np.uint8):

@@ -1,0 +1,257 @@
+// routed_experts_npy: strict base64 (checked here, decoded by OpenSSL) and the .npy header.
+#include "tools/eldr-proxy/routed_experts_npy.hpp"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace eldr::proxy {
+namespace {
+
+constexpr std::string_view npy_magic = "\x93NUMPY";
+constexpr size_t max_header = 65536;  // as eldr_routed_experts: no .npy header is near this
+// OpenSSL's EVP_DecodeBlock takes an int length: whole quanta of at most this many characters.
+constexpr size_t chunk_chars = size_t{1} << 20;
+
+status refuse(const std::string& what) {
+  return status::invalid_argument("routed_experts: " + what);
+}
+
+bool is_base64_char(uint8_t c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' ||
+         c == '/';
+}
+
+// The first character that is not of the base64 alphabet, for the message.
+status bad_character(const uint8_t* p, size_t n) {
+  const size_t at = static_cast<size_t>(std::find_if_not(p, p + n, is_base64_char) - p);
+  if (at == n) return refuse("not valid base64");
+  return refuse("not valid base64: character " + std::to_string(unsigned{p[at]}) + " at offset " +
+                std::to_string(at) + " is not of the base64 alphabet" +
+                (p[at] == '=' ? " ('=' is padding, only at the end)" : ""));
+}
+
+// Strict base64, decoded by OpenSSL. EVP_DecodeBlock refuses any character outside the alphabet
+// but three leniencies: it skips whitespace at the start, drops whitespace, line ends and '-' at
+// the end, and takes '=' anywhere as zero bits. A skipped or dropped character makes it return
+// fewer bytes than the text's quanta hold, which is refused here; '=' is looked for before it.
+// So every character is checked once, by OpenSSL's table, with no pass of our own over the text
+// but memchr's. Returns the decoded size.
+result<size_t> decode_base64(std::string_view text, std::span<uint8_t> out) {
+  const auto* p = reinterpret_cast<const uint8_t*>(text.data());
+  const size_t n = text.size();
+  if (n % 4 != 0)
+    return refuse("not valid base64: " + std::to_string(n) +
+                  " characters, not a multiple of 4 (incorrect padding)");
+  size_t pad = 0;
+  while (pad < 2 && pad < n && p[n - 1 - pad] == '=')
+    ++pad;
+  if (std::memchr(p, '=', n - pad) != nullptr) return bad_character(p, n - pad);
+  if (out.size() < base64_decoded_bound(n)) return refuse("the output buffer is too small");
+  size_t written = 0;
+  for (size_t done = 0; done < n; done += chunk_chars) {
+    const size_t len = std::min(chunk_chars, n - done);
+    const int got = EVP_DecodeBlock(out.data() + written, p + done, static_cast<int>(len));
+    if (got < 0 || static_cast<size_t>(got) != len / 4 * 3) return bad_character(p, n - pad);
+    written += static_cast<size_t>(got);
+  }
+  return written - pad;  // EVP_DecodeBlock writes the padding's quantum whole
+}
+
+// The .npy header: a Python dict literal as numpy writes it ({'descr': '<u2', 'fortran_order':
+// False, 'shape': (4096, 49, 8), } padded with spaces and a newline), its three keys in any
+// order, each once; nothing else.
+class header_parser {
+ public:
+  explicit header_parser(std::string_view text) : s_(text) {}
+
+  status parse(npy_array& a) {
+    bool have_descr = false, have_order = false, have_shape = false;
+    skip_space();
+    if (!take('{')) return fail("does not start with '{'");
+    for (;;) {
+      skip_space();
+      if (take('}')) break;
+      std::string_view key;
+      if (!string(key)) return fail("a key is not a quoted string");
+      skip_space();
+      if (!take(':')) return fail("no ':' after a key");
+      skip_space();
+      if (key == "descr" && !have_descr) {
+        std::string_view descr;
+        if (!string(descr)) return fail("descr is not a quoted string");
+        if (descr == "|u1" || descr == "<u1")
+          a.dtype = npy_dtype::u1;
+        else if (descr == "<u2")
+          a.dtype = npy_dtype::u2;
+        else if (descr == "<i4")
+          a.dtype = npy_dtype::i4;
+        else if (descr == "<u4")
+          a.dtype = npy_dtype::u4;
+        else if (descr == "<i8")
+          a.dtype = npy_dtype::i8;
+        else
+          return fail("dtype '" + std::string(descr.substr(0, 16)) +
+                      "' is not uint8, uint16, int32, uint32 or int64 (little-endian)");
+        have_descr = true;
+      } else if (key == "fortran_order" && !have_order) {
+        if (take_word("True")) return fail("the array is in Fortran order");
+        if (!take_word("False")) return fail("fortran_order is not True or False");
+        have_order = true;
+      } else if (key == "shape" && !have_shape) {
+        if (status st = shape(a); !st.ok()) return st;
+        have_shape = true;
+      } else {
+        return fail("unexpected or repeated key '" + std::string(key.substr(0, 16)) + "'");
+      }
+      skip_space();
+      if (take(',')) continue;
+      skip_space();
+      if (take('}')) break;
+      return fail("no ',' or '}' after a value");
+    }
+    skip_space();
+    if (i_ != s_.size()) return fail("bytes after the closing '}'");
+    if (!have_descr || !have_order || !have_shape)
+      return fail("descr, fortran_order and shape are not all present");
+    return {};
+  }
+
+ private:
+  static status fail(const std::string& what) {
+    return refuse("not a readable .npy array: header " + what);
+  }
+  void skip_space() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n'))
+      ++i_;
+  }
+  bool take(char c) {
+    if (i_ < s_.size() && s_[i_] == c) {
+      ++i_;
+      return true;
+    }
+    return false;
+  }
+  bool take_word(std::string_view w) {
+    if (s_.substr(i_, w.size()) != w) return false;
+    i_ += w.size();
+    return true;
+  }
+  bool string(std::string_view& out) {
+    if (i_ >= s_.size() || (s_[i_] != '\'' && s_[i_] != '"')) return false;
+    const char quote = s_[i_];
+    const size_t end = s_.find(quote, i_ + 1);
+    if (end == std::string_view::npos) return false;
+    out = s_.substr(i_ + 1, end - i_ - 1);
+    if (out.find('\\') != std::string_view::npos) return false;  // no escapes in numpy's keys
+    i_ = end + 1;
+    return true;
+  }
+  // A tuple of exactly three non-negative integers, a trailing comma allowed.
+  status shape(npy_array& a) {
+    if (!take('(')) return fail("shape is not a tuple");
+    size_t dims = 0;
+    for (;;) {
+      skip_space();
+      if (take(')')) break;
+      if (i_ >= s_.size() || s_[i_] < '0' || s_[i_] > '9')
+        return fail("shape holds something other than non-negative integers");
+      uint64_t v = 0;
+      while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') {
+        v = v * 10 + static_cast<uint64_t>(s_[i_++] - '0');
+        if (v > (uint64_t{1} << 40)) return fail("shape has a dimension over 2^40");
+      }
+      if (dims < 3) a.shape[dims] = v;
+      ++dims;
+      skip_space();
+      if (take(',')) continue;
+      skip_space();
+      if (take(')')) break;
+      return fail("shape is not a tuple of integers");
+    }
+    if (dims != 3)
+      return refuse("routed experts must have 3 dimensions (tokens, layers, top_k), got " +
+                    std::to_string(dims));
+    return {};
+  }
+
+  std::string_view s_;
+  size_t i_ = 0;
+};
+
+size_t item_size(npy_dtype d) {
+  switch (d) {
+    case npy_dtype::u1:
+      return 1;
+    case npy_dtype::u2:
+      return 2;
+    case npy_dtype::i4:
+    case npy_dtype::u4:
+      return 4;
+    case npy_dtype::i8:
+      return 8;
+  }
+  return 0;
+}
+
+template <class signed_id>
+bool any_negative(const uint8_t* p, size_t count) {
+  signed_id low = 0;
+  for (size_t i = 0; i < count; ++i) {
+    signed_id v;
+    std::memcpy(&v, p + i * sizeof v, sizeof v);
+    low = std::min(low, v);
+  }
+  return low < 0;
+}
+
+}  // namespace
+
+size_t base64_decoded_bound(size_t text_len) {
+  return text_len / 4 * 3;
+}
+
+result<npy_array> decode_routed_experts(std::string_view text, std::span<uint8_t> out) {
+  auto decoded = decode_base64(text, out);
+  if (!decoded.ok()) return decoded.error();
+  const uint8_t* raw = out.data();
+  const size_t n = *decoded;
+  if (n < 10 || std::memcmp(raw, npy_magic.data(), npy_magic.size()) != 0)
+    return refuse("base64 but not a .npy array (no \\x93NUMPY magic)");
+  size_t header_len = 0, start = 0;
+  if (raw[6] == 1) {
+    header_len = size_t{raw[8]} | size_t{raw[9]} << 8;
+    start = 10;
+  } else if ((raw[6] == 2 || raw[6] == 3) && n >= 12) {
+    header_len =
+        size_t{raw[8]} | size_t{raw[9]} << 8 | size_t{raw[10]} << 16 | size_t{raw[11]} << 24;
+    start = 12;
+  } else {
+    return refuse("a .npy array of unknown version " + std::to_string(unsigned{raw[6]}));
+  }
+  if (header_len > max_header || start + header_len > n)
+    return refuse("not a readable .npy array: a header of " + std::to_string(header_len) +
+                  " bytes");
+  npy_array a;
+  header_parser parser(std::string_view(reinterpret_cast<const char*>(raw + start), header_len));
+  if (status s = parser.parse(a); !s.ok()) return s;
+  const size_t size = item_size(a.dtype);
+  uint64_t count = 0, bytes = 0;
+  if (__builtin_mul_overflow(a.shape[0], a.shape[1], &count) ||
+      __builtin_mul_overflow(count, a.shape[2], &count) ||
+      __builtin_mul_overflow(count, uint64_t{size}, &bytes) || bytes != n - start - header_len)
+    return refuse("not a readable .npy array: " + std::to_string(n - start - header_len) +
+                  " data bytes for shape (" + std::to_string(a.shape[0]) + ", " +
+                  std::to_string(a.shape[1]) + ", " + std::to_string(a.shape[2]) + ")");
+  a.data_offset = start + header_len;
+  a.data_bytes = bytes;
+  const uint8_t* data = raw + a.data_offset;
+  if ((a.dtype == npy_dtype::i4 && any_negative<int32_t>(data, count)) ||
+      (a.dtype == npy_dtype::i8 && any_negative<int64_t>(data, count)))
+    return refuse("holds a negative expert id");
+  return a;
+}
+
+}  // namespace eldr::proxy
