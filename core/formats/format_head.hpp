@@ -56,27 +56,6 @@ table::message_table<format_model, file_limits, X> model_table(std::string_view 
           }};
 }
 
-// Writes the three head pairs ("format", "version", "model") of a file whose encoder is not a
-// table (the trace's, whose expert ids' width depends on the version); the caller's map header
-// counts them.
-inline void write_format_head(msgpack::writer& w, std::string_view format, uint32_t version,
-                              const format_model& model) {
-  w.write_str("format");
-  w.write_str(format);
-  w.write_str("version");
-  w.write_uint(version);
-  w.write_str("model");
-  w.write_map_header(4);
-  w.write_str("name");
-  w.write_str(model.name);
-  w.write_str("layers");
-  w.write_uint(model.layers);
-  w.write_str("experts");
-  w.write_uint(model.experts);
-  w.write_str("top_k");
-  w.write_uint(model.top_k);
-}
-
 // The "format" and "version" every file opens with.
 struct format_head {
   std::optional<std::string> format;

@@ -3,6 +3,7 @@
 #include "core/formats/trace.hpp"
 
 #include <array>
+#include <bit>
 #include <cassert>
 #include <cmath>
 #include <initializer_list>
@@ -89,7 +90,7 @@ const table::message_table<trace_request, file_limits, trace_ids> request_table{
         request_fields::u32<&trace_request::prompt_tokens>("prompt_tokens", required_once),
         request_fields::u32<&trace_request::output_tokens>("output_tokens", required_once),
         request_fields::f64<&trace_request::arrival_s>("arrival_s", once),
-        // Decoding only: encode_trace writes requests itself (the ids' width is the version's).
+        // Last, and written by encode_trace (write_all_but): the ids' width is the version's.
         request_fields::custom("experts", required_once, read_experts, nullptr),
     }};
 
@@ -128,9 +129,22 @@ const table::message_table<trace_map, file_limits, trace_ids> trace_table{
         version_field<trace_map, trace_ids>(),
         trace_fields::map<&trace_map::model, trace_model_table>("model", required_once),
         trace_fields::str<&trace_map::source>("source", &file_limits::max_text_bytes, once),
-        // Decoding only, as request_table.
+        // Last, and written by encode_trace, as a request's experts.
         trace_fields::custom("requests", required_once, read_requests, nullptr),
     }};
+
+// Writes m's map but for its last field, `last`, whose key it writes and whose value the caller
+// appends: the table writes every other field (the experts' width is the version's, which a
+// field's writer does not see).
+template <class M>
+void write_all_but(const table::message_table<M, file_limits, trace_ids>& fields_of,
+                   std::string_view last, const M& m, std::vector<uint8_t>& out) {
+  const uint64_t set = fields_of.present(m) & ~fields_of.bit(last);
+  msgpack::writer w(out);
+  w.write_map_header(static_cast<uint32_t>(std::popcount(set)) + 1);
+  fields_of.write_fields(out, m, set);
+  w.write_str(last);
+}
 
 // Turns the bytes of one file into a trace. Every error it returns is corrupt and reads
 // "<file>: eldr-trace.<field>: <problem>" (the tables' form), a request being named by its index
@@ -285,29 +299,17 @@ std::vector<uint8_t> encode_trace(const trace& t, uint32_t version) {
     payload += 96 + r.id.size() + r.label.size() + r.experts.size() * id_bytes;
   out.reserve(payload);
 
+  const trace_map head{
+      .format = std::string(format_name),
+      .version = version,
+      .model = {t.model_name, t.geometry.layers, t.geometry.experts, t.geometry.top_k},
+      .source = t.source,
+      .requests = {}};
+  write_all_but(trace_table, "requests", head, out);
   msgpack::writer w(out);
-  w.write_map_header(5);
-  write_format_head(w, format_name, version,
-                    {t.model_name, t.geometry.layers, t.geometry.experts, t.geometry.top_k});
-  w.write_str("source");
-  w.write_str(t.source);
-  w.write_str("requests");
   w.write_array_header(static_cast<uint32_t>(t.requests.size()));
   for (const trace_request& r : t.requests) {
-    w.write_map_header(r.arrival_s ? 6 : 5);
-    w.write_str("id");
-    w.write_str(r.id);
-    w.write_str("label");
-    w.write_str(r.label);
-    w.write_str("prompt_tokens");
-    w.write_uint(r.prompt_tokens);
-    w.write_str("output_tokens");
-    w.write_uint(r.output_tokens);
-    if (r.arrival_s) {
-      w.write_str("arrival_s");
-      w.write_float64(*r.arrival_s);
-    }
-    w.write_str("experts");
+    write_all_but(request_table, "experts", r, out);
     const size_t bytes = r.experts.size() * id_bytes;
     w.write_bin_header(bytes);
     if (bytes <= max_bin_bytes) append_expert_ids(r.experts, id_bytes, out);
