@@ -66,8 +66,10 @@ struct format_head {
 // fields are skipped, unread) and checks them, before anything else is read: a file of another
 // type or of a version this build does not read says so, not that some field it lays out
 // differently is wrong. Errors: "eldr-trace.format: \"x\", expected \"eldr-trace\"",
-// "eldr-trace.version: 3, this build reads 1 and 2", "eldr-trace.format: missing"; corrupt when
-// the bytes are no MessagePack map, else as the table readers say.
+// "eldr-trace.version: 3, this build reads 1 and 2" (failed_precondition), "eldr-trace.format:
+// missing"; otherwise as the table readers say (corrupt for bytes that are no MessagePack, invalid
+// argument for a value of the wrong kind). Callers report every one as their file's corruption.
+// On success `version` is the file's.
 status check_format_head(std::span<const uint8_t> bytes, std::string_view format,
                          std::initializer_list<uint32_t> versions, uint32_t& version);
 
