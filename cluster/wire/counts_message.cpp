@@ -1,9 +1,18 @@
-// counts_message: see counts_message.hpp and docs/protocol.md.
+// counts_message: see counts_message.hpp and docs/protocol.md. The top-level map is a field
+// table (counts_table); the blocks, positional arrays on the node's hot path, are read and
+// written by hand.
 #include "cluster/wire/counts_message.hpp"
 
+#include <initializer_list>
+#include <optional>
+#include <span>
 #include <string_view>
+#include <utility>
+#include <variant>
 
+#include "core/base/field_table.hpp"
 #include "core/base/msgpack.hpp"
+#include "core/base/msgpack_fields.hpp"
 #include "core/expert_ids.hpp"
 
 namespace eldr {
@@ -84,6 +93,109 @@ status decode_block(reader& r, const model_geometry& g, uint32_t id_bytes, count
   return {};
 }
 
+// The message's map as the table reads and writes it: the blocks stay where they are (the
+// encoder's span, the decoder's offset) and are written and read by the positional code above.
+struct counts_map {
+  uint32_t version = 0;
+  model_geometry geometry;
+  std::optional<uint64_t> seq;
+  std::span<const counts_block> blocks;  // encoding
+  size_t blocks_at = 0;                  // decoding: where the blocks array starts
+};
+
+using L = counts_decode_limits;
+using F = table::fields<counts_map, L>;
+
+status read_version(reader& r, const F::spec&, const F::context&, std::string_view what,
+                    counts_map& m) {
+  if (status s = table::read_u32(r, what, m.version); !s.ok()) return s;
+  if (m.version != counts_message_v1 && m.version != counts_message_v2)
+    return status::failed_precondition(
+        table::join(what, ": ") + std::to_string(m.version) + ", this build reads versions " +
+        std::to_string(counts_message_v1) + " and " + std::to_string(counts_message_v2));
+  return {};
+}
+
+status read_model(reader& r, const F::spec&, const F::context&, std::string_view what,
+                  counts_map& m) {
+  item a;
+  if (status s = table::next_of(r, kind::array, what, a); !s.ok()) return s;
+  if (a.length != 3) return status::invalid_argument(table::join(what, ": not [L, E, k]"));
+  model_geometry& g = m.geometry;
+  for (auto [member, name] : {std::pair{&model_geometry::layers, "L"},
+                              {&model_geometry::experts, "E"},
+                              {&model_geometry::top_k, "k"}})
+    if (status s = table::read_u32(r, table::field(what, name), g.*member); !s.ok()) return s;
+  if (status s = g.validate(); !s.ok())
+    return status::invalid_argument(table::at(what, s).message());
+  if (g.layers > 1024)
+    return status::invalid_argument(table::join(what, ": ") + std::to_string(g.layers) +
+                                    " layers, limit 1024");
+  return {};
+}
+
+void write_model(std::vector<uint8_t>& out, const counts_map& m) {
+  msgpack::writer w(out);
+  w.write_array_header(3);
+  w.write_uint(m.geometry.layers);
+  w.write_uint(m.geometry.experts);
+  w.write_uint(m.geometry.top_k);
+}
+
+// Only checked and skipped here: "blocks" may precede "model", whose geometry decodes them.
+status read_blocks(reader& r, const F::spec& f, const F::context& c, std::string_view what,
+                   counts_map& m) {
+  const size_t begin = r.offset();
+  item a;
+  if (status s = table::read_array(r, what, f.limit_in(c.limits), f.unit, a); !s.ok()) return s;
+  r.seek(begin);
+  if (status s = r.skip(); !s.ok()) return table::at(what, s);
+  m.blocks_at = begin;
+  return {};
+}
+
+void write_blocks(std::vector<uint8_t>& out, const counts_map& m) {
+  const uint32_t id_bytes = m.version == counts_message_v1 ? narrow_id_bytes : wide_id_bytes;
+  msgpack::writer w(out);
+  w.write_array_header(static_cast<uint32_t>(m.blocks.size()));
+  for (const counts_block& b : m.blocks) {
+    w.write_array_header(6);
+    w.write_uint(b.hash);
+    if (b.parent)
+      w.write_uint(*b.parent);
+    else
+      w.write_nil();
+    w.write_uint(b.counts.tokens());
+    w.write_array_header(b.counts.layers());
+    for (uint32_t l = 0; l < b.counts.layers(); ++l)
+      w.write_uint(b.counts.offset(l + 1) - b.counts.offset(l));
+    w.write_bin_header(b.counts.ids().size() * id_bytes);
+    append_expert_ids(b.counts.ids(), id_bytes, out);
+    w.write_bin(b.counts.counts());
+  }
+}
+
+const table::message_table<counts_map, L> counts_table{
+    "eldr-counts",
+    {
+        F::custom("v", table::required, read_version,
+                  [](std::vector<uint8_t>& out, const counts_map& m) {
+                    msgpack::writer(out).write_uint(m.version);
+                  }),
+        F::custom("model", table::required, read_model, write_model),
+        F::u64<&counts_map::seq>("seq"),
+        F::custom("blocks", table::required, read_blocks, write_blocks)
+            .limited(&L::max_blocks, "blocks"),
+    },
+    [](const counts_map& m, uint64_t) {
+      if (m.version == counts_message_v1 && !m.geometry.narrow_ids())
+        return status::invalid_argument(
+            "eldr-counts.v: version 1 holds one byte per expert id, but the model has " +
+            std::to_string(m.geometry.experts) + " experts (more than " +
+            std::to_string(narrow_experts) + " need version 2)");
+      return status{};
+    }};
+
 }  // namespace
 
 uint32_t counts_message_version_for(const model_geometry& g) {
@@ -104,36 +216,7 @@ std::vector<uint8_t> encode_counts_message(const counts_message& m, uint32_t ver
     bound += 40 + size_t{b.counts.layers()} * 5 + b.counts.ids().size() * id_bytes +
              b.counts.counts().size();
   out.reserve(bound);
-  msgpack::writer w(out);
-  w.write_map_header(m.seq ? 4 : 3);
-  w.write_str("v");
-  w.write_uint(version);
-  w.write_str("model");
-  w.write_array_header(3);
-  w.write_uint(m.geometry.layers);
-  w.write_uint(m.geometry.experts);
-  w.write_uint(m.geometry.top_k);
-  if (m.seq) {
-    w.write_str("seq");
-    w.write_uint(*m.seq);
-  }
-  w.write_str("blocks");
-  w.write_array_header(static_cast<uint32_t>(m.blocks.size()));
-  for (const counts_block& b : m.blocks) {
-    w.write_array_header(6);
-    w.write_uint(b.hash);
-    if (b.parent)
-      w.write_uint(*b.parent);
-    else
-      w.write_nil();
-    w.write_uint(b.counts.tokens());
-    w.write_array_header(b.counts.layers());
-    for (uint32_t l = 0; l < b.counts.layers(); ++l)
-      w.write_uint(b.counts.offset(l + 1) - b.counts.offset(l));
-    w.write_bin_header(b.counts.ids().size() * id_bytes);
-    append_expert_ids(b.counts.ids(), id_bytes, out);
-    w.write_bin(b.counts.counts());
-  }
+  counts_table.write_map(out, {version, m.geometry, m.seq, m.blocks, 0});
   return out;
 }
 
@@ -154,67 +237,19 @@ result<counts_message> decode_counts_message(std::span<const uint8_t> payload,
                                              const counts_decode_limits& limits,
                                              std::vector<kv_decode_issue>& issues) {
   reader r(payload.data(), payload.size());
-  item top;
-  if (status s = r.peek(top); !s.ok()) return s;
-  if (top.type != kind::map)
-    return status::invalid_argument(std::string("counts message is ") +
-                                    msgpack::to_string(top.type));
-  const uint32_t pairs = *r.read_map_header();
-  counts_message m;
-  bool have_version = false, have_model = false;
-  std::optional<size_t> blocks_at;  // blocks may precede "model": decode them after the loop
-  for (uint32_t i = 0; i < pairs; ++i) {
-    auto key = r.read_str();
-    if (!key.ok()) return status::invalid_argument("counts message key is not a string");
-    if (*key == "v") {
-      auto v = read_u32(r, "v");
-      if (!v.ok()) return v.error();
-      if (*v != counts_message_v1 && *v != counts_message_v2)
-        return status::failed_precondition(
-            "counts message version " + std::to_string(*v) + ", this build reads versions " +
-            std::to_string(counts_message_v1) + " and " + std::to_string(counts_message_v2));
-      m.version = *v;
-      have_version = true;
-    } else if (*key == "model") {
-      auto n = r.read_array_header();
-      if (!n.ok() || *n != 3) return status::invalid_argument("model is not [L, E, k]");
-      auto l = read_u32(r, "L");
-      auto e = read_u32(r, "E");
-      auto k = read_u32(r, "k");
-      if (!l.ok() || !e.ok() || !k.ok()) return status::invalid_argument("model is not [L, E, k]");
-      m.geometry = {*l, *e, *k};
-      if (status s = m.geometry.validate(); !s.ok()) return status::invalid_argument(s.message());
-      if (m.geometry.layers > 1024) return status::invalid_argument("model has over 1024 layers");
-      have_model = true;
-    } else if (*key == "seq") {
-      auto v = r.read_uint();
-      if (!v.ok()) return status::invalid_argument("seq is not an unsigned integer");
-      m.seq = *v;
-    } else if (*key == "blocks" && !blocks_at) {
-      blocks_at = r.offset();
-      if (status s = r.skip(); !s.ok()) return s;
-    } else if (status s = r.skip(); !s.ok()) {
-      return s;
-    }
-  }
+  counts_map map;
+  std::monostate none;
+  if (status s = counts_table.read(r, {limits, payload, none}, map); !s.ok()) return s;
   if (!r.at_end()) return status::corrupt("trailing bytes after the counts message");
-  if (!have_version) return status::invalid_argument("counts message without \"v\"");
-  if (!have_model) return status::invalid_argument("counts message without \"model\"");
-  if (!blocks_at) return status::invalid_argument("counts message without \"blocks\"");
-  if (m.version == counts_message_v1 && !m.geometry.narrow_ids())
-    return status::invalid_argument(
-        "counts message version 1 holds one byte per expert id, but the model has " +
-        std::to_string(m.geometry.experts) + " experts (more than " +
-        std::to_string(narrow_experts) + " need version 2)");
+  counts_message m;
+  m.version = map.version;
+  m.geometry = map.geometry;
+  m.seq = map.seq;
   const uint32_t id_bytes = m.version == counts_message_v1 ? narrow_id_bytes : wide_id_bytes;
-  r.seek(*blocks_at);
-  auto n = r.read_array_header();
-  if (!n.ok()) return status::invalid_argument("blocks is not an array");
-  if (*n > limits.max_blocks)
-    return status::out_of_range("counts message of " + std::to_string(*n) + " blocks, limit " +
-                                std::to_string(limits.max_blocks));
-  m.blocks.reserve(*n);
-  for (uint32_t i = 0; i < *n; ++i) {
+  r.seek(map.blocks_at);
+  const uint32_t n = *r.read_array_header();  // read_blocks checked it and its limit
+  m.blocks.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) {
     const size_t begin = r.offset();
     counts_block b;
     if (status s = decode_block(r, m.geometry, id_bytes, b); !s.ok()) {

@@ -1,6 +1,6 @@
-// wire_fields: the field readers and writers every eldr message codec shares (route, worker and
-// admin protocols): read a typed field, name it in errors, keep the error's code. One copy, so
-// the three protocols report errors alike ("route_request.blocks[3]: expected int, found str").
+// wire_fields: what the route, worker and admin protocols' codecs share beyond core's field
+// readers (core/base/msgpack_fields.hpp): the envelope every message opens with ("version",
+// "type") and the checks of endpoint strings.
 #pragma once
 
 #include <cstddef>
@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "core/base/msgpack.hpp"
+#include "core/base/msgpack_fields.hpp"
 #include "core/base/status.hpp"
 #include "core/base/utf8.hpp"
 
@@ -20,14 +21,21 @@ using msgpack::item;
 using msgpack::kind;
 using msgpack::reader;
 
-std::string join(std::string_view a, std::string_view b);
-// "type.name", how errors name a field of a message.
-std::string field(std::string_view type, std::string_view name);
-// Prefixes a status with the field it is about, keeping its code: a truncation stays corrupt, a
-// limit stays out_of_range, so wire_error_for_decode still sees the original cause.
-status at(std::string_view what, const status& s);
-// "type.name: missing" (invalid_argument).
-status missing(std::string_view type, std::string_view name);
+// core's field readers (core/base/msgpack_fields.hpp), under the names the codecs use.
+using table::at;
+using table::element;
+using table::field;
+using table::join;
+using table::missing;
+using table::next_of;
+using table::read_array;
+using table::read_bool;
+using table::read_nonempty;
+using table::read_number;
+using table::read_string;
+using table::read_u32;
+using table::read_u64;
+using table::take_nil;
 
 // What a string naming an endpoint may be. Every endpoint is 1..max bytes of printable ASCII
 // without whitespace, quotes ("'`) or backslashes: it is logged, shown in tables and written into
@@ -38,32 +46,9 @@ enum class endpoint_use { opaque, zmq_connect };
 // Checks s; the error (invalid_argument) names `what` and the first offending byte.
 status check_endpoint(std::string_view what, std::string_view s, endpoint_use use);
 
-// Reads the next value and requires its kind. Wrong kinds are invalid_argument (the bytes are
-// fine MessagePack, the message is wrong), so a client learns which field it got wrong.
-status next_of(msgpack::reader& r, msgpack::kind want, std::string_view what, msgpack::item& it);
-// A string of at most max_bytes (out_of_range beyond) that is valid UTF-8 (invalid_argument):
-// every string a peer sends is checked here, so a decoded message can always be logged, echoed
-// and dumped as JSON.
-status read_string(msgpack::reader& r, std::string_view what, uint32_t max_bytes, std::string& out);
-status read_nonempty(msgpack::reader& r, std::string_view what, uint32_t max_bytes,
-                     std::string& out);
 // A non-empty endpoint (read_nonempty, then check_endpoint).
 status read_endpoint(msgpack::reader& r, std::string_view what, uint32_t max_bytes,
                      endpoint_use use, std::string& out);
-status read_u64(msgpack::reader& r, std::string_view what, uint64_t& out);
-status read_u32(msgpack::reader& r, std::string_view what, uint32_t& out);
-status read_bool(msgpack::reader& r, std::string_view what, bool& out);
-// Any MessagePack number (Python writes float64, a hand-written peer may send an integer).
-status read_number(msgpack::reader& r, std::string_view what, double& out);
-// An array header of at most max_items elements (out_of_range beyond: "what: 5000 blocks, limit
-// 4096", `unit` naming what the array holds). Reserving by a.length is then safe.
-status read_array(msgpack::reader& r, std::string_view what, uint32_t max_items,
-                  std::string_view unit, msgpack::item& a);
-// "what[i]", how errors name an element of an array field; built only when an element fails.
-std::string element(std::string_view what, uint32_t i);
-// True when the next value is nil, which is then consumed: optional fields may be sent as nil.
-bool take_nil(msgpack::reader& r);
-
 // The envelope every message starts with: a map of `fields` + 2 entries, "version" and "type".
 void write_envelope(msgpack::writer& w, uint32_t fields, uint32_t version, std::string_view type);
 

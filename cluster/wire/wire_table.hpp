@@ -1,424 +1,109 @@
-// wire_table: eldr's message codecs as data. Each message is one table of fields (name, type,
-// rules: required, nil allowed, non-empty, left out when empty; limit), and one walker over the
-// table encodes the message, decodes it and names its errors, with wire_fields' readers. A
-// field's rules are so written once, and every message reports its errors alike
-// ("load_report.in_flight: missing", "finished.requests: 5000 ids, limit 4096").
-//
-// A table is built once (a const object at namespace scope of the codec's .cpp): it renders each
-// field's "type.name" then, so that decoding builds no strings unless it fails.
+// wire_table: the route, worker and admin protocols' message tables. The table machinery is
+// core's (core/base/field_table.hpp: a field's name, type, rules and limit written once, driving
+// encode, decode and error text); what this adds is the protocol's: the envelope every message
+// opens with ("version" and "type", wire_fields) and the endpoint fields.
 #pragma once
 
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
-#include <optional>
 #include <span>
-#include <string>
 #include <string_view>
 #include <type_traits>
-#include <utility>
 #include <variant>
 #include <vector>
 
 #include "cluster/wire/wire_fields.hpp"
+#include "core/base/field_table.hpp"
 #include "core/base/msgpack.hpp"
 #include "core/base/status.hpp"
 
 namespace eldr::wire {
 
-// A field's rules, combined with |; 0 is an optional field that may not be nil.
-enum field_rule : unsigned {
-  required = 1,    // absence is an error: "type.name: missing"
-  nil_ok = 2,      // nil reads as absent and resets the member to M's default for it
-  nonempty = 4,    // a string (an endpoint, each string of an array) may not be ""
-  omit_empty = 8,  // the encoder leaves an empty string or array out
-};
+using table::decode_context;
+using table::field_rule;
+using table::field_spec;
+using table::nil_ok;
+using table::nonempty;
+using table::omit_empty;
+using table::required;
 
-// What a decoder hands every field: the peer's limits, the whole payload (a message nested in it
-// is decoded from its own bytes) and what the message's own fields report into (route_request:
-// the issues of its counts; std::monostate elsewhere).
-template <class L, class X>
-struct decode_context {
-  const L& limits;
-  std::span<const uint8_t> payload;
-  X& extra;
-};
-
-// One row of a message table. The factories of `fields` fill it; `custom` takes the functions of
-// a field no factory covers.
+// core's factories plus the endpoint fields of the protocols.
 template <class M, class L, class X = std::monostate>
-struct field_spec {
-  using context = decode_context<L, X>;
-  // Reads the field's value into m; `what` is "type.name", for errors.
-  using read_fn = status (*)(msgpack::reader&, const field_spec&, const context&,
-                             std::string_view what, M&);
-
-  std::string_view name{};
-  unsigned rules = 0;
-  uint32_t L::*limit = nullptr;       // a string's bytes, an array's items ...
-  uint32_t fixed_limit = 0;           // ... when not one of L's
-  uint32_t L::*item_limit = nullptr;  // the bytes of each string of an array
-  std::string_view unit{};            // what an array holds, named when it is over its limit
-  endpoint_use use = endpoint_use::opaque;
-  read_fn read = nullptr;
-  void (*write)(std::vector<uint8_t>& out, const M&) = nullptr;  // appends the value
-  bool (*present)(const M&) = nullptr;  // whether the encoder writes the field (null: always)
-  void (*reset)(M&) = nullptr;          // on nil (nil_ok)
-  status (*check)(std::string_view what, const M&) = nullptr;  // after a successful read
-
-  uint32_t limit_in(const L& l) const { return limit ? l.*limit : fixed_limit; }
-  uint32_t item_limit_in(const L& l) const { return item_limit ? l.*item_limit : 0; }
-  // The same field, written only when `when` says so (admin_reply: result when ok).
-  constexpr field_spec written_when(bool (*when)(const M&)) const {
-    field_spec f = *this;
-    f.present = when;
-    return f;
-  }
-  // The same field with a limit its reader applies (a custom array's items, named `unit`).
-  constexpr field_spec limited(uint32_t L::*l, std::string_view u) const {
-    field_spec f = *this;
-    f.limit = l;
-    f.unit = u;
-    return f;
-  }
-  // The same field with a check of the value read (a URL that must parse).
-  constexpr field_spec checked(status (*c)(std::string_view, const M&)) const {
-    field_spec f = *this;
-    f.check = c;
-    return f;
-  }
-};
-
-namespace detail {
-
-template <class T>
-inline constexpr bool is_optional = false;
-template <class T>
-inline constexpr bool is_optional<std::optional<T>> = true;
-
-// The member P of m as a field writes into it: a std::optional member is engaged first.
-template <auto P, class M>
-auto& target(M& m) {
-  auto& v = m.*P;
-  if constexpr (is_optional<std::remove_reference_t<decltype(v)>>)
-    return v.emplace();
-  else
-    return v;
-}
-
-template <auto P, class M>
-const auto& value(const M& m) {
-  const auto& v = m.*P;
-  if constexpr (is_optional<std::remove_cvref_t<decltype(v)>>)
-    return *v;
-  else
-    return v;
-}
-
-}  // namespace detail
-
-// The field factories of message M, decoded under limits L. P is the member the field reads and
-// writes; a std::optional member is written when engaged and engaged when read.
-template <class M, class L, class X = std::monostate>
-struct fields {
-  using spec = field_spec<M, L, X>;
-  using context = decode_context<L, X>;
-
-  template <auto P>
-  static constexpr spec u32(std::string_view name, unsigned rules = 0) {
-    return member<P>(
-        {.name = name, .rules = rules},
-        [](msgpack::reader& r, const spec&, const context&, std::string_view what, M& m) {
-          return read_u32(r, what, detail::target<P>(m));
-        },
-        [](std::vector<uint8_t>& out, const M& m) {
-          msgpack::writer(out).write_uint(detail::value<P>(m));
-        });
-  }
-
-  template <auto P>
-  static constexpr spec u64(std::string_view name, unsigned rules = 0) {
-    return member<P>(
-        {.name = name, .rules = rules},
-        [](msgpack::reader& r, const spec&, const context&, std::string_view what, M& m) {
-          return read_u64(r, what, detail::target<P>(m));
-        },
-        [](std::vector<uint8_t>& out, const M& m) {
-          msgpack::writer(out).write_uint(detail::value<P>(m));
-        });
-  }
-
-  template <auto P>
-  static constexpr spec boolean(std::string_view name, unsigned rules = 0) {
-    return member<P>(
-        {.name = name, .rules = rules},
-        [](msgpack::reader& r, const spec&, const context&, std::string_view what, M& m) {
-          return read_bool(r, what, detail::target<P>(m));
-        },
-        [](std::vector<uint8_t>& out, const M& m) {
-          msgpack::writer(out).write_bool(detail::value<P>(m));
-        });
-  }
-
-  // Written as float32; any number is read (Python writes float64, a hand-written peer may send an
-  // integer).
-  template <auto P>
-  static constexpr spec f32(std::string_view name, unsigned rules = 0) {
-    return member<P>(
-        {.name = name, .rules = rules},
-        [](msgpack::reader& r, const spec&, const context&, std::string_view what, M& m) {
-          double v = 0.0;
-          if (status s = read_number(r, what, v); !s.ok()) return s;
-          detail::target<P>(m) = static_cast<float>(v);
-          return status{};
-        },
-        [](std::vector<uint8_t>& out, const M& m) {
-          msgpack::writer(out).write_float32(detail::value<P>(m));
-        });
-  }
-
-  // An enum of one byte, sent as an unsigned integer. Values the enum does not name are kept (a
-  // newer peer's codes); above 255 they cannot be one.
-  template <auto P>
-  static constexpr spec enum8(std::string_view name, unsigned rules = 0) {
-    return member<P>(
-        {.name = name, .rules = rules},
-        [](msgpack::reader& r, const spec&, const context&, std::string_view what, M& m) {
-          uint32_t v = 0;
-          if (status s = read_u32(r, what, v); !s.ok()) return s;
-          if (v > UINT8_MAX) return status::invalid_argument(join(what, ": exceeds 255"));
-          using E = std::remove_cvref_t<decltype(detail::target<P>(m))>;
-          detail::target<P>(m) = static_cast<E>(v);
-          return status{};
-        },
-        [](std::vector<uint8_t>& out, const M& m) {
-          msgpack::writer(out).write_uint(static_cast<uint8_t>(detail::value<P>(m)));
-        });
-  }
-
-  // A UTF-8 string of at most `limit` bytes (wire_fields: read_string).
-  template <auto P>
-  static constexpr spec str(std::string_view name, uint32_t L::*limit, unsigned rules = 0) {
-    return member<P>(
-        {.name = name, .rules = rules, .limit = limit},
-        [](msgpack::reader& r, const spec& f, const context& c, std::string_view what, M& m) {
-          auto& out = detail::target<P>(m);
-          if (f.rules & nonempty) return read_nonempty(r, what, f.limit_in(c.limits), out);
-          return read_string(r, what, f.limit_in(c.limits), out);
-        },
-        [](std::vector<uint8_t>& out, const M& m) {
-          msgpack::writer(out).write_str(detail::value<P>(m));
-        });
-  }
-
-  // As above, under a fixed limit rather than one of L's.
-  template <auto P>
-  static constexpr spec str(std::string_view name, uint32_t max_bytes, unsigned rules = 0) {
-    spec f = str<P>(name, static_cast<uint32_t L::*>(nullptr), rules);
-    f.fixed_limit = max_bytes;
-    return f;
-  }
+struct fields : table::fields<M, L, X> {
+  using base = table::fields<M, L, X>;
+  using spec = typename base::spec;
+  using context = typename base::context;
 
   // A string naming an endpoint (wire_fields: check_endpoint); without nonempty, "" is none.
   template <auto P>
   static constexpr spec endpoint(std::string_view name, uint32_t L::*limit, endpoint_use use,
                                  unsigned rules = 0) {
-    return member<P>(
-        {.name = name, .rules = rules, .limit = limit, .use = use},
-        [](msgpack::reader& r, const spec& f, const context& c, std::string_view what, M& m) {
-          auto& out = detail::target<P>(m);
-          if (f.rules & nonempty) return read_endpoint(r, what, f.limit_in(c.limits), f.use, out);
-          if (status s = read_string(r, what, f.limit_in(c.limits), out); !s.ok() || out.empty())
-            return s;
-          return check_endpoint(what, out, f.use);
-        },
-        [](std::vector<uint8_t>& out, const M& m) {
-          msgpack::writer(out).write_str(detail::value<P>(m));
-        });
-  }
-
-  // An array of at most `limit` unsigned integers ("blocks"). Elements are named only when one
-  // fails: this is the route path's longest field.
-  template <auto P>
-  static constexpr spec u64s(std::string_view name, uint32_t L::*limit, std::string_view unit,
-                             unsigned rules = 0) {
-    return member<P>(
-        {.name = name, .rules = rules, .limit = limit, .unit = unit},
-        [](msgpack::reader& r, const spec& f, const context& c, std::string_view what, M& m) {
-          msgpack::item a;
-          if (status s = read_array(r, what, f.limit_in(c.limits), f.unit, a); !s.ok()) return s;
-          auto& out = detail::target<P>(m);
-          out.clear();
-          out.reserve(a.length);  // <= the limit, and <= the bytes left
-          for (uint32_t i = 0; i < a.length; ++i) {
-            const size_t at = r.offset();
-            msgpack::item it;
-            if (r.next(it).ok() && it.type == msgpack::kind::positive_int) {
-              out.push_back(it.uint_value);
-              continue;
-            }
-            r.seek(at);
-            uint64_t unused = 0;
-            return read_u64(r, element(what, i), unused);  // fails, naming the element
-          }
-          return status{};
-        },
-        [](std::vector<uint8_t>& out, const M& m) {
-          msgpack::writer w(out);
-          const auto& v = detail::value<P>(m);
-          w.write_array_header(static_cast<uint32_t>(v.size()));
-          for (uint64_t x : v)
-            w.write_uint(x);
-        });
-  }
-
-  // An array of at most `limit` strings of at most `item_limit` bytes each (nonempty: each).
-  template <auto P>
-  static constexpr spec strs(std::string_view name, uint32_t L::*limit, std::string_view unit,
-                             uint32_t L::*item_limit, unsigned rules = 0) {
-    return member<P>(
-        {.name = name, .rules = rules, .limit = limit, .item_limit = item_limit, .unit = unit},
-        [](msgpack::reader& r, const spec& f, const context& c, std::string_view what, M& m) {
-          msgpack::item a;
-          if (status s = read_array(r, what, f.limit_in(c.limits), f.unit, a); !s.ok()) return s;
-          auto& out = detail::target<P>(m);
-          out.clear();
-          out.resize(a.length);  // <= the limit, and <= the bytes left
-          const uint32_t max_bytes = f.item_limit_in(c.limits);
-          for (uint32_t i = 0; i < a.length; ++i) {
-            const status s = f.rules & nonempty
-                                 ? read_nonempty(r, element(what, i), max_bytes, out[i])
-                                 : read_string(r, element(what, i), max_bytes, out[i]);
-            if (!s.ok()) return s;
-          }
-          return status{};
-        },
-        [](std::vector<uint8_t>& out, const M& m) {
-          msgpack::writer w(out);
-          const auto& v = detail::value<P>(m);
-          w.write_array_header(static_cast<uint32_t>(v.size()));
-          for (const auto& x : v)
-            w.write_str(x);
-        });
-  }
-
-  // A field no factory covers: its reader and writer; written always (unless written_when says
-  // otherwise), left as it is on nil unless `reset` says otherwise.
-  static constexpr spec custom(std::string_view name, unsigned rules, typename spec::read_fn read,
-                               void (*write)(std::vector<uint8_t>&, const M&),
-                               void (*reset)(M&) = nullptr) {
-    return {.name = name,
-            .rules = rules,
-            .read = read,
-            .write = write,
-            .reset = reset ? reset : +[](M&) {}};
+    return base::template member<P>({.name = name, .rules = rules, .limit = limit},
+                                    use == endpoint_use::zmq_connect
+                                        ? &read_endpoint_as<P, endpoint_use::zmq_connect>
+                                        : &read_endpoint_as<P, endpoint_use::opaque>,
+                                    [](std::vector<uint8_t>& out, const M& m) {
+                                      msgpack::writer(out).write_str(table::detail::value<P>(m));
+                                    });
   }
 
  private:
-  // Completes f for member P: written when engaged (std::optional) or, with omit_empty, when not
-  // empty; reset on nil to the default M declares for it.
-  template <auto P>
-  static constexpr spec member(spec f, typename spec::read_fn read,
-                               void (*write)(std::vector<uint8_t>&, const M&)) {
-    using T = std::remove_cvref_t<decltype(std::declval<M&>().*P)>;
-    f.read = read;
-    f.write = write;
-    if constexpr (detail::is_optional<T>)
-      f.present = [](const M& m) { return (m.*P).has_value(); };
-    else if constexpr (requires(const T& t) { t.empty(); }) {
-      if (f.rules & omit_empty) f.present = [](const M& m) { return !(m.*P).empty(); };
-    }
-    f.reset = [](M& m) { m.*P = M{}.*P; };
-    return f;
+  template <auto P, endpoint_use U>
+  static status read_endpoint_as(msgpack::reader& r, const spec& f, const context& c,
+                                 std::string_view what, M& m) {
+    auto& out = table::detail::target<P>(m);
+    if (f.rules & nonempty) return read_endpoint(r, what, f.limit_in(c.limits), U, out);
+    if (status s = read_string(r, what, f.limit_in(c.limits), out); !s.ok() || out.empty())
+      return s;
+    return check_endpoint(what, out, U);
   }
 };
 
-// The fields of one message, in wire order (the encoder writes them so; "missing" errors are
-// reported in it). At most 64 fields.
+// A message's table (core's) with the protocol's envelope: encode and decode whole messages.
 template <class M, class L, class X = std::monostate>
-class message_table {
+class message_table : public table::message_table<M, L, X> {
+  using base = table::message_table<M, L, X>;
+
  public:
-  using spec = field_spec<M, L, X>;
-  using context = decode_context<L, X>;
-
-  // A rule over the whole message, checked once its fields are read: `seen` has bit(name) set for
-  // each field read (nil is absent).
-  using message_rule = status (*)(const M&, uint64_t seen);
-
-  // `type` is the message's wire type ("load_report"), or the path of a nested map
-  // ("route_reply.explain"): errors name fields under it.
-  message_table(std::string_view type, std::initializer_list<spec> fields,
-                message_rule rule = nullptr)
-      : type_(type), fields_(fields), key_what_(join(type, " key")), rule_(rule) {
-    for (const spec& f : fields_) {
-      whats_.push_back(field(type, f.name));
-      keys_.emplace_back();
-      msgpack::writer(keys_.back()).write_str(f.name);
-    }
-  }
-
-  std::string_view type() const { return type_; }
-
-  // The fields present in m: bit i for the i-th.
-  uint64_t present(const M& m) const {
-    uint64_t set = 0;
-    for (size_t i = 0; i < fields_.size(); ++i)
-      if (!fields_[i].present || fields_[i].present(m)) set |= uint64_t{1} << i;
-    return set;
-  }
-  uint32_t count(const M& m) const { return static_cast<uint32_t>(std::popcount(present(m))); }
-
-  // Key and value of each field in `set` (present(m)).
-  void write_fields(std::vector<uint8_t>& out, const M& m, uint64_t set) const {
-    for (size_t i = 0; i < fields_.size(); ++i) {
-      if (!(set & (uint64_t{1} << i))) continue;
-      out.insert(out.end(), keys_[i].begin(), keys_[i].end());
-      fields_[i].write(out, m);
-    }
-  }
+  using base::base;
+  using typename base::context;
 
   // A whole message: the envelope (version and type) and the fields.
   std::vector<uint8_t> encode(uint32_t version, const M& m) const {
     std::vector<uint8_t> out;
     out.reserve(128);  // a reply or an ack whole; longer messages grow from there
     msgpack::writer w(out);
-    const uint64_t set = present(m);
-    write_envelope(w, static_cast<uint32_t>(std::popcount(set)), version, type_);
-    write_fields(out, m, set);
+    const uint64_t set = this->present(m);
+    write_envelope(w, static_cast<uint32_t>(std::popcount(set)), version, this->type());
+    this->write_fields(out, m, set);
     return out;
-  }
-
-  // A map nested in a message.
-  void write_map(std::vector<uint8_t>& out, const M& m) const {
-    const uint64_t set = present(m);
-    msgpack::writer(out).write_map_header(static_cast<uint32_t>(std::popcount(set)));
-    write_fields(out, m, set);
   }
 
   // The second pass over a message whose envelope read_envelope has read: every field the table
   // knows, in wire order (others are skipped), then the required ones that were absent and the
   // message's own rule.
   status read_fields(msgpack::reader& r, const envelope& env, const context& c, M& m) const {
-    walk at;
+    typename base::walk at;
     status s = for_each_field(r, env, [&](std::string_view key, msgpack::reader& in, bool& known) {
-      return read_field(key, in, c, m, at, known);
+      return this->read_field(key, in, c, m, at, known);
     });
-    return s.ok() ? finish(m, at.seen) : s;
+    return s.ok() ? this->finish(m, at.seen) : s;
   }
 
   // Both passes over a message that must be of this table's type (wire_fields: decode_message).
   result<M> decode(std::span<const uint8_t> payload, uint32_t max_payload_bytes, uint32_t version,
                    const L& limits, X& extra) const {
     M m;
-    walk at;
+    typename base::walk at;
     const context c{limits, payload, extra};
-    status s = decode_message(payload, max_payload_bytes, version, type_,
+    status s = decode_message(payload, max_payload_bytes, version, this->type(),
                               [&](std::string_view key, msgpack::reader& in, bool& known) {
-                                return read_field(key, in, c, m, at, known);
+                                return this->read_field(key, in, c, m, at, known);
                               });
     if (!s.ok()) return s;
-    if (s = finish(m, at.seen); !s.ok()) return s;
+    if (s = this->finish(m, at.seen); !s.ok()) return s;
     return m;
   }
   result<M> decode(std::span<const uint8_t> payload, uint32_t max_payload_bytes, uint32_t version,
@@ -426,73 +111,6 @@ class message_table {
     std::monostate none;
     return decode(payload, max_payload_bytes, version, limits, none);
   }
-
-  // A nested map of `pairs` pairs whose header was read: its keys are checked here (the
-  // envelope's first pass saw only the message's own keys).
-  status read_map(msgpack::reader& r, uint32_t pairs, const context& c, M& m) const {
-    walk at;
-    for (uint32_t i = 0; i < pairs; ++i) {
-      msgpack::item key;
-      if (status s = next_of(r, msgpack::kind::str, key_what_, key); !s.ok()) return s;
-      bool known = false;
-      if (status s = read_field(key.str(), r, c, m, at, known); !s.ok()) return s;
-      if (!known)
-        if (status s = r.skip(); !s.ok()) return s;
-    }
-    return finish(m, at.seen);
-  }
-
-  // The bit of field `name` in the `seen` a message rule is given (0 when the table has no such
-  // field).
-  uint64_t bit(std::string_view name) const {
-    for (size_t i = 0; i < fields_.size(); ++i)
-      if (fields_[i].name == name) return uint64_t{1} << i;
-    return 0;
-  }
-
- private:
-  // Where a walk over one message's fields stands.
-  struct walk {
-    uint64_t seen = 0;  // bit i: the i-th field was read
-    size_t next = 0;    // where the search for the next key starts: peers (our encoder first)
-                        // send the fields in table order, so it is usually the one
-  };
-
-  status read_field(std::string_view key, msgpack::reader& r, const context& c, M& m, walk& at,
-                    bool& known) const {
-    const size_t n = fields_.size();
-    for (size_t k = 0; k < n; ++k) {
-      const size_t i = at.next + k < n ? at.next + k : at.next + k - n;
-      const spec& f = fields_[i];
-      if (f.name != key) continue;
-      known = true;
-      at.next = i + 1;
-      if ((f.rules & nil_ok) && take_nil(r)) {
-        f.reset(m);
-        return {};
-      }
-      at.seen |= uint64_t{1} << i;
-      if (status s = f.read(r, f, c, whats_[i], m); !s.ok()) return s;
-      return f.check ? f.check(whats_[i], m) : status{};
-    }
-    known = false;
-    return {};
-  }
-
-  // After the last field: the required ones absent, then the message's rule.
-  status finish(const M& m, uint64_t seen) const {
-    for (size_t i = 0; i < fields_.size(); ++i)
-      if ((fields_[i].rules & required) && !(seen & (uint64_t{1} << i)))
-        return status::invalid_argument(whats_[i] + ": missing");
-    return rule_ ? rule_(m, seen) : status{};
-  }
-
-  std::string_view type_;
-  std::vector<spec> fields_;
-  std::vector<std::string> whats_;          // "type.name" of each field
-  std::vector<std::vector<uint8_t>> keys_;  // each field's key, encoded
-  std::string key_what_;                    // "type key"
-  message_rule rule_;
 };
 
 }  // namespace eldr::wire

@@ -1,10 +1,15 @@
-// centroid_file: encoding, strict decoding and validation of centroid-set files.
+// centroid_file: encoding, strict decoding and validation of centroid-set files. The file's map is
+// one field table (centroid_table), which encodes it, decodes it and names its errors.
 #include "core/formats/centroid_file.hpp"
 
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <optional>
+#include <string_view>
+#include <variant>
 
+#include "core/base/field_table.hpp"
 #include "core/base/file_io.hpp"
 #include "core/base/msgpack.hpp"
 #include "core/formats/format_head.hpp"
@@ -19,50 +24,90 @@ std::span<const uint8_t> float_bytes(const std::vector<float>& v) {
   return {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)};
 }
 
-result<std::vector<float>> floats_from(std::span<const uint8_t> b, const std::string& what) {
-  if (b.size() % sizeof(float) != 0)
-    return status::corrupt(what + ": " + std::to_string(b.size()) +
-                           " bytes is not a whole number of float32 values");
-  std::vector<float> v(b.size() / sizeof(float));
-  if (!b.empty()) std::memcpy(v.data(), b.data(), b.size());
-  return v;
-}
-
-// A strict reader for one map level: remembers which required keys it saw.
-struct decoder {
-  msgpack::reader& r;
-  const std::string& name;
-  status fail(const std::string& field, const std::string& why) const {
-    return status::corrupt(name + ": field '" + field + "': " + why);
-  }
-  result<uint64_t> uint(const std::string& field) {
-    auto v = r.read_uint();
-    if (!v.ok()) return fail(field, "expected an unsigned integer");
-    return *v;
-  }
-  result<std::string> str(const std::string& field) {
-    auto v = r.read_str();
-    if (!v.ok()) return fail(field, "expected a string");
-    return std::string(*v);
-  }
-  result<double> number(const std::string& field) {
-    auto v = r.read_number();
-    if (!v.ok()) return fail(field, "expected a number");
-    return *v;
-  }
-  result<std::vector<float>> floats(const std::string& field) {
-    auto v = r.read_bin();
-    if (!v.ok()) return fail(field, "expected bin (little-endian float32)");
-    return floats_from(*v, name + ": field '" + field + "'");
-  }
+// The file's map as read: the fields before they are checked together (signature_spec::make,
+// validate_centroid_file).
+struct centroid_map {
+  std::optional<std::string> format;
+  std::optional<uint32_t> version;
+  format_model model;
+  std::string transform;
+  std::vector<uint32_t> layer_mask;
+  std::vector<float> idf;
+  uint64_t epoch = 0;
+  uint32_t workers = 0;
+  uint32_t width = 0;
+  std::vector<float> centroids;
+  std::vector<float> worker_weights;
+  fit_provenance provenance;
 };
 
-#define ELDR_TRY_ASSIGN(lhs, expr)   \
-  do {                               \
-    auto _v = (expr);                \
-    if (!_v.ok()) return _v.error(); \
-    lhs = std::move(_v).value();     \
-  } while (0)
+constexpr std::string_view format_name = "eldr-centroids";
+using F = table::fields<centroid_map, file_limits>;
+using table::once;
+using table::required;
+// Every field of the file may appear once.
+constexpr unsigned required_once = required | once;
+
+// A bin of little-endian float32 values.
+template <auto P>
+table::field_spec<centroid_map, file_limits> floats(std::string_view name, unsigned rules) {
+  return F::custom(
+      name, rules,
+      [](msgpack::reader& r, const F::spec&, const F::context&, std::string_view what,
+         centroid_map& m) {
+        msgpack::item it;
+        if (status s = table::next_of(r, msgpack::kind::bin, what, it); !s.ok()) return s;
+        if (it.length % sizeof(float) != 0)
+          return status::invalid_argument(table::join(what, ": ") + std::to_string(it.length) +
+                                          " bytes is not a whole number of float32 values");
+        std::vector<float>& v = m.*P;
+        v.resize(it.length / sizeof(float));
+        if (it.length != 0) std::memcpy(v.data(), it.data, it.length);
+        return status{};
+      },
+      [](std::vector<uint8_t>& out, const centroid_map& m) {
+        msgpack::writer(out).write_bin(float_bytes(m.*P));
+      });
+}
+
+using provenance_fields = table::fields<fit_provenance, file_limits>;
+const table::message_table<fit_provenance, file_limits> provenance_table{
+    "eldr-centroids.provenance",
+    {
+        provenance_fields::str<&fit_provenance::source>("source", &file_limits::max_name_bytes,
+                                                        once),
+        provenance_fields::str<&fit_provenance::tool>("tool", &file_limits::max_name_bytes, once),
+        provenance_fields::u64<&fit_provenance::seed>("seed", once),
+        provenance_fields::u32<&fit_provenance::calibration_requests>("calibration_requests", once),
+        provenance_fields::f64<&fit_provenance::rho>("rho", once),
+        provenance_fields::f64<&fit_provenance::objective>("objective", once),
+        provenance_fields::str<&fit_provenance::kmeans_variant>("kmeans_variant",
+                                                                &file_limits::max_name_bytes, once),
+    }};
+
+const auto centroid_model_table = model_table("eldr-centroids.model");
+
+// In the order of docs/centroid-file.md, which is the order the encoder writes.
+const table::message_table<centroid_map, file_limits> centroid_table{
+    format_name,
+    {
+        format_field<centroid_map>(),
+        version_field<centroid_map>(),
+        F::map<&centroid_map::model, centroid_model_table>("model", required_once),
+        F::str<&centroid_map::transform>("transform", &file_limits::max_name_bytes, required_once),
+        F::u32s<&centroid_map::layer_mask>("layer_mask", &file_limits::max_mask_layers, "layers",
+                                           required_once),
+        floats<&centroid_map::idf>("idf", once).written_when([](const centroid_map& m) {
+          return m.transform == "count_idf";
+        }),
+        F::u64<&centroid_map::epoch>("epoch", required_once),
+        F::u32<&centroid_map::workers>("workers", required_once),
+        F::u32<&centroid_map::width>("width", required_once),
+        floats<&centroid_map::centroids>("centroids", required_once),
+        floats<&centroid_map::worker_weights>("worker_weights", once)
+            .written_when([](const centroid_map& m) { return !m.worker_weights.empty(); }),
+        F::map<&centroid_map::provenance, provenance_table>("provenance", once),
+    }};
 
 }  // namespace
 
@@ -103,183 +148,57 @@ status validate_centroid_file(const centroid_file& f) {
 }
 
 std::vector<uint8_t> encode_centroid_file(const centroid_file& f) {
+  const model_geometry& g = f.spec.geometry();
+  centroid_map m{.format = std::string(format_name),
+                 .version = centroid_file_version,
+                 .model = {f.model_name, g.layers, g.experts, g.top_k},
+                 .transform = std::string(to_string(f.spec.transform())),
+                 .layer_mask = f.spec.layer_mask(),
+                 .idf = f.spec.idf(),
+                 .epoch = f.epoch,
+                 .workers = f.workers,
+                 .width = f.spec.width(),
+                 .centroids = f.centroids,
+                 .worker_weights = f.worker_weights,
+                 .provenance = f.provenance};
   std::vector<uint8_t> out;
-  msgpack::writer w(out);
-  const bool has_idf = f.spec.transform() == signature_transform::count_idf;
-  w.write_map_header(10 + (has_idf ? 1 : 0) + (f.worker_weights.empty() ? 0 : 1));
-  write_format_head(w, "eldr-centroids", centroid_file_version, f.model_name, f.spec.geometry());
-  w.write_str("transform");
-  w.write_str(to_string(f.spec.transform()));
-  w.write_str("layer_mask");
-  w.write_array_header(static_cast<uint32_t>(f.spec.layer_mask().size()));
-  for (uint32_t l : f.spec.layer_mask())
-    w.write_uint(l);
-  if (has_idf) {
-    w.write_str("idf");
-    w.write_bin(float_bytes(f.spec.idf()));
-  }
-  w.write_str("epoch");
-  w.write_uint(f.epoch);
-  w.write_str("workers");
-  w.write_uint(f.workers);
-  w.write_str("width");
-  w.write_uint(f.spec.width());
-  w.write_str("centroids");
-  w.write_bin(float_bytes(f.centroids));
-  if (!f.worker_weights.empty()) {
-    w.write_str("worker_weights");
-    w.write_bin(float_bytes(f.worker_weights));
-  }
-  w.write_str("provenance");
-  w.write_map_header(7);
-  w.write_str("source");
-  w.write_str(f.provenance.source);
-  w.write_str("tool");
-  w.write_str(f.provenance.tool);
-  w.write_str("seed");
-  w.write_uint(f.provenance.seed);
-  w.write_str("calibration_requests");
-  w.write_uint(f.provenance.calibration_requests);
-  w.write_str("rho");
-  w.write_float64(f.provenance.rho);
-  w.write_str("objective");
-  w.write_float64(f.provenance.objective);
-  w.write_str("kmeans_variant");
-  w.write_str(f.provenance.kmeans_variant);
+  centroid_table.write_map(out, m);
   return out;
 }
 
 result<centroid_file> parse_centroid_file(std::span<const uint8_t> bytes, const std::string& name) {
+  // Every error is corrupt: the file is damaged, whichever field says so.
+  const auto damaged = [&](const status& s) { return status::corrupt(name + ": " + s.message()); };
+  uint32_t version = 0;
+  if (status s = check_format_head(bytes, format_name, {centroid_file_version}, version); !s.ok())
+    return damaged(s);
   msgpack::reader r(bytes.data(), bytes.size());
-  decoder d{r, name};
-  auto top = r.read_map_header();
-  if (!top.ok())
-    return status::corrupt(name + ": not a centroid file (expected a MessagePack map)");
-  centroid_file f;
-  std::string format, transform_name;
-  uint64_t version = 0, layers = 0, experts = 0, top_k = 0, workers = 0, width = 0;
-  bool seen_model = false, seen_mask = false, seen_centroids = false, seen_width = false;
-  bool seen_epoch = false, seen_workers = false;
-  std::vector<uint32_t> mask;
-  std::vector<float> idf;
-  for (uint32_t i = 0; i < *top; ++i) {
-    auto key = r.read_str();
-    if (!key.ok()) return status::corrupt(name + ": a top-level key is not a string");
-    const std::string k(*key);
-    if (k == "format") {
-      ELDR_TRY_ASSIGN(format, d.str(k));
-    } else if (k == "version") {
-      ELDR_TRY_ASSIGN(version, d.uint(k));
-    } else if (k == "model") {
-      auto n = r.read_map_header();
-      if (!n.ok()) return d.fail(k, "expected a map");
-      for (uint32_t j = 0; j < *n; ++j) {
-        auto mk = r.read_str();
-        if (!mk.ok()) return d.fail(k, "a key is not a string");
-        const std::string field = "model." + std::string(*mk);
-        if (*mk == "name") {
-          ELDR_TRY_ASSIGN(f.model_name, d.str(field));
-        } else if (*mk == "layers") {
-          ELDR_TRY_ASSIGN(layers, d.uint(field));
-        } else if (*mk == "experts") {
-          ELDR_TRY_ASSIGN(experts, d.uint(field));
-        } else if (*mk == "top_k") {
-          ELDR_TRY_ASSIGN(top_k, d.uint(field));
-        } else if (!r.skip().ok()) {
-          return d.fail(field, "malformed value");
-        }
-      }
-      seen_model = true;
-    } else if (k == "transform") {
-      ELDR_TRY_ASSIGN(transform_name, d.str(k));
-    } else if (k == "layer_mask") {
-      auto n = r.read_array_header();
-      if (!n.ok()) return d.fail(k, "expected an array of layer indices");
-      for (uint32_t j = 0; j < *n; ++j) {
-        uint64_t l = 0;
-        ELDR_TRY_ASSIGN(l, d.uint(k));
-        if (l > UINT32_MAX) return d.fail(k, "layer index out of range");
-        mask.push_back(static_cast<uint32_t>(l));
-      }
-      seen_mask = true;
-    } else if (k == "idf") {
-      ELDR_TRY_ASSIGN(idf, d.floats(k));
-    } else if (k == "epoch") {
-      ELDR_TRY_ASSIGN(f.epoch, d.uint(k));
-      seen_epoch = true;
-    } else if (k == "workers") {
-      ELDR_TRY_ASSIGN(workers, d.uint(k));
-      seen_workers = true;
-    } else if (k == "width") {
-      ELDR_TRY_ASSIGN(width, d.uint(k));
-      seen_width = true;
-    } else if (k == "centroids") {
-      ELDR_TRY_ASSIGN(f.centroids, d.floats(k));
-      seen_centroids = true;
-    } else if (k == "worker_weights") {
-      ELDR_TRY_ASSIGN(f.worker_weights, d.floats(k));
-    } else if (k == "provenance") {
-      auto n = r.read_map_header();
-      if (!n.ok()) return d.fail(k, "expected a map");
-      for (uint32_t j = 0; j < *n; ++j) {
-        auto pk = r.read_str();
-        if (!pk.ok()) return d.fail(k, "a key is not a string");
-        const std::string field = "provenance." + std::string(*pk);
-        fit_provenance& p = f.provenance;
-        if (*pk == "source") {
-          ELDR_TRY_ASSIGN(p.source, d.str(field));
-        } else if (*pk == "tool") {
-          ELDR_TRY_ASSIGN(p.tool, d.str(field));
-        } else if (*pk == "seed") {
-          ELDR_TRY_ASSIGN(p.seed, d.uint(field));
-        } else if (*pk == "calibration_requests") {
-          uint64_t v = 0;
-          ELDR_TRY_ASSIGN(v, d.uint(field));
-          p.calibration_requests = static_cast<uint32_t>(std::min<uint64_t>(v, UINT32_MAX));
-        } else if (*pk == "rho") {
-          ELDR_TRY_ASSIGN(p.rho, d.number(field));
-        } else if (*pk == "objective") {
-          ELDR_TRY_ASSIGN(p.objective, d.number(field));
-        } else if (*pk == "kmeans_variant") {
-          ELDR_TRY_ASSIGN(p.kmeans_variant, d.str(field));
-        } else if (!r.skip().ok()) {
-          return d.fail(field, "malformed value");
-        }
-      }
-    } else if (!r.skip().ok()) {  // unknown keys: forward compatibility
-      return d.fail(k, "malformed value");
-    }
-  }
+  const file_limits limits;
+  std::monostate none;
+  centroid_map m;
+  if (status s = centroid_table.read(r, {limits, bytes, none}, m); !s.ok()) return damaged(s);
   if (!r.at_end()) return status::corrupt(name + ": trailing bytes after the centroid map");
-  if (format != "eldr-centroids")
-    return status::corrupt(name + ": field 'format' must be \"eldr-centroids\", got \"" + format +
-                           "\"");
-  if (version != centroid_file_version)
-    return status::corrupt(name + ": unsupported version " + std::to_string(version) +
-                           " (this build reads version " + std::to_string(centroid_file_version) +
-                           ")");
-  for (auto [seen, field] : {std::pair{seen_model, "model"},
-                             {seen_mask, "layer_mask"},
-                             {seen_centroids, "centroids"},
-                             {seen_width, "width"},
-                             {seen_epoch, "epoch"},
-                             {seen_workers, "workers"}})
-    if (!seen) return status::corrupt(name + ": missing field '" + field + "'");
-  // Before narrowing to 32 bits; signature_spec::make then applies model_geometry::validate.
-  if (layers > max_layers || experts > max_experts || top_k > max_experts || workers > (1u << 20))
-    return status::corrupt(name + ": model geometry or worker count out of range");
-  const model_geometry g{static_cast<uint32_t>(layers), static_cast<uint32_t>(experts),
-                         static_cast<uint32_t>(top_k)};
-  auto t = parse_transform(transform_name);
-  if (!t.ok()) return status::corrupt(name + ": field 'transform': " + t.error().message());
-  if (mask.empty()) return status::corrupt(name + ": field 'layer_mask' is empty");
-  auto spec = signature_spec::make(g, *t, std::move(mask), std::move(idf));
+  if (m.workers > (1u << 20))
+    return status::corrupt(name + ": eldr-centroids.workers: " + std::to_string(m.workers) +
+                           ", limit " + std::to_string(1u << 20));
+  auto t = parse_transform(m.transform);
+  if (!t.ok()) return status::corrupt(name + ": eldr-centroids.transform: " + t.error().message());
+  if (m.layer_mask.empty()) return status::corrupt(name + ": eldr-centroids.layer_mask: empty");
+  // signature_spec::make applies model_geometry::validate.
+  auto spec =
+      signature_spec::make(m.model.geometry(), *t, std::move(m.layer_mask), std::move(m.idf));
   if (!spec.ok()) return status::corrupt(name + ": " + spec.error().message());
+  centroid_file f;
+  f.model_name = std::move(m.model.name);
   f.spec = std::move(spec).value();
-  f.workers = static_cast<uint32_t>(workers);
-  if (width != f.spec.width())
-    return status::corrupt(name + ": field 'width' is " + std::to_string(width) +
-                           " but the mask and geometry give " + std::to_string(f.spec.width()));
+  f.epoch = m.epoch;
+  f.workers = m.workers;
+  f.centroids = std::move(m.centroids);
+  f.worker_weights = std::move(m.worker_weights);
+  f.provenance = std::move(m.provenance);
+  if (m.width != f.spec.width())
+    return status::corrupt(name + ": eldr-centroids.width: " + std::to_string(m.width) +
+                           ", but the mask and geometry give " + std::to_string(f.spec.width()));
   if (status s = validate_centroid_file(f); !s.ok())
     return status::corrupt(name + ": " + s.message());
   return f;

@@ -1,9 +1,9 @@
-// trace: eldr-trace v1/v2 decoding (two passes over each map: first find the known keys, then
-// decode them in a fixed order so errors can name the request by id), validation, encoding, file
-// I/O.
+// trace: eldr-trace v1/v2 decoding (field tables: the file's map, its model map and each
+// request's map), validation, encoding, file I/O.
 #include "core/formats/trace.hpp"
 
 #include <array>
+#include <bit>
 #include <cassert>
 #include <cmath>
 #include <initializer_list>
@@ -11,8 +11,10 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "core/base/field_table.hpp"
 #include "core/base/file_io.hpp"
 #include "core/base/msgpack.hpp"
+#include "core/base/msgpack_fields.hpp"
 #include "core/expert_ids.hpp"
 #include "core/formats/format_head.hpp"
 
@@ -22,8 +24,8 @@ namespace {
 
 constexpr std::string_view format_name = "eldr-trace";
 // Version 1: one byte per id (E <= 256). Version 2: little-endian uint16 ids, any valid E.
-constexpr uint64_t narrow_version = 1;
-constexpr uint64_t wide_version = 2;
+constexpr uint32_t narrow_version = 1;
+constexpr uint32_t wide_version = 2;
 constexpr uint64_t max_bin_bytes = 0xffffffffu;
 
 std::string in_quotes(std::string_view s) {
@@ -45,270 +47,137 @@ std::string request_name(size_t index, std::string_view id) {
 
 // ---- decoding ----
 
-// Where the values of a map's known keys start. Unknown keys are skipped and forgotten.
-class map_fields {
- public:
-  explicit map_fields(std::initializer_list<std::string_view> known) : keys_(known) {
-    offsets_.fill(not_present);
-  }
-  std::optional<size_t> offset(std::string_view key) const {
-    for (size_t i = 0; i < keys_.size(); ++i)
-      if (keys_[i] == key && offsets_[i] != not_present) return offsets_[i];
-    return std::nullopt;
-  }
-
- private:
-  friend class decoder;
-  static constexpr size_t not_present = std::numeric_limits<size_t>::max();
-  std::vector<std::string_view> keys_;
-  std::array<size_t, 8> offsets_{};
+// What the request fields read beyond their own map: the width of an expert id in the file's
+// version.
+struct trace_ids {
+  uint32_t id_bytes = narrow_id_bytes;
 };
 
-// Turns the bytes of one file into a trace. Every error it returns is corrupt and reads
-// "<file>: <map>: <problem>", the map being "model" or "requests[3] (id "x")" (nothing at the top
-// level) and the problem naming the key; a MessagePack-level error names "<map>.<key>" instead.
-class decoder {
- public:
-  decoder(const uint8_t* data, size_t size, const std::string& name)
-      : in_(data, size), name_(name) {}
+using ctx = file_context<trace_ids>;
+using table::once;
+constexpr unsigned required_once = table::required | once;
 
-  result<trace> run();
-
- private:
-  status fail(const std::string& where, const std::string& what) const {
-    return status::corrupt(name_ + ": " + (where.empty() ? "" : where + ": ") + what);
-  }
-  // "x" at the top level, "model.x" inside a map.
-  static std::string field(const std::string& where, std::string_view key) {
-    return where.empty() ? std::string(key) : where + "." + std::string(key);
-  }
-
-  // Reads a map at the cursor, recording where each known key's value starts; keys must be str
-  // and a known key may appear once. Leaves the cursor after the map.
-  status scan_map(const std::string& where, map_fields& fields);
-  // Positions the cursor on a required key's value, or fails naming the missing key.
-  status seek_required(const map_fields& fields, const std::string& where, std::string_view key);
-
-  result<uint32_t> read_u32(const std::string& where, std::string_view key);
-  result<std::string> read_string(const std::string& where, std::string_view key);
-  // Reads an optional string key; "" when absent.
-  result<std::string> read_optional_string(const map_fields& fields, const std::string& where,
-                                           std::string_view key);
-  status read_model(trace& t);
-  status read_request(size_t index, trace_request& req);
-
-  msgpack::reader in_;
-  const std::string& name_;
-  uint32_t id_bytes_ = narrow_id_bytes;  // of the file's version
+// The file's map as read.
+struct trace_map {
+  std::optional<std::string> format;
+  std::optional<uint32_t> version;
+  format_model model;
+  std::string source;
+  std::vector<trace_request> requests;
 };
 
-status decoder::scan_map(const std::string& where, map_fields& fields) {
+using request_fields = table::fields<trace_request, file_limits, trace_ids>;
+
+status read_experts(msgpack::reader& r, const request_fields::spec&, const ctx& c,
+                    std::string_view what, trace_request& m) {
   msgpack::item it;
-  if (status s = in_.next(it); !s.ok()) return fail(where, s.message());
-  if (it.type != msgpack::kind::map)
-    return fail(where, std::string("expected a map, found ") + msgpack::to_string(it.type));
-  assert(fields.keys_.size() <= fields.offsets_.size());
-  for (uint32_t i = 0; i < it.length; ++i) {
-    msgpack::item key;
-    if (status s = in_.next(key); !s.ok()) return fail(where, s.message());
-    if (key.type != msgpack::kind::str)
-      return fail(where, "key #" + std::to_string(i) + " is not a str (found " +
-                             msgpack::to_string(key.type) + ")");
-    for (size_t k = 0; k < fields.keys_.size(); ++k) {
-      if (fields.keys_[k] != key.str()) continue;
-      if (fields.offsets_[k] != map_fields::not_present)
-        return fail(where, "duplicate key '" + std::string(key.str()) + "'");
-      fields.offsets_[k] = in_.offset();
-    }
-    if (status s = in_.skip(); !s.ok()) return fail(field(where, key.str()), s.message());
-  }
-  return {};
-}
-
-status decoder::seek_required(const map_fields& fields, const std::string& where,
-                              std::string_view key) {
-  const std::optional<size_t> off = fields.offset(key);
-  if (!off) return fail(where, "missing key '" + std::string(key) + "'");
-  in_.seek(*off);
-  return {};
-}
-
-result<uint32_t> decoder::read_u32(const std::string& where, std::string_view key) {
-  msgpack::item it;
-  if (status s = in_.next(it); !s.ok()) return fail(field(where, key), s.message());
-  if (it.type == msgpack::kind::negative_int)
-    return fail(where, std::string(key) + " must be >= 0, got " + std::to_string(it.int_value));
-  if (it.type != msgpack::kind::positive_int)
-    return fail(where,
-                std::string(key) + " must be an integer, found " + msgpack::to_string(it.type));
-  if (it.uint_value > std::numeric_limits<uint32_t>::max())
-    return fail(where, std::string(key) + " is " + std::to_string(it.uint_value) +
-                           ", more than 4294967295");
-  return static_cast<uint32_t>(it.uint_value);
-}
-
-result<std::string> decoder::read_string(const std::string& where, std::string_view key) {
-  msgpack::item it;
-  if (status s = in_.next(it); !s.ok()) return fail(field(where, key), s.message());
-  if (it.type != msgpack::kind::str)
-    return fail(where, std::string(key) + " must be a str, found " + msgpack::to_string(it.type));
-  return std::string(it.str());
-}
-
-result<std::string> decoder::read_optional_string(const map_fields& fields,
-                                                  const std::string& where, std::string_view key) {
-  const std::optional<size_t> off = fields.offset(key);
-  if (!off) return std::string();
-  in_.seek(*off);
-  return read_string(where, key);
-}
-
-status decoder::read_model(trace& t) {
-  const std::string where = "model";
-  map_fields fields{"name", "layers", "experts", "top_k"};
-  if (status s = scan_map(where, fields); !s.ok()) return s;
-  if (status s = seek_required(fields, where, "name"); !s.ok()) return s;
-  result<std::string> name = read_string(where, "name");
-  if (!name) return name.error();
-  t.model_name = std::move(*name);
-  const std::pair<std::string_view, uint32_t*> dims[] = {{"layers", &t.geometry.layers},
-                                                         {"experts", &t.geometry.experts},
-                                                         {"top_k", &t.geometry.top_k}};
-  for (const auto& [key, target] : dims) {
-    if (status s = seek_required(fields, where, key); !s.ok()) return s;
-    result<uint32_t> v = read_u32(where, key);
-    if (!v) return v.error();
-    *target = *v;
-  }
-  if (status s = t.geometry.validate(); !s.ok()) return fail(where, s.message());
-  if (id_bytes_ == narrow_id_bytes && !t.geometry.narrow_ids())
-    return fail(where, "experts is " + std::to_string(t.geometry.experts) +
-                           ", but version 1 holds one byte per id (experts <= " +
-                           std::to_string(narrow_experts) + "); wider models need version 2");
-  return {};
-}
-
-status decoder::read_request(size_t index, trace_request& req) {
-  std::string where = request_name(index, "");
-  map_fields fields{"id", "label", "prompt_tokens", "output_tokens", "arrival_s", "experts"};
-  if (status s = scan_map(where, fields); !s.ok()) return s;
-  const size_t end = in_.offset();  // the next request starts here, whatever is read below
-
-  // The id first, so that every later message can name the request by it.
-  if (status s = seek_required(fields, where, "id"); !s.ok()) return s;
-  result<std::string> id = read_string(where, "id");
-  if (!id) return id.error();
-  req.id = std::move(*id);
-  where = request_name(index, req.id);
-
-  result<std::string> label = read_optional_string(fields, where, "label");
-  if (!label) return label.error();
-  req.label = std::move(*label);
-
-  const std::pair<std::string_view, uint32_t*> counts[] = {{"prompt_tokens", &req.prompt_tokens},
-                                                           {"output_tokens", &req.output_tokens}};
-  for (const auto& [key, target] : counts) {
-    if (status s = seek_required(fields, where, key); !s.ok()) return s;
-    result<uint32_t> v = read_u32(where, key);
-    if (!v) return v.error();
-    *target = *v;
-  }
-
-  if (const std::optional<size_t> off = fields.offset("arrival_s")) {
-    in_.seek(*off);
-    msgpack::item it;
-    if (status s = in_.next(it); !s.ok()) return fail(field(where, "arrival_s"), s.message());
-    if (it.is_float()) {
-      req.arrival_s = it.float_value;
-    } else if (it.type == msgpack::kind::positive_int) {
-      req.arrival_s = static_cast<double>(it.uint_value);
-    } else if (it.type == msgpack::kind::negative_int) {
-      req.arrival_s = static_cast<double>(it.int_value);  // validate_trace rejects it
-    } else {
-      return fail(where,
-                  std::string("arrival_s must be a number, found ") + msgpack::to_string(it.type));
-    }
-  }
-
-  if (status s = seek_required(fields, where, "experts"); !s.ok()) return s;
-  msgpack::item it;
-  if (status s = in_.next(it); !s.ok()) return fail(field(where, "experts"), s.message());
-  if (it.type != msgpack::kind::bin)
-    return fail(where, std::string("experts must be a bin, found ") + msgpack::to_string(it.type));
+  if (status s = table::next_of(r, msgpack::kind::bin, what, it); !s.ok()) return s;
   // Bounded by twice the file's own size: the reader checked the length against the bytes
   // present, and an id takes at least one byte.
-  if (!read_expert_ids(it.bytes(), id_bytes_, req.experts))
-    return fail(where, "experts has " + std::to_string(it.length) +
-                           " bytes, not a whole number of " + std::to_string(id_bytes_) +
-                           "-byte ids");
-  in_.seek(end);
+  if (!read_expert_ids(it.bytes(), c.extra.id_bytes, m.experts))
+    return status::invalid_argument(table::join(what, ": ") + std::to_string(it.length) +
+                                    " bytes, not a whole number of " +
+                                    std::to_string(c.extra.id_bytes) + "-byte ids");
   return {};
 }
 
-result<trace> decoder::run() {
-  if (in_.size() == 0) return fail("", "empty file, expected an eldr-trace MessagePack map");
-  msgpack::item top;
-  if (status s = in_.peek(top); !s.ok()) return fail("", s.message());
-  if (top.type != msgpack::kind::map)
-    return fail("", std::string("not an eldr-trace file: the top-level value is a ") +
-                        msgpack::to_string(top.type) + ", expected a map");
+// A request's map. Its errors name it "request.x"; read_requests names the request instead.
+const table::message_table<trace_request, file_limits, trace_ids> request_table{
+    "request",
+    {
+        request_fields::str<&trace_request::id>("id", &file_limits::max_name_bytes, required_once),
+        request_fields::str<&trace_request::label>("label", &file_limits::max_name_bytes, once),
+        request_fields::u32<&trace_request::prompt_tokens>("prompt_tokens", required_once),
+        request_fields::u32<&trace_request::output_tokens>("output_tokens", required_once),
+        request_fields::f64<&trace_request::arrival_s>("arrival_s", once),
+        // Last, and written by encode_trace (write_all_but): the ids' width is the version's.
+        request_fields::custom("experts", required_once, read_experts, nullptr),
+    }};
 
-  map_fields fields{"format", "version", "model", "source", "requests"};
-  if (status s = scan_map("", fields); !s.ok()) return s;
-  if (!in_.at_end())
-    return fail("", std::to_string(in_.remaining()) + " trailing byte(s) after the top-level map" +
-                        " (at byte " + std::to_string(in_.offset()) + ")");
+using trace_fields = table::fields<trace_map, file_limits, trace_ids>;
 
-  // format and version before anything else: a different file type or a future version should
-  // say so, not fail on some field it happens to lay out differently.
-  if (!fields.offset("format"))
-    return fail("", "missing key 'format' (expected " + in_quotes(format_name) + ")");
-  in_.seek(*fields.offset("format"));
-  result<std::string> format = read_string("", "format");
-  if (!format) return format.error();
-  if (*format != format_name)
-    return fail("", "format is " + in_quotes(*format) + ", expected " + in_quotes(format_name));
-
-  if (status s = seek_required(fields, "", "version"); !s.ok()) return s;
-  msgpack::item version;
-  if (status s = in_.next(version); !s.ok()) return fail("version", s.message());
-  if (!version.is_integer())
-    return fail(
-        "", std::string("version must be an integer, found ") + msgpack::to_string(version.type));
-  if (version.type != msgpack::kind::positive_int ||
-      (version.uint_value != narrow_version && version.uint_value != wide_version))
-    return fail(
-        "", "unsupported version " +
-                (version.type == msgpack::kind::positive_int ? std::to_string(version.uint_value)
-                                                             : std::to_string(version.int_value)) +
-                " (this reader supports versions " + std::to_string(narrow_version) + " and " +
-                std::to_string(wide_version) + ")");
-  id_bytes_ = version.uint_value == narrow_version ? narrow_id_bytes : wide_id_bytes;
-
-  trace t;
-  if (status s = seek_required(fields, "", "model"); !s.ok()) return s;
-  if (status s = read_model(t); !s.ok()) return s;
-
-  result<std::string> source = read_optional_string(fields, "", "source");
-  if (!source) return source.error();
-  t.source = std::move(*source);
-
-  if (status s = seek_required(fields, "", "requests"); !s.ok()) return s;
-  msgpack::item requests;
-  if (status s = in_.next(requests); !s.ok()) return fail("requests", s.message());
-  if (requests.type != msgpack::kind::array)
-    return fail(
-        "", std::string("requests must be an array, found ") + msgpack::to_string(requests.type));
+// Each request is named by its index and, once read, its id: "eldr-trace.requests[3] (id "x")
+// .prompt_tokens: expected int, found str".
+status read_requests(msgpack::reader& r, const trace_fields::spec&, const ctx& c,
+                     std::string_view what, trace_map& m) {
+  msgpack::item a;
+  if (status s = table::read_array(r, what, UINT32_MAX, "requests", a); !s.ok()) return s;
   // No reserve by the declared count: a request is worth ~100 bytes in memory but may be 1 byte
   // on the wire (and then fails), so growing with the requests actually decoded bounds memory by
   // the input's size.
-  for (uint32_t i = 0; i < requests.length; ++i) {
+  m.requests.clear();
+  for (uint32_t i = 0; i < a.length; ++i) {
     trace_request req;
-    if (status s = read_request(i, req); !s.ok()) return s;
-    t.requests.push_back(std::move(req));
+    if (status s = request_table.read(r, c, req); !s.ok()) {
+      // The table names "request.prompt_tokens", "request key" or "request": the request's
+      // index and id take the place of "request".
+      std::string_view rest = s.message();
+      if (rest.starts_with(request_table.type())) rest.remove_prefix(request_table.type().size());
+      return {s.code(), table::field("eldr-trace", request_name(i, req.id)) + std::string(rest)};
+    }
+    m.requests.push_back(std::move(req));
   }
+  return {};
+}
 
-  if (status s = validate_trace(t); !s.ok()) return fail("", s.message());
+const auto trace_model_table = model_table<trace_ids>("eldr-trace.model");
+
+const table::message_table<trace_map, file_limits, trace_ids> trace_table{
+    format_name,
+    {
+        format_field<trace_map, trace_ids>(),
+        version_field<trace_map, trace_ids>(),
+        trace_fields::map<&trace_map::model, trace_model_table>("model", required_once),
+        trace_fields::str<&trace_map::source>("source", &file_limits::max_text_bytes, once),
+        // Last, and written by encode_trace, as a request's experts.
+        trace_fields::custom("requests", required_once, read_requests, nullptr),
+    }};
+
+// Writes m's map but for its last field, `last`, whose key it writes and whose value the caller
+// appends: the table writes every other field (the experts' width is the version's, which a
+// field's writer does not see).
+template <class M>
+void write_all_but(const table::message_table<M, file_limits, trace_ids>& fields_of,
+                   std::string_view last, const M& m, std::vector<uint8_t>& out) {
+  const uint64_t set = fields_of.present(m) & ~fields_of.bit(last);
+  msgpack::writer w(out);
+  w.write_map_header(static_cast<uint32_t>(std::popcount(set)) + 1);
+  fields_of.write_fields(out, m, set);
+  w.write_str(last);
+}
+
+// Turns the bytes of one file into a trace. Every error it returns is corrupt and reads
+// "<file>: eldr-trace.<field>: <problem>" (the tables' form), a request being named by its index
+// and id.
+result<trace> decode(const uint8_t* data, size_t size, const std::string& name) {
+  const auto fail = [&](const std::string& what) { return status::corrupt(name + ": " + what); };
+  if (size == 0) return fail("empty file, expected an eldr-trace MessagePack map");
+  const std::span<const uint8_t> bytes(data, size);
+  // format and version before anything else: a different file type or a future version should
+  // say so, not fail on some field it happens to lay out differently.
+  uint32_t version = 0;
+  if (status s = check_format_head(bytes, format_name, {narrow_version, wide_version}, version);
+      !s.ok())
+    return fail(s.message());
+  msgpack::reader in(data, size);
+  const file_limits limits;
+  trace_ids ids{version == narrow_version ? narrow_id_bytes : wide_id_bytes};
+  trace_map m;
+  if (status s = trace_table.read(in, {limits, bytes, ids}, m); !s.ok()) return fail(s.message());
+  if (!in.at_end())
+    return fail(std::to_string(in.remaining()) + " trailing byte(s) after the top-level map" +
+                " (at byte " + std::to_string(in.offset()) + ")");
+  trace t;
+  t.model_name = std::move(m.model.name);
+  t.geometry = m.model.geometry();
+  if (status s = t.geometry.validate(); !s.ok()) return fail("eldr-trace.model: " + s.message());
+  if (version == narrow_version && !t.geometry.narrow_ids())
+    return fail("eldr-trace.model.experts: " + std::to_string(t.geometry.experts) +
+                ", but version 1 holds one byte per id (experts <= " +
+                std::to_string(narrow_experts) + "); wider models need version 2");
+  t.source = std::move(m.source);
+  t.requests = std::move(m.requests);
+  if (status s = validate_trace(t); !s.ok()) return fail(s.message());
   return t;
 }
 
@@ -405,7 +274,7 @@ status validate_trace(const trace& t) {
 }
 
 result<trace> parse_trace(const uint8_t* data, size_t size, const std::string& name_for_errors) {
-  return decoder(data, size, name_for_errors).run();
+  return decode(data, size, name_for_errors);
 }
 
 result<trace> read_trace_file(const std::string& path) {
@@ -430,28 +299,17 @@ std::vector<uint8_t> encode_trace(const trace& t, uint32_t version) {
     payload += 96 + r.id.size() + r.label.size() + r.experts.size() * id_bytes;
   out.reserve(payload);
 
+  const trace_map head{
+      .format = std::string(format_name),
+      .version = version,
+      .model = {t.model_name, t.geometry.layers, t.geometry.experts, t.geometry.top_k},
+      .source = t.source,
+      .requests = {}};
+  write_all_but(trace_table, "requests", head, out);
   msgpack::writer w(out);
-  w.write_map_header(5);
-  write_format_head(w, format_name, version, t.model_name, t.geometry);
-  w.write_str("source");
-  w.write_str(t.source);
-  w.write_str("requests");
   w.write_array_header(static_cast<uint32_t>(t.requests.size()));
   for (const trace_request& r : t.requests) {
-    w.write_map_header(r.arrival_s ? 6 : 5);
-    w.write_str("id");
-    w.write_str(r.id);
-    w.write_str("label");
-    w.write_str(r.label);
-    w.write_str("prompt_tokens");
-    w.write_uint(r.prompt_tokens);
-    w.write_str("output_tokens");
-    w.write_uint(r.output_tokens);
-    if (r.arrival_s) {
-      w.write_str("arrival_s");
-      w.write_float64(*r.arrival_s);
-    }
-    w.write_str("experts");
+    write_all_but(request_table, "experts", r, out);
     const size_t bytes = r.experts.size() * id_bytes;
     w.write_bin_header(bytes);
     if (bytes <= max_bin_bytes) append_expert_ids(r.experts, id_bytes, out);

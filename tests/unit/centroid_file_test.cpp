@@ -145,7 +145,7 @@ TEST(CentroidFile, StrictDecodingErrorsNameTheField) {
   expect_error(with_field("layer_mask", {}), "layer_mask");
   expect_error(with_field("idf", {}), "IDF");
   expect_error(with_field("epoch", packed_str("one")), "epoch");
-  expect_error(packed_str("hello"), "not a centroid file");
+  expect_error(packed_str("hello"), "eldr-centroids: expected map, found str");
   auto good = encode_centroid_file(sample(signature_transform::count));
   good.push_back(0xc0);
   expect_error(good, "trailing");
@@ -157,6 +157,59 @@ TEST(CentroidFile, StrictDecodingErrorsNameTheField) {
   w.write_array_header(1);
   w.write_nil();
   EXPECT_TRUE(parse_centroid_file(extra, "f").ok());
+}
+
+// The file's table: each field is named as "eldr-centroids.<field>" in the table's uniform form.
+TEST(CentroidFile, TableErrorsNameTheFieldUniformly) {
+  auto expect_exact = [](const std::vector<uint8_t>& bytes, const std::string& message) {
+    auto r = parse_centroid_file(bytes, "f.centroids");
+    ASSERT_FALSE(r.ok()) << "expected: " << message;
+    EXPECT_EQ(r.error().code(), status_code::corrupt);
+    EXPECT_EQ(r.error().message(), "f.centroids: " + message);
+  };
+  // A missing required field.
+  expect_exact(with_field("epoch", {}), "eldr-centroids.epoch: missing");
+  expect_exact(with_field("model", {}), "eldr-centroids.model: missing");
+  // A wrong type, at the top level and in a nested map.
+  expect_exact(with_field("transform", packed_uint(7)),
+               "eldr-centroids.transform: expected str, found int");
+  std::vector<uint8_t> model;
+  msgpack::writer m(model);
+  m.write_map_header(4);
+  m.write_str("name");
+  m.write_str("toy");
+  m.write_str("layers");
+  m.write_str("two");
+  m.write_str("experts");
+  m.write_uint(8);
+  m.write_str("top_k");
+  m.write_uint(2);
+  expect_exact(with_field("model", model), "eldr-centroids.model.layers: expected int, found str");
+  expect_exact(with_field("centroids", packed_str("x")),
+               "eldr-centroids.centroids: expected bin, found str");
+  // Over a limit: a string of the file's limits, an array of more layers than a model has.
+  expect_exact(with_field("transform", packed_str(std::string(5000, 'c'))),
+               "eldr-centroids.transform: 5000 bytes, limit 4096");
+  std::vector<uint8_t> mask;
+  msgpack::writer w(mask);
+  w.write_array_header(5000);
+  for (int i = 0; i < 5000; ++i)
+    w.write_uint(0);
+  expect_exact(with_field("layer_mask", mask),
+               "eldr-centroids.layer_mask: 5000 layers, limit 4096");
+  expect_exact(with_field("workers", packed_uint(uint64_t{1} << 21)),
+               "eldr-centroids.workers: 2097152, limit 1048576");
+  // The head is checked first, and a key may appear once.
+  expect_exact(with_field("version", packed_uint(2)),
+               "eldr-centroids.version: 2, this build reads 1");
+  expect_exact(with_field("format", packed_str("eldr-trace")),
+               "eldr-centroids.format: \"eldr-trace\", expected \"eldr-centroids\"");
+  auto twice = encode_centroid_file(sample(signature_transform::count));
+  ++twice[0];  // fixmap with one more pair
+  msgpack::writer t(twice);
+  t.write_str("epoch");
+  t.write_uint(3);
+  expect_exact(twice, "eldr-centroids.epoch: duplicate");
 }
 
 TEST(CentroidFile, EveryTruncationFailsCleanly) {

@@ -133,6 +133,59 @@ void expect_same_blocks(const counts_message& a, const counts_message& b) {
   }
 }
 
+// The top-level map is a field table: errors name "eldr-counts.<field>" and keep the code
+// counts_error_cause maps to a drop cause.
+TEST(CountsMessage, TableErrorsNameTheFieldAndKeepTheirCause) {
+  counts_message m;
+  m.geometry = geo;
+  m.blocks.push_back({1, std::nullopt, sample()});
+  // Re-encodes m's map with `key` replaced by `value` (dropped when value is empty).
+  auto with = [&](const std::string& key, const std::vector<uint8_t>& value) {
+    const auto bytes = encode_counts_message(m);
+    msgpack::reader r(bytes.data(), bytes.size());
+    const uint32_t pairs = *r.read_map_header();
+    std::vector<uint8_t> out;
+    msgpack::writer w(out);
+    w.write_map_header(value.empty() ? pairs - 1 : pairs);
+    for (uint32_t i = 0; i < pairs; ++i) {
+      const std::string k(*r.read_str());
+      const size_t begin = r.offset();
+      EXPECT_TRUE(r.skip().ok());
+      if (k == key && value.empty()) continue;
+      w.write_str(k);
+      if (k == key)
+        out.insert(out.end(), value.begin(), value.end());
+      else
+        out.insert(out.end(), bytes.begin() + static_cast<std::ptrdiff_t>(begin),
+                   bytes.begin() + static_cast<std::ptrdiff_t>(r.offset()));
+    }
+    return out;
+  };
+  auto expect = [](const std::vector<uint8_t>& bytes, const counts_decode_limits& limits,
+                   drop_cause cause, const std::string& message) {
+    std::vector<kv_decode_issue> issues;
+    auto r = decode_counts_message(bytes, limits, issues);
+    ASSERT_FALSE(r.ok()) << "expected: " << message;
+    EXPECT_EQ(counts_error_cause(r.error()), cause) << r.error().message();
+    EXPECT_EQ(r.error().message(), message);
+  };
+  std::vector<uint8_t> str;
+  msgpack::writer(str).write_str("2,8,2");
+  std::vector<uint8_t> v9;
+  msgpack::writer(v9).write_uint(9);
+  // Missing.
+  expect(with("v", {}), {}, drop_cause::bad_batch, "eldr-counts.v: missing");
+  expect(with("blocks", {}), {}, drop_cause::bad_batch, "eldr-counts.blocks: missing");
+  // Wrong type, wrong value.
+  expect(with("model", str), {}, drop_cause::bad_batch,
+         "eldr-counts.model: expected array, found str");
+  expect(with("v", v9), {}, drop_cause::unsupported_version,
+         "eldr-counts.v: 9, this build reads versions 1 and 2");
+  // Over the limit.
+  expect(encode_counts_message(m), {.max_blocks = 0}, drop_cause::oversized,
+         "eldr-counts.blocks: 1 blocks, limit 0");
+}
+
 TEST(CountsMessageWide, ModelsOfMoreThan256ExpertsRoundTripAsVersion2) {
   for (const model_geometry g : {model_geometry{4, 384, 8}, model_geometry{3, 512, 10}}) {
     const counts_message m = blocks_of(g, 40, 7);

@@ -172,7 +172,7 @@ void expect_top_level_key_checked(
   d.top.erase(key);
   {
     SCOPED_TRACE(key + " missing");
-    expect_error(d.encode(), {"missing key '" + key + "'"});
+    expect_error(d.encode(), {"eldr-trace." + key + ": missing"});
   }
   for (size_t i = 0; i < wrong.size(); ++i) {
     SCOPED_TRACE(key + " given wrong value " + std::to_string(i));
@@ -272,45 +272,47 @@ TEST(TraceErrors, TopLevelNotAMap) {
   bytes b;
   msgpack::writer w(b);
   w.write_array_header(0);
-  expect_error(b, {"not an eldr-trace file", "array", "expected a map"});
+  expect_error(b, {"eldr-trace: expected map, found array"});
 }
 
 TEST(TraceErrors, FormatMissingWrongOrNotAString) {
   expect_top_level_key_checked(
-      "format", {{s("eldr-trace-v2"), {"format is \"eldr-trace-v2\"", "expected \"eldr-trace\""}},
-                 {u(1), {"format must be a str", "found int"}}});
+      "format",
+      {{s("eldr-trace-v2"), {"eldr-trace.format: \"eldr-trace-v2\"", "expected \"eldr-trace\""}},
+       {u(1), {"eldr-trace.format: expected str", "found int"}}});
 }
 
 TEST(TraceErrors, VersionMissingWrongOrNotAnInteger) {
   expect_top_level_key_checked("version",
-                               {{u(3), {"unsupported version 3", "supports versions 1 and 2"}},
-                                {i64(-1), {"unsupported version -1"}},
-                                {f64(1.0), {"version must be an integer", "float64"}}});
+                               {{u(3), {"eldr-trace.version: 3", "this build reads 1 and 2"}},
+                                {i64(-1), {"eldr-trace.version: expected int, found negative int"}},
+                                {f64(1.0), {"eldr-trace.version: expected int", "float64"}}});
 }
 
 TEST(TraceErrors, ModelMissingOrNotAMap) {
-  expect_top_level_key_checked("model", {{s("qwen"), {"model: expected a map, found str"}}});
+  expect_top_level_key_checked("model",
+                               {{s("qwen"), {"eldr-trace.model: expected map, found str"}}});
 }
 
 TEST(TraceErrors, EachModelKeyIsRequired) {
   for (const char* key : {"name", "layers", "experts", "top_k"}) {
     document d = document::from(small_trace());
     d.model.erase(key);
-    expect_error(d.encode(), {"model: missing key '" + std::string(key) + "'"});
+    expect_error(d.encode(), {"eldr-trace.model." + std::string(key) + ": missing"});
   }
 }
 
 TEST(TraceErrors, ModelFieldsWithWrongTypes) {
   document d = document::from(small_trace());
   d.model.set("name", u(3));
-  expect_error(d.encode(), {"model: name must be a str"});
+  expect_error(d.encode(), {"eldr-trace.model.name: expected str"});
   d = document::from(small_trace());
   d.model.set("layers", s("26"));
-  expect_error(d.encode(), {"model: layers must be an integer, found str"});
+  expect_error(d.encode(), {"eldr-trace.model.layers: expected int, found str"});
   d.model.set("layers", i64(-2));
-  expect_error(d.encode(), {"model: layers must be >= 0, got -2"});
+  expect_error(d.encode(), {"eldr-trace.model.layers: expected int, found negative int"});
   d.model.set("layers", u(1ull << 33));
-  expect_error(d.encode(), {"model: layers is 8589934592"});
+  expect_error(d.encode(), {"eldr-trace.model.layers: exceeds 2^32-1"});
 }
 
 TEST(TraceErrors, GeometryBounds) {
@@ -336,19 +338,20 @@ TEST(TraceErrors, RequestsMissingOrNotAnArray) {
     w.write_array_header(1);
     w.write_uint(7);
   };
-  expect_top_level_key_checked("requests",
-                               {{s("none"), {"requests must be an array, found str"}},
-                                {int_element, {"requests[0]: expected a map, found int"}}});
+  expect_top_level_key_checked(
+      "requests", {{s("none"), {"eldr-trace.requests: expected array, found str"}},
+                   {int_element, {"eldr-trace.requests[0]: expected map, found int"}}});
 }
 
 TEST(TraceErrors, EachRequestKeyIsRequired) {
   document d = document::from(small_trace());
   d.requests[1].erase("id");
-  expect_error(d.encode(), {"requests[1]: missing key 'id'"});
+  expect_error(d.encode(), {"eldr-trace.requests[1].id: missing"});
   for (const char* key : {"prompt_tokens", "output_tokens", "experts"}) {
     d = document::from(small_trace());
     d.requests[1].erase(key);
-    expect_error(d.encode(), {"requests[1] (id \"b\"): missing key '" + std::string(key) + "'"});
+    expect_error(d.encode(),
+                 {"eldr-trace.requests[1] (id \"b\")." + std::string(key) + ": missing"});
   }
 }
 
@@ -359,18 +362,32 @@ TEST(TraceErrors, RequestFieldsWithWrongTypes) {
     std::string piece;
   };
   const case_t cases[] = {
-      {"id", u(4), "requests[0]: id must be a str, found int"},
-      {"label", u(4), "requests[0] (id \"a\"): label must be a str"},
-      {"prompt_tokens", s("2"), "requests[0] (id \"a\"): prompt_tokens must be an integer"},
-      {"output_tokens", i64(-1), "requests[0] (id \"a\"): output_tokens must be >= 0, got -1"},
-      {"arrival_s", s("soon"), "requests[0] (id \"a\"): arrival_s must be a number, found str"},
-      {"experts", s("0123"), "requests[0] (id \"a\"): experts must be a bin, found str"},
+      {"id", u(4), "eldr-trace.requests[0].id: expected str, found int"},
+      {"label", u(4), "eldr-trace.requests[0] (id \"a\").label: expected str"},
+      {"prompt_tokens", s("2"), "eldr-trace.requests[0] (id \"a\").prompt_tokens: expected int"},
+      {"output_tokens", i64(-1),
+       "eldr-trace.requests[0] (id \"a\").output_tokens: expected int, found negative int"},
+      {"arrival_s", s("soon"),
+       "eldr-trace.requests[0] (id \"a\").arrival_s: expected a number, found str"},
+      {"experts", s("0123"), "eldr-trace.requests[0] (id \"a\").experts: expected bin, found str"},
   };
   for (const case_t& c : cases) {
     document d = document::from(small_trace());
     d.requests[0].set(c.key, c.value);
     expect_error(d.encode(), {c.piece});
   }
+}
+
+TEST(TraceErrors, FieldsOverTheirLimits) {
+  document d = document::from(small_trace());
+  d.requests[0].set("id", s(std::string(5000, 'x')));
+  expect_error(d.encode(), {"eldr-trace.requests[0].id: 5000 bytes, limit 4096"});
+  d = document::from(small_trace());
+  d.model.set("name", s(std::string(4097, 'm')));
+  expect_error(d.encode(), {"eldr-trace.model.name: 4097 bytes, limit 4096"});
+  d = document::from(small_trace());
+  d.requests[1].set("label", s("\xff"));
+  expect_error(d.encode(), {"eldr-trace.requests[1] (id \"b\").label: not valid UTF-8 at byte 0"});
 }
 
 TEST(TraceErrors, PromptTokensBelowOne) {
@@ -431,10 +448,10 @@ TEST(TraceErrors, ArrivalMustBeFiniteAndNonNegative) {
 TEST(TraceErrors, DuplicateKnownKey) {
   document d = document::from(small_trace());
   d.top.items.emplace_back("version", u(1));
-  expect_error(d.encode(), {"duplicate key 'version'"});
+  expect_error(d.encode(), {"eldr-trace.version: duplicate"});
   d = document::from(small_trace());
   d.requests[0].items.emplace_back("experts", bin({}));
-  expect_error(d.encode(), {"requests[0]: duplicate key 'experts'"});
+  expect_error(d.encode(), {"eldr-trace.requests[0] (id \"a\").experts: duplicate"});
 }
 
 TEST(TraceErrors, NonStringKey) {
@@ -443,7 +460,7 @@ TEST(TraceErrors, NonStringKey) {
   w.write_map_header(1);
   w.write_uint(1);
   w.write_uint(2);
-  expect_error(b, {"key #0 is not a str (found int)"});
+  expect_error(b, {"eldr-trace key: expected str, found int"});
 }
 
 TEST(TraceErrors, TrailingBytes) {
@@ -461,7 +478,7 @@ TEST(TraceErrors, TooDeepUnknownValue) {
       w.write_array_header(1);
     w.write_nil();
   });
-  expect_error(d.encode(), {"junk: msgpack: nesting deeper than"});
+  expect_error(d.encode(), {"eldr-trace.junk: msgpack: nesting deeper than"});
 }
 
 // ---- robustness ----
@@ -551,7 +568,7 @@ TEST(TraceWide, Version2OfANarrowModelIsReadToo) {
 
 TEST(TraceWide, Version1CannotDeclareMoreThan256Experts) {
   document d = document::from(wide_trace(384), 1);  // ids truncated to a byte: never read
-  expect_error(d.encode(), {"model: experts is 384", "version 1 holds one byte per id",
+  expect_error(d.encode(), {"eldr-trace.model.experts: 384", "version 1 holds one byte per id",
                             "wider models need version 2"});
 }
 
@@ -560,8 +577,8 @@ TEST(TraceWide, Version2ExpertsOfOddLengthAreRefused) {
   bytes odd = id_bytes(wide_trace(512).requests[0].experts, 2);
   odd.pop_back();
   d.requests[0].set("experts", bin(odd));
-  expect_error(d.encode(), {"requests[0] (id \"a\")", "experts has 23 bytes",
-                            "not a whole number of 2-byte ids"});
+  expect_error(d.encode(),
+               {"requests[0] (id \"a\")", "experts: 23 bytes", "not a whole number of 2-byte ids"});
 }
 
 TEST(TraceWide, WideIdsAreRangeCheckedAndDistinctPerTokenAndLayer) {
