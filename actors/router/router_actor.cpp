@@ -158,8 +158,9 @@ void store_at_owners(router_actor_t* self, const shard_gather_ptr& g) {
   auto& st = self->state;
   const auto& req = g->job->request;
   if (!req.counts || req.counts->blocks.empty()) return;
-  for (auto& [owner, blocks] :
-       store_plan(*st.ring, st.ctx->config.cluster.replication, *req.counts)) {
+  auto plan = store_plan(*st.ring, st.ctx->config.cluster.replication, req);
+  st.shard_stores_cached += plan.skipped;
+  for (auto& [owner, blocks] : plan.by_owner) {
     if (st.local_shard && owner == *st.local_shard) {
       auto job = std::make_shared<shard_job>();
       job->model = g->model;

@@ -172,6 +172,9 @@ struct router_state {
   store_batcher store_out;
   bool store_flush_armed = false;
   uint64_t shard_stores_dropped = 0;
+  // Carried blocks not stored because the request said its prefill served them from its prefix
+  // cache (route_request.cached_blocks): stored when they were computed.
+  uint64_t shard_stores_cached = 0;
   std::vector<uint32_t> shard_scratch;  // a shard's reply, unpacked
   // Cluster: the refit leader as last announced ("" until one is), and the live routers by node
   // name. Only the leader numbers epochs (core/membership/leadership.hpp), so imports go through

@@ -208,7 +208,8 @@ nlohmann::json router_json(const router_state& s) {
                         {"shard_failovers", s.shard_failovers},
                         {"shard_failures", s.shard_failures},
                         {"shard_store_messages", s.shard_store_messages},
-                        {"shard_stores_dropped", s.shard_stores_dropped}};
+                        {"shard_stores_dropped", s.shard_stores_dropped},
+                        {"shard_stores_cached", s.shard_stores_cached}};
 }
 
 }  // namespace eldr::router

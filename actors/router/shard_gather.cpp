@@ -1,7 +1,9 @@
 // shard_gather: see shard_gather.hpp.
 #include "actors/router/shard_gather.hpp"
 
+#include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/membership/shard_plan.hpp"
 #include "core/signature.hpp"
@@ -88,14 +90,34 @@ shard_parts plan_parts(const hash_ring& ring, size_t replication,
   return out;
 }
 
-std::map<uint32_t, std::vector<const counts_block*>> store_plan(const hash_ring& ring,
-                                                                size_t replication,
-                                                                const counts_message& counts) {
-  std::map<uint32_t, std::vector<const counts_block*>> by_owner;
-  for (const auto& b : counts.blocks)
+stores store_plan(const hash_ring& ring, size_t replication, const route_request& req) {
+  stores out;
+  if (!req.counts) return out;
+  // The cached prefix, by hash: a client lists its counts in prompt order (then block i of the
+  // counts is block i of the prompt, the common case), but nothing obliges it to.
+  const size_t cached = std::min<size_t>(req.cached_blocks.value_or(0), req.block_hashes.size());
+  std::unordered_set<uint64_t> cached_set;
+  const auto& blocks = req.counts->blocks;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const counts_block& b = blocks[i];
+    if (cached > 0) {
+      bool hit = false;
+      if (i < req.block_hashes.size() && req.block_hashes[i] == b.hash) {
+        hit = i < cached;
+      } else {
+        if (cached_set.empty())
+          cached_set.insert(req.block_hashes.begin(), req.block_hashes.begin() + cached);
+        hit = cached_set.contains(b.hash);
+      }
+      if (hit) {
+        ++out.skipped;
+        continue;
+      }
+    }
     for (uint32_t o : ring.owners(b.hash, replication))
-      by_owner[o].push_back(&b);
-  return by_owner;
+      out.by_owner[o].push_back(&b);
+  }
+  return out;
 }
 
 }  // namespace eldr::router

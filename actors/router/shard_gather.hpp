@@ -68,9 +68,14 @@ shard_parts plan_parts(const hash_ring& ring, size_t replication,
                        const std::vector<uint64_t>& blocks, std::optional<uint32_t> local,
                        const std::vector<std::string>& excluded);
 
-// The carried blocks each of their R owners stores (ring member index -> blocks, prompt order).
-std::map<uint32_t, std::vector<const counts_block*>> store_plan(const hash_ring& ring,
-                                                                size_t replication,
-                                                                const counts_message& counts);
+// The carried blocks each of their R owners stores (ring member index -> blocks, prompt order):
+// every block of the request's counts but those among its first cached_blocks block hashes,
+// which the prefill served from its prefix cache and so were stored when they were computed.
+// `skipped` counts the carried blocks left out so.
+struct stores {
+  std::map<uint32_t, std::vector<const counts_block*>> by_owner;
+  size_t skipped = 0;
+};
+stores store_plan(const hash_ring& ring, size_t replication, const route_request& req);
 
 }  // namespace eldr::router

@@ -33,7 +33,8 @@ so are worker messages (a finished event is applied once per id); admin commands
 Classes
 -------
 RouteClient(endpoint, timeout_ms=2000)      a prefill worker (or its proxy) asking where to decode
-    route(request_id, model, blocks, counts=None, label=None, explain=False) -> dict
+    route(request_id, model, blocks, counts=None, label=None, explain=False,
+          cached_blocks=None) -> dict
         the route_reply as a dict: id, worker, endpoint, epoch, covered_blocks, total_blocks,
         fallback (why a locality policy decided by load only, "" when it did not), warnings (a
         list of "code: text", e.g. "counts_geometry: counts are ..., the model is ...; routed by
@@ -483,13 +484,18 @@ def error_from(reply):
     return EldrError(reply.get("code", 7), reply.get("message", ""), reply.get("id"))
 
 
-def route_request(request_id, model, blocks, counts=None, label=None, explain=False):
-    """The encoded route_request (docs/protocol.md section 3)."""
+def route_request(request_id, model, blocks, counts=None, label=None, explain=False,
+                  cached_blocks=None):
+    """The encoded route_request (docs/protocol.md section 3). cached_blocks: how many leading
+    blocks the prefill served from its prefix cache, when counts hold those blocks too."""
+    if cached_blocks is not None and not 0 <= int(cached_blocks) <= len(blocks):
+        raise ValueError("cached_blocks %r: 0..%d (the blocks)" % (cached_blocks, len(blocks)))
     return encode("route_request", {
         "id": str(request_id),
         "model": str(model),
         "blocks": [normalize_hash(h) for h in blocks],
         "counts": counts,
+        "cached_blocks": None if cached_blocks is None else int(cached_blocks),
         "label": None if label is None else int(label),
         "explain": True if explain else None,
     })
@@ -892,17 +898,19 @@ class RouteClient(RouteReplySurfacing, _Client):
                          max_attempts, server_public_key, public_key, secret_key)
         self._init_surfacing()
 
-    def route(self, request_id, model, blocks, counts=None, label=None, explain=False):
+    def route(self, request_id, model, blocks, counts=None, label=None, explain=False,
+              cached_blocks=None):
         """Where to decode this request: the route_reply dict. Raises EldrError, TimeoutError."""
-        reply = self._call(str(request_id),
-                           route_request(request_id, model, blocks, counts, label, explain))
+        reply = self._call(str(request_id), route_request(request_id, model, blocks, counts, label,
+                                                          explain, cached_blocks))
         if reply["type"] == "error_reply":
             raise error_from(reply)
         return self._surface(reply)
 
-    def send(self, request_id, model, blocks, counts=None, label=None, explain=False):
+    def send(self, request_id, model, blocks, counts=None, label=None, explain=False,
+             cached_blocks=None):
         """Pipelined: sends the request and returns at once; the answer comes from receive()."""
-        self._send(route_request(request_id, model, blocks, counts, label, explain))
+        self._send(route_request(request_id, model, blocks, counts, label, explain, cached_blocks))
 
     def receive(self, timeout_ms=None):
         """The next reply to arrive, route_reply or error_reply (not raised; see reply["type"])."""

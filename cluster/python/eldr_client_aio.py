@@ -27,7 +27,8 @@ secret_key=None, context=None (a zmq.asyncio.Context); has .failovers, .last_end
 `async with`):
 
 AsyncRouteClient(endpoints, timeout_ms=2000)
-    await route(request_id, model, blocks, counts=None, label=None, explain=False) -> dict
+    await route(request_id, model, blocks, counts=None, label=None, explain=False,
+                cached_blocks=None) -> dict
         the route_reply, with `fallback` and `warnings` always present (counted in
         .fallback_replies / .warned_replies and logged per code at most once per 10 s, as by
         eldr_client.RouteClient). Raises EldrError on an error_reply, TimeoutError.
@@ -227,9 +228,10 @@ class AsyncRouteClient(RouteReplySurfacing, _AsyncClient):
                          max_attempts, server_public_key, public_key, secret_key)
         self._init_surfacing()
 
-    async def route(self, request_id, model, blocks, counts=None, label=None, explain=False):
+    async def route(self, request_id, model, blocks, counts=None, label=None, explain=False,
+                    cached_blocks=None):
         """Where to decode this request: the route_reply dict. Raises EldrError, TimeoutError."""
-        payload = route_request(request_id, model, blocks, counts, label, explain)
+        payload = route_request(request_id, model, blocks, counts, label, explain, cached_blocks)
         reply = await self._call(str(request_id), payload)
         if reply["type"] == "error_reply":
             raise error_from(reply)

@@ -51,8 +51,16 @@ const message_table<route_request, L, std::vector<kv_decode_issue>> request_tabl
         request_fields::custom("counts", nil_ok, read_counts, write_counts,
                                [](route_request& m) { m.counts.reset(); })
             .written_when([](const route_request& m) { return m.counts.has_value(); }),
+        request_fields::u32<&route_request::cached_blocks>("cached_blocks", nil_ok),
         request_fields::u32<&route_request::label>("label", nil_ok),
         request_fields::boolean<&route_request::explain>("explain", nil_ok),
+    },
+    [](const route_request& m, uint64_t) {
+      if (m.cached_blocks && *m.cached_blocks > m.block_hashes.size())
+        return status::invalid_argument(
+            "route_request.cached_blocks: " + std::to_string(*m.cached_blocks) + " exceeds the " +
+            std::to_string(m.block_hashes.size()) + " blocks");
+      return status{};
     }};
 
 // A band member is [worker, score]; later elements are room for additions and skipped.

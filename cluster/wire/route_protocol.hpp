@@ -45,6 +45,12 @@ struct route_request {
   // Counts of the blocks the prefill computed itself (prefix hits come from the signature cache),
   // as an eldr-counts message, so block counts have exactly one encoding on the wire.
   std::optional<counts_message> counts{};
+  // How many leading blocks of block_hashes the prefill served from its prefix cache (vLLM:
+  // usage.prompt_tokens_details.cached_tokens / block size), <= block_hashes.size(). A client
+  // that sends the counts of every block (eldr-proxy with vLLM's routed experts) says so, and the
+  // router sums those blocks' counts but does not store them again: they were stored when they
+  // were computed. Absent: every carried block is stored.
+  std::optional<uint32_t> cached_blocks{};
   std::optional<uint32_t> label{};  // domain index, for the "domain" oracle policy (tests)
   bool explain = false;             // ask for band, scores, tau and policy in the reply
 };

@@ -807,9 +807,15 @@ class FakeVllm:
             tokens.append(item)
 
     def _usage(self, seq, completion):
+        # vLLM (completion/serving.py, cc139d8e): prompt_tokens_details is set only with
+        # --enable-prompt-tokens-details and a nonzero num_cached_tokens, as
+        # PromptTokenUsageInfo(cached_tokens=...) (engine/protocol.py, 040a2cc2).
         p = len(seq.prompt_ids)
+        details = None
+        if self.args.enable_prompt_tokens_details and seq.cached_tokens:
+            details = {"cached_tokens": seq.cached_tokens}
         return {"prompt_tokens": p, "total_tokens": p + completion, "completion_tokens": completion,
-                "prompt_tokens_details": None}
+                "prompt_tokens_details": details}
 
     async def _whole(self, seq, ctx):
         try:
@@ -916,7 +922,8 @@ class FakeVllm:
                 await send(chunk)
             if include_usage:
                 usage = self._usage(seq, n)
-                del usage["prompt_tokens_details"]  # the usage chunk is dumped with exclude_none
+                if usage["prompt_tokens_details"] is None:  # the chunk is dumped with exclude_none
+                    del usage["prompt_tokens_details"]
                 await send(dict(head, choices=[], usage=usage))
             await resp.write(b"data: [DONE]\n\n")
         except (ConnectionResetError, asyncio.CancelledError):
@@ -1059,6 +1066,8 @@ def parse_args(argv):
                    "TIMEOUT)")
     p.add_argument("--max-pending-transfers", type=int, default=10000)
     p.add_argument("--kv-pull-timeout-s", type=float, default=5.0)
+    p.add_argument("--enable-prompt-tokens-details", action="store_true",
+                   help="report usage.prompt_tokens_details.cached_tokens, as vLLM's flag")
     p.add_argument("--missing-kv-params", choices=["refuse", "recompute"], default="refuse",
                    help="a decode request without valid kv_transfer_params: refuse (400) or "
                    "recompute like vLLM; counted either way")

@@ -25,7 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto back = eldr::decode_route_request(eldr::encode_route_request(*m), limits, issues2);
     if (!back.ok() || !issues2.empty() || back->id != m->id || back->model != m->model ||
         back->block_hashes != m->block_hashes || back->label != m->label ||
-        back->explain != m->explain || back->counts.has_value() != m->counts.has_value() ||
+        back->cached_blocks != m->cached_blocks || back->explain != m->explain ||
+        back->counts.has_value() != m->counts.has_value() ||
         (m->counts && back->counts->blocks.size() != m->counts->blocks.size()))
       std::abort();
   }

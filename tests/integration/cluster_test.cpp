@@ -713,6 +713,29 @@ TEST_F(ClusterTest, SignaturesAreShardedReplicatedAndSurviveTheLossOfACacheNode)
   s1 = status(*nodes_[1]);
   EXPECT_EQ(s1["cluster"]["router"].value("shard_requests", 0), asked) << s1.dump();
   EXPECT_EQ(s1["models"][0]["shard_sums"].value("hits", 0), 4) << s1.dump();
+  // A client that sends every block's counts (eldr-proxy with vLLM's routed experts) and says
+  // which the prefill served from its cache (cached_blocks): n3 asks no shard, stores only the
+  // two new blocks of each prompt, and decides alike.
+  for (uint32_t w = 0; w < 4; ++w) {
+    auto blocks = blocks_of(w);
+    blocks.push_back(1000 + 100 * w + 8);
+    blocks.push_back(1000 + 100 * w + 9);
+    auto req = prompt_for("all-counts-" + std::to_string(w), w, blocks, true);
+    ASSERT_EQ(req.counts->blocks.size(), 10u);
+    req.cached_blocks = 8;
+    auto d = route_at(*nodes_[2], req);
+    EXPECT_EQ(d.worker, w);
+    EXPECT_EQ(d.covered_blocks, 10u);
+  }
+  auto s2 = status(*nodes_[2]);
+  EXPECT_EQ(s2["cluster"]["router"].value("shard_requests", -1), 0) << s2.dump();
+  EXPECT_EQ(s2["cluster"]["router"].value("shard_stores_cached", -1), 32) << s2.dump();
+  ASSERT_TRUE(eventually([&] {
+    int64_t held = 0;
+    for (auto& n : nodes_)
+      held += status(*n)["signature_cache"][0].value("blocks", int64_t{0});
+    return held == 64 + 2 * 8;  // R = 2 copies of the 8 new blocks
+  }));
   // Lose a signature-cache node: every block had R = 2 copies, so nothing is lost. The prompts
   // are one block shorter here, so that the shards, not n2's kept sums, answer.
   nodes_[2]->kill();

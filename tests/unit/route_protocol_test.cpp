@@ -34,6 +34,7 @@ route_request sample_request() {
   c.geometry = geo;
   c.blocks.push_back({7, 18446744073709539271ULL, sample_counts()});
   m.counts = std::move(c);
+  m.cached_blocks = 2;
   m.label = 3;
   m.explain = true;
   return m;
@@ -76,8 +77,29 @@ TEST(RouteProtocol, RequestRoundTrips) {
   EXPECT_EQ(back->counts->blocks[0].hash, 7u);
   EXPECT_EQ(back->counts->blocks[0].counts.ids(), sample_counts().ids());
   EXPECT_EQ(back->counts->blocks[0].counts.counts(), sample_counts().counts());
+  EXPECT_EQ(back->cached_blocks, std::optional<uint32_t>(2));
   EXPECT_EQ(back->label, std::optional<uint32_t>(3));
   EXPECT_TRUE(back->explain);
+}
+
+TEST(RouteProtocol, CachedBlocksAreAtMostTheBlocks) {
+  route_request m = sample_request();
+  m.cached_blocks = 3;  // every block: a prompt served whole from the prefix cache
+  auto back = decode_request(encode_route_request(m));
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(back->cached_blocks, std::optional<uint32_t>(3));
+  m.cached_blocks = 4;
+  expect_error(decode_request(encode_route_request(m)), status_code::invalid_argument,
+               "route_request.cached_blocks: 4 exceeds the 3 blocks");
+  // nil is absent.
+  back = decode_request(message("route_request")
+                            .str("id", "r")
+                            .str("model", "m")
+                            .value("blocks", [](msgpack::writer& w) { w.write_array_header(0); })
+                            .nil("cached_blocks")
+                            .bytes());
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_FALSE(back->cached_blocks);
 }
 
 TEST(RouteProtocol, MinimalRequestRoundTrips) {
@@ -88,6 +110,7 @@ TEST(RouteProtocol, MinimalRequestRoundTrips) {
   ASSERT_TRUE(back.ok()) << back.error().to_string();
   EXPECT_TRUE(back->block_hashes.empty());
   EXPECT_FALSE(back->counts);
+  EXPECT_FALSE(back->cached_blocks);
   EXPECT_FALSE(back->label);
   EXPECT_FALSE(back->explain);
 }
@@ -198,13 +221,13 @@ TEST(RouteProtocol, UnknownKeysAreIgnored) {
 // Writes a request whose field `key` holds a string, to see the wrong type named.
 std::vector<uint8_t> request_with_string_at(std::string_view key) {
   map_payload m = message("route_request");
-  for (std::string_view k : {"id", "model", "blocks", "label"}) {
+  for (std::string_view k : {"id", "model", "blocks", "label", "cached_blocks"}) {
     if (k == key)
       m.str(k, "oops");
     else if (k == "blocks")
       m.value(k, [](msgpack::writer& w) { w.write_array_header(0); });
-    else if (k == "label")
-      m.uint(k, 1);
+    else if (k == "label" || k == "cached_blocks")
+      m.uint(k, 0);
     else
       m.str(k, "x");
   }
@@ -219,7 +242,7 @@ void write_bad_second_hash(msgpack::writer& w) {
 }
 
 TEST(RouteProtocol, WrongTypesAreNamed) {
-  for (std::string_view key : {"blocks", "label"}) {
+  for (std::string_view key : {"blocks", "label", "cached_blocks"}) {
     SCOPED_TRACE(key);
     expect_error(decode_request(request_with_string_at(key)), status_code::invalid_argument,
                  "route_request." + std::string(key));

@@ -6,6 +6,7 @@
 // replica stores batched per owner.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -403,18 +404,62 @@ TEST(ShardGather, EveryBlockGoesToOneOfItsOwnersAndNeverToAnExcludedOne) {
 TEST(ShardGather, CarriedCountsAreStoredAtEveryOwner) {
   auto ring = hash_ring::make({"a", "b", "c"}, 16);
   ASSERT_TRUE(ring.ok());
-  counts_message cm;
-  cm.geometry = toy_geometry;
+  route_request req;
+  req.counts.emplace();
+  req.counts->geometry = toy_geometry;
   for (uint64_t h = 1; h <= 50; ++h)
-    cm.blocks.push_back(counts_block{h * 0x9E3779B97F4A7C15ull, std::nullopt, {}});
-  const auto plan = store_plan(*ring, 2, cm);
+    req.counts->blocks.push_back(counts_block{h * 0x9E3779B97F4A7C15ull, std::nullopt, {}});
+  const auto plan = store_plan(*ring, 2, req);
   size_t stored = 0;
-  for (const auto& [owner, blocks] : plan)
+  for (const auto& [owner, blocks] : plan.by_owner)
     for (const auto* blk : blocks) {
       EXPECT_TRUE(ring->owns(ring->members()[owner], blk->hash, 2));
       ++stored;
     }
-  EXPECT_EQ(stored, 2 * cm.blocks.size());
+  EXPECT_EQ(stored, 2 * req.counts->blocks.size());
+  EXPECT_EQ(plan.skipped, 0u);
+}
+
+// The hashes of the blocks a plan stores, once each, in the order first met.
+std::vector<uint64_t> stored_hashes(const stores& plan) {
+  std::vector<uint64_t> out;
+  for (const auto& [owner, blocks] : plan.by_owner)
+    for (const auto* blk : blocks)
+      if (std::find(out.begin(), out.end(), blk->hash) == out.end()) out.push_back(blk->hash);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(ShardGather, BlocksThePrefillServedFromItsCacheAreNotStoredAgain) {
+  auto ring = hash_ring::make({"a", "b", "c"}, 16);
+  ASSERT_TRUE(ring.ok());
+  route_request req;
+  req.block_hashes = {11, 12, 13, 14, 15};
+  req.counts.emplace();
+  req.counts->geometry = toy_geometry;
+  for (uint64_t h : req.block_hashes)  // every block's counts, in prompt order (eldr-proxy)
+    req.counts->blocks.push_back(counts_block{h, std::nullopt, {}});
+  req.cached_blocks = 3;
+  auto plan = store_plan(*ring, 2, req);
+  EXPECT_EQ(stored_hashes(plan), (std::vector<uint64_t>{14, 15}));
+  EXPECT_EQ(plan.skipped, 3u);
+  // Out of prompt order, the cached prefix is still recognised by hash.
+  std::reverse(req.counts->blocks.begin(), req.counts->blocks.end());
+  plan = store_plan(*ring, 2, req);
+  EXPECT_EQ(stored_hashes(plan), (std::vector<uint64_t>{14, 15}));
+  EXPECT_EQ(plan.skipped, 3u);
+  // Counts of the computed blocks only (the usual client) with cached_blocks: all stored.
+  req.counts->blocks.clear();
+  for (uint64_t h : {14, 15})
+    req.counts->blocks.push_back(counts_block{h, std::nullopt, {}});
+  plan = store_plan(*ring, 2, req);
+  EXPECT_EQ(stored_hashes(plan), (std::vector<uint64_t>{14, 15}));
+  EXPECT_EQ(plan.skipped, 0u);
+  // Without cached_blocks every carried block is stored.
+  req.cached_blocks.reset();
+  req.counts->blocks.push_back(counts_block{11, std::nullopt, {}});
+  plan = store_plan(*ring, 2, req);
+  EXPECT_EQ(stored_hashes(plan), (std::vector<uint64_t>{11, 14, 15}));
 }
 
 TEST(ShardGather, CarriedBlocksAreSummedHereAndTheRestAskedInPromptOrder) {

@@ -57,6 +57,8 @@ struct loadgen_options {
   uint32_t block_size = 16;
   double prefill_base_ms = 20.0, prefill_per_token_ms = 0.1, kv_transfer_ms = 5.0;
   bool send_counts = true;
+  // Counts of the prefix hits too, with route_request.cached_blocks (eldr-proxy's requests).
+  bool counts_of_hits = false;
   // Decode emulation.
   uint32_t max_batch = 64;
   uint64_t kv_capacity_tokens = 0;

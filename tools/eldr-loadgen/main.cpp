@@ -99,7 +99,15 @@ int main(int argc, char** argv) {
   eldr::tools::add_block_size_option(app, o.block_size);
   eldr::tools::add_prefill_cost_options(app, o.prefill_base_ms, o.prefill_per_token_ms,
                                         o.kv_transfer_ms);
-  app.add_flag("--no-counts", no_counts, "send block hashes only, no per-block expert counts");
+  std::string counts_mode = "computed";
+  auto* counts_opt =
+      app.add_option("--counts", counts_mode,
+                     "per-block expert counts sent with a route request: computed (the blocks "
+                     "the prefill computed), all (every block, prefix hits too, with "
+                     "cached_blocks: as eldr-proxy with vLLM's routed experts) or none")
+          ->check(CLI::IsMember({"computed", "all", "none"}))
+          ->capture_default_str();
+  app.add_flag("--no-counts", no_counts, "the same as --counts none")->excludes(counts_opt);
   eldr::tools::add_decode_worker_options(app, o.max_batch, o.kv_capacity_tokens);
   auto* cap_opt = app.add_option("--capacity", capacity,
                                  "capacity each decode worker registers (max concurrent requests; "
@@ -152,7 +160,8 @@ int main(int argc, char** argv) {
   if (cap_opt->count() > 0) o.capacity = capacity;
   if (swap_opt->count() > 0) o.swap_at = swap_at;
   if (o.route_only && pool_opt->count() == 0) spec.prompt_pool = 1024;
-  o.send_counts = !no_counts;
+  o.send_counts = !no_counts && counts_mode != "none";
+  o.counts_of_hits = counts_mode == "all";
 
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);

@@ -90,10 +90,12 @@ void prepare_pipeline::run() {
     req.model = s_.model;
     req.block_hashes = plan->hashes;
     if (r.label >= 0) req.label = static_cast<uint32_t>(r.label);
-    if (o.send_counts && po.hit_blocks < plan->hashes.size()) {
+    const std::size_t first_counted = o.counts_of_hits ? 0 : po.hit_blocks;
+    if (o.counts_of_hits) req.cached_blocks = po.hit_blocks;
+    if (o.send_counts && first_counted < plan->hashes.size()) {
       counts_message m;
       m.geometry = g;
-      for (std::size_t b = po.hit_blocks; b < plan->hashes.size(); ++b) {
+      for (std::size_t b = first_counted; b < plan->hashes.size(); ++b) {
         counts_block cb;
         cb.hash = plan->hashes[b];
         if (b > 0) cb.parent = plan->hashes[b - 1];

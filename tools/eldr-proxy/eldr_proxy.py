@@ -776,12 +776,12 @@ class Proxy:
 
         # 2. Routed experts -> block hashes and counts.
         t = loop.time()
-        blocks, counts = self._blocks_and_counts(body, pre_resp, choice, st.rid)
+        blocks, counts, cached_blocks = self._blocks_and_counts(body, pre_resp, choice, st.rid)
         self.metrics.latency.observe(loop.time() - t, "conversion")
 
         # 3. eldr decides.
         t = loop.time()
-        await self._route(st, blocks, counts)
+        await self._route(st, blocks, counts, cached_blocks)
         self.metrics.latency.observe(loop.time() - t, "route")
         if st.decode is None:
             st.outcome = "decode_error"
@@ -799,8 +799,9 @@ class Proxy:
         return await self._decode(request, st, path, dec_body, headers, stream, out_headers)
 
     def _blocks_and_counts(self, body, pre_resp, choice, rid):
-        """(block hashes as uint64, counts message or None). Never raises: a problem costs the
-        request its counts (eldr then routes by cached blocks or load), counted and logged."""
+        """(block hashes as uint64, counts message or None, cached blocks or None). Never raises:
+        a problem costs the request its counts (eldr then routes by cached blocks or load),
+        counted and logged."""
         cfg = self.config
         token_ids = choice.get("prompt_token_ids")
         if token_ids is None:
@@ -828,13 +829,27 @@ class Proxy:
                 counts = cfg.counts.message(ids, hashes)
             except CountsError as e:
                 self._counts_error(e)
-        return hashes, counts
+        cached_blocks = None if counts is None else self._cached_blocks(pre_resp, len(hashes))
+        return hashes, counts, cached_blocks
+
+    def _cached_blocks(self, pre_resp, n_blocks):
+        """How many leading blocks the prefill served from its prefix cache: vLLM's
+        usage.prompt_tokens_details.cached_tokens (sent with --enable-prompt-tokens-details when
+        nonzero; vLLM caches whole blocks) over the block size. The counts carry those blocks too
+        (vLLM returns the routed experts of every prompt token), and eldr then sums them without
+        storing them again. None when vLLM does not say: eldr stores every carried block."""
+        usage = pre_resp.get("usage")
+        details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        if not isinstance(cached, int) or isinstance(cached, bool) or cached < 0:
+            return None
+        return min(cached // self.config.block_size, n_blocks)
 
     def _counts_error(self, e):
         self.metrics.counts_errors.inc(e.reason)
         self.limiter.warning("counts:" + e.reason, "request routed without counts: %s", e)
 
-    async def _route(self, st, blocks, counts):
+    async def _route(self, st, blocks, counts, cached_blocks=None):
         """Sets st.decode (None: nothing reachable), st.eldr_worker, st.decided_by."""
         now = time.monotonic()
         reason = None
@@ -843,7 +858,8 @@ class Proxy:
             reason = "eldr_down"
         else:
             task = asyncio.ensure_future(self.router.route(st.rid, self.config.model, blocks,
-                                                           counts=counts))
+                                                           counts=counts,
+                                                           cached_blocks=cached_blocks))
             try:
                 reply = await asyncio.shield(task)
                 self._route_timeouts = 0

@@ -199,7 +199,8 @@ async def scenario(args, tmp):
     tap = RouteTap(node.endpoint("route"))
     proxy = None
     try:
-        prefills = [c.fake("prefill%d" % i, "prefill").start() for i in range(2)]
+        prefills = [c.fake("prefill%d" % i, "prefill", ["--enable-prompt-tokens-details"]).start()
+                    for i in range(2)]
         decodes = [c.fake("decode%d" % i, "decode").start() for i in range(K)]
         pre_urls = [p.ready["url"] for p in prefills]
         dec_urls = [d.ready["url"] for d in decodes]
@@ -315,18 +316,42 @@ async def test_requests(session, admin, tap, purl, trace, dec_urls, decodes):
         check(msg["blocks"][:len(vllm)] == vllm, "request %s: block hashes are not vLLM's"
               % r["rid"])
         check([b[0] for b in msg["counts"]["blocks"]] == msg["blocks"], "counts/blocks hashes")
+        check("cached_blocks" not in msg, "request %s: a new prompt has no cached blocks: %r"
+              % (r["rid"], msg.get("cached_blocks")))
+    # The same prompts again, three times (each prefill instance sees some): an instance that
+    # prefilled a prompt before serves its full blocks from its prefix cache and says so
+    # (--enable-prompt-tokens-details); the proxy passes that on as cached_blocks, beside the
+    # counts of every block, so eldr sums them without storing them again (docs/protocol.md).
+    hits = repeated = 0
+    for _ in range(3):
+        for r in await run_requests(session, purl, picked[:6], trace):
+            repeated += 1
+            msg = tap.requests[r["rid"]]
+            n_blocks = -(-r["n"] // BLOCK)
+            check(len(msg["counts"]["blocks"]) == len(msg["blocks"]) == n_blocks,
+                  "request %s: the counts of every block" % r["rid"])
+            cached = msg.get("cached_blocks")
+            if cached is not None:
+                check(0 < cached and cached * BLOCK <= r["n"], "request %s: %d cached blocks of "
+                      "a %d-token prompt" % (r["rid"], cached, r["n"]))
+                hits += 1
+            decision = await admin.call("explain", model=MODEL, request=r["rid"])
+            check(decision["covered_blocks"] == decision["total_blocks"] == n_blocks,
+                  "coverage of a repeated prompt %r" % decision)
+    check(hits > 0, "no repeated prompt was served from a prefill instance's cache")
+    sent = len(results) + repeated
     # Every finished reached eldr: in-flight back to 0 everywhere.
     async def drained():
         rows = await admin.call("workers", model=MODEL)
         return all(r["load"] == 0 for r in rows)
     await wait_until(drained, "the node's in-flight counts to return to 0")
     check(await metric(session, purl, "eldr_proxy_requests_total",
-                       {"outcome": "ok"}) == len(results), "ok count")
+                       {"outcome": "ok"}) == sent, "ok count")
     check(await metric(session, purl, "eldr_proxy_eldr_errors_total") == 0, "eldr errors")
-    check(await metric(session, purl, "eldr_proxy_finished_reported_total") == len(results),
+    check(await metric(session, purl, "eldr_proxy_finished_reported_total") == sent,
           "finished reported")
     check(await metric(session, purl, "eldr_proxy_block_hashes_total",
-                       {"source": "vllm"}) == len(results), "hash source")
+                       {"source": "vllm"}) == sent, "hash source")
 
 
 async def decode_cost(session, decodes):

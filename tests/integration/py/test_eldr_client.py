@@ -186,10 +186,11 @@ def test_route_encoding_and_reply():
         c = ec.RouteClient(node.endpoint, timeout_ms=5000)
         counts = sample_counts(seq=7)
         reply = c.route("req-1", "qwen3-30b-a3b", [1, BIG - 2**64, b"\x00" * 31 + b"\x07"],
-                        counts=counts, label=2, explain=True)
+                        counts=counts, label=2, explain=True, cached_blocks=2)
         msg, _ = node.next()
-        eq(set(msg), {"version", "type", "id", "model", "blocks", "counts", "label", "explain"},
-           "route_request keys")
+        eq(set(msg), {"version", "type", "id", "model", "blocks", "counts", "cached_blocks",
+                      "label", "explain"}, "route_request keys")
+        eq(msg["cached_blocks"], 2, "cached_blocks")
         eq(msg["version"], 1, "version")
         eq(msg["type"], "route_request", "type")
         eq(msg["id"], "req-1", "id")
@@ -204,6 +205,13 @@ def test_route_encoding_and_reply():
         eq((reply["epoch"], reply["covered_blocks"], reply["total_blocks"]), (9, 2, 3), "reply")
         eq(reply["explain"]["policy"], "eldr", "policy")
         eq(reply["explain"]["band"][1][0], 1, "band")
+
+        # cached_blocks is at most the blocks: refused before anything is sent.
+        try:
+            c.route("req-3", "m", [1, 2], cached_blocks=3)
+            check(False, "cached_blocks over the blocks refused")
+        except ValueError as e:
+            check("cached_blocks" in str(e), "the error names cached_blocks: %s" % e)
 
         # Optional fields are left out, not sent as defaults.
         c.route("req-2", "m", [])
