@@ -32,13 +32,15 @@ ap.add_argument("--duration", type=float, default=10)
 ap.add_argument("--workers", type=int, default=16)
 ap.add_argument("--preset", default="qwen-task")
 ap.add_argument("--no-swap", action="store_true")
+ap.add_argument("--node-bin", help="this eldr-node instead of BUILD's (bench/node_ab.py)")
+ap.add_argument("--loadgen-bin", help="this eldr-loadgen instead of BUILD's")
 ap.add_argument("--warmup", type=float, default=2,
                 help="seconds at the start of each run left out of rtt p50/p99 (eldr-loadgen "
                      "--warmup); the whole run's p99 is printed beside")
 args = ap.parse_args()
 
-node_bin = os.path.join(args.build, "tools/eldr-node/eldr-node")
-loadgen_bin = os.path.join(args.build, "tools/eldr-loadgen/eldr-loadgen")
+node_bin = args.node_bin or os.path.join(args.build, "tools/eldr-node/eldr-node")
+loadgen_bin = args.loadgen_bin or os.path.join(args.build, "tools/eldr-loadgen/eldr-loadgen")
 
 
 def start_node(data):
