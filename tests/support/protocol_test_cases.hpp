@@ -77,6 +77,30 @@ inline map_payload message(std::string_view type, uint64_t version = 1) {
   return m;
 }
 
+// `bytes` (a MessagePack map) with the value of `key` replaced by the encoded `value`, or the key
+// dropped when `value` is empty: a valid message or file with one field made wrong.
+inline std::vector<uint8_t> with_field(const std::vector<uint8_t>& bytes, std::string_view key,
+                                       const std::vector<uint8_t>& value) {
+  msgpack::reader r(bytes.data(), bytes.size());
+  const uint32_t pairs = *r.read_map_header();
+  std::vector<uint8_t> out;
+  msgpack::writer w(out);
+  w.write_map_header(value.empty() ? pairs - 1 : pairs);
+  for (uint32_t i = 0; i < pairs; ++i) {
+    const std::string k(*r.read_str());
+    const size_t begin = r.offset();
+    EXPECT_TRUE(r.skip().ok());
+    if (k == key && value.empty()) continue;
+    w.write_str(k);
+    if (k == key)
+      out.insert(out.end(), value.begin(), value.end());
+    else
+      out.insert(out.end(), bytes.begin() + static_cast<std::ptrdiff_t>(begin),
+                 bytes.begin() + static_cast<std::ptrdiff_t>(r.offset()));
+  }
+  return out;
+}
+
 // `s` has `code` and its message contains `fragment`.
 inline void expect_error(const status& s, status_code code, std::string_view fragment) {
   EXPECT_EQ(s.code(), code) << s.to_string();

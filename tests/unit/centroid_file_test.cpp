@@ -10,6 +10,7 @@
 
 #include "core/base/file_io.hpp"
 #include "core/base/msgpack.hpp"
+#include "tests/support/protocol_test_cases.hpp"
 
 namespace eldr {
 namespace {
@@ -94,26 +95,8 @@ TEST(CentroidFile, ValidationNamesTheProblem) {
 
 // Re-encodes a sample with one top-level field replaced (or dropped when value is empty).
 std::vector<uint8_t> with_field(const std::string& key, const std::vector<uint8_t>& value) {
-  const auto bytes = encode_centroid_file(sample(signature_transform::count_idf));
-  msgpack::reader r(bytes.data(), bytes.size());
-  const uint32_t pairs = *r.read_map_header();
-  std::vector<uint8_t> out;
-  msgpack::writer w(out);
-  w.write_map_header(value.empty() ? pairs - 1 : pairs);
-  for (uint32_t i = 0; i < pairs; ++i) {
-    const std::string k(*r.read_str());
-    const std::size_t begin = r.offset();
-    EXPECT_TRUE(r.skip().ok());
-    if (k == key && value.empty()) continue;
-    w.write_str(k);
-    if (k == key) {
-      out.insert(out.end(), value.begin(), value.end());
-    } else {
-      out.insert(out.end(), bytes.begin() + static_cast<std::ptrdiff_t>(begin),
-                 bytes.begin() + static_cast<std::ptrdiff_t>(r.offset()));
-    }
-  }
-  return out;
+  return testing::with_field(encode_centroid_file(sample(signature_transform::count_idf)), key,
+                             value);
 }
 
 std::vector<uint8_t> packed_str(const std::string& s) {

@@ -141,25 +141,7 @@ TEST(CountsMessage, TableErrorsNameTheFieldAndKeepTheirCause) {
   m.blocks.push_back({1, std::nullopt, sample()});
   // Re-encodes m's map with `key` replaced by `value` (dropped when value is empty).
   auto with = [&](const std::string& key, const std::vector<uint8_t>& value) {
-    const auto bytes = encode_counts_message(m);
-    msgpack::reader r(bytes.data(), bytes.size());
-    const uint32_t pairs = *r.read_map_header();
-    std::vector<uint8_t> out;
-    msgpack::writer w(out);
-    w.write_map_header(value.empty() ? pairs - 1 : pairs);
-    for (uint32_t i = 0; i < pairs; ++i) {
-      const std::string k(*r.read_str());
-      const size_t begin = r.offset();
-      EXPECT_TRUE(r.skip().ok());
-      if (k == key && value.empty()) continue;
-      w.write_str(k);
-      if (k == key)
-        out.insert(out.end(), value.begin(), value.end());
-      else
-        out.insert(out.end(), bytes.begin() + static_cast<std::ptrdiff_t>(begin),
-                   bytes.begin() + static_cast<std::ptrdiff_t>(r.offset()));
-    }
-    return out;
+    return testing::with_field(encode_counts_message(m), key, value);
   };
   auto expect = [](const std::vector<uint8_t>& bytes, const counts_decode_limits& limits,
                    drop_cause cause, const std::string& message) {
