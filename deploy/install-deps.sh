@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   # toolchain
-  g++ cmake ninja-build make pkg-config git clang clang-format libclang-rt-14-dev
+  g++ cmake ninja-build make pkg-config git clang clang-format libclang-rt-14-dev lld
   # libraries (see ../shared/reference/toolchain-notes.md for what each is for)
   libcaf-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev librocksdb-dev libspdlog-dev libfmt-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev
