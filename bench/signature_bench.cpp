@@ -7,6 +7,10 @@
 // - signature_from_prefix: the same signature when the cache hands over the first 63 blocks as
 //   one cumulative masked sum (one dense add) plus the last block.
 // - block_counts_from_tokens: counting one 16-token block from the raw expert ids (prefill side).
+// - sample_fill: offering the all-layer signature of a 1,024-token prompt to a fresh refit sample
+//   (signature_sample) until it holds 1,024 rows: what every router pays per decision until its
+//   reservoir is full (after its first sample_size decisions; each router of a cluster fills its
+//   own). Per offer: a row of width floats written, its pages touched for the first time.
 // Smoke mode: 2 blocks of a 4-layer model.
 #include <benchmark/benchmark.h>
 
@@ -15,6 +19,7 @@
 
 #include "bench/bench_support.hpp"
 #include "core/expert_counts.hpp"
+#include "core/refit.hpp"
 #include "core/signature.hpp"
 #include "core/sim/synthetic.hpp"
 
@@ -103,6 +108,23 @@ void block_counts_from_tokens(benchmark::State& state, const fixture& f) {
   }
 }
 
+void sample_fill(benchmark::State& state, const fixture& f) {
+  eldr::signature_builder builder(f.spec);
+  eldr::signature sig;
+  for (const auto& b : f.blocks)
+    (void)builder.add(b);
+  builder.finish(sig);
+  const uint32_t rows = eldr::bench::smoke() ? 8 : 1024;
+  for (auto _ : state) {
+    auto sample = eldr::signature_sample::make(rows, sig.width, 1).value();
+    for (uint32_t i = 0; i < rows; ++i)
+      benchmark::DoNotOptimize(sample.add(sig));
+    benchmark::DoNotOptimize(sample.points().data());
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * rows);
+  state.counters["width"] = sig.width;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -117,6 +139,7 @@ int main(int argc, char** argv) {
   static const fixture all_layers = make_fixture(smoke ? 2 : 64, smoke ? 2 : 48);
   benchmark::RegisterBenchmark("signature_one_block/1x16tok/48x128/mask48",
                                signature_one_block_all_layers, all_layers);
+  benchmark::RegisterBenchmark("sample_fill/1024rows/64x16tok/mask48", sample_fill, all_layers);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
