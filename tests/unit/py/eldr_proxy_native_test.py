@@ -422,6 +422,58 @@ def test_decode_refuses_bad_input_with_a_message():
     check(b"null" in err.value, err.value)
 
 
+def decode_raw(raw):
+    """The C function's (code, decoded .npy data) of raw bytes, its message on a refusal."""
+    lib = NATIVE._lib
+    out = np.zeros(len(raw) // 4 * 3, dtype=np.uint8)
+    dtype = ctypes.c_uint32(7)
+    shape = (ctypes.c_uint64 * 3)()
+    offset = ctypes.c_uint64(0)
+    err = ctypes.create_string_buffer(200)
+    rc = lib.eldr_routed_experts_decode(raw, len(raw), out.ctypes.data, out.size,
+                                        ctypes.byref(dtype), shape, ctypes.byref(offset), err, 200)
+    if rc != 0:
+        return rc, err.value.decode()
+    n = shape[0] * shape[1] * shape[2]
+    return rc, out[offset.value:offset.value + n].tobytes()
+
+
+def test_every_byte_at_every_place_of_a_sixteen_character_line():
+    """The library decodes base64 sixteen characters at a time (SSSE3) up to the first line with
+    anything but the 64 alphabet characters, and leaves the rest to OpenSSL: each of the 256 byte
+    values at each of a line's 16 places, in lines decoded either way (early, and in the last 8
+    characters), is refused iff it is not of the alphabet (naming it), and every accepted text
+    decodes to Python's bytes."""
+    alphabet = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+    header = "{'descr': '|u1', 'fortran_order': False, 'shape': (1, 1, %d), }"
+    data = bytes(range(256)) * 3 + b"eldr"  # with the 128-byte header, 75 whole lines
+    text = npy_bytes_b64(header % len(data), data).encode()
+    check(len(text) % 16 == 0 and b"=" not in text, "the text is whole lines: %d" % len(text))
+    # A line of the data (SSSE3 where the CPU has it) and the last line (OpenSSL).
+    for line in (len(text) // 2 // 16 * 16, len(text) - 16):
+        for place in range(16):
+            at = line + place
+            for byte in range(256):
+                raw = text[:at] + bytes([byte]) + text[at + 1:]
+                rc, got = decode_raw(raw)
+                if byte in alphabet:
+                    want = base64.b64decode(raw, validate=True)
+                    check(rc == 0, "%d at %d refused: %s" % (byte, at, got))
+                    check(got == want[len(want) - len(data):], "%d at %d: other bytes"
+                          % (byte, at))
+                elif byte == ord("=") and at == len(text) - 1:
+                    check(rc == 1 and "771 data bytes" in got, "padding: %r" % got)
+                else:
+                    check(rc == 1 and "character %d at offset %d" % (byte, at) in got,
+                          "%d at %d: %r" % (byte, at, got))
+    # Every length of data: the split between the two decoders at every place.
+    rng = np.random.default_rng(37)
+    for n in range(0, 200):
+        data = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        rc, got = decode_raw(npy_bytes_b64(header % n, data).encode())
+        check(rc == 0 and got == data, "%d data bytes: %r" % (n, got[:40]))
+
+
 def test_every_refusal_is_the_numpy_paths_and_every_answer_its_array():
     """Thousands of corruptions of real-shaped strings (characters replaced, removed, cut off,
     header bytes changed): whatever the library reads is numpy's array; whatever it refuses, the
