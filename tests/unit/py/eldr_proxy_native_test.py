@@ -173,6 +173,41 @@ def test_the_proxy_builder_with_the_library_makes_the_same_route_request():
           "counts decode differently")
 
 
+def test_block_keys_once_give_the_same_route_request():
+    """What eldr-proxy sends since it makes each block's uint64 key once per request
+    (eldr_proxy_counts.block_keys: one numpy array for the counts and the route request's
+    blocks) is byte for byte what it sent with a normalize_hash per block and per use, with and
+    without the library; other hash shapes (ints, short bytes) go through normalize_hash."""
+    g, ids = next(iter(trace_prompts("esft-deepseek-v2-lite.eldrtrace")))
+    spec = "0-%d" % (g.layers - 1)
+    n = -(-ids.shape[0] // 16)
+    for hashes in ([os.urandom(32) for _ in range(n)], [b"\xff" * 9] + list(range(n - 1)),
+                   [os.urandom(32) for _ in range(1)], []):
+        keys = rex.block_keys(hashes)
+        want_keys = [ec.normalize_hash(h) for h in hashes]
+        check(keys.dtype == np.uint64 and keys.tolist() == want_keys, "keys differ")
+        for native in (None, NATIVE):
+            b = rex.CountsBuilder(g.layers, g.experts, g.top_k, spec, 16, native=native)
+            sel = ids[:16 * len(hashes)]
+            if not hashes:
+                check(ec.route_request("r", "m", keys) == ec.route_request("r", "m", []),
+                      "no blocks")
+                continue
+            old = b.message(sel, hashes)
+            new = b.message(sel, keys)
+            a = ec.route_request("r1", "m", want_keys, old, cached_blocks=1)
+            c = ec.route_request("r1", "m", keys, new, cached_blocks=1)
+            check(a == c, "route_request bytes differ (native %s)" % (native is not None))
+    # The library's message with keys and the chain (parents None) is its message with lists.
+    h = [os.urandom(32) for _ in range(n)]
+    want = NATIVE.message(g.layers, g.experts, g.top_k, h, [None] + h[:-1], ids, 16)
+    got = NATIVE.message(g.layers, g.experts, g.top_k, rex.block_keys(h), None, ids, 16)
+    check(want.data == got.data, "keys and parents None: other bytes")
+    got = NATIVE.message(g.layers, g.experts, g.top_k, rex.block_keys(h), [None] + h[:-1], ids,
+                         16)
+    check(want.data == got.data, "keys with explicit parents: other bytes")
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad input: a clean error
 
