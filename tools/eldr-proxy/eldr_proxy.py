@@ -799,9 +799,9 @@ class Proxy:
         return await self._decode(request, st, path, dec_body, headers, stream, out_headers)
 
     def _blocks_and_counts(self, body, pre_resp, choice, rid):
-        """(block hashes as uint64 keys (a numpy array), counts message or None, cached blocks or None). Never raises:
-        a problem costs the request its counts (eldr then routes by cached blocks or load),
-        counted and logged."""
+        """(block hashes as uint64 keys (a numpy array), counts message or None, cached blocks
+        or None). Never raises: a problem costs the request its counts (eldr then routes by
+        cached blocks or load), counted and logged."""
         cfg = self.config
         token_ids = choice.get("prompt_token_ids")
         if token_ids is None:

@@ -141,9 +141,9 @@ class CountsBuilder:
         n_blocks = min(len(hashes), self.max_blocks)
         ids = ids[:n_blocks * self.block_size]
         keys = hashes[:n_blocks]
-        if not isinstance(keys, np.ndarray):
-            keys = block_keys(keys)
         try:
+            if not isinstance(keys, np.ndarray):
+                keys = block_keys(keys)
             if self.native is not None:
                 return self.native.message(self.layers, self.experts, self.top_k, keys, None,
                                            ids, self.block_size)
