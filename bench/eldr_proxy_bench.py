@@ -191,10 +191,11 @@ async def run(args, tmp):
     try:
         prefills = [fake("prefill%d" % i, "prefill").ready["url"] for i in range(args.prefills)]
         decodes = [fake("decode%d" % i, "decode").ready["url"] for i in range(K)]
-        launch = [PYTHON, PROXY]
+        proxy_script = args.proxy or PROXY
+        launch = [PYTHON, proxy_script]
         if args.profile:  # cProfile (CPU time) of the proxy process, written when it stops
             launch = [PYTHON, "-c", PROFILE_PROXY, args.profile,
-                      os.path.join(os.path.dirname(PROXY), "eldr_proxy.py")]
+                      os.path.join(os.path.dirname(proxy_script), "eldr_proxy.py")]
         proxy = ReadyProcess(
             launch + ["--listen", "127.0.0.1:0", "--eldr", node.endpoint("route"),
              "--eldr-worker", node.endpoint("worker"), "--model", MODEL,
@@ -207,6 +208,7 @@ async def run(args, tmp):
         procs.append(proxy)
         proxy.start()
         url = proxy.ready["listen"]
+        results["proxy"] = {"script": proxy_script, "counts": proxy.ready.get("counts")}
         admin = aio.AsyncAdminClient(node.endpoint("admin"), timeout_ms=10000)
         deadline = time.monotonic() + 30
         while len(await admin.call("workers", model=MODEL)) < K:
@@ -295,9 +297,16 @@ def main():
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--profile", help="run the proxy under cProfile, stats written to this file")
+    ap.add_argument("--proxy", help="the eldr-proxy script to run (default: this tree's); e.g. "
+                                    "another checkout's, to compare two versions in one run")
     ap.add_argument("--workdir", help="keep the processes' logs here (default: a temporary "
                                       "directory, removed)")
     args = ap.parse_args()
+    # The compiled conversion, as an install has it beside the module: without it the proxy
+    # converts with numpy and the figures are not a deployment's.
+    lib = os.path.join(args.build_dir, "tools", "eldr-proxy", "libeldr_counts_native.so")
+    if "ELDR_COUNTS_NATIVE" not in os.environ and os.path.exists(lib):
+        os.environ["ELDR_COUNTS_NATIVE"] = os.path.abspath(lib)
     if args.workdir:
         os.makedirs(args.workdir, exist_ok=True)
         res = asyncio.run(run(args, args.workdir))

@@ -484,6 +484,16 @@ def error_from(reply):
     return EldrError(reply.get("code", 7), reply.get("message", ""), reply.get("id"))
 
 
+def _block_keys(blocks):
+    """The route request's blocks as uint64 ints: a numpy uint64 array (eldr-proxy makes its
+    keys once per request, for the counts too) as its ints, without a call per block; anything
+    else through normalize_hash."""
+    dtype = getattr(blocks, "dtype", None)
+    if dtype is not None and str(dtype) == "uint64" and getattr(blocks, "ndim", 0) == 1:
+        return blocks.tolist()
+    return [normalize_hash(h) for h in blocks]
+
+
 def route_request(request_id, model, blocks, counts=None, label=None, explain=False,
                   cached_blocks=None):
     """The encoded route_request (docs/protocol.md section 3). cached_blocks: how many leading
@@ -493,7 +503,7 @@ def route_request(request_id, model, blocks, counts=None, label=None, explain=Fa
     return encode("route_request", {
         "id": str(request_id),
         "model": str(model),
-        "blocks": [normalize_hash(h) for h in blocks],
+        "blocks": _block_keys(blocks),
         "counts": counts,
         "cached_blocks": None if cached_blocks is None else int(cached_blocks),
         "label": None if label is None else int(label),

@@ -73,6 +73,14 @@ __all__ = ["AsyncRouteClient", "AsyncWorkerClient", "AsyncAdminClient", "EldrErr
 _log = logging.getLogger("eldr_client")
 
 
+_TIMED_OUT = object()  # an attempt's future when its time ran out before a reply
+
+
+def _time_out(fut):
+    if not fut.done():
+        fut.set_result(_TIMED_OUT)
+
+
 class _AsyncClient(DealerClientBase):
     """DEALERs to one or more node endpoints, a reader task per socket, and calls matched to
     replies by id, with timeouts and failover (module docstring)."""
@@ -146,8 +154,14 @@ class _AsyncClient(DealerClientBase):
             _log.warning("eldr node reply dropped (%d so far): %s", self.bad_replies, what)
 
     async def _send_on(self, i, payload, timeout_s):
+        sent = self._socks[i].send(payload)
+        if sent.done():
+            # zmq.asyncio tries a non-blocking send first: queued, no timer or wait_for task
+            # (which cost a loop turn and a timer per route call in eldr-proxy's profile).
+            sent.result()
+            return
         # With IMMEDIATE, a DEALER whose connection is not up blocks in send; bound that.
-        await asyncio.wait_for(self._socks[i].send(payload), timeout_s)
+        await asyncio.wait_for(sent, timeout_s)
 
     async def _call(self, request_id, payload):
         """Sends `payload` (which carries `request_id`) and waits for its reply, failing over on
@@ -158,26 +172,33 @@ class _AsyncClient(DealerClientBase):
             raise ValueError("request id %r is already in flight on this client" % request_id)
         self._start_readers()
         loop = asyncio.get_running_loop()
-        fut = loop.create_future()
         n = len(self._socks)
         start = self._current
         timeout_s = self.timeout_ms / 1000.0
-        self._pending[request_id] = (fut, start)
+        fut = None
         try:
             for attempt in range(self.max_attempts):
                 i = (start + attempt) % n
                 if attempt:
                     self.failovers += 1
+                # A future per attempt, which the attempt's timer resolves with _TIMED_OUT: the
+                # reply wakes this call directly (asyncio.wait cost a waiter future, callbacks
+                # and a loop turn more per call). The reader resolves whichever future is
+                # current, so answers from the endpoints tried before still count.
+                fut = loop.create_future()
                 self._pending[request_id] = (fut, i)
                 deadline = loop.time() + timeout_s
                 try:
                     await self._send_on(i, payload, timeout_s)
                 except asyncio.TimeoutError:
                     pass  # not connected: still wait out the attempt for earlier endpoints
-                left = deadline - loop.time()
-                if left > 0:
-                    done, _ = await asyncio.wait((fut,), timeout=left)
-                if fut.done():
+                if not fut.done() and deadline > loop.time():
+                    timer = loop.call_at(deadline, _time_out, fut)
+                    try:
+                        await fut
+                    finally:
+                        timer.cancel()
+                if fut.done() and not fut.cancelled() and fut.result() is not _TIMED_OUT:
                     j, reply = fut.result()
                     self._current = j
                     self.last_endpoint = self.endpoints[j]
@@ -185,8 +206,8 @@ class _AsyncClient(DealerClientBase):
             self._current = (start + self.max_attempts) % n
             raise self._no_reply()
         finally:
-            del self._pending[request_id]
-            if not fut.done():
+            self._pending.pop(request_id, None)
+            if fut is not None and not fut.done():
                 fut.cancel()
 
     def _close_sockets(self):

@@ -44,12 +44,12 @@ if importlib.util.find_spec("eldr_client") is None:  # not installed: run from t
     sys.path.insert(0, os.path.join(_HERE, "..", "..", "cluster", "python"))
 sys.path.insert(0, _HERE)
 
-from eldr_client import EldrError, _z85_key, checked_endpoint, normalize_hash  # noqa: E402
+from eldr_client import EldrError, _z85_key, checked_endpoint  # noqa: E402
 from eldr_client_aio import AsyncRouteClient, AsyncWorkerClient  # noqa: E402
 
 import eldr_proxy_hashes as block_hashes  # noqa: E402
 from eldr_proxy_metrics import ProxyMetrics  # noqa: E402
-from eldr_proxy_counts import (CountsBuilder, CountsError,  # noqa: E402
+from eldr_proxy_counts import (CountsBuilder, CountsError, block_keys,  # noqa: E402
                                keep_large_allocations, moe_layer_spec)
 import eldr_proxy_native  # noqa: E402
 
@@ -799,9 +799,9 @@ class Proxy:
         return await self._decode(request, st, path, dec_body, headers, stream, out_headers)
 
     def _blocks_and_counts(self, body, pre_resp, choice, rid):
-        """(block hashes as uint64, counts message or None, cached blocks or None). Never raises:
-        a problem costs the request its counts (eldr then routes by cached blocks or load),
-        counted and logged."""
+        """(block hashes as uint64 keys (a numpy array), counts message or None, cached blocks
+        or None). Never raises: a problem costs the request its counts (eldr then routes by
+        cached blocks or load), counted and logged."""
         cfg = self.config
         token_ids = choice.get("prompt_token_ids")
         if token_ids is None:
@@ -819,18 +819,18 @@ class Proxy:
             self._counts_error(e)
         source = cfg.hasher.source if token_ids is not None else "request"
         hasher = cfg.hasher if source == cfg.hasher.source else _REQUEST_HASHER
-        hashes = [normalize_hash(h) for h in  # the uint64 eldr keys blocks by
-                  hasher.hashes(token_ids, cfg.block_size, n_tokens=n_tokens, cache_salt=salt,
-                                request_id=rid)[:MAX_ROUTE_BLOCKS]]
+        # The uint64 keys eldr knows blocks by, made once for the counts and the route request.
+        keys = block_keys(hasher.hashes(token_ids, cfg.block_size, n_tokens=n_tokens,
+                                        cache_salt=salt, request_id=rid)[:MAX_ROUTE_BLOCKS])
         self.metrics.block_hashes.inc(source)
         counts = None
-        if ids is not None and hashes:
+        if ids is not None and len(keys):
             try:
-                counts = cfg.counts.message(ids, hashes)
+                counts = cfg.counts.message(ids, keys)
             except CountsError as e:
                 self._counts_error(e)
-        cached_blocks = None if counts is None else self._cached_blocks(pre_resp, len(hashes))
-        return hashes, counts, cached_blocks
+        cached_blocks = None if counts is None else self._cached_blocks(pre_resp, len(keys))
+        return keys, counts, cached_blocks
 
     def _cached_blocks(self, pre_resp, n_blocks):
         """How many leading blocks the prefill served from its prefix cache: vLLM's

@@ -12,8 +12,10 @@ the compiled library is loaded (eldr_proxy_native), eldr's C++ counting and enco
 the same bytes in less CPU time (BENCHMARKS.md). This module holds the proxy's fixed settings
 and turns every failure into a CountsError with a metric label.
 """
+import numpy as np
+
 import eldr_routed_experts as rex
-from eldr_client import TopkIds, counts_message
+from eldr_client import TopkIds, counts_message, normalize_hash
 
 
 def keep_large_allocations():
@@ -28,6 +30,18 @@ def keep_large_allocations():
         return bool(libc.mallopt(-3, 256 << 20)) and bool(libc.mallopt(-1, 512 << 20))
     except (OSError, AttributeError):
         return False
+
+
+def block_keys(hashes):
+    """The uint64 keys eldr knows blocks by (eldr_client.normalize_hash: a digest's last 8 bytes,
+    big-endian) of a list of block hashes, as one numpy uint64 array: for the 32-byte digests
+    BlockHasher makes, one frombuffer over their join instead of a Python call per block, and
+    made once per request for both the counts and the route request's blocks."""
+    n = len(hashes)
+    # Checked by map (no Python frame per block): all bytes, all 32 long.
+    if n and set(map(type, hashes)) == {bytes} and set(map(len, hashes)) == {32}:
+        return np.frombuffer(b"".join(hashes), dtype=">u8")[3::4].astype(np.uint64)
+    return np.fromiter((normalize_hash(h) for h in hashes), dtype=np.uint64, count=n)
 
 
 class CountsError(Exception):
@@ -118,20 +132,23 @@ class CountsBuilder:
 
     def message(self, ids, hashes):
         """The counts message of the prompt's blocks. ids: (tokens, L, k) of the MoE layers;
-        hashes: one per block (ceil(tokens / block_size)), from BlockHasher.hashes. At most
+        hashes: one per block (ceil(tokens / block_size)), from BlockHasher.hashes, or their
+        block_keys (a uint64 array), each block's parent the block before it. At most
         max_blocks blocks (the route protocol's limit): a longer prompt is signed by its first
         max_blocks blocks. With numpy, counts_message's dict; with the compiled library, the
         same message packed (eldr_client.Packed: route() places its bytes as they are). Raises
         CountsError."""
         n_blocks = min(len(hashes), self.max_blocks)
         ids = ids[:n_blocks * self.block_size]
-        hashes = hashes[:n_blocks]
-        parents = [None] + hashes[:-1]
+        keys = hashes[:n_blocks]
         try:
+            if not isinstance(keys, np.ndarray):
+                keys = block_keys(keys)
             if self.native is not None:
-                return self.native.message(self.layers, self.experts, self.top_k, hashes,
-                                           parents, ids, self.block_size)
+                return self.native.message(self.layers, self.experts, self.top_k, keys, None,
+                                           ids, self.block_size)
+            keys = keys.tolist()
             return counts_message(self.layers, self.experts, self.top_k,
-                                  TopkIds(hashes, parents, ids, self.block_size))
+                                  TopkIds(keys, [None] + keys[:-1], ids, self.block_size))
         except ValueError as e:
             raise CountsError("invalid", "routed experts refused: %s" % e) from None

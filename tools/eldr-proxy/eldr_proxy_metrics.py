@@ -25,7 +25,7 @@ class _Family:
     def _key(self, values):
         if len(values) != len(self.labels):
             raise ValueError("%s takes labels %s" % (self.name, self.labels))
-        key = tuple(str(v) for v in values)
+        key = tuple(map(str, values))  # no generator frame: every request observes several
         if key not in self.series and len(self.series) >= MAX_SERIES:
             self.dropped += 1
             return None

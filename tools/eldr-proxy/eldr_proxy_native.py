@@ -126,7 +126,9 @@ class NativeCounts:
     def message(self, layers, experts, top_k, hashes, parents, ids, block_size, seq=None):
         """The packed counts message (an eldr_client.Packed) of ids (tokens, layers, top_k),
         numpy, any integer dtype, cut into blocks of block_size tokens, with one hash and parent
-        (None: no parent) per block: its data is msgpack.packb(eldr_client.counts_message(
+        (None: no parent) per block, or parents None for the chain (block i's parent is block
+        i - 1's hash, block 0 has none); hashes may be their uint64 keys as a numpy array (made
+        once by eldr_proxy_counts.block_keys): its data is msgpack.packb(eldr_client.counts_message(
         layers, experts, top_k, TopkIds(hashes, parents, ids, block_size), seq)). Raises
         ValueError on what counts_message refuses (geometry, shapes, ids >= experts, repeated
         ids in a token's top-k row, more than 4096 blocks); MemoryError when the library runs
@@ -155,16 +157,23 @@ class NativeCounts:
         elif ids.shape[0] == 1 and not ids[0].flags.c_contiguous:
             ids = np.ascontiguousarray(ids)
         n = len(hashes)
-        if len(parents) != n:
+        if parents is not None and len(parents) != n:
             raise ValueError("%d hashes, %d parents" % (n, len(parents)))
-        h = np.fromiter((normalize_hash(x) for x in hashes), dtype=np.uint64, count=n)
-        if n and parents[0] is None and parents[1:] == hashes[:-1]:  # the usual chain
+        if isinstance(hashes, np.ndarray) and hashes.dtype == np.uint64 and hashes.ndim == 1:
+            h = np.ascontiguousarray(hashes)  # already the keys (eldr_proxy_counts.block_keys)
+        else:
+            h = np.fromiter((normalize_hash(x) for x in hashes), dtype=np.uint64, count=n)
+        chain = n > 0 and (parents is None or (not isinstance(hashes, np.ndarray) and
+                                               parents[0] is None and
+                                               parents[1:] == hashes[:-1]))
+        if chain:  # the usual chain
             p = np.empty(n, dtype=np.uint64)
             p[0] = 0
             p[1:] = h[:-1]
             has_p = np.ones(n, dtype=np.uint8)
             has_p[0] = 0
         else:
+            parents = () if parents is None else parents  # None with no block: nothing
             p = np.fromiter((0 if x is None else normalize_hash(x) for x in parents),
                             dtype=np.uint64, count=n)
             has_p = np.fromiter((x is not None for x in parents), dtype=np.uint8, count=n)

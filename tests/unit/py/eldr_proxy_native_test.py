@@ -173,6 +173,41 @@ def test_the_proxy_builder_with_the_library_makes_the_same_route_request():
           "counts decode differently")
 
 
+def test_block_keys_once_give_the_same_route_request():
+    """What eldr-proxy sends since it makes each block's uint64 key once per request
+    (eldr_proxy_counts.block_keys: one numpy array for the counts and the route request's
+    blocks) is byte for byte what it sent with a normalize_hash per block and per use, with and
+    without the library; other hash shapes (ints, short bytes) go through normalize_hash."""
+    g, ids = next(iter(trace_prompts("esft-deepseek-v2-lite.eldrtrace")))
+    spec = "0-%d" % (g.layers - 1)
+    n = -(-ids.shape[0] // 16)
+    for hashes in ([os.urandom(32) for _ in range(n)], [b"\xff" * 9] + list(range(n - 1)),
+                   [os.urandom(32) for _ in range(1)], []):
+        keys = rex.block_keys(hashes)
+        want_keys = [ec.normalize_hash(h) for h in hashes]
+        check(keys.dtype == np.uint64 and keys.tolist() == want_keys, "keys differ")
+        for native in (None, NATIVE):
+            b = rex.CountsBuilder(g.layers, g.experts, g.top_k, spec, 16, native=native)
+            sel = ids[:16 * len(hashes)]
+            if not hashes:
+                check(ec.route_request("r", "m", keys) == ec.route_request("r", "m", []),
+                      "no blocks")
+                continue
+            old = b.message(sel, hashes)
+            new = b.message(sel, keys)
+            a = ec.route_request("r1", "m", want_keys, old, cached_blocks=1)
+            c = ec.route_request("r1", "m", keys, new, cached_blocks=1)
+            check(a == c, "route_request bytes differ (native %s)" % (native is not None))
+    # The library's message with keys and the chain (parents None) is its message with lists.
+    h = [os.urandom(32) for _ in range(n)]
+    want = NATIVE.message(g.layers, g.experts, g.top_k, h, [None] + h[:-1], ids, 16)
+    got = NATIVE.message(g.layers, g.experts, g.top_k, rex.block_keys(h), None, ids, 16)
+    check(want.data == got.data, "keys and parents None: other bytes")
+    got = NATIVE.message(g.layers, g.experts, g.top_k, rex.block_keys(h), [None] + h[:-1], ids,
+                         16)
+    check(want.data == got.data, "keys with explicit parents: other bytes")
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad input: a clean error
 
@@ -420,6 +455,58 @@ def test_decode_refuses_bad_input_with_a_message():
     check(lib.eldr_routed_experts_decode(None, 4, None, 0, None, shape, None, err, 100) == 1,
           "null pointers accepted")
     check(b"null" in err.value, err.value)
+
+
+def decode_raw(raw):
+    """The C function's (code, decoded .npy data) of raw bytes, its message on a refusal."""
+    lib = NATIVE._lib
+    out = np.zeros(len(raw) // 4 * 3, dtype=np.uint8)
+    dtype = ctypes.c_uint32(7)
+    shape = (ctypes.c_uint64 * 3)()
+    offset = ctypes.c_uint64(0)
+    err = ctypes.create_string_buffer(200)
+    rc = lib.eldr_routed_experts_decode(raw, len(raw), out.ctypes.data, out.size,
+                                        ctypes.byref(dtype), shape, ctypes.byref(offset), err, 200)
+    if rc != 0:
+        return rc, err.value.decode()
+    n = shape[0] * shape[1] * shape[2]
+    return rc, out[offset.value:offset.value + n].tobytes()
+
+
+def test_every_byte_at_every_place_of_a_sixteen_character_line():
+    """The library decodes base64 sixteen characters at a time (SSSE3) up to the first line with
+    anything but the 64 alphabet characters, and leaves the rest to OpenSSL: each of the 256 byte
+    values at each of a line's 16 places, in lines decoded either way (early, and in the last 8
+    characters), is refused iff it is not of the alphabet (naming it), and every accepted text
+    decodes to Python's bytes."""
+    alphabet = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+    header = "{'descr': '|u1', 'fortran_order': False, 'shape': (1, 1, %d), }"
+    data = bytes(range(256)) * 3 + b"eldr"  # with the 128-byte header, 75 whole lines
+    text = npy_bytes_b64(header % len(data), data).encode()
+    check(len(text) % 16 == 0 and b"=" not in text, "the text is whole lines: %d" % len(text))
+    # A line of the data (SSSE3 where the CPU has it) and the last line (OpenSSL).
+    for line in (len(text) // 2 // 16 * 16, len(text) - 16):
+        for place in range(16):
+            at = line + place
+            for byte in range(256):
+                raw = text[:at] + bytes([byte]) + text[at + 1:]
+                rc, got = decode_raw(raw)
+                if byte in alphabet:
+                    want = base64.b64decode(raw, validate=True)
+                    check(rc == 0, "%d at %d refused: %s" % (byte, at, got))
+                    check(got == want[len(want) - len(data):], "%d at %d: other bytes"
+                          % (byte, at))
+                elif byte == ord("=") and at == len(text) - 1:
+                    check(rc == 1 and "771 data bytes" in got, "padding: %r" % got)
+                else:
+                    check(rc == 1 and "character %d at offset %d" % (byte, at) in got,
+                          "%d at %d: %r" % (byte, at, got))
+    # Every length of data: the split between the two decoders at every place.
+    rng = np.random.default_rng(37)
+    for n in range(0, 200):
+        data = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        rc, got = decode_raw(npy_bytes_b64(header % n, data).encode())
+        check(rc == 0 and got == data, "%d data bytes: %r" % (n, got[:40]))
 
 
 def test_every_refusal_is_the_numpy_paths_and_every_answer_its_array():
