@@ -338,7 +338,7 @@ def herding_row(mode, sync, n, rate, rep, p, q, load):
     """One policy's figures of a run; load: the 1-minute load average when the run began."""
     return {"load_sharing": mode, "routers": n, "load_sync_ms": sync, "rate": rate, "policy": p,
             "run": rep + 1, "replies": q["replied"], "sent": q["sent"], "errors": q["errors"],
-            "timeouts": q["timeouts"], "route_rps": q["route_rps"],
+            "timeouts": q["timeouts"], "error_codes": q.get("error_codes"), "route_rps": q["route_rps"],
             "route_p50_us": q["route_p50_us"], "route_p99_us": q["route_p99_us"],
             "tpot_p50_ms": q["tpot_p50_ms"], "tpot_p99_ms": q["tpot_p99_ms"],
             "ttft_p50_ms": q["ttft_p50_ms"], "wall_s": q["wall_s"],
@@ -366,7 +366,11 @@ def herding():
                        "--policies", args.policies, "--output-tokens", str(args.output_tokens),
                        "--max-batch", str(args.max_batch), "--prompt-max", str(args.prompt_max),
                        "--prefill-base-ms", "0", "--prefill-per-token-ms", "0", "--json",
-                       "--quiet"]
+                       "--quiet",
+                       # Preparation in the background: the decode workers report nothing
+                       # before the timed phase, and preparing every request first can outlast
+                       # worker_timeout_ms on a loaded machine (no_eligible_worker at the start).
+                       "--prepare-budget-mib", "64"]
                 load = os.getloadavg()[0]
                 try:
                     r = run_loadgen(cmd)
