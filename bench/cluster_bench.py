@@ -7,7 +7,9 @@ with deploy/local/eldr-cluster in a temporary directory and always stopped (and 
               loadgen spreading route requests round robin over every router (--routers) while
               its decode workers register/report/finish at node 1; per policy (jsq, eldr) and
               cluster.load_sync_ms: route p50/p99, TPOT p50/p99, the decode side's in-flight
-              imbalance (time-averaged max/mean) and the CV of decisions per worker.
+              imbalance (time-averaged max/mean) and the CV of decisions per worker, each also
+              as a ratio to the 1-router figure; per --load-sharing mode (with load authorities
+              node 1, where the workers register, is every worker's authority).
   failure     SIGKILL of node 3 of 3 -> time until both survivors list it alive=false (polled
               over the admin endpoint every ~1 ms; also the node's own since_ms_ago); as root,
               the same for a link cut (--netns cluster, `partition 3`), which needs CAF's
@@ -20,12 +22,22 @@ with deploy/local/eldr-cluster in a temporary directory and always stopped (and 
               signature-cache node (every shard remote); 3 nodes, all roles (R = 2). Each after a
               warm-up run; rtt p50/p99 after the first 2 s and over the whole run, and per
               decision the shard requests (local ones apart) and replica store messages.
+  fanin       per router, the CPU of the cluster's shared state against the cluster's total rate:
+              3 nodes (all roles), router n1 at a fixed own rate while n2 and n3 carry the rest,
+              so that the total is 1x, 2x, 4x a base (--fanin-own-rate, --fanin-totals), per
+              --load-sharing mode; one route-only loadgen spreads the requests with
+              --router-weights, its decode workers registered, reporting and finishing at n2 (so
+              n1 gets worker traffic only as a peer: forwarded in "decisions" mode, load vectors
+              from n2, their authority, in "authority" mode). n1's CPU per second over the steady
+              part of each run (sampled from /proc), per own reply, and the ratio to 1x.
 
-usage: /usr/bin/python3 bench/cluster_bench.py --bin-dir build-hE [--only herding,failure,...]
+usage: /usr/bin/python3 bench/cluster_bench.py --bin-dir build-hE [--only herding,fanin,...]
        [--repeat 2] [--out cluster_bench.json]
 """
 import argparse
+import functools
 import json
+import math
 import os
 import re
 import shutil
@@ -33,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import msgpack
@@ -67,8 +80,21 @@ ap.add_argument("--throughput-loadgen-args", default="",
                 help="more eldr-loadgen options for the throughput case, e.g. '--prompt-pool 0' "
                      "(no prefix hits, so no signature shard lookups)")
 ap.add_argument("--load-sharing", default="decisions",
-                help="cluster.load_sharing modes the throughput case runs, side by side "
-                     "(decisions,authority)")
+                help="cluster.load_sharing modes the throughput, herding and fanin cases run, "
+                     "side by side (decisions,authority)")
+ap.add_argument("--fanin-own-rate", type=int, default=250,
+                help="fanin: route requests/s at router n1, the same at every total rate")
+ap.add_argument("--fanin-totals", default="750,1500,3000",
+                help="fanin: the cluster's total route requests/s (1x, 2x, 4x)")
+ap.add_argument("--fanin-duration", type=float, default=12)
+ap.add_argument("--fanin-skip", type=float, default=4,
+                help="fanin: seconds of each run left out of the CPU window (cold prefix caches)")
+ap.add_argument("--fanin-loadgen-args", default="--counts all --prompt-pool 256",
+                help="more eldr-loadgen options for the fanin runs. The default sends every "
+                     "block's counts (eldr-proxy's requests), so that no signature-shard request "
+                     "adds a cost of its own that grows with the total rate, and draws from 256 "
+                     "prompts, so that new prompts (stored blocks, KV events: a cost per distinct "
+                     "prompt, not per request) are over before the window at every rate")
 ap.add_argument("--shard-sums", default="64/10",
                 help="the throughput case's cluster.shard_sum_cache_mib/store_batch_ms pairs, run "
                      "side by side (e.g. 0/0,64/10: both off against both on)")
@@ -82,6 +108,9 @@ ap.add_argument("--shard-rate", type=int, default=500)
 ap.add_argument("--shard-threads", type=int, default=1,
                 help="runtime.threads of every node in the shard runs (3 processes on 2 cores)")
 ap.add_argument("--out", default="cluster_bench.json")
+ap.add_argument("--tables-from", default="",
+                help="print the herding and fanin tables of --only from a saved --out file; "
+                     "runs nothing")
 args = ap.parse_args()
 
 
@@ -289,74 +318,111 @@ def table_head(title, header):
     print("|" + "---|" * (header.count("|") - 1))
 
 
-def herding():
-    rows = []
-    rates = [int(x) for x in args.rates.split(",")]
+def herding_cases():
+    """(load_sharing, load_sync_ms, routers, rate) of every herding run; the non-default
+    load_sync_ms values only at --slow-sync-routers and --slow-sync-rates."""
     cases = []
-    for sync in [int(x) for x in args.sync_ms.split(",")]:
-        for n in [int(x) for x in args.routers.split(",")]:
-            if sync != 5 and str(n) not in args.slow_sync_routers.split(","):
-                continue
-            for rate in rates:
-                if sync != 5 and str(rate) not in args.slow_sync_rates.split(","):
+    for mode in args.load_sharing.split(","):
+        for sync in [int(x) for x in args.sync_ms.split(",")]:
+            for n in [int(x) for x in args.routers.split(",")]:
+                if sync != 5 and str(n) not in args.slow_sync_routers.split(","):
                     continue
-                cases.append((sync, n, rate))
+                for rate in [int(x) for x in args.rates.split(",")]:
+                    if sync != 5 and str(rate) not in args.slow_sync_rates.split(","):
+                        continue
+                    cases.append((mode, sync, n, rate))
+    return cases
+
+
+def herding_row(mode, sync, n, rate, rep, p, q, load):
+    """One policy's figures of a run; load: the 1-minute load average when the run began."""
+    return {"load_sharing": mode, "routers": n, "load_sync_ms": sync, "rate": rate, "policy": p,
+            "run": rep + 1, "replies": q["replied"], "sent": q["sent"], "errors": q["errors"],
+            "timeouts": q["timeouts"], "error_codes": q.get("error_codes"), "route_rps": q["route_rps"],
+            "route_p50_us": q["route_p50_us"], "route_p99_us": q["route_p99_us"],
+            "tpot_p50_ms": q["tpot_p50_ms"], "tpot_p99_ms": q["tpot_p99_ms"],
+            "ttft_p50_ms": q["ttft_p50_ms"], "wall_s": q["wall_s"],
+            "ttft_p99_ms": q["ttft_p99_ms"], "batch_size_mean": q["batch_size_mean"],
+            "completed": q["completed"], "coverage_mean": q["coverage_mean"],
+            "inflight_imbalance": q.get("inflight_imbalance"),
+            "inflight_mean": q.get("inflight_mean"), "decision_cv": q.get("decision_cv"),
+            "decision_imbalance": q["decision_imbalance"], "incomplete": q["incomplete"],
+            "loadgen_cpu_s": q["loadgen_cpu_s"], "load_avg_1m": load}
+
+
+def herding():
+    rows, failed = [], []
     for rep in range(args.repeat):
-        for sync, n, rate in cases:
-            log("herding: %d routers, load_sync_ms %d, %d req/s (run %d)" % (n, sync, rate, rep + 1))
-            with Cluster(n, sync_ms=sync) as c:
+        for mode, sync, n, rate in herding_cases():
+            log("herding: %s, %d routers, load_sync_ms %d, %d req/s (run %d)"
+                % (mode, n, sync, rate, rep + 1))
+            with Cluster(n, sync_ms=sync, load_sharing=mode) as c:
                 admins = [nd["admin"] for nd in c.nodes]
+                # Decode workers register, report and finish at node 1: with load authorities
+                # node 1 is every worker's authority, and the other routers see its vectors.
                 cmd = [loadgen_bin, "--node", admins[0], "--routers", ",".join(admins),
                        "--synthetic", args.preset, "--rate", str(rate), "--duration",
                        str(args.duration), "--decode-workers", str(args.decode_workers),
                        "--policies", args.policies, "--output-tokens", str(args.output_tokens),
                        "--max-batch", str(args.max_batch), "--prompt-max", str(args.prompt_max),
                        "--prefill-base-ms", "0", "--prefill-per-token-ms", "0", "--json",
-                       "--quiet"]
+                       "--quiet",
+                       # Preparation in the background: the decode workers report nothing
+                       # before the timed phase, and preparing every request first can outlast
+                       # worker_timeout_ms on a loaded machine (no_eligible_worker at the start).
+                       "--prepare-budget-mib", "64"]
+                load = os.getloadavg()[0]
                 try:
                     r = run_loadgen(cmd)
                 except RuntimeError as e:
                     log(str(e))
+                    failed.append({"load_sharing": mode, "routers": n, "load_sync_ms": sync,
+                                   "rate": rate, "run": rep + 1, "error": str(e)[-500:]})
                     continue
                 for p, q in r["policies"].items():
-                    rows.append({"routers": n, "load_sync_ms": sync, "rate": rate, "policy": p,
-                                 "run": rep + 1, "replies": q["replied"], "sent": q["sent"],
-                                 "errors": q["errors"], "route_rps": q["route_rps"],
-                                 "route_p50_us": q["route_p50_us"],
-                                 "route_p99_us": q["route_p99_us"],
-                                 "tpot_p50_ms": q["tpot_p50_ms"], "tpot_p99_ms": q["tpot_p99_ms"],
-                                 "ttft_p50_ms": q["ttft_p50_ms"], "wall_s": q["wall_s"],
-                                 "ttft_p99_ms": q["ttft_p99_ms"],
-                                 "batch_size_mean": q["batch_size_mean"],
-                                 "completed": q["completed"],
-                                 "coverage_mean": q["coverage_mean"],
-                                 "inflight_imbalance": q.get("inflight_imbalance"),
-                                 "inflight_mean": q.get("inflight_mean"),
-                                 "decision_cv": q.get("decision_cv"),
-                                 "decision_imbalance": q["decision_imbalance"],
-                                 "incomplete": q["incomplete"],
-                                 "loadgen_cpu_s": q["loadgen_cpu_s"]})
-                results["herding"] = {"runs": rows}
+                    rows.append(herding_row(mode, sync, n, rate, rep, p, q, load))
+                results["herding"] = {"runs": rows, "failed": failed}
                 save()
-    results["herding"] = {"runs": rows, "cmd_shape": "eldr-loadgen --node A1 --routers A1..AN "
-                          "--synthetic %s --duration %g --decode-workers %d --policies %s "
-                          "--output-tokens %d --max-batch %d --prompt-max %d --prefill-base-ms 0 "
-                          "--prefill-per-token-ms 0" % (
+    results["herding"] = {"runs": rows, "failed": failed, "cmd_shape": "eldr-loadgen --node A1 "
+                          "--routers A1..AN --synthetic %s --duration %g --decode-workers %d "
+                          "--policies %s --output-tokens %d --max-batch %d --prompt-max %d "
+                          "--prefill-base-ms 0 --prefill-per-token-ms 0" % (
                               args.preset, args.duration, args.decode_workers, args.policies,
                               args.output_tokens, args.max_batch, args.prompt_max)}
-    table_head("Herding: %s, %d decode workers, %g s, outputs of %d tokens (medians of %d run(s))"
+    herding_table(rows)
+    for f in failed:
+        print("failed: %s" % f)
+
+
+def herding_table(rows):
+    """Medians (ranges) per case, and each imbalance figure's ratio to one router's median in
+    the same mode, load_sync_ms, rate and policy (the issue's goal: within 5%)."""
+    table_head("Herding: %s, %d decode workers, %g s, outputs of %d tokens (medians of %d run(s), "
+               "range in brackets; x1 = ratio to the 1-router median)"
                % (args.preset, args.decode_workers, args.duration, args.output_tokens,
                   args.repeat),
-               "| routers | load_sync_ms | req/s | policy | errors | route p50 µs | route p99 µs | "
-               "TPOT p50 ms | TPOT p99 ms | in-flight max/mean | decisions CV |")
-    keys = sorted({(r["load_sync_ms"], r["rate"], r["policy"], r["routers"]) for r in rows})
-    for sync, rate, p, n in keys:
-        g = [r for r in rows if (r["load_sync_ms"], r["rate"], r["policy"], r["routers"]) ==
-             (sync, rate, p, n)]
-        m = lambda k: median([r[k] for r in g if r[k] is not None])  # noqa: E731
-        print("| %d | %d | %d | %s | %d | %.0f | %.0f | %.2f | %.2f | %.3f | %.3f |" % (
-            n, sync, rate, p, max(r["errors"] for r in g), m("route_p50_us"), m("route_p99_us"),
-            m("tpot_p50_ms"), m("tpot_p99_ms"), m("inflight_imbalance"), m("decision_cv")))
+               "| load sharing | req/s | load_sync_ms | policy | routers | errors (timeouts) | "
+               "route p50 µs | route p99 µs | in-flight max/mean | x1 | decisions CV | x1 | "
+               "TPOT p50 ms | x1 | TPOT p99 ms | x1 |")
+    keys = sorted({(r["load_sharing"], r["rate"], r["load_sync_ms"], r["policy"], r["routers"])
+                   for r in rows})
+    for key in keys:
+        g = [r for r in rows if (r["load_sharing"], r["rate"], r["load_sync_ms"], r["policy"],
+                                 r["routers"]) == key]
+        one = [r for r in rows if (r["load_sharing"], r["rate"], r["policy"], r["routers"]) ==
+               key[:2] + key[3:4] + (1,)]
+        cells = []
+        for k, fmt in (("inflight_imbalance", "%.3f"), ("decision_cv", "%.3f"),
+                       ("tpot_p50_ms", "%.2f"), ("tpot_p99_ms", "%.2f")):
+            xs = [r[k] for r in g if r[k] is not None]
+            base = median([r[k] for r in one if r[k] is not None])
+            cells.append((fmt + " [" + fmt + "-" + fmt + "]") % (median(xs), min(xs), max(xs))
+                         if xs else "-")
+            cells.append("%.3f" % (median(xs) / base) if xs and base else "-")
+        print("| %s | %d | %d | %s | %d | %d (%d) | %.0f | %.0f | %s |" % (
+            key[0], key[1], key[2], key[3], key[4], sum(r["errors"] for r in g),
+            sum(r["timeouts"] for r in g), median([r["route_p50_us"] for r in g]),
+            median([r["route_p99_us"] for r in g]), " | ".join(cells)))
     print()
 
 
@@ -707,15 +773,250 @@ def shard():
     print()
 
 
+# ------------------------------------------------------------------------------------ fanin
+class CpuSampler:
+    """A process's CPU seconds from /proc every `period` s on a thread, so that the CPU of a
+    window inside a run can be read afterwards: the loadgen's setup, cold prefix caches and drain
+    are then left out of the figure."""
+
+    def __init__(self, pid, period=0.1):
+        self.pid = pid
+        self.period = period
+        self.samples = []  # (time.monotonic(), CPU s)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def loop(self):
+        while not self.done.is_set():
+            self.samples.append((time.monotonic(), cpu_of(self.pid)))
+            self.done.wait(self.period)
+
+    def close(self):
+        self.done.set()
+        self.thread.join()
+
+    def at(self, t):
+        """CPU seconds at time t, interpolated linearly between the samples around it."""
+        s = self.samples
+        for (t0, c0), (t1, c1) in zip(s, s[1:]):
+            if t0 <= t <= t1:
+                return c0 + (c1 - c0) * (t - t0) / (t1 - t0) if t1 > t0 else c0
+        return float("nan")
+
+    def rate(self, t0, t1):
+        """CPU seconds per second over [t0, t1]."""
+        return (self.at(t1) - self.at(t0)) / (t1 - t0)
+
+
+def run_loadgen_timed(cmd):
+    """run_loadgen, and the time its timed phase began: the loadgen says "timed phase begins" on
+    stderr right before its first request (so the command must not have --quiet)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    started = []
+    tail = []
+
+    def read_stderr():
+        for line in p.stderr:
+            if not started and "timed phase begins" in line:
+                started.append(time.monotonic())
+            tail.append(line)
+            del tail[:-40]
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    out = p.stdout.read()
+    p.wait()
+    reader.join()
+    if p.returncode != 0 or not started:
+        raise RuntimeError("eldr-loadgen failed (%d): %s\n%s" % (p.returncode, " ".join(cmd),
+                                                                 "".join(tail)[-2000:]))
+    return json.loads(out.strip().splitlines()[-1]), started[0]
+
+
+def fanin_weights(own, total):
+    """--router-weights giving n1 `own` of `total` req/s and n2, n3 half the rest each."""
+    w = [2 * own, total - own, total - own]
+    g = functools.reduce(math.gcd, w)
+    return [x // g for x in w]
+
+
+def n1_counters(admin):
+    """Router n1's own decisions and the load-sharing traffic it received or sent."""
+    s = admin.call("status")
+    r = s.get("cluster", {}).get("router", {})
+    out = {k: r.get(k, 0) for k in ("peer_decisions", "peer_worker_messages", "load_deltas_sent",
+                                     "load_vectors_applied")}
+    out["routed"] = sum(m.get("routed", 0) for m in s.get("models", []))
+    return out
+
+
+def fanin_run(c, mode, rep, total, mult):
+    """One run at `total` req/s, n1 at --fanin-own-rate: n1's CPU over the steady part."""
+    admins = [nd["admin"] for nd in c.nodes]
+    weights = fanin_weights(args.fanin_own_rate, total)
+    cmd = [loadgen_bin, "--node", admins[1], "--routers", ",".join(admins),
+           "--router-weights", ",".join(map(str, weights)), "--synthetic", args.preset,
+           "--decode-workers", str(args.decode_workers), "--route-only", "--policies", "eldr",
+           "--json", "--output-tokens", str(args.output_tokens), "--prompt-max",
+           str(args.prompt_max), "--rate", str(total), "--duration", str(args.fanin_duration),
+           # The warm-up imported the set; an import per run would land in the measured CPU.
+           "--no-import", "--keep-centroids",
+           # Preparation in the background from the start: the workers send no load report
+           # before the timed phase, and a preparation of every request up front took longer
+           # than worker_timeout_ms at 2,400 req/s (no_eligible_worker at the run's start).
+           "--prepare-budget-mib", "64"] + args.fanin_loadgen_args.split()
+    load = os.getloadavg()[0]
+    samplers = [CpuSampler(c.pid(i)) for i in range(1, 4)]
+    k0 = n1_counters(c.admins[0])
+    try:
+        r, t_play = run_loadgen_timed(cmd)
+    finally:
+        for s in samplers:
+            s.close()
+    k1 = n1_counters(c.admins[0])
+    q = r["policies"]["eldr"]
+    # The steady part: after --fanin-skip s (every prompt of the pool seen by now, so the prefix
+    # caches are warm at every rate alike) until 0.5 s before the last arrival.
+    w0, w1 = t_play + args.fanin_skip, t_play + args.fanin_duration - 0.5
+    cpu = [s.rate(w0, w1) for s in samplers]
+    d = {k: k1[k] - k0[k] for k in k0}
+    wall = q["wall_s"]
+    own_rps = d["routed"] / wall if wall > 0 else float("nan")
+    return {"load_sharing": mode, "run": rep + 1, "total_rps": total, "multiple": mult,
+            "weights": weights, "load_avg_1m": load, "sent": q["sent"], "replied": q["replied"],
+            "errors": q["errors"], "timeouts": q["timeouts"],
+            "error_replies": q["error_replies"], "error_codes": q.get("error_codes"),
+            "route_rps": q["route_rps"], "route_p50_us": q["route_p50_us"],
+            "route_p99_us": q["route_p99_us"], "wall_s": wall, "own_rps": own_rps, "n1_cpu_per_s": cpu[0],
+            "n2_cpu_per_s": cpu[1], "n3_cpu_per_s": cpu[2],
+            "n1_cpu_us_per_own_reply": cpu[0] / own_rps * 1e6 if own_rps else float("nan"),
+            "loadgen_cpu_s": q["loadgen_cpu_s"], "prepare_stalls": q.get("prepare_stalls"),
+            "worker_messages": q["worker_messages"],
+            "worker_errors": q["worker_errors"],
+            "n1_routed": d["routed"], "n1_peer_decisions": d["peer_decisions"],
+            "n1_load_vectors_applied": d["load_vectors_applied"],
+            "n1_peer_decisions_per_s": d["peer_decisions"] / wall,
+            "n1_peer_worker_messages_per_s": d["peer_worker_messages"] / wall,
+            "n1_load_deltas_sent_per_s": d["load_deltas_sent"] / wall,
+            "n1_load_vectors_applied_per_s": d["load_vectors_applied"] / wall}
+
+
+def fanin_idle(c, seconds=3.0):
+    """n1's CPU per second with no traffic at all (heartbeats, timers): the floor of every run."""
+    s = CpuSampler(c.pid(1))
+    time.sleep(seconds)
+    s.close()
+    return s.rate(s.samples[0][0], s.samples[-1][0])
+
+
+def fanin():
+    totals = [int(x) for x in args.fanin_totals.split(",")]
+    rows, idle = [], []
+    for rep in range(args.repeat):
+        for mode in args.load_sharing.split(","):
+            log("fanin: load_sharing %s, n1 at %d req/s, totals %s (run %d)"
+                % (mode, args.fanin_own_rate, totals, rep + 1))
+            with Cluster(3, load_sharing=mode) as c:
+                admins = [nd["admin"] for nd in c.nodes]
+                # Warm-up: imports the centroid set at n2 (kept), registers the workers.
+                run_loadgen([loadgen_bin, "--node", admins[1], "--routers", ",".join(admins),
+                             "--synthetic", args.preset, "--decode-workers",
+                             str(args.decode_workers), "--route-only", "--policies", "eldr",
+                             "--json", "--quiet", "--output-tokens", str(args.output_tokens),
+                             "--prompt-max", str(args.prompt_max), "--rate", str(totals[0]),
+                             "--duration", "3", "--keep-centroids"]
+                            + args.fanin_loadgen_args.split())
+                idle.append({"load_sharing": mode, "run": rep + 1,
+                             "n1_cpu_per_s": fanin_idle(c)})
+                # Every other repeat the other way round, so drift over a cluster's life (or the
+                # machine's load) does not line up with the rate.
+                order = list(enumerate(totals))
+                if rep % 2:
+                    order.reverse()
+                for k, total in order:
+                    log("fanin: %s, total %d req/s" % (mode, total))
+                    rows.append(fanin_run(c, mode, rep, total, total / totals[0]))
+                    results["fanin"] = {"runs": rows, "idle": idle, "totals": totals}
+                    save()
+    results["fanin"] = {"runs": rows, "idle": idle, "own_rate": args.fanin_own_rate,
+                        "totals": totals, "duration_s": args.fanin_duration,
+                        "loadgen_args": args.fanin_loadgen_args}
+    fanin_table(results["fanin"])
+
+
+def slope(xs, ys):
+    """Least-squares slope of ys over xs and its standard error (nan with under 3 points)."""
+    n = len(xs)
+    if n < 3:
+        return float("nan"), float("nan")
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    resid = sum((y - my - b * (x - mx)) ** 2 for x, y in zip(xs, ys))
+    return b, math.sqrt(resid / (n - 2) / sxx)
+
+
+def fanin_table(res):
+    """The fan-in table from the case's results (also from a saved file: --tables-from)."""
+    rows, idle, totals = res["runs"], res["idle"], res["totals"]
+    table_head("Fan-in: router n1 of 3 at %d req/s own rate, the cluster at %s req/s total "
+               "(route-only, %s; medians of %d run(s), range in brackets)"
+               % (res["own_rate"], "/".join(map(str, totals)), res["loadgen_args"],
+                  max(r["run"] for r in rows)),
+               "| load sharing | total req/s | errors (timeouts) | n1 own replies/s | n1 peer "
+               "decisions/s | n1 peer worker msgs/s | n1 load vectors/s | n1 CPU ms/s | "
+               "n1 CPU µs per own reply | n1 CPU / 1x | n2 CPU ms/s | n3 CPU ms/s |")
+    for mode in sorted({r["load_sharing"] for r in rows}):
+        base = None
+        for total in totals:
+            g = [r for r in rows if r["load_sharing"] == mode and r["total_rps"] == total]
+            if not g:
+                continue
+            m = lambda k: median([r[k] for r in g])  # noqa: E731
+            cpu = [r["n1_cpu_per_s"] * 1e3 for r in g]
+            base = median(cpu) if base is None else base
+            print("| %s | %d | %d (%d) | %.0f | %.0f | %.0f | %.0f | %.1f [%.1f-%.1f] | %.0f | "
+                  "%.2f | %.0f | %.0f |" % (
+                      mode, total, sum(r["errors"] for r in g), sum(r["timeouts"] for r in g),
+                      m("own_rps"), m("n1_peer_decisions_per_s"),
+                      m("n1_peer_worker_messages_per_s"), m("n1_load_vectors_applied_per_s"),
+                      median(cpu), min(cpu), max(cpu), m("n1_cpu_us_per_own_reply"),
+                      median(cpu) / base, m("n2_cpu_per_s") * 1e3, m("n3_cpu_per_s") * 1e3))
+    print()
+    for mode in sorted({r["load_sharing"] for r in rows}):
+        # What one more request/s elsewhere in the cluster costs router n1: its shared-state
+        # cost per event (a peer decision and the forwarded finished id, or nothing).
+        g = [r for r in rows if r["load_sharing"] == mode]
+        b, se = slope([r["total_rps"] - r["own_rps"] for r in g], [r["n1_cpu_per_s"] for r in g])
+        xs = [i["n1_cpu_per_s"] * 1e3 for i in idle if i["load_sharing"] == mode]
+        print("- %s: n1 CPU per request/s routed elsewhere %.2f ± %.2f µs (least squares over %d "
+              "runs, ± one standard error); n1 idle %.1f ms/s [%.1f-%.1f]"
+              % (mode, b * 1e6, se * 1e6, len(g), median(xs), min(xs), max(xs)))
+    print()
+
+
 def save():
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1, sort_keys=True, default=str)
 
 
+def tables_from(path):
+    saved = json.load(open(path))
+    for part in args.only.split(","):
+        if part == "fanin" and "fanin" in saved:
+            fanin_table(saved["fanin"])
+        if part == "herding" and "herding" in saved:
+            herding_table(saved["herding"]["runs"])
+
+
+if args.tables_from:
+    tables_from(args.tables_from)
+    sys.exit(0)
 try:
     for part in args.only.split(","):
         {"herding": herding, "failure": failure, "epoch": epoch,
-         "throughput": throughput, "shard": shard}[part]()
+         "throughput": throughput, "shard": shard, "fanin": fanin}[part]()
         save()
 finally:
     save()

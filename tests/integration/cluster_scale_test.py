@@ -7,7 +7,11 @@ Runs bench/cluster_bench.py's throughput case (the same command BENCHMARKS.md qu
 with 1 and 3 routers of a loopback cluster (deploy/local/eldr-cluster) at 300 req/s for 1 s,
 kept shard sums and batched stores on (the defaults), then checks what must hold whatever the
 machine's speed: every request answered, no error, and every retry of a decided id at another
-router answered with the first decision. It asserts no timing. Registered in CTest by
+router answered with the first decision. Then the fan-in case (issue 14) with load authorities
+(cluster.load_sharing = "authority"): 3 routers, router n1 at 100 req/s while the cluster takes
+300 and 600, the decode workers at n2 (their authority); every request answered, no error, n1
+given exactly its share by --router-weights, and n1 applying load vectors and no peer decisions
+(the mode in effect). It asserts no timing. Registered in CTest by
 tests/CMakeLists.txt as integration.cluster_scale; exit 77 (CTest's skip) when BUILD lacks
 eldr-node, eldrctl or eldr-loadgen. Needs Debian's python3-zmq and python3-msgpack.
 """
@@ -33,41 +37,91 @@ def main():
         if not any(os.access(p, os.X_OK) for p in (build / tool, build / "tools" / tool / tool)):
             print("skipped: %s is not built in %s" % (tool, build))
             return 77
+    failures = throughput_failures(build) + authority_failures(build)
+    for f in failures:
+        print("FAIL: " + f)
+    return 1 if failures else 0
+
+
+def bench(build, tmp, name, *options):
+    """bench/cluster_bench.py with these options: its JSON results, or None (and why, printed)."""
+    out = os.path.join(tmp, name + ".json")
+    r = subprocess.run(
+        ["/usr/bin/python3", str(SRC / "bench" / "cluster_bench.py"), "--bin-dir", str(build),
+         *options, "--out", out], capture_output=True, text=True, timeout=600)
+    sys.stdout.write(r.stdout)
+    if r.returncode != 0:
+        sys.stderr.write(r.stderr[-4000:])
+        print("FAIL: the benchmark (%s) exited with %d" % (name, r.returncode))
+        return None
+    return json.load(open(out))
+
+
+def throughput_failures(build):
     with tempfile.TemporaryDirectory(prefix="eldr-cluster-scale-") as tmp:
-        out = os.path.join(tmp, "scale.json")
-        r = subprocess.run(
-            ["/usr/bin/python3", str(SRC / "bench" / "cluster_bench.py"), "--bin-dir", str(build),
-             "--only", "throughput", "--throughput-routers", "1,3", "--throughput-rate", "300",
-             "--throughput-duration", "1", "--no-warmup", "--check-retries", str(RETRIES), "--out", out],
-            capture_output=True, text=True, timeout=600)
-        sys.stdout.write(r.stdout)
-        if r.returncode != 0:
-            sys.stderr.write(r.stderr[-4000:])
-            print("FAIL: the benchmark exited with %d" % r.returncode)
-            return 1
-        rows = json.load(open(out))["throughput"]
+        res = bench(build, tmp, "throughput", "--only", "throughput", "--throughput-routers",
+                    "1,3", "--throughput-rate", "300", "--throughput-duration", "1",
+                    "--no-warmup", "--check-retries", str(RETRIES))
+    if res is None:
+        return ["the throughput case did not run"]
+    rows = res["throughput"]
     failures = []
     if sorted(row["routers"] for row in rows) != [1, 3]:
         failures.append("expected one run with 1 router and one with 3, got %s" % rows)
     for row in rows:
         where = "%d router(s)" % row["routers"]
-        if row["sent"] == 0:
-            failures.append("%s: nothing was sent" % where)
-        if row["replied"] != row["sent"]:
-            failures.append("%s: %d of %d requests answered" % (where, row["replied"], row["sent"]))
-        if row["errors"] != 0:
-            failures.append("%s: %d errors" % (where, row["errors"]))
+        failures += answered_failures(where, row)
         if row["routers"] > 1 and row["retries_same"] != RETRIES:
             failures.append("%s: %s of %d retries at another router got the first decision"
                             % (where, row["retries_same"], RETRIES))
-    for f in failures:
-        print("FAIL: " + f)
     if not failures:
         print("ok: %s" % "; ".join("%d router(s): %d of %d answered, %s retries the same"
                                    % (row["routers"], row["replied"], row["sent"],
                                       row["retries_same"]) for row in rows))
-    return 1 if failures else 0
+    return failures
 
+
+def answered_failures(where, row):
+    """Every request sent and answered, without an error reply or a timeout."""
+    failures = []
+    if row["sent"] == 0:
+        failures.append("%s: nothing was sent" % where)
+    if row["replied"] != row["sent"]:
+        failures.append("%s: %d of %d requests answered" % (where, row["replied"], row["sent"]))
+    if row["errors"] != 0:
+        failures.append("%s: %d errors" % (where, row["errors"]))
+    return failures
+
+
+def authority_failures(build):
+    with tempfile.TemporaryDirectory(prefix="eldr-cluster-scale-") as tmp:
+        res = bench(build, tmp, "fanin", "--only", "fanin", "--load-sharing", "authority",
+                    "--fanin-own-rate", "100", "--fanin-totals", "300,600",
+                    "--fanin-duration", "3", "--fanin-skip", "1")
+    if res is None:
+        return ["the fan-in case did not run"]
+    rows = res["fanin"]["runs"]
+    failures = []
+    if sorted(row["total_rps"] for row in rows) != [300, 600]:
+        failures.append("expected runs at 300 and 600 req/s, got %s" % rows)
+    for row in rows:
+        where = "authority, %d req/s" % row["total_rps"]
+        failures += answered_failures(where, row)
+        # The weighted rotation is exact over each window of sum(weights) requests.
+        w = row["weights"]
+        share = row["sent"] * w[0] / sum(w)
+        if abs(row["n1_routed"] - share) > w[0]:
+            failures.append("%s: router n1 decided %d requests, its share is %.0f"
+                            % (where, row["n1_routed"], share))
+        if row["n1_peer_decisions"] != 0 or row["n1_load_vectors_applied"] == 0:
+            failures.append("%s: n1 applied %d peer decisions and %d load vectors; load "
+                            "authorities send vectors, not decisions"
+                            % (where, row["n1_peer_decisions"], row["n1_load_vectors_applied"]))
+    if not failures:
+        print("ok: %s" % "; ".join("authority at %d req/s: %d of %d answered, n1 decided %d"
+                                   % (row["total_rps"], row["replied"], row["sent"],
+                                      row["n1_routed"]) for row in rows))
+    return failures
 
 if __name__ == "__main__":
     sys.exit(main())

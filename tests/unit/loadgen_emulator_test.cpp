@@ -1,7 +1,9 @@
 // loadgen emulators (tools/eldr-loadgen): block hashing, the prefill worker's prefix cache and the
-// vLLM KV events it publishes, and the decode emulator against core/sim/simulator on one workload.
+// vLLM KV events it publishes, the decode emulator against core/sim/simulator on one workload, and
+// the weighted rotation that spreads route requests over several routers (--router-weights).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -12,6 +14,7 @@
 #include "core/sim/workload.hpp"
 #include "tools/eldr-loadgen/decode_emulator.hpp"
 #include "tools/eldr-loadgen/prefill_emulator.hpp"
+#include "tools/eldr-loadgen/route_socket.hpp"
 
 namespace eldr::loadgen {
 namespace {
@@ -318,6 +321,37 @@ TEST(DecodeEmulator, InflightImbalanceIsTimeAveragedMaxOverMean) {
   e->advance_to(0.5, done);
   const double before = e->inflight_imbalance();
   EXPECT_DOUBLE_EQ(before, 1.0);
+}
+
+TEST(WeightedRotation, EachWindowHoldsEveryIndexItsWeightTimes) {
+  weighted_rotation r({1, 3, 3});
+  for (int window = 0; window < 5; ++window) {
+    std::vector<int> seen(3, 0);
+    for (int k = 0; k < 7; ++k)
+      ++seen[r.next()];
+    EXPECT_EQ(seen, (std::vector<int>{1, 3, 3}));
+  }
+}
+
+TEST(WeightedRotation, SpreadsPicksInsteadOfRuns) {
+  // 1 of 4 to index 0: never two in a row, and exactly one in each window of 4.
+  weighted_rotation r({1, 3});
+  std::vector<std::size_t> picks;
+  for (int k = 0; k < 40; ++k)
+    picks.push_back(r.next());
+  for (std::size_t k = 0; k + 4 <= picks.size(); k += 4)
+    EXPECT_EQ(std::count(picks.begin() + k, picks.begin() + k + 4, 0u), 1);
+  for (std::size_t k = 1; k < picks.size(); ++k)
+    EXPECT_FALSE(picks[k] == 0 && picks[k - 1] == 0);
+}
+
+TEST(WeightedRotation, EqualWeightsArePlainRoundRobinAndZeroIsNeverPicked) {
+  weighted_rotation eq({1, 1, 1});
+  for (int k = 0; k < 9; ++k)
+    EXPECT_EQ(eq.next(), static_cast<std::size_t>(k % 3));
+  weighted_rotation z({0, 2, 1});
+  for (int k = 0; k < 30; ++k)
+    EXPECT_NE(z.next(), 0u);
 }
 
 }  // namespace

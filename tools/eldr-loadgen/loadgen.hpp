@@ -42,6 +42,10 @@ struct loadgen_options {
   // finish at --node's worker endpoint only, and centroids are imported at --node only. Empty =
   // --node's route endpoint alone.
   std::vector<std::string> routers;
+  // One weight per --routers entry: router i gets weights[i] of every sum(weights) requests
+  // (smooth weighted round robin), e.g. 1,3,3 to give the first router a fixed share while the
+  // others carry the rest (bench/cluster_bench.py's fan-in case). Empty = equal shares.
+  std::vector<uint32_t> router_weights;
   std::string model;  // "" = the first model the node serves
   // The workload (--trace or --synthetic, its shape, seed, calibration, prompt pool, threads,
   // pairs), as eldr-sim's options: the same spec draws the same requests.

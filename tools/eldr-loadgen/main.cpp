@@ -53,6 +53,10 @@ int main(int argc, char** argv) {
                  "robin per request (each also gets the policy and the KV-event publishers; "
                  "decode workers stay at --node)")
       ->delimiter(',');
+  app.add_option("--router-weights", o.router_weights,
+                 "cluster: one integer weight per --routers entry, the share of route requests "
+                 "each gets (smooth weighted round robin; default equal), e.g. 1,3,3")
+      ->delimiter(',');
   eldr::tools::add_workload_input(
       app, spec,
       {"the workload", "eldr-trace file, v1 or v2 (resampled, as eldr-sim does)",

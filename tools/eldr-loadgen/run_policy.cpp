@@ -58,7 +58,8 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
   res.policy = policy;
   res.decisions.assign(D, 0);
 
-  auto route = route_socket::connect(s.ctx, s.route_endpoints, o.route_timeout_ms);
+  auto route =
+      route_socket::connect(s.ctx, s.route_endpoints, o.router_weights, o.route_timeout_ms);
   if (!route.ok()) return route.error();
   client_options co;
   co.timeout_ms = o.route_timeout_ms;
@@ -117,6 +118,9 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
 
   route_book book(run_id, N, D, o.warmup_s);
   generator gen(s, prep, **route, book, clock, emu ? &q : nullptr, finisher.get(), res);
+  // A marker for whoever samples the nodes around the run (bench/cluster_bench.py's fan-in case):
+  // the preparation above may take seconds, so "playing" is not yet the first request.
+  say(o, "  timed phase begins");
   const auto t0 = wall_clock::now();
   const double cpu0 = process_cpu_s();
   const status failure = gen.run(stop);

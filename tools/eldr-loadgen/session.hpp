@@ -94,8 +94,8 @@ struct session {
   const loadgen_options* o = nullptr;
   std::string model;
   std::string route_endpoint, worker_endpoint;
-  // Where route requests go, round robin per request: --node's route endpoint, or those of
-  // --routers.
+  // Where route requests go, round robin per request (weighted by --router-weights): --node's
+  // route endpoint, or those of --routers, in --routers' order.
   std::vector<std::string> route_endpoints;
   // --routers other than --node: their admin clients (policy commands) and worker endpoints
   // (publisher registrations).

@@ -28,6 +28,13 @@ status check_options(const loadgen_options& o) {
   if (!(o.time_scale > 0 && std::isfinite(o.time_scale)))
     return status::invalid_argument("--time-scale must be > 0");
   if (o.policies.empty()) return status::invalid_argument("--policies is empty");
+  if (!o.router_weights.empty()) {
+    if (o.router_weights.size() != o.routers.size())
+      return status::invalid_argument("--router-weights needs one weight per --routers entry");
+    if (std::all_of(o.router_weights.begin(), o.router_weights.end(),
+                    [](uint32_t w) { return w == 0; }))
+      return status::invalid_argument("--router-weights: every weight is 0");
+  }
   if (o.max_outstanding == 0) return status::invalid_argument("--max-outstanding must be >= 1");
   if (o.report_ms == 0) return status::invalid_argument("--report-ms must be >= 1");
   if (o.swap_at && !(*o.swap_at >= 0 && std::isfinite(*o.swap_at)))
