@@ -32,6 +32,7 @@ import asyncio
 import collections
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -374,8 +375,8 @@ TPOT_PROMPT = 192
 
 
 async def test_tpot_eldr_below_jsq(session, admin, purl, trace, decodes):
-    """The same 64 ESFT requests (16 per task, interleaved, all at once), routed once by load
-    only (JSQ) and once by eldr's policy: the fake decode instances' TPOT -- the decode cost model
+    """The same 64 ESFT requests (16 per task, interleaved, all at once), routed twice by load
+    only (JSQ) and twice by eldr's policy: the fake decode instances' TPOT -- the decode cost model
     over each batch's real expert ids, in model time, not wall-clock -- is lower under eldr.
     Each run salts its prompts, so that neither finds the other's prompts in a prefix cache
     (which would make its prefills faster and its decode batches larger)."""
@@ -387,27 +388,31 @@ async def test_tpot_eldr_below_jsq(session, admin, purl, trace, decodes):
     for i in range(64):
         tids = by_label[labels[i % len(labels)]]
         picked.append(tids[(i // len(labels)) % len(tids)])
-    tpot = {}
+    tpot = collections.defaultdict(list)
     # One unmeasured run first: the first burst through a fresh proxy and fresh engines arrives
     # more spread out (smaller batches, lower TPOT) than any later one, whatever the policy.
     await admin.call("policy", model=MODEL, policy="jsq")
     await run_requests(session, purl, picked, trace, max_tokens=TPOT_TOKENS, salt="salt-warm",
                        prompt_tokens=TPOT_PROMPT)
-    for policy in ("jsq", POLICY):
+    # Two runs per policy in the order A B B A, compared by their means: a drift over the runs
+    # (batches growing as the engines warm, another test's load on the machine) weighs on both
+    # policies alike. One pair, A then B, failed 1 time in 3 under a loaded full ctest.
+    for run, policy in enumerate(("jsq", POLICY, POLICY, "jsq")):
         await admin.call("policy", model=MODEL, policy=policy)
         us0, n0 = await decode_cost(session, decodes)
         results = await run_requests(session, purl, picked, trace, max_tokens=TPOT_TOKENS,
-                                     salt="salt-" + policy, prompt_tokens=TPOT_PROMPT)
+                                     salt="salt-%d-%s" % (run, policy), prompt_tokens=TPOT_PROMPT)
         check(all(r["decided"] == "eldr" for r in results), "decided by eldr")
         us1, n1 = await decode_cost(session, decodes)
         check(n1 - n0 == 64 * TPOT_TOKENS, "decode steps: %d sequence-steps for 64 x %d tokens"
               % (n1 - n0, TPOT_TOKENS))
-        tpot[policy] = (us1 - us0) / (n1 - n0) / 1000.0
+        tpot[policy].append((us1 - us0) / (n1 - n0) / 1000.0)
     await admin.call("policy", model=MODEL, reset=True)
-    print("  TPOT (model ms): jsq %.3f, %s %.3f (%.1f%% lower)" % (
-        tpot["jsq"], POLICY, tpot[POLICY], 100 * (1 - tpot[POLICY] / tpot["jsq"])), flush=True)
-    check(tpot[POLICY] < tpot["jsq"], "TPOT under %s %.3f ms is not below JSQ's %.3f ms"
-          % (POLICY, tpot[POLICY], tpot["jsq"]))
+    jsq, eldr = statistics.mean(tpot["jsq"]), statistics.mean(tpot[POLICY])
+    print("  TPOT (model ms): jsq %.3f (runs %s), %s %.3f (runs %s) (%.1f%% lower)" % (
+        jsq, ", ".join("%.3f" % t for t in tpot["jsq"]), POLICY, eldr,
+        ", ".join("%.3f" % t for t in tpot[POLICY]), 100 * (1 - eldr / jsq)), flush=True)
+    check(eldr < jsq, "TPOT under %s %.3f ms is not below JSQ's %.3f ms" % (POLICY, eldr, jsq))
 
 
 async def test_disconnect(session, admin, purl, trace, decodes):
