@@ -372,16 +372,8 @@ def test_decode_gives_the_numpy_array():
 
 def refused(text, *words, out_len=None):
     """The C function's answer to text: code 1 and a message holding words."""
-    lib = NATIVE._lib
     raw = text if isinstance(text, bytes) else text.encode("latin-1")
-    out = np.zeros(len(raw) // 4 * 3 if out_len is None else out_len, dtype=np.uint8)
-    dtype = ctypes.c_uint32(7)
-    shape = (ctypes.c_uint64 * 3)()
-    offset = ctypes.c_uint64(0)
-    err = ctypes.create_string_buffer(200)
-    rc = lib.eldr_routed_experts_decode(raw, len(raw), out.ctypes.data, out.size,
-                                        ctypes.byref(dtype), shape, ctypes.byref(offset), err, 200)
-    message = err.value.decode()
+    rc, message = decode_raw(raw, out_len)
     check(rc == 1, "%r: code %d (%s)" % (raw[:40], rc, message))
     for w in words:
         check(w in message, "message %r lacks %r" % (message, w))
@@ -457,10 +449,11 @@ def test_decode_refuses_bad_input_with_a_message():
     check(b"null" in err.value, err.value)
 
 
-def decode_raw(raw):
-    """The C function's (code, decoded .npy data) of raw bytes, its message on a refusal."""
+def decode_raw(raw, out_len=None):
+    """The C function's (code, decoded .npy data) of raw bytes, its message on a refusal.
+    out_len: the output buffer's size (default: what the text's quanta hold)."""
     lib = NATIVE._lib
-    out = np.zeros(len(raw) // 4 * 3, dtype=np.uint8)
+    out = np.zeros(len(raw) // 4 * 3 if out_len is None else out_len, dtype=np.uint8)
     dtype = ctypes.c_uint32(7)
     shape = (ctypes.c_uint64 * 3)()
     offset = ctypes.c_uint64(0)
