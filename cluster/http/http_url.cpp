@@ -24,7 +24,10 @@ bool ipv6_char(char c) {
 
 std::string http_url::to_string() const {
   const bool v6 = host.find(':') != std::string::npos;
-  return "http://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port) + path;
+  // The default port is left out, so that the text is never longer than what was parsed but for
+  // a '/' added to an empty path (parse_http_url checks that this still fits the limit).
+  return "http://" + (v6 ? "[" + host + "]" : host) +
+         (port == 80 ? std::string() : ":" + std::to_string(port)) + path;
 }
 
 result<http_url> parse_http_url(std::string_view s) {
@@ -78,6 +81,10 @@ result<http_url> parse_http_url(std::string_view s) {
     u.port = static_cast<uint16_t>(value);
   }
   u.path = std::string(path);
+  // What is accepted must print to a URL that parses again (to_string): "http://h" of exactly
+  // the limit gains a '/'.
+  if (u.to_string().size() > max_http_url_bytes)
+    return bad("longer than " + std::to_string(max_http_url_bytes) + " bytes with its path '/'");
   return u;
 }
 

@@ -22,7 +22,8 @@ struct http_url {
   uint16_t port = 80;
   std::string path = "/";  // with the query, if any
 
-  // "http://host:port/path" again (IPv6 hosts bracketed).
+  // "http://host:port/path" again (IPv6 hosts bracketed; ":80", the default, left out). It parses
+  // to the same parts.
   std::string to_string() const;
 };
 

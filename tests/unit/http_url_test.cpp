@@ -83,5 +83,26 @@ TEST(HttpUrl, LengthLimited) {
   EXPECT_LT(u.error().message().size(), 100u);
 }
 
+// Found by fuzz.vllm_metrics_fuzz: a URL of the limit's length without a path printed to one
+// longer than the limit (the port and '/' written out), which did not parse again.
+TEST(HttpUrl, WhatIsAcceptedPrintsToAUrlThatParsesToTheSameParts) {
+  const std::string at_limit = "http://" + std::string(max_http_url_bytes - 7, 'h');
+  EXPECT_FALSE(parse_http_url(at_limit).ok());
+  for (const std::string& s :
+       {"http://" + std::string(max_http_url_bytes - 8, 'h'), std::string("http://h:80/x"),
+        std::string("http://h:0080"), std::string("http://[::1]:9000/m"),
+        "http://h/" + std::string(max_http_url_bytes - 9, 'a')}) {
+    auto u = parse_http_url(s);
+    ASSERT_TRUE(u.ok()) << s.substr(0, 40) << ": " << u.error().to_string();
+    EXPECT_LE(u->to_string().size(), max_http_url_bytes);
+    auto again = parse_http_url(u->to_string());
+    ASSERT_TRUE(again.ok()) << u->to_string().substr(0, 40);
+    EXPECT_EQ(again->host, u->host);
+    EXPECT_EQ(again->port, u->port);
+    EXPECT_EQ(again->path, u->path);
+  }
+  EXPECT_EQ(parse_http_url("http://h:0080")->to_string(), "http://h/");
+}
+
 }  // namespace
 }  // namespace eldr
