@@ -93,6 +93,45 @@ async def stage_means(session, url):
     return {s: round(1e3 * sums[s] / counts[s], 3) for s in sums if counts.get(s)}
 
 
+async def node_route_histogram(session, node):
+    """The node's eldr_route_latency_seconds (a route request's time inside eldr-node, edge to
+    reply), summed over its series: (sum, count, {le: cumulative count})."""
+    url = node.endpoint("metrics")  # the ready line's URL of the node's /metrics
+    async with session.get(url if url.startswith("http") else "http://%s/metrics" % url) as r:
+        text = await r.text()
+    total, count, buckets = 0.0, 0, {}
+    for line in text.splitlines():
+        if not line.startswith("eldr_route_latency_seconds"):
+            continue
+        name, value = line.rsplit(" ", 1)
+        if name.startswith("eldr_route_latency_seconds_sum"):
+            total += float(value)
+        elif name.startswith("eldr_route_latency_seconds_count"):
+            count += int(float(value))
+        elif 'le="' in name:
+            le = name.split('le="', 1)[1].split('"', 1)[0]
+            buckets[le] = buckets.get(le, 0) + int(float(value))
+    return total, count, buckets
+
+
+def histogram_window(before, after):
+    """Mean and median (interpolated inside its bucket) in ms of the observations made between
+    two node_route_histogram readings."""
+    n = after[1] - before[1]
+    if n <= 0:
+        return None
+    edges = sorted(((float(le), after[2][le] - before[2].get(le, 0)) for le in after[2]),
+                   key=lambda e: e[0])
+    lo, below, p50 = 0.0, 0, None
+    for le, cum in edges:
+        if cum >= n / 2 and p50 is None:
+            inside = cum - below
+            p50 = lo + (le - lo) * ((n / 2 - below) / inside if inside else 0.0)
+        lo, below = le, cum
+    return {"requests": n, "mean_ms": round(1e3 * (after[0] - before[0]) / n, 3),
+            "p50_ms": round(1e3 * p50, 3) if p50 is not None and p50 != float("inf") else None}
+
+
 async def direct_request(session, prefills, decodes, i, body, path):
     """vLLM's toy P/D flow run by the client: prefill (max_tokens 1, kv params), then decode."""
     rid = "direct-%d-%d" % (os.getpid(), i)
@@ -111,11 +150,17 @@ async def direct_request(session, prefills, decodes, i, body, path):
             raise RuntimeError("decode HTTP %d" % r.status)
 
 
-async def proxy_request(session, url, i, body, path):
+async def proxy_request(session, url, i, body, path, stages=None):
+    """stages: a dict stage -> [ms], filled from the answer's Server-Timing header."""
     async with session.post(url + path, json=body) as r:
         await r.read()
         if r.status != 200:
             raise RuntimeError("proxy HTTP %d" % r.status)
+        if stages is not None:
+            for entry in r.headers.get("Server-Timing", "").split(","):
+                name, _, dur = entry.strip().partition(";dur=")
+                if dur:
+                    stages.setdefault(name, []).append(float(dur))
 
 
 async def open_loop(rate, duration, make):
@@ -232,6 +277,8 @@ async def run(args, tmp):
                 # Interleaved: arrivals alternate between the two paths, so both see the same
                 # machine (other processes, the fakes' own queues) at the same moments.
                 lat = {"direct": [], "proxy": []}
+                stages = {}
+                node_before = await node_route_histogram(session, node)
 
                 async def either(i):
                     loop = asyncio.get_running_loop()
@@ -242,7 +289,7 @@ async def run(args, tmp):
                         lat["direct"].append(loop.time() - t0)
                     else:
                         await proxy_request(session, url, i, body(10**6 + i, args.tokens, True),
-                                            path)
+                                            path, stages)
                         lat["proxy"].append(loop.time() - t0)
                 _, errors = await open_loop(args.rate, args.duration, either)
                 lat_d, lat_p = lat["direct"], lat["proxy"]
@@ -259,6 +306,16 @@ async def run(args, tmp):
                 o["overhead_p50_ms"] = round(o["proxy_p50_ms"] - o["direct_p50_ms"], 2)
                 o["overhead_p99_ms"] = round(o["proxy_p99_ms"] - o["direct_p99_ms"], 2)
                 results["overhead"]["proxy_stage_mean_ms"] = await stage_means(session, url)
+                # The route stage's share spent inside eldr-node (the rest: the proxy's event
+                # loop, ZeroMQ, the kernel, waiting for a core).
+                results["overhead"]["node_route"] = histogram_window(
+                    node_before, await node_route_histogram(session, node))
+                # Per request, from Server-Timing: medians are not moved by the warm-up's or a
+                # stall's outliers as the histogram's means are.
+                results["overhead"]["proxy_stage_p50_ms"] = {
+                    s: round(statistics.median(v), 3) for s, v in stages.items()}
+                results["overhead"]["proxy_stage_p99_ms"] = {
+                    s: round(pct(v, 0.99), 3) for s, v in stages.items()}
             if args.mode in ("throughput", "both"):
                 pid = proxy.ready["pid"]
                 c0 = cpu_seconds(pid)

@@ -139,6 +139,15 @@ class Cluster:
             p.stop()
 
 
+def server_timing(value):
+    """[(stage, ms)] of a Server-Timing header value (`name;dur=ms, ...`)."""
+    out = []
+    for entry in filter(None, (e.strip() for e in value.split(","))):
+        name, _, dur = entry.partition(";dur=")
+        out.append((name, float(dur)))
+    return out
+
+
 async def run_requests(session, proxy_url, trace_ids, trace, max_tokens=8, salt=None,
                        prompt_tokens=None):
     """Mixed requests through the proxy: completions and chat, streamed and not. A salt word
@@ -167,6 +176,10 @@ async def run_requests(session, proxy_url, trace_ids, trace, max_tokens=8, salt=
             rid = r.headers["X-Request-Id"]
             decided = r.headers["X-Eldr-Decided-By"]
             decode = int(r.headers["X-Eldr-Decode"])
+            timing = server_timing(r.headers.get("Server-Timing", ""))
+        check([stage for stage, _ in timing] == ["prefill", "conversion", "route", "first_byte"]
+              and all(ms >= 0 for _, ms in timing),
+              "request %d Server-Timing %r" % (i, timing))
         if stream:
             events = [e for e in raw.decode().split("\n\n") if e]
             check(events[-1] == "data: [DONE]", "stream end: %r" % events[-1:])
