@@ -4,7 +4,7 @@
 #   python   lib/python3/dist-packages/ (eldr-client, eldr-record, eldr-proxy as plain modules,
 #            and libeldr_counts_native.so beside them, which eldr_proxy_native.py loads) and
 #            their launchers bin/eldr-record, bin/eldr-proxy
-#   systemd  lib/systemd/system/eldr-node{,@}.service, lib/sysusers.d/eldr.conf
+#   systemd  lib/systemd/system/eldr-node{,@}.service, eldr-proxy@.service, lib/sysusers.d/eldr.conf
 #   doc      share/doc/eldr/ (README.md, docs/*.md, eldr-node.example.toml)
 #   dev      include/eldr/, lib/libeldr_{core,client}.a, lib/cmake/eldr/ (find_package(eldr))
 # With CMAKE_INSTALL_PREFIX=/usr the paths are the ones deploy/systemd and deploy/docker name
@@ -49,6 +49,7 @@ endforeach()
 # systemd: units and the system user (deploy/systemd/*.service name /usr/bin/eldr-node).
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/systemd/eldr-node.service
               ${PROJECT_SOURCE_DIR}/deploy/systemd/eldr-node@.service
+              ${PROJECT_SOURCE_DIR}/deploy/systemd/eldr-proxy@.service
         DESTINATION lib/systemd/system COMPONENT systemd)
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/systemd/eldr.sysusers.conf DESTINATION lib/sysusers.d
         RENAME eldr.conf COMPONENT systemd)

@@ -563,7 +563,8 @@ def unit_lines(path):
 class SystemdTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.units = sorted((SRC / "deploy" / "systemd").glob("*.service"))
+        cls.units = sorted((SRC / "deploy" / "systemd").glob("eldr-node*.service"))
+        cls.proxy_units = sorted((SRC / "deploy" / "systemd").glob("eldr-proxy*.service"))
 
     def exec_lines(self, unit):
         for k, v in unit_lines(unit):
@@ -575,6 +576,34 @@ class SystemdTest(unittest.TestCase):
     def test_units_exist(self):
         names = {u.name for u in self.units}
         self.assertIn("eldr-node.service", names)
+        every = {u.name for u in (SRC / "deploy" / "systemd").glob("*.service")}
+        self.assertEqual(every, names | {u.name for u in self.proxy_units},
+                         "a unit this test does not check")
+
+    def test_proxy_unit(self):
+        """eldr-proxy@.service: the hardening of the node's units, and a command line of flags
+        eldr-proxy has, sharing the port (--reuse-port) with a ready file in its runtime
+        directory."""
+        self.assertEqual([u.name for u in self.proxy_units], ["eldr-proxy@.service"])
+        proxy = SRC / "tools" / "eldr-proxy" / "eldr-proxy"
+        r = run(["/usr/bin/python3", str(proxy), "--help"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        known = frozenset(FLAG_RE.findall(r.stdout))
+        for unit in self.proxy_units:
+            kv = dict(unit_lines(unit))
+            self.assertEqual(kv.get("Restart"), "on-failure", unit.name)
+            self.assertEqual(kv.get("RestartPreventExitStatus"), "2", unit.name)
+            self.assertEqual(kv.get("NoNewPrivileges"), "yes", unit.name)
+            self.assertEqual(kv.get("ProtectSystem"), "strict", unit.name)
+            self.assertIn("LimitNOFILE", kv, unit.name)
+            argv = kv["ExecStart"].split()
+            self.assertEqual(argv[0], "/usr/bin/eldr-proxy", unit.name)
+            for flag in flags_in(argv):
+                self.assertIn(flag, known, f"{unit.name}: eldr-proxy has no {flag}")
+            self.assertIn("--reuse-port", argv, unit.name)
+            ready = argv[argv.index("--ready-file") + 1]
+            self.assertTrue(ready.startswith("/run/" + kv["RuntimeDirectory"] + "/"),
+                            f"{unit.name}: {ready} is outside RuntimeDirectory (read-only system)")
 
     def test_every_flag_exists_and_the_command_line_is_valid(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -636,10 +665,12 @@ class SystemdTest(unittest.TestCase):
             r = run([tool, "verify", str(probe)])
             if r.returncode != 0 or r.stderr.strip():
                 self.skipTest(f"systemd-analyze verify does not work here: {r.stderr.strip()}")
-            for unit in self.units:
+            proxy = str((SRC / "tools" / "eldr-proxy" / "eldr-proxy").resolve())
+            for unit in self.units + self.proxy_units:
                 name = unit.name.replace("@.service", "@router.service")
                 copy = Path(tmp, name)
-                copy.write_text(unit.read_text().replace("/usr/bin/eldr-node", NODE))
+                copy.write_text(unit.read_text().replace("/usr/bin/eldr-node", NODE)
+                                .replace("/usr/bin/eldr-proxy", proxy))
                 r = run([tool, "verify", str(copy)])
                 problems = [ln for ln in (r.stdout + r.stderr).splitlines() if name in ln]
                 self.assertEqual(r.returncode, 0, f"{unit.name}: {r.stdout}{r.stderr}")

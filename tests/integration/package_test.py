@@ -196,7 +196,8 @@ class PackageTest(unittest.TestCase):
             self.assert_in_package("/usr/lib/systemd/system/" + name, "a systemd unit")
             text = Path(unit).read_text()
             execs = unit_exec_paths(text)
-            self.assertIn("/usr/bin/eldr-node", execs, name)
+            # A unit runs the program it is named after (eldr-node@.service: eldr-node).
+            self.assertIn("/usr/bin/" + name.split("@")[0].split(".")[0], execs, name)
             for path in execs:
                 self.assert_in_package(path, f"{name} Exec line")
             for doc in re.findall(r"^Documentation=file://(\S+)$", text, re.M):

@@ -138,6 +138,13 @@ def build_parser():
         "instance. docs/eldr-proxy.md explains every flag."))
     a = p.add_argument
     a("--listen", required=True, metavar="HOST:PORT", help="where clients connect (port 0: any)")
+    a("--reuse-port", action="store_true",
+      help="share --listen's port with other eldr-proxy processes on this host (SO_REUSEPORT: "
+           "the kernel spreads new connections over them); one process serves about 650 "
+           "requests per CPU-second, so a busy host runs one per core. Needs a fixed port")
+    a("--metrics-listen", metavar="HOST:PORT",
+      help="also serve GET /metrics and /health here: this process's own (on a shared "
+           "--reuse-port port they come from whichever process the connection reached)")
     a("--eldr", action="append", required=True, metavar="ENDPOINT",
       help="an eldr node's route endpoint (tcp://H:P); repeat for several nodes (failover)")
     a("--eldr-worker", action="append", required=True, metavar="ENDPOINT",
@@ -196,6 +203,12 @@ class Config:
 
     def __init__(self, ns):
         self.listen = _host_port("--listen", ns.listen)
+        if ns.reuse_port and self.listen[1] == 0:
+            raise UsageError("--reuse-port", "needs a fixed --listen port: with port 0 every "
+                             "process would get a port of its own")
+        self.reuse_port = ns.reuse_port
+        self.metrics_listen = (None if ns.metrics_listen is None else
+                               _host_port("--metrics-listen", ns.metrics_listen))
         self.eldr = [_zmq_endpoint("--eldr", e) for e in ns.eldr]
         self.eldr_worker = [_zmq_endpoint("--eldr-worker", e) for e in ns.eldr_worker]
         model = ns.model
@@ -621,6 +634,13 @@ class Proxy:
         app.router.add_get("/metrics", self.prometheus)
         return app
 
+    def metrics_app(self):
+        """--metrics-listen's: this process's /metrics and /health only."""
+        app = web.Application()
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", self.prometheus)
+        return app
+
     # -- small endpoints ------------------------------------------------------------------------
 
     async def health(self, request):
@@ -628,7 +648,9 @@ class Proxy:
         body = {"status": "ok" if p and d else "unavailable", "prefill_healthy": p,
                 "decode_healthy": d,
                 "eldr": "down" if time.monotonic() < self._eldr_down_until else "up",
-                "in_flight": self.in_flight}
+                "in_flight": self.in_flight,
+                # Which process answered: several share a port with --reuse-port.
+                "pid": os.getpid()}
         return web.json_response(body, status=200 if p and d else 503)
 
     async def prometheus(self, request):
@@ -1069,20 +1091,52 @@ def _what(e):
 # main
 
 
+class _ListenError(Exception):
+    def __init__(self, flag, address, error):
+        super().__init__("%s %s:%d: %s" % ((flag,) + address + (error,)))
+
+
+def _url(host, port):
+    return "http://%s:%d" % (host if ":" not in host else "[%s]" % host, port)
+
+
+async def _listen(app, flag, address, **site_args):
+    """A started AppRunner serving app at address; raises _ListenError naming the flag."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, address[0], address[1], **site_args).start()
+    except OSError as e:  # e.g. the address is taken
+        await runner.cleanup()
+        raise _ListenError(flag, address, e) from None
+    return runner
+
+
 async def serve(config, stop):
     proxy = Proxy(config)
     await proxy.start()
-    runner = web.AppRunner(proxy.app(), access_log=None, handle_signals=False)
-    await runner.setup()
-    host, port = config.listen
-    site = web.TCPSite(runner, host, port, backlog=1024)
-    await site.start()
-    bound = runner.addresses[0]
-    ready = {"listen": "http://%s:%d" % (host if ":" not in host else "[%s]" % host, bound[1]),
+    runners = []
+    try:
+        await _serve_until(proxy, config, stop, runners)
+    finally:
+        for r in reversed(runners):
+            await r.cleanup()
+        await proxy.close()
+
+
+async def _serve_until(proxy, config, stop, runners):
+    host = config.listen[0]
+    runners.append(await _listen(proxy.app(), "--listen", config.listen, backlog=1024,
+                                 reuse_port=config.reuse_port or None))
+    ready = {"listen": _url(host, runners[0].addresses[0][1]),
              "pid": os.getpid(), "event_loop": type(asyncio.get_running_loop()).__module__,
              "model": config.model, "block_hash": config.hasher.source,
              "prefill": config.prefill, "decode": config.decode, "eldr": config.eldr,
              "counts": "numpy" if config.counts.native is None else "native"}
+    if config.metrics_listen is not None:
+        runners.append(await _listen(proxy.metrics_app(), "--metrics-listen",
+                                     config.metrics_listen))
+        ready["metrics_listen"] = _url(config.metrics_listen[0], runners[1].addresses[0][1])
     line = json.dumps(ready)
     if config.ready_file:
         tmp = config.ready_file + ".tmp"
@@ -1099,11 +1153,7 @@ async def serve(config, stop):
                     "counts only as orphans (signature_cache.orphan_counts_grace_ms); give "
                     "--hash-seed (vLLM's PYTHONHASHSEED, with --prefix-caching-hash-algo "
                     "sha256_cbor) for vLLM's hashes", config.hasher.source)
-    try:
-        await stop.wait()
-    finally:
-        await runner.cleanup()
-        await proxy.close()
+    await stop.wait()
 
 
 def main(argv=None):
@@ -1126,8 +1176,8 @@ def main(argv=None):
         loop.add_signal_handler(sig, stop.set)
     try:
         loop.run_until_complete(serve(config, stop))
-    except OSError as e:  # e.g. the listen address is taken
-        sys.stderr.write("eldr-proxy: --listen %s:%d: %s\n" % (config.listen + (e,)))
+    except _ListenError as e:  # e.g. the address is taken
+        sys.stderr.write("eldr-proxy: %s\n" % e)
         return 1
     finally:
         loop.close()
