@@ -848,6 +848,12 @@ def n1_counters(admin):
     out = {k: r.get(k, 0) for k in ("peer_decisions", "peer_worker_messages", "load_deltas_sent",
                                      "load_vectors_applied")}
     out["routed"] = sum(m.get("routed", 0) for m in s.get("models", []))
+    # Its signature-cache shard: the shard requests it answered (the routers' sums of prefix
+    # hits; n1 routes little or nothing, so nearly all are other routers') and its commits.
+    caches = s.get("signature_cache") or []
+    caches = caches if isinstance(caches, list) else []
+    out["shard_signed"] = sum(m.get("signed_requests", 0) for m in caches)
+    out["shard_commits"] = sum(m.get("commits", 0) for m in caches)
     return out
 
 
@@ -899,7 +905,9 @@ def fanin_run(c, mode, rep, total, mult):
             "n1_peer_decisions_per_s": d["peer_decisions"] / wall,
             "n1_peer_worker_messages_per_s": d["peer_worker_messages"] / wall,
             "n1_load_deltas_sent_per_s": d["load_deltas_sent"] / wall,
-            "n1_load_vectors_applied_per_s": d["load_vectors_applied"] / wall}
+            "n1_load_vectors_applied_per_s": d["load_vectors_applied"] / wall,
+            "n1_shard_signed_per_s": d["shard_signed"] / wall,
+            "n1_shard_commits_per_s": d["shard_commits"] / wall}
 
 
 def fanin_idle(c, seconds=3.0):
@@ -957,6 +965,12 @@ def slope(xs, ys):
     return b, math.sqrt(resid / (n - 2) / sxx)
 
 
+def m2(rows, key):
+    """Median of a key that older result files lack (nan then)."""
+    xs = [r[key] for r in rows if key in r]
+    return median(xs) if xs else float("nan")
+
+
 def fanin_table(res):
     """The fan-in table from the case's results (also from a saved file: --tables-from)."""
     rows, idle, totals = res["runs"], res["idle"], res["totals"]
@@ -966,7 +980,8 @@ def fanin_table(res):
                   max(r["run"] for r in rows)),
                "| load sharing | total req/s | errors (timeouts) | n1 own replies/s | n1 peer "
                "decisions/s | n1 peer worker msgs/s | n1 load vectors/s | n1 CPU ms/s | "
-               "n1 CPU µs per own reply | n1 CPU / 1x | n2 CPU ms/s | n3 CPU ms/s |")
+               "n1 CPU µs per own reply | n1 CPU / 1x | n2 CPU ms/s | n3 CPU ms/s | "
+               "n1 shard requests answered/s | n1 shard commits/s |")
     for mode in sorted({r["load_sharing"] for r in rows}):
         base = None
         for total in totals:
@@ -977,12 +992,13 @@ def fanin_table(res):
             cpu = [r["n1_cpu_per_s"] * 1e3 for r in g]
             base = median(cpu) if base is None else base
             print("| %s | %d | %d (%d) | %.0f | %.0f | %.0f | %.0f | %.1f [%.1f-%.1f] | %.0f | "
-                  "%.2f | %.0f | %.0f |" % (
+                  "%.2f | %.0f | %.0f | %.0f | %.0f |" % (
                       mode, total, sum(r["errors"] for r in g), sum(r["timeouts"] for r in g),
                       m("own_rps"), m("n1_peer_decisions_per_s"),
                       m("n1_peer_worker_messages_per_s"), m("n1_load_vectors_applied_per_s"),
                       median(cpu), min(cpu), max(cpu), m("n1_cpu_us_per_own_reply"),
-                      median(cpu) / base, m("n2_cpu_per_s") * 1e3, m("n3_cpu_per_s") * 1e3))
+                      median(cpu) / base, m("n2_cpu_per_s") * 1e3, m("n3_cpu_per_s") * 1e3,
+                      m2(g, "n1_shard_signed_per_s"), m2(g, "n1_shard_commits_per_s")))
     print()
     for mode in sorted({r["load_sharing"] for r in rows}):
         # What one more request/s elsewhere in the cluster costs router n1: its shared-state
@@ -993,6 +1009,14 @@ def fanin_table(res):
         print("- %s: n1 CPU per request/s routed elsewhere %.2f ± %.2f µs (least squares over %d "
               "runs, ± one standard error); n1 idle %.1f ms/s [%.1f-%.1f]"
               % (mode, b * 1e6, se * 1e6, len(g), median(xs), min(xs), max(xs)))
+        # The same CPU against the shard requests n1's shard answered: what one answered shard
+        # request costs the answering node, the commits of the stores that come with the same
+        # traffic included (both grow with the rate, so one slope holds both).
+        if all("n1_shard_signed_per_s" in r for r in g):
+            b, se = slope([r["n1_shard_signed_per_s"] for r in g],
+                          [r["n1_cpu_per_s"] for r in g])
+            print("  %s: n1 CPU per shard request answered/s %.2f ± %.2f µs (stores' commits "
+                  "included)" % (mode, b * 1e6, se * 1e6))
     print()
 
 
