@@ -94,13 +94,11 @@ void apply_vector(router_state& st, model_state& m, const load_vector& v) {
   for (const auto& e : v.workers)
     if (e.worker < m.pool.k()) m.authority_of[e.worker] = v.authority;
   m.ledger.resize(m.pool.k());
-  std::vector<uint32_t> load(m.pool.k(), 0);
-  std::vector<uint8_t> covered(m.pool.k(), 0);
-  m.overlay.compose(m.ledger, load, covered);
+  // Only this vector's workers: a vector costs its authority's workers, not the whole pool (with
+  // A authorities, composing every worker per vector was O(A x W) per interval).
   const int64_t now = st.ctx->now_ms();
-  for (const auto& e : v.workers)
-    if (e.worker < covered.size() && covered[e.worker] != 0)
-      (void)m.pool.on_shared(e.worker, load[e.worker], covered[e.worker] == 1, now);
+  for (const auto& e : m.overlay.compose_vector(v.authority, m.ledger))
+    if (e.worker < m.pool.k()) (void)m.pool.on_shared(e.worker, e.in_flight, e.alive, now);
   publish_readiness(st, m);
 }
 
@@ -113,19 +111,17 @@ void load_tick(router_actor_t* self) {
   for (auto& mp : st.models) {
     auto& m = *mp;
     m.ledger.resize(m.pool.k());
-    std::map<std::string, load_delta> out;
-    for (const auto& [w, a] : m.authority_of)
-      if (m.ledger.total(w) > 0) out[a].totals.emplace_back(w, m.ledger.total(w));
-    for (auto& [a, d] : out) {
+    for (auto& [a, d] : deltas_by_authority(m.ledger, m.authority_of)) {
       auto& stream = m.deltas_out[a];
-      std::vector<uint64_t> totals(m.ledger.totals().begin(), m.ledger.totals().end());
-      if (totals == stream.totals && now - stream.sent_ms < delta_resend_ms) continue;
+      // The authority's workers' totals only (a copy of the whole ledger per authority per
+      // interval was O(A x W)).
+      if (d.totals == stream.totals && now - stream.sent_ms < delta_resend_ms) continue;
       d.router = me;
       d.incarnation = st.incarnation;
       d.seq = ++stream.seq;
-      stream.totals = std::move(totals);
+      stream.totals = d.totals;
       stream.sent_ms = now;
-      m.overlay.sent(a, d.seq, m.ledger.totals());
+      m.overlay.sent(a, d.seq, d.totals);
       if (a == me) {
         if (m.authority) m.authority->on_delta(d);
         continue;

@@ -122,7 +122,7 @@ struct model_state {
   std::map<uint32_t, std::string> authority_of;
   struct delta_stream {
     uint64_t seq = 0;
-    std::vector<uint64_t> totals;
+    std::vector<std::pair<uint32_t, uint64_t>> totals;  // the last delta's (worker, total)
     int64_t sent_ms = 0;
   };
   std::map<std::string, delta_stream> deltas_out;

@@ -148,10 +148,20 @@ load_vector load_authority::publish(int64_t now_ms) {
   return v;
 }
 
+std::map<std::string, load_delta> deltas_by_authority(
+    const decision_ledger& ledger, const std::map<uint32_t, std::string>& authority_of) {
+  std::map<std::string, load_delta> out;
+  for (const auto& [w, a] : authority_of)
+    if (ledger.total(w) > 0) out[a].totals.emplace_back(w, ledger.total(w));
+  return out;
+}
+
 void load_overlay::sent(const std::string& authority, uint64_t seq,
-                        std::span<const uint64_t> totals) {
+                        std::vector<std::pair<uint32_t, uint64_t>> totals) {
   auto& a = authorities_[authority];
-  a.sent.emplace_back(seq, std::vector<uint64_t>(totals.begin(), totals.end()));
+  // compose_one looks workers up by binary search.
+  if (!std::is_sorted(totals.begin(), totals.end())) std::sort(totals.begin(), totals.end());
+  a.sent.emplace_back(seq, std::move(totals));
   while (a.sent.size() > history)
     a.sent.pop_front();
 }
@@ -168,30 +178,56 @@ bool load_overlay::on_vector(const load_vector& v, const std::string& self) {
   return true;
 }
 
+template <class F>
+void load_overlay::compose_one(const authority_view& a, std::span<const uint64_t> totals, F&& f) {
+  if (a.vector.authority.empty()) return;
+  // This router's totals as of the delta the vector includes. When it includes none yet, the
+  // authority anchored this router at its first delta (or knows nothing of it): count what was
+  // decided since the oldest send kept, an over-estimate for one interval at most.
+  // When the included send is older than the history kept, the oldest kept stands in (an
+  // over-estimate too); with nothing sent, every decision counts. A worker the delta did not
+  // carry had no decision of this router then (total 0) -- or moved to this authority since,
+  // when every decision to it counts until a delta carrying it is included: one interval.
+  const totals_at_send* at = nullptr;
+  for (const auto& s : a.sent)
+    if (s.first == a.included) at = &s.second;
+  if (at == nullptr && !a.sent.empty()) at = &a.sent.front().second;
+  for (const auto& e : a.vector.workers) {
+    const uint64_t now_total = e.worker < totals.size() ? totals[e.worker] : 0;
+    uint64_t then = 0;
+    if (at != nullptr) {
+      const auto it =
+          std::lower_bound(at->begin(), at->end(), std::pair<uint32_t, uint64_t>{e.worker, 0});
+      if (it != at->end() && it->first == e.worker) then = it->second;
+    }
+    const uint64_t extra = now_total > then ? now_total - then : 0;
+    f(e.worker,
+      static_cast<uint32_t>(
+          std::min<uint64_t>(uint64_t{e.in_flight} + extra, std::numeric_limits<uint32_t>::max())),
+      e.alive);
+  }
+}
+
 void load_overlay::compose(const decision_ledger& ledger, std::span<uint32_t> out,
                            std::span<uint8_t> covered) const {
-  const auto totals = ledger.totals();
-  for (const auto& [name, a] : authorities_) {
-    if (a.vector.authority.empty()) continue;
-    // This router's totals as of the delta the vector includes. When it includes none yet, the
-    // authority anchored this router at its first delta (or knows nothing of it): count what was
-    // decided since the oldest send kept, an over-estimate for one interval at most.
-    // When the included send is older than the history kept, the oldest kept stands in (an
-    // over-estimate too); with nothing sent, every decision counts.
-    const std::vector<uint64_t>* at = nullptr;
-    for (const auto& s : a.sent)
-      if (s.first == a.included) at = &s.second;
-    if (at == nullptr && !a.sent.empty()) at = &a.sent.front().second;
-    for (const auto& e : a.vector.workers) {
-      if (e.worker >= out.size() || e.worker >= covered.size()) continue;
-      const uint64_t now_total = e.worker < totals.size() ? totals[e.worker] : 0;
-      const uint64_t then = at && e.worker < at->size() ? (*at)[e.worker] : 0;
-      const uint64_t extra = now_total > then ? now_total - then : 0;
-      out[e.worker] = static_cast<uint32_t>(
-          std::min<uint64_t>(uint64_t{e.in_flight} + extra, std::numeric_limits<uint32_t>::max()));
-      covered[e.worker] = e.alive ? 1 : 2;
-    }
-  }
+  for (const auto& [name, a] : authorities_)
+    compose_one(a, ledger.totals(), [&](uint32_t w, uint32_t in_flight, bool alive) {
+      if (w >= out.size() || w >= covered.size()) return;
+      out[w] = in_flight;
+      covered[w] = alive ? 1 : 2;
+    });
+}
+
+std::vector<composed_load> load_overlay::compose_vector(const std::string& authority,
+                                                        const decision_ledger& ledger) const {
+  std::vector<composed_load> out;
+  const auto it = authorities_.find(authority);
+  if (it == authorities_.end()) return out;
+  out.reserve(it->second.vector.workers.size());
+  compose_one(it->second, ledger.totals(), [&](uint32_t w, uint32_t in_flight, bool alive) {
+    out.push_back({w, in_flight, alive});
+  });
+  return out;
 }
 
 }  // namespace eldr

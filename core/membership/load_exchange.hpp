@@ -133,13 +133,32 @@ class load_authority {
   load_authority_counters counters_;
 };
 
+// What a router owes the authorities this interval: for every worker it has routed to (a total
+// above 0) whose authority it knows, its cumulative total, grouped by that authority, ascending by
+// worker. The owner fills in router, incarnation and seq of the ones it sends. O(W log A).
+std::map<std::string, load_delta> deltas_by_authority(
+    const decision_ledger& ledger, const std::map<uint32_t, std::string>& authority_of);
+
+// One worker's load as a vector and the router's own decisions make it (load_overlay).
+struct composed_load {
+  uint32_t worker = 0;
+  uint32_t in_flight = 0;
+  bool alive = false;
+};
+
 // A router's view of the load: the newest vector of each authority, plus its own decisions the
 // vectors do not include yet.
+//
+// Cost: what a router keeps and does per authority is proportional to that authority's workers,
+// never to all workers -- with A authorities and W workers, one interval (A sends, A vectors) is
+// O(W), not O(A x W) (bench/load_exchange_bench.cpp; docs/scaling.md).
 class load_overlay {
  public:
-  // The router's ledger totals at the moment it sent delta `seq` to `authority` (the owner calls
-  // this as it sends). Kept for the last `history` sends per authority.
-  void sent(const std::string& authority, uint64_t seq, std::span<const uint64_t> totals);
+  // The (worker, cumulative total) pairs of the delta `seq` this router sent `authority` (the
+  // owner calls this as it sends; the delta's own totals). Kept for the last `history` sends per
+  // authority.
+  void sent(const std::string& authority, uint64_t seq,
+            std::vector<std::pair<uint32_t, uint64_t>> totals);
   // An authority's vector; an older one than the newest applied is ignored (returns false).
   bool on_vector(const load_vector& v, const std::string& self);
   // The load of every worker the vectors cover, with this router's decisions since the included
@@ -148,15 +167,23 @@ class load_overlay {
   // owner's own view applies).
   void compose(const decision_ledger& ledger, std::span<uint32_t> out,
                std::span<uint8_t> covered) const;
+  // The same for the workers of one authority's vector only (what changes when that vector
+  // arrives), one entry per worker of the vector, in its order; empty for an unknown authority.
+  std::vector<composed_load> compose_vector(const std::string& authority,
+                                            const decision_ledger& ledger) const;
 
   static constexpr size_t history = 64;
 
  private:
+  using totals_at_send = std::vector<std::pair<uint32_t, uint64_t>>;  // ascending by worker
   struct authority_view {
     load_vector vector;
     uint64_t included = 0;  // this router's delta seq the vector includes
-    std::deque<std::pair<uint64_t, std::vector<uint64_t>>> sent;  // (seq, totals at send)
+    std::deque<std::pair<uint64_t, totals_at_send>> sent;  // (seq, the delta's totals)
   };
+  // Calls f(worker, in_flight, alive) for every worker of a's vector.
+  template <class F>
+  static void compose_one(const authority_view& a, std::span<const uint64_t> totals, F&& f);
   std::map<std::string, authority_view> authorities_;
 };
 

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -192,7 +194,7 @@ TEST(LoadOverlay, OwnDecisionsAtOncePeersWithinOneInterval) {
   uint64_t my_seq = 0, peer_seq = 0;
   auto send_mine = [&] {
     const auto d = delta("me", ++my_seq, mine);
-    view.sent("a", my_seq, mine.totals());
+    view.sent("a", my_seq, d.totals);
     auth.on_delta(d);
   };
   send_mine();
@@ -224,6 +226,60 @@ TEST(LoadOverlay, OwnDecisionsAtOncePeersWithinOneInterval) {
   EXPECT_EQ(load[1], 2u);
 }
 
+// Two authorities, each with its own workers: composing one arriving vector gives exactly what
+// composing every vector gives for that vector's workers, and nothing for the others' -- what the
+// router applies per vector, at a cost of that authority's workers only.
+TEST(LoadOverlay, ComposingOneVectorAgreesWithComposingAll) {
+  load_authority a("a", 0), b("b", 0);
+  for (uint32_t w : {0u, 2u, 4u})
+    a.add_worker(w, 0);
+  for (uint32_t w : {1u, 3u})
+    b.add_worker(w, 0);
+  decision_ledger mine(5), peer(5);
+  load_overlay view;
+  uint64_t seq = 0;
+  for (uint32_t w : {0u, 1u, 1u, 2u, 3u, 3u, 3u})
+    (void)mine.on_route(w);
+  for (uint32_t w : {0u, 4u, 1u})
+    (void)peer.on_route(w);
+  // Each authority gets only its workers' totals, as the router sends them.
+  auto only = [](const load_delta& d, std::initializer_list<uint32_t> ws) {
+    load_delta out = d;
+    out.totals.clear();
+    for (const auto& [w, t] : d.totals)
+      if (std::find(ws.begin(), ws.end(), w) != ws.end()) out.totals.emplace_back(w, t);
+    return out;
+  };
+  ++seq;
+  const auto to_a = only(delta("me", seq, mine), {0, 2, 4});
+  const auto to_b = only(delta("me", seq, mine), {1, 3});
+  view.sent("a", seq, to_a.totals);
+  view.sent("b", seq, to_b.totals);
+  a.on_delta(to_a);
+  b.on_delta(to_b);
+  a.on_delta(only(delta("peer", 1, peer), {0, 2, 4}));
+  b.on_delta(only(delta("peer", 1, peer), {1, 3}));
+  a.on_report(2, 7, 1, 0);  // worker 2's own report: 7 running
+  ASSERT_TRUE(view.on_vector(a.publish(0), "me"));
+  ASSERT_TRUE(view.on_vector(b.publish(0), "me"));
+  (void)mine.on_route(4);  // after the send: the overlay adds it
+  (void)mine.on_route(1);
+
+  std::vector<uint32_t> load(5, 0);
+  std::vector<uint8_t> covered(5, 0);
+  view.compose(mine, load, covered);
+  EXPECT_EQ(load, (std::vector<uint32_t>{2, 4, 7, 3, 2}));
+  for (const std::string name : {"a", "b"}) {
+    const auto part = view.compose_vector(name, mine);
+    EXPECT_EQ(part.size(), name == "a" ? 3u : 2u);
+    for (const auto& e : part) {
+      EXPECT_EQ(e.in_flight, load[e.worker]) << name << " worker " << e.worker;
+      EXPECT_EQ(e.alive ? 1 : 2, covered[e.worker]) << name << " worker " << e.worker;
+    }
+  }
+  EXPECT_TRUE(view.compose_vector("c", mine).empty());
+}
+
 // A vector lost on the way: the router keeps the older one plus its own decisions since that
 // one's included delta, and the next vector puts it right.
 TEST(LoadOverlay, ALostVectorConvergesAtTheNext) {
@@ -234,8 +290,9 @@ TEST(LoadOverlay, ALostVectorConvergesAtTheNext) {
   uint64_t seq = 0;
   auto send = [&] {
     ++seq;
-    view.sent("a", seq, mine.totals());
-    auth.on_delta(delta("me", seq, mine));
+    const auto d = delta("me", seq, mine);
+    view.sent("a", seq, d.totals);
+    auth.on_delta(d);
   };
   send();
   ASSERT_TRUE(view.on_vector(auth.publish(0), "me"));
