@@ -7,7 +7,9 @@
 # topics no-locality gptoss prefix esft held-out (e.g. task-16, esft-8; "adaptive" runs all 16),
 # plus sensitivity (cost model +-50%, tau, slack, where grouping starts, refit interval) and seeds
 # (held-out at 3 seeds); adaptive-summary and sensitivity-summary lay their verdicts side by side
-# in OUT_DIR/adaptive.md and OUT_DIR/sensitivity.md.
+# in OUT_DIR/adaptive.md and OUT_DIR/sensitivity.md. routers (not in the default list): 1, 2 and 4
+# routers with stale load views on the ESFT trace (issue 14's herding goal); routers-summary
+# writes OUT_DIR/routers.md.
 # Default: all. Each writes OUT_DIR/<table>/summary.{csv,md}, fit.json and PNG plots (gnuplot).
 set -eu
 build=${1:-build-release}
@@ -144,6 +146,64 @@ for t in $tables; do
           --rate 20,40,80,160,320 --policies rr,random,jsq,p2c,eldr,eldr-adaptive \
           --out "$out/seed-$s"
       done ;;
+    routers)
+      # Issue 14's herding goal: 1, 2 and 4 routers at the same total rate, each seeing its peers'
+      # decisions and the finishes only every load_sync_ms (sim_config::routers); a light and a
+      # heavy rate, 16 decode workers, 3 seeds (arrival draws). One router is exact at any
+      # interval, so it runs once per seed.
+      for seed in 1 2 3; do
+        "$sim" --trace "$esft" --requests 7200 --rate 50,200 --policies jsq,eldr,eldr-adaptive \
+          --seed $seed --quiet --routers 1 --out "$out/routers-s$seed-r1"
+        for r in 2 4; do
+          for ms in 1 2 5 10 20 50 100; do
+            "$sim" --trace "$esft" --requests 7200 --rate 50,200 \
+              --policies jsq,eldr,eldr-adaptive --seed $seed --quiet --routers $r \
+              --load-sync-ms $ms --out "$out/routers-s$seed-r$r-$ms"
+          done
+        done
+      done ;;
+    routers-summary)
+      # Every (rate, policy, routers, interval) of the routers runs: seed 1's figures and their
+      # ratio to one router's (x1), the worst x1 over the 3 seeds of the TPOTs and in-flight
+      # max/mean and of the decisions CV, and whether all four are within 5% of one router's on
+      # every seed (lower is better for all four): OUT_DIR/routers.md.
+      for seed in 1 2 3; do
+        f="$out/routers-s$seed-r1/summary.csv"
+        [ -f "$f" ] || { echo "evaluate.sh: $f is missing: run the routers table first" >&2; exit 1; }
+      done
+      {
+        echo "| rate | policy | routers | load_sync_ms | TPOT p50 ms (x1) | TPOT p99 ms (x1) | in-flight max/mean (x1) | decisions CV (x1) | worst x1 TPOT, in-flight (seeds 1-3) | worst x1 CV | all within 5% |"
+        echo "|---|---|---|---|---|---|---|---|---|---|---|"
+        awk -F, -v rates="50.00 200.00" -v policies="jsq eldr eldr-adaptive" \
+            -v syncs="5 50 1 2 10 20 100" '
+          FNR == 1 { n = split(FILENAME, a, "/"); split(a[n - 1], p, "-")
+                     seed = substr(p[2], 2); r = substr(p[3], 2); ms = (r == 1 ? 0 : p[4]); next }
+          { k = seed SUBSEP $12 SUBSEP $1 SUBSEP r SUBSEP ms
+            v[k, 1] = $2; v[k, 2] = $3; v[k, 3] = $17; v[k, 4] = $18 }
+          function cell(k, b, i) { return sprintf("%.3f (%.2f)", v[k, i], v[k, i] / v[b, i]) }
+          END {
+            nr = split(rates, R, " "); np = split(policies, P, " "); ns = split(syncs, S, " ")
+            for (i = 1; i <= nr; i++) for (j = 1; j <= np; j++) {
+              b = 1 SUBSEP R[i] SUBSEP P[j] SUBSEP 1 SUBSEP 0
+              printf "| %g | %s | 1 | any | %s | %s | %s | %s | 1.00 | 1.00 | |\n", R[i], P[j],
+                     cell(b, b, 1), cell(b, b, 2), cell(b, b, 3), cell(b, b, 4)
+              for (rr = 2; rr <= 4; rr += 2) for (m = 1; m <= ns; m++) {
+                k = 1 SUBSEP R[i] SUBSEP P[j] SUBSEP rr SUBSEP S[m]
+                worst = 0; worst_cv = 0
+                for (seed = 1; seed <= 3; seed++) {
+                  ks = seed SUBSEP R[i] SUBSEP P[j] SUBSEP rr SUBSEP S[m]
+                  bs = seed SUBSEP R[i] SUBSEP P[j] SUBSEP 1 SUBSEP 0
+                  for (f = 1; f <= 3; f++) if (v[ks, f] / v[bs, f] > worst) worst = v[ks, f] / v[bs, f]
+                  if (v[ks, 4] / v[bs, 4] > worst_cv) worst_cv = v[ks, 4] / v[bs, 4]
+                }
+                printf "| %g | %s | %d | %s | %s | %s | %s | %s | %.2f | %.2f | %s |\n", R[i], P[j],
+                       rr, S[m], cell(k, b, 1), cell(k, b, 2), cell(k, b, 3), cell(k, b, 4), worst,
+                       worst_cv, (worst <= 1.05 && worst_cv <= 1.05 ? "yes" : "**no**")
+              }
+            }
+          }' "$out"/routers-s*/summary.csv
+      } > "$out/routers.md"
+      echo "wrote $out/routers.md" ;;
     sensitivity-summary)
       # Every locality policy's verdict in the sensitivity and seed runs, from their
       # verdicts.csv: OUT_DIR/sensitivity.md.
