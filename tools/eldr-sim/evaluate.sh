@@ -86,7 +86,7 @@ routers_summary() {
         nr = split(rates, R, " "); np = split(policies, P, " "); ns = split(syncs, S, " ")
         for (i = 1; i <= nr; i++) for (j = 1; j <= np; j++) {
           b = 1 SUBSEP R[i] SUBSEP P[j] SUBSEP 1 SUBSEP 0
-          printf "| %g | %s | 1 | any | %s | %s | %s | %s | 1.00 | 1.00 | |\n", R[i], P[j],
+          printf "| %g | %s | 1 | any | %s | %s | %s | %s | 1.000 | 1.000 | |\n", R[i], P[j],
                  cell(b, b, 1), cell(b, b, 2), cell(b, b, 3), cell(b, b, 4)
           for (rr = 2; rr <= 4; rr += 2) for (m = 1; m <= ns; m++) {
             k = 1 SUBSEP R[i] SUBSEP P[j] SUBSEP rr SUBSEP S[m]
@@ -97,7 +97,7 @@ routers_summary() {
               for (f = 1; f <= 3; f++) if (v[ks, f] / v[bs, f] > worst) worst = v[ks, f] / v[bs, f]
               if (v[ks, 4] / v[bs, 4] > worst_cv) worst_cv = v[ks, 4] / v[bs, 4]
             }
-            printf "| %g | %s | %d | %s | %s | %s | %s | %s | %.2f | %.2f | %s |\n", R[i], P[j],
+            printf "| %g | %s | %d | %s | %s | %s | %s | %s | %.3f | %.3f | %s |\n", R[i], P[j],
                    rr, S[m], cell(k, b, 1), cell(k, b, 2), cell(k, b, 3), cell(k, b, 4), worst,
                    worst_cv, (worst <= 1.05 && worst_cv <= 1.05 ? "yes" : "**no**")
           }
