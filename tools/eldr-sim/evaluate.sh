@@ -214,7 +214,8 @@ for t in $tables; do
                        "5 50 1 2 10 20 100" 3 ;;
     routers-cluster)
       # The cluster benchmark's herding case (BENCHMARKS.md, "Herding with load authorities"):
-      # its eldr-loadgen traffic at 500 req/s, zero prefill, 8 decode workers, one seed. Writes
+      # its eldr-loadgen traffic at 500 req/s, zero prefill, the 5 ms KV transfer eldr-loadgen
+      # also waits by default, 8 decode workers, one seed. Writes
       # OUT_DIR/routers-cluster.md.
       for r in 1 2 4; do
         for ms in 5 10 20 50; do
@@ -222,7 +223,7 @@ for t in $tables; do
           d="$out/routers-cluster-s1-r$r-$ms"; [ $r = 1 ] && d="$out/routers-cluster-s1-r1"
           "$sim" --synthetic qwen-task --requests 5000 --rate 500 --decode-workers 8 \
             --policies jsq,eldr --output-tokens 16 --max-batch 256 --prompt-max 512 \
-            --prefill-base-ms 0 --prefill-per-token-ms 0 --kv-transfer-ms 0 --seed 1 --quiet \
+            --prefill-base-ms 0 --prefill-per-token-ms 0 --seed 1 --quiet \
             --routers $r --load-sync-ms $ms --out "$d"
         done
       done
