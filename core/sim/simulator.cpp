@@ -45,6 +45,7 @@ status sim_config::validate() const {
   if (routers == 0 || routers > 4096) return bad("routers must be in 1..4096");
   if (!(load_sync_ms >= 0.0 && std::isfinite(load_sync_ms)))
     return bad("load_sync_ms must be finite and >= 0");
+  if (load_sync_lag > 16) return bad("load_sync_lag must be in 0..16");
   return cost.validate();
 }
 
@@ -171,13 +172,19 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
 
   std::vector<uint32_t> load(D, 0);  // the true in-flight count per worker
   std::vector<uint32_t> decisions(D, 0);
-  // The routers' stale views (sim_config): the true load at the last load-sharing instant, and
-  // each router's own decisions since then. Unused when every view is exact.
+  // The routers' stale views (sim_config): per router, the shared vector of the last
+  // load-sharing instant as it reads it (the true load, less its peers' decisions the vector does
+  // not carry yet: load_sync_lag), and its own decisions since then. Unused when every view is
+  // exact.
   const bool stale = c.routers > 1 && c.load_sync_ms > 0.0;
-  std::vector<uint32_t> synced(D, 0), view(D, 0);
-  std::vector<std::vector<uint32_t>> own_since_sync(stale ? c.routers : 0,
-                                                    std::vector<uint32_t>(D, 0));
-  uint64_t routed = 0;  // decisions so far: the next goes to router routed mod R
+  const std::size_t R = stale ? c.routers : 0;
+  std::vector<uint32_t> view(D, 0);
+  std::vector<std::vector<uint32_t>> shared(R, std::vector<uint32_t>(D, 0));
+  std::vector<std::vector<uint32_t>> own_since_sync(R, std::vector<uint32_t>(D, 0));
+  // The last load_sync_lag intervals' decisions per router, oldest first (ring[h * R + r]).
+  std::vector<std::vector<uint32_t>> ring(R * c.load_sync_lag, std::vector<uint32_t>(D, 0));
+  std::size_t ring_head = 0;  // the oldest interval's slot
+  uint64_t routed = 0;        // decisions so far: the next goes to router routed mod R
   std::optional<signature_builder> builder;
   if (p.signatures != signature_source::none) builder.emplace(p.spec);
   signature sig;
@@ -216,7 +223,7 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
         route_input in;
         if (stale) {
           for (uint32_t k = 0; k < D; ++k)
-            view[k] = synced[k] + own_since_sync[router][k];
+            view[k] = shared[router][k] + own_since_sync[router][k];
           in.load = view;
         } else {
           in.load = load;
@@ -299,9 +306,27 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
       }
       case event_kind::load_sync: {
         if (completed == N) break;  // nothing left to route: stop sharing
-        synced = load;
-        for (std::vector<uint32_t>& own : own_since_sync)
-          std::fill(own.begin(), own.end(), 0u);
+        if (c.load_sync_lag > 0) {  // the interval just ended replaces the oldest
+          for (std::size_t r = 0; r < R; ++r)
+            std::swap(ring[ring_head * R + r], own_since_sync[r]);
+          ring_head = (ring_head + 1) % c.load_sync_lag;
+        }
+        for (std::size_t r = 0; r < R; ++r) {
+          // The vector lacks every router's decisions of the last lag intervals; router r adds
+          // back its own.
+          for (uint32_t k = 0; k < D; ++k) {
+            uint64_t missing = 0;
+            for (std::size_t h = 0; h < c.load_sync_lag; ++h)
+              for (std::size_t q = 0; q < R; ++q)
+                missing += ring[h * R + q][k];
+            uint64_t mine = 0;
+            for (std::size_t h = 0; h < c.load_sync_lag; ++h)
+              mine += ring[h * R + r][k];
+            shared[r][k] =
+                static_cast<uint32_t>((load[k] > missing ? load[k] - missing : 0) + mine);
+          }
+          std::fill(own_since_sync[r].begin(), own_since_sync[r].end(), 0u);
+        }
         ++m.load_syncs;
         push(ev.t + c.load_sync_ms / 1000.0, event_kind::load_sync, 0);
         break;

@@ -60,6 +60,13 @@ struct sim_config {
   // router is its own authority and its view is exact; load_sync_ms == 0 makes every view exact.
   uint32_t routers = 1;       // R, 1..4096
   double load_sync_ms = 5.0;  // cluster.load_sync_ms; finite and >= 0
+  // Intervals by which the routers' decisions reach the shared vector late, 0..16. 0: a vector
+  // carries every decision up to its instant. 1: only those up to the previous instant, as when
+  // each router's totals reach the authority just after it published (docs/cluster.md: totals
+  // travel at each router's own tick, the vector at the authority's). A router still adds its own
+  // decisions that the vector does not carry; a worker whose load minus the missing decisions
+  // would be negative counts 0.
+  uint32_t load_sync_lag = 0;
 
   // ok, or invalid_argument naming the first bad field.
   status validate() const;

@@ -155,7 +155,7 @@ TEST_F(EldrSim, HelpDocumentsEveryInterfaceFlag) {
   EXPECT_EQ(r.exit_code, 0);
   for (const char* flag :
        {"--trace", "--policies", "--rate", "--decode-workers", "--prefill-workers", "--requests",
-        "--seed", "--out", "--centroids", "--routers", "--load-sync-ms"})
+        "--seed", "--out", "--centroids", "--routers", "--load-sync-ms", "--load-sync-lag"})
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
 }
 
@@ -175,6 +175,7 @@ TEST_F(EldrSim, BadInputStopsWithOneClearMessage) {
       {small + "--routers 0", "--routers"},
       {small + "--load-sync-ms -1", "--load-sync-ms"},
       {small + "--load-sync-ms inf", "--load-sync-ms"},
+      {small + "--load-sync-lag 17", "--load-sync-lag"},
   };
   for (const bad_case& c : cases) {
     const run_result r = run(c.args + out);

@@ -555,6 +555,26 @@ TEST(Simulator, FinishesReachTheRoutersOnlyAtTheNextSync) {
   EXPECT_EQ(jsq_decisions(v, timed_config(2, 2, 1000.0)), (std::vector<uint32_t>{2, 2}));
 }
 
+// load_sync_lag 1: a vector carries the decisions up to the previous instant only.
+TEST(Simulator, ALaggingVectorShowsPeersDecisionsOneIntervalLater) {
+  // Router 0 routes at 5 ms, router 1 at 12 ms; syncs every 10 ms. Without lag the vector of
+  // 10 ms shows router 0's request and router 1 picks the other worker; with lag 1 it does not.
+  const workload w = timed_workload({0.005, 0.012}, 20);
+  sim_config c = timed_config(2, 2, 10.0);
+  EXPECT_EQ(jsq_decisions(w, c), (std::vector<uint32_t>{1, 1}));
+  c.load_sync_lag = 1;
+  EXPECT_EQ(jsq_decisions(w, c), (std::vector<uint32_t>{2, 0}));
+  // At 25 ms the vector of 20 ms carries the decision of 5 ms: router 1 sees it.
+  EXPECT_EQ(jsq_decisions(timed_workload({0.005, 0.025}, 20), c), (std::vector<uint32_t>{1, 1}));
+  // Router 0 (5 and 15 ms) counts its own first request in every view, lag or not: its second
+  // goes to worker 1 although the vector of 10 ms does not carry the first.
+  EXPECT_EQ(jsq_decisions(timed_workload({0.005, 0.012, 0.015}, 20), c),
+            (std::vector<uint32_t>{2, 1}));
+  sim_config bad = c;
+  bad.load_sync_lag = 17;
+  EXPECT_NE(bad.validate().message().find("load_sync_lag"), std::string::npos);
+}
+
 // Herding: four routers that share the load only every 50 ms all send their requests to the
 // workers that were lightest at the last sync, so JSQ's decisions and in-flight load spread less
 // evenly than one router's; sharing every 1 ms all but removes the effect. Deterministic.

@@ -444,6 +444,12 @@ int main(int argc, char** argv) {
                       "load only every MS of simulated time (all routers at the same instants), "
                       "plus its own decisions since; 0 = exact load",
                       CLI::NonNegativeNumber);
+  eldr::add_defaulted(app, "--load-sync-lag", o.sim.load_sync_lag,
+                      "with R > 1: intervals by which the routers' decisions reach the shared "
+                      "load late (1: a vector carries the decisions up to the previous sharing "
+                      "instant only, as when routers' totals reach the authority after it "
+                      "published); a router always counts its own at once",
+                      CLI::Range(0u, 16u));
   eldr::add_defaulted(app, "--refit-sample-size", o.refit.sample_size,
                       "eldr-online: reservoir of routed signatures refits fit on "
                       "(models.sample_size)",
@@ -639,7 +645,11 @@ int main(int argc, char** argv) {
   if (!notes.empty()) md += "\n" + notes;
   if (o.sim.routers > 1)
     md = std::to_string(o.sim.routers) + " routers, the load shared every " +
-         fmt(o.sim.load_sync_ms, 3) + " ms of simulated time.\n\n" + md;
+         fmt(o.sim.load_sync_ms, 3) + " ms of simulated time" +
+         (o.sim.load_sync_lag > 0
+              ? ", the decisions " + std::to_string(o.sim.load_sync_lag) + " interval(s) late"
+              : std::string()) +
+         ".\n\n" + md;
   const std::filesystem::path dir(o.out);
   write_text(dir / "summary.csv", csv);
   write_text(dir / "summary.md", md);
