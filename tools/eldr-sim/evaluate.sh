@@ -10,7 +10,7 @@
 # in OUT_DIR/adaptive.md and OUT_DIR/sensitivity.md. routers (not in the default list): 1, 2 and 4
 # routers with stale load views on the ESFT trace (issue 14's herding goal); routers-summary
 # writes OUT_DIR/routers.md; routers-cluster runs the cluster benchmark's herding traffic in the
-# model (OUT_DIR/routers-cluster.md).
+# model (OUT_DIR/routers-cluster.md), routers-cluster-lag with the decisions one interval late.
 # Default: all. Each writes OUT_DIR/<table>/summary.{csv,md}, fit.json and PNG plots (gnuplot).
 set -eu
 build=${1:-build-release}
@@ -228,6 +228,20 @@ for t in $tables; do
         done
       done
       routers_summary routers-cluster "500.00" "jsq eldr" "5 10 20 50" 1 ;;
+    routers-cluster-lag)
+      # The same with the routers' decisions one interval late in the shared vector
+      # (--load-sync-lag 1): OUT_DIR/routers-cluster-lag.md.
+      for r in 1 2 4; do
+        for ms in 5 10; do
+          [ $r = 1 ] && [ $ms != 5 ] && continue
+          d="$out/routers-cluster-lag-s1-r$r-$ms"; [ $r = 1 ] && d="$out/routers-cluster-lag-s1-r1"
+          "$sim" --synthetic qwen-task --requests 5000 --rate 500 --decode-workers 8 \
+            --policies jsq,eldr --output-tokens 16 --max-batch 256 --prompt-max 512 \
+            --prefill-base-ms 0 --prefill-per-token-ms 0 --seed 1 --quiet \
+            --routers $r --load-sync-ms $ms --load-sync-lag 1 --out "$d"
+        done
+      done
+      routers_summary routers-cluster-lag "500.00" "jsq eldr" "5 10" 1 ;;
     sensitivity-summary)
       # Every locality policy's verdict in the sensitivity and seed runs, from their
       # verdicts.csv: OUT_DIR/sensitivity.md.
