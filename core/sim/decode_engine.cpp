@@ -29,6 +29,7 @@ decode_engine::decode_engine(const workload& w, const decode_engine_config& c,
 
 std::optional<double> decode_engine::arrive(uint32_t request, uint32_t worker, double t,
                                             std::vector<decode_finish>& finished) {
+  account(t);
   decode_times& times = times_[request];
   times.arrival = t;
   if (w_->requests[request].output_tokens == 0) {  // nothing to decode
@@ -79,6 +80,7 @@ std::optional<double> decode_engine::start_step(uint32_t wi, double t) {
 
 std::optional<double> decode_engine::end_step(uint32_t wi, double t,
                                               std::vector<decode_finish>& finished) {
+  account(t);
   worker_state& ws = workers_[wi];
   ws.tokens += ws.running.size();
   std::size_t kept = 0;
@@ -98,6 +100,24 @@ std::optional<double> decode_engine::end_step(uint32_t wi, double t,
   }
   ws.running.resize(kept);
   return start_step(wi, t);
+}
+
+void decode_engine::account(double t) {
+  if (!(t > accounted_t_)) return;
+  std::size_t max_n = 0, sum = 0;
+  for (const worker_state& ws : workers_) {
+    const std::size_t n = ws.running.size() + ws.waiting.size();
+    max_n = std::max(max_n, n);
+    sum += n;
+  }
+  const double dt = t - accounted_t_;
+  inflight_max_integral_ += dt * static_cast<double>(max_n);
+  inflight_mean_integral_ += dt * static_cast<double>(sum) / static_cast<double>(workers_.size());
+  accounted_t_ = t;
+}
+
+double decode_engine::inflight_imbalance() const {
+  return inflight_mean_integral_ > 0.0 ? inflight_max_integral_ / inflight_mean_integral_ : 1.0;
 }
 
 double decode_engine::distinct_experts_per_layer() const {

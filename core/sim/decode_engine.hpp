@@ -94,6 +94,13 @@ class decode_engine {
   double batch_size_mean() const;
   // Decode tokens per worker, max / mean (1 = even, and 1 before any token).
   double load_imbalance() const;
+  // In-flight imbalance as the cluster benchmark reports it: the time average of the largest
+  // worker's in-flight requests (running + waiting here) divided by the time average of their mean
+  // over workers, from time 0 to the last arrive() or end_step() (1 = even, and 1 before any
+  // request). Requests still in their KV transfer are not in flight at a worker yet. Exact when
+  // the caller's calls come in time order over all workers, as the simulator's and the emulator's
+  // event queues make them; a call earlier than the latest adds no time.
+  double inflight_imbalance() const;
   // The latency of the worker's last step in ms (0 before its first step).
   double last_step_ms(uint32_t worker) const { return workers_[worker].last_step_ms; }
 
@@ -116,6 +123,8 @@ class decode_engine {
                 distinct_expert_counter counter);
   // Admits what fits and starts a step at t: its end time, or nullopt when nothing runs.
   std::optional<double> start_step(uint32_t worker, double t);
+  // Adds the in-flight integrals up to t, before the counts change at t. O(workers).
+  void account(double t);
 
   const workload* w_;
   decode_engine_config c_;
@@ -125,6 +134,7 @@ class decode_engine {
   std::vector<decode_times> times_;
   uint64_t steps_ = 0;
   double distinct_sum_ = 0.0, batch_sum_ = 0.0;
+  double accounted_t_ = 0.0, inflight_max_integral_ = 0.0, inflight_mean_integral_ = 0.0;
   std::vector<expert_id> step_ids_;  // one step's ids, request-major
 };
 

@@ -42,6 +42,21 @@ fit_options fit_for(const policy_factory_options& o) {
   return fo;
 }
 
+// Makes the policy for router 0 and sets the maker of the other routers' instances (the same
+// name and configuration; random and p2c get a seed of their own per router, spread by the
+// golden-ratio increment so that neighbouring seeds do not walk in step).
+status make_for_routers(sim_policy& p, std::string_view policy, const policy_config& pc) {
+  auto made = make_policy(policy, pc);
+  if (!made.ok()) return made.error();
+  p.policy = std::move(made).value();
+  p.more_routers = [policy = std::string(policy), pc](uint32_t router) {
+    policy_config mine = pc;
+    mine.seed = pc.seed + 0x9E3779B97F4A7C15ull * router;
+    return make_policy(policy, mine);
+  };
+  return {};
+}
+
 }  // namespace
 
 result<policy_factory> policy_factory::make(const workload& w, policy_factory_options o,
@@ -117,9 +132,7 @@ result<sim_policy> policy_factory::build(std::string_view name) {
             "policy domain needs labelled calibration requests, and this workload has none");
       pc.domain_counts = w_->domain_counts;
     }
-    auto made = make_policy(base, pc);
-    if (!made.ok()) return made.error();
-    p.policy = std::move(made).value();
+    if (status s = make_for_routers(p, base, pc); !s.ok()) return s;
     return p;
   }
 
@@ -146,9 +159,9 @@ result<sim_policy> policy_factory::build(std::string_view name) {
     auto set = make_set(it->second.kmeans, o_.workers, it->second.spec->width(), 1);
     if (!set.ok()) return set.error();
     pc.centroids = *set;
-    auto made = make_policy(base == "clairvoyant" ? "eldr" : "eldr-adaptive", pc);
-    if (!made.ok()) return made.error();
-    p.policy = std::move(made).value();
+    if (status s = make_for_routers(p, base == "clairvoyant" ? "eldr" : "eldr-adaptive", pc);
+        !s.ok())
+      return s;
     p.signatures = signature_source::decode_profile;
     p.spec = it->second.spec;
     return p;
@@ -222,9 +235,7 @@ result<sim_policy> policy_factory::build(std::string_view name) {
     pc.centroids = *set;
     p.spec = fr.spec;
   }
-  auto made = make_policy(adaptive ? "eldr-adaptive" : "eldr", pc);
-  if (!made.ok()) return made.error();
-  p.policy = std::move(made).value();
+  if (status s = make_for_routers(p, adaptive ? "eldr-adaptive" : "eldr", pc); !s.ok()) return s;
   p.signatures = signature_source::prefill;
   if (base == "eldr-online" || base == "eldr-adaptive-online") {
     p.refit = o_.refit;

@@ -16,7 +16,7 @@
 namespace eldr {
 namespace {
 
-enum class event_kind : uint8_t { route, decode_arrival, step_end, refit };
+enum class event_kind : uint8_t { route, decode_arrival, step_end, refit, load_sync };
 
 struct event {
   double t;
@@ -42,6 +42,10 @@ status sim_config::validate() const {
     if (!(v >= 0.0 && std::isfinite(v)))
       return bad("prefill and transfer times must be finite and >= 0");
   if (block_size == 0 || block_size > 255) return bad("block size must be in 1..255");
+  if (routers == 0 || routers > 4096) return bad("routers must be in 1..4096");
+  if (!(load_sync_ms >= 0.0 && std::isfinite(load_sync_ms)))
+    return bad("load_sync_ms must be finite and >= 0");
+  if (load_sync_lag > 16) return bad("load_sync_lag must be in 0..16");
   return cost.validate();
 }
 
@@ -86,6 +90,25 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
         p.name + ")");
   if (p.refit.enabled && !(p.refit.interval_s > 0.0 && std::isfinite(p.refit.interval_s)))
     return status::invalid_argument("simulator: the refit interval must be finite and > 0");
+  // Router 0 routes with p.policy; routers 1.. with their own instances.
+  std::vector<std::unique_ptr<routing_policy>> own_policies;
+  std::vector<routing_policy*> router_policy{p.policy.get()};
+  std::vector<centroid_policy*> router_band{band};
+  if (c.routers > 1 && !p.more_routers)
+    return status::invalid_argument("simulator: policy " + p.name + " cannot be run by " +
+                                    std::to_string(c.routers) +
+                                    " routers: it has no maker for the other routers' instances");
+  for (uint32_t r = 1; r < c.routers; ++r) {
+    auto made = p.more_routers(r);
+    if (!made.ok()) return made.error();
+    if (!*made || (*made)->name() != p.policy->name() || (*made)->workers() != D)
+      return status::invalid_argument("simulator: router " + std::to_string(r) +
+                                      "'s instance of policy " + p.name +
+                                      " is not the same policy over the same workers");
+    router_policy.push_back(made->get());
+    router_band.push_back(dynamic_cast<centroid_policy*>(made->get()));
+    own_policies.push_back(std::move(made).value());
+  }
   auto engine = decode_engine::make(w, {D, c.max_batch, c.kv_capacity_tokens, c.cost});
   if (!engine.ok()) return engine.error();
   std::optional<signature_sample> sample;  // the online refit's, as the router keeps it
@@ -147,7 +170,21 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
   for (std::size_t i = 0; i < N; ++i)
     push(rs[i].handoff, event_kind::route, static_cast<uint32_t>(i));
 
-  std::vector<uint32_t> load(D, 0);
+  std::vector<uint32_t> load(D, 0);  // the true in-flight count per worker
+  std::vector<uint32_t> decisions(D, 0);
+  // The routers' stale views (sim_config): per router, the shared vector of the last
+  // load-sharing instant as it reads it (the true load, less its peers' decisions the vector does
+  // not carry yet: load_sync_lag), and its own decisions since then. Unused when every view is
+  // exact.
+  const bool stale = c.routers > 1 && c.load_sync_ms > 0.0;
+  const std::size_t R = stale ? c.routers : 0;
+  std::vector<uint32_t> view(D, 0);
+  std::vector<std::vector<uint32_t>> shared(R, std::vector<uint32_t>(D, 0));
+  std::vector<std::vector<uint32_t>> own_since_sync(R, std::vector<uint32_t>(D, 0));
+  // The last load_sync_lag intervals' decisions per router, oldest first (ring[h * R + r]).
+  std::vector<std::vector<uint32_t>> ring(R * c.load_sync_lag, std::vector<uint32_t>(D, 0));
+  std::size_t ring_head = 0;  // the oldest interval's slot
+  uint64_t routed = 0;        // decisions so far: the next goes to router routed mod R
   std::optional<signature_builder> builder;
   if (p.signatures != signature_source::none) builder.emplace(p.spec);
   signature sig;
@@ -171,6 +208,8 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
   };
 
   if (p.refit.enabled && N > 0) push(rs.front().handoff + p.refit.interval_s, event_kind::refit, 0);
+  // The first sharing instant after time 0 (at 0 every view is the true, empty load).
+  if (stale && N > 0) push(c.load_sync_ms / 1000.0, event_kind::load_sync, 0);
   uint64_t refit_runs = 0;
 
   while (!events.empty()) {
@@ -180,8 +219,15 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
       case event_kind::route: {
         const uint32_t i = ev.id;
         const sim_request& r = w.requests[i];
+        const uint32_t router = static_cast<uint32_t>(routed++ % c.routers);
         route_input in;
-        in.load = load;
+        if (stale) {
+          for (uint32_t k = 0; k < D; ++k)
+            view[k] = shared[router][k] + own_since_sync[router][k];
+          in.load = view;
+        } else {
+          in.load = load;
+        }
         in.label = r.label;
         if (p.signatures == signature_source::prefill && c.prefix_caching) {
           // Sum the prompt's blocks from the block-level cache, computing the missing ones:
@@ -220,10 +266,12 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
           builder->finish(sig);
           in.sig = &sig;
         }
-        auto d = p.policy->route(in);
+        auto d = router_policy[router]->route(in);
         if (!d.ok()) return d.error();
         rs[i].worker = d->worker;
         ++load[d->worker];
+        ++decisions[d->worker];
+        if (stale) ++own_since_sync[router][d->worker];
         if (sample) (void)sample->add(sig);  // as the router does: a refused row is not sampled
         push(ev.t + c.kv_transfer_ms / 1000.0, event_kind::decode_arrival, i);
         break;
@@ -247,10 +295,40 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
         if (p.refit.rule.sample_shortfall(sample->size()).empty()) {
           auto out = refit_candidate(*sample, current.get(),
                                      p.refit.rule.options(*current, {}, refit_runs));
-          installed = out.ok() && out->report.accepted && band->install(out->candidate).ok();
+          installed = out.ok() && out->report.accepted;
+          // The leader's accepted set reaches every router (at once: no announcement latency).
+          for (centroid_policy* b : router_band)
+            installed = installed && b->install(out->candidate).ok();
         }
         ++(installed ? m.refits : m.refits_rejected);
         push(ev.t + p.refit.interval_s, event_kind::refit, 0);
+        break;
+      }
+      case event_kind::load_sync: {
+        if (completed == N) break;  // nothing left to route: stop sharing
+        if (c.load_sync_lag > 0) {  // the interval just ended replaces the oldest
+          for (std::size_t r = 0; r < R; ++r)
+            std::swap(ring[ring_head * R + r], own_since_sync[r]);
+          ring_head = (ring_head + 1) % c.load_sync_lag;
+        }
+        for (std::size_t r = 0; r < R; ++r) {
+          // The vector lacks every router's decisions of the last lag intervals; router r adds
+          // back its own.
+          for (uint32_t k = 0; k < D; ++k) {
+            uint64_t missing = 0;
+            for (std::size_t h = 0; h < c.load_sync_lag; ++h)
+              for (std::size_t q = 0; q < R; ++q)
+                missing += ring[h * R + q][k];
+            uint64_t mine = 0;
+            for (std::size_t h = 0; h < c.load_sync_lag; ++h)
+              mine += ring[h * R + r][k];
+            shared[r][k] =
+                static_cast<uint32_t>((load[k] > missing ? load[k] - missing : 0) + mine);
+          }
+          std::fill(own_since_sync[r].begin(), own_since_sync[r].end(), 0u);
+        }
+        ++m.load_syncs;
+        push(ev.t + c.load_sync_ms / 1000.0, event_kind::load_sync, 0);
         break;
       }
     }
@@ -259,6 +337,17 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
   // ---- Metrics.
   (void)report_run_figures(w, *engine, m);
   m.load_imbalance = engine->load_imbalance();
+  m.inflight_imbalance = engine->inflight_imbalance();
+  if (N > 0) {
+    const double mean = static_cast<double>(N) / D;
+    double var = 0.0;
+    for (uint32_t n : decisions)
+      var += (static_cast<double>(n) - mean) * (static_cast<double>(n) - mean);
+    m.decision_cv = std::sqrt(var / D) / mean;
+  }
+  m.decisions = decisions;
+  m.routers = c.routers;
+  m.load_sync_ms = c.load_sync_ms;
   const double first_arrival = N > 0 ? w.requests.front().arrival_s : 0.0;
   double last_finish = 0;
   uint64_t out_tokens = 0;

@@ -50,6 +50,24 @@ struct sim_config {
   bool prefix_caching = false;
   uint32_t block_size = 16;  // tokens per KV block, 1..255
 
+  // A cluster of routers (docs/cluster.md, "Load: one authority per worker"). The k-th routing
+  // decision (in handoff order) goes to router k mod routers, as eldr-loadgen sends its k-th route
+  // request to router k mod routers. Each router routes with its own policy instance on its own
+  // load view: the true in-flight count of every worker at the last load-sharing instant, plus its
+  // own decisions since then. Its peers' decisions and the workers' finishes reach it only at the
+  // next instant. Every router syncs at the same instants 0, load_sync_ms, 2 load_sync_ms, ...:
+  // one authority publishes one load vector per interval to every router. With routers == 1 the
+  // router is its own authority and its view is exact; load_sync_ms == 0 makes every view exact.
+  uint32_t routers = 1;       // R, 1..4096
+  double load_sync_ms = 5.0;  // cluster.load_sync_ms; finite and >= 0
+  // Intervals by which the routers' decisions reach the shared vector late, 0..16. 0: a vector
+  // carries every decision up to its instant. 1: only those up to the previous instant, as when
+  // each router's totals reach the authority just after it published (docs/cluster.md: totals
+  // travel at each router's own tick, the vector at the authority's). A router still adds its own
+  // decisions that the vector does not carry; a worker whose load minus the missing decisions
+  // would be negative counts 0.
+  uint32_t load_sync_lag = 0;
+
   // ok, or invalid_argument naming the first bad field.
   status validate() const;
 };
@@ -75,11 +93,19 @@ struct online_refit {
   refit_rule rule;              // min_sample, validation, seed (the sample's and the fits')
 };
 
+// Builds router `router`'s own instance of a policy (router >= 1; router 0 routes with
+// sim_policy::policy): make_policy with the same name, centroids and configuration, and for the
+// seeded policies ("random", "p2c") a seed of its own, as separate router processes would have.
+using router_policy_maker = std::function<result<std::unique_ptr<routing_policy>>(uint32_t router)>;
+
 // A policy under test. Owns its routing_policy (whose state, e.g. a round-robin cursor, the
 // simulation advances); a sim_policy serves one simulate() call.
 struct sim_policy {
   std::string name;  // as reported ("eldr", "eldr/tau=0.2", "clairvoyant"...)
   std::unique_ptr<routing_policy> policy;
+  // Required when sim_config::routers > 1: the other routers' instances, made at the start of
+  // simulate(). Each must route over the same workers as `policy`, and be of the same name.
+  router_policy_maker more_routers;
   signature_source signatures = signature_source::none;
   std::shared_ptr<const signature_spec> spec;  // required unless signatures == none
   online_refit refit;                          // needs an "eldr" or "eldr-adaptive" policy
@@ -95,6 +121,16 @@ struct sim_metrics {
   double batch_size_mean = 0;  // mean running sequences per decode step
   // Per-worker decode tokens: max / mean (1 = perfectly even).
   double load_imbalance = 0;
+  // The cluster benchmark's decision imbalance figures (bench/cluster_bench.py, eldr-loadgen):
+  // time-averaged in-flight max / mean over the workers (decode_engine::inflight_imbalance) and
+  // the population standard deviation over the mean of the requests routed to each worker.
+  double inflight_imbalance = 0;
+  double decision_cv = 0;
+  std::vector<uint32_t> decisions;  // requests routed to each worker (D entries)
+  uint32_t routers = 1;             // as configured
+  double load_sync_ms = 0.0;        // as configured
+  // Load-sharing instants simulated (0 when every view is exact: one router, or load_sync_ms 0).
+  uint64_t load_syncs = 0;
   double throughput_tokens_s = 0;  // output tokens / (last finish - first arrival)
   double throughput_requests_s = 0;
   double makespan_s = 0;
@@ -113,10 +149,16 @@ using sim_progress = std::function<void(double)>;
 // Runs one policy over the workload. decode_counts (optional, needed by decode_profile
 // policies): dense L * E decode counts per evaluated request's prefill row (parallel to
 // w.prefill_sources), see decode_profiles().
+// Several routers (config.routers > 1) each route with their own instance (policy.more_routers)
+// on a stale view of the load, see sim_config. An online refit is the cluster leader's: one
+// sample fed by every router's decisions, the accepted set installed in every router's policy at
+// the same instant (its announcement's latency is not modelled).
 // Errors (invalid_argument): a bad config, a policy whose K differs from decode_workers, a
 // signature policy without a spec or with a spec of another geometry, decode_profile without
-// decode counts, refit on a non-"eldr" policy or with an interval that is not > 0; a refit
-// sample_size signature_sample refuses, and a routing error, are returned as they come.
+// decode counts, refit on a non-"eldr" policy or with an interval that is not > 0, several
+// routers without more_routers or with an instance of another name or K; a refit sample_size
+// signature_sample refuses, an error of more_routers, and a routing error, are returned as they
+// come.
 result<sim_metrics> simulate(const workload& w, const sim_config& config, sim_policy& policy,
                              const std::vector<uint32_t>* decode_counts = nullptr,
                              const sim_progress& progress = {});

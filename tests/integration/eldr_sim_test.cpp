@@ -153,8 +153,9 @@ TEST_F(EldrSim, SummaryVerdictReportsTheP99AndLosesWhenEitherLoses) {
 TEST_F(EldrSim, HelpDocumentsEveryInterfaceFlag) {
   const run_result r = run("--help");
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* flag : {"--trace", "--policies", "--rate", "--decode-workers",
-                           "--prefill-workers", "--requests", "--seed", "--out", "--centroids"})
+  for (const char* flag :
+       {"--trace", "--policies", "--rate", "--decode-workers", "--prefill-workers", "--requests",
+        "--seed", "--out", "--centroids", "--routers", "--load-sync-ms", "--load-sync-lag"})
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
 }
 
@@ -171,6 +172,10 @@ TEST_F(EldrSim, BadInputStopsWithOneClearMessage) {
       {small + "--policies eldr/tau=x", "tau"},
       {"--trace " + (dir_ / "missing.eldrtrace").string(), "missing.eldrtrace"},
       {"--trace " + garbage.string(), "garbage.eldrtrace"},
+      {small + "--routers 0", "--routers"},
+      {small + "--load-sync-ms -1", "--load-sync-ms"},
+      {small + "--load-sync-ms inf", "--load-sync-ms"},
+      {small + "--load-sync-lag 17", "--load-sync-lag"},
   };
   for (const bad_case& c : cases) {
     const run_result r = run(c.args + out);
@@ -190,6 +195,122 @@ TEST_F(EldrSim, RejectsACentroidFileOfAnotherModel) {
       run(small + "--centroids " + centroids.string() + " --out " + (dir_ / "o").string());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("centroid file is for a model of L=36"), std::string::npos) << r.output;
+}
+
+// The first 16 columns of summary.csv of the one-router simulator before several routers were
+// modelled (commit 52b9314), for RUN_ONE_ROUTER below on the real ESFT trace: with one router,
+// at any sharing interval, eldr-sim must reproduce them exactly.
+const std::string one_router_before =
+    "policy,tpot_p50_ms,tpot_p99_ms,ttft_p50_ms,distinct_experts_per_layer,tpot_p95_ms,ttft_p99_ms,"
+    "load_imbalance,throughput_tokens_s,throughput_requests_s,batch_size_mean,rate_rps,requests,"
+    "decode_steps,refits,prefix_hit_fraction\n"
+    "rr,7.564,8.549,41.181,10.334,8.311,80.212,1.2618,3210.6,40.608,1.85,50.00,600,25589,0,0.0000\n"
+    "random,7.787,8.984,41.849,11.257,8.714,79.632,1.3967,3221.4,40.745,2.08,50.00,600,22766,0,0."
+    "0000\n"
+    "jsq,7.545,8.024,40.982,9.948,7.978,79.747,1.2085,3207.9,40.575,1.76,50.00,600,26963,0,0.0000\n"
+    "p2c,7.620,8.308,41.364,10.421,8.098,78.946,1.3444,3224.2,40.781,1.87,50.00,600,25404,0,0."
+    "0000\n"
+    "eldr,7.272,9.169,36.256,11.151,8.948,79.498,2.4703,3195.3,40.415,2.20,50.00,600,21565,0,0."
+    "0000\n"
+    "eldr-adaptive,7.547,8.021,40.862,10.009,7.983,79.298,1.1053,3218.4,40.707,1.77,50.00,600,"
+    "26813,0,0.0000\n"
+    "eldr-online,7.411,8.831,39.356,10.752,8.498,81.168,1.6291,3178.9,40.207,2.04,50.00,600,23288,"
+    "7,0.0000\n"
+    "eldr-adaptive-online,7.547,8.021,40.862,10.009,7.983,79.298,1.1053,3218.4,40.707,1.77,50.00,"
+    "600,26813,7,0.0000\n"
+    "rr,9.954,10.998,337.009,21.977,10.711,645.782,1.2834,8822.6,111.592,5.50,400.00,600,8619,0,0."
+    "0000\n"
+    "random,9.978,11.176,337.582,23.258,10.827,647.689,1.3384,8541.0,108.029,5.93,400.00,600,8000,"
+    "0,0.0000\n"
+    "jsq,10.024,10.614,338.981,23.410,10.522,650.515,1.2362,8539.7,108.013,5.86,400.00,600,8095,0,"
+    "0.0000\n"
+    "p2c,9.955,10.719,335.546,22.377,10.624,647.667,1.3441,8774.4,110.981,5.61,400.00,600,8456,0,0."
+    "0000\n"
+    "eldr,8.673,11.883,335.122,24.844,11.704,646.837,2.4416,7736.1,97.849,7.75,400.00,600,6118,0,0."
+    "0000\n"
+    "eldr-adaptive,9.733,10.547,337.927,24.364,10.389,646.768,1.7741,7925.2,100.241,6.52,400.00,"
+    "600,7272,0,0.0000\n"
+    "eldr-online,8.841,11.137,338.585,25.382,10.996,646.285,2.2929,7555.0,95.559,7.71,400.00,600,"
+    "6149,1,0.0000\n"
+    "eldr-adaptive-online,9.716,10.628,337.133,25.522,10.400,644.076,1.8177,7938.6,100.410,6.90,"
+    "400.00,600,6877,1,0.0000\n";
+const std::string one_router_run =
+    " --requests 600 --rate 50,400 --policies "
+    "rr,random,jsq,p2c,eldr,eldr-adaptive,eldr-online,eldr-adaptive-online --refit-interval-s 0.5 "
+    "--refit-min-sample 32 --seed 1 --quiet ";
+
+// summary.csv's rows cut to their first `columns` columns, and the named ones only (all when
+// `keep` is empty).
+std::string first_columns(const std::string& csv, int columns,
+                          const std::vector<std::string>& keep = {}) {
+  std::istringstream lines(csv);
+  std::string line, out;
+  bool header = true;
+  while (std::getline(lines, line)) {
+    const std::string name = line.substr(0, line.find(','));
+    const bool kept = header || keep.empty() || std::count(keep.begin(), keep.end(), name) > 0;
+    header = false;
+    if (!kept) continue;
+    std::size_t end = 0;
+    for (int c = 0; c < columns && end != std::string::npos; ++c)
+      end = line.find(',', end == 0 ? 0 : end + 1);
+    out += line.substr(0, end) + "\n";
+  }
+  return out;
+}
+
+TEST_F(EldrSim, OneRouterReproducesTheOneRouterSimulatorOnTheRealTrace) {
+  ELDR_REQUIRE_SHARED_DATA(path, "esft-deepseek-v2-lite.eldrtrace");
+  for (const char* sync : {"5", "50"}) {
+    const fs::path out = dir_ / (std::string("one-") + sync);
+    const run_result r = run("--trace " + path + one_router_run + "--routers 1 --load-sync-ms " +
+                             sync + " --out " + out.string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string csv = read_all(out / "summary.csv");
+    EXPECT_EQ(first_columns(csv, 16), one_router_before) << sync;
+    EXPECT_NE(csv.find("inflight_imbalance,decision_cv,routers,load_sync_ms\n"), std::string::npos)
+        << csv;
+  }
+  // Two routers with exact views decide as one for the policies without state of their own
+  // (jsq, eldr, and eldr-online, whose refit is installed in both routers); round-robin's two
+  // cursors do not.
+  const fs::path two = dir_ / "two-exact";
+  const run_result r = run("--trace " + path + one_router_run +
+                           "--routers 2 --load-sync-ms 0 --out " + two.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string csv = read_all(two / "summary.csv");
+  const std::vector<std::string> stateless{"jsq", "eldr", "eldr-online"};
+  EXPECT_EQ(first_columns(csv, 16, stateless), first_columns(one_router_before, 16, stateless));
+  EXPECT_NE(first_columns(csv, 16, {"rr"}), first_columns(one_router_before, 16, {"rr"}));
+}
+
+// Four routers that share the load every 50 ms herd on JSQ where one router does not: the
+// in-flight imbalance column grows, and summary.md says how the routers were run.
+TEST_F(EldrSim, StaleRoutersShowInTheImbalanceColumns) {
+  ELDR_REQUIRE_SHARED_DATA(path, "esft-deepseek-v2-lite.eldrtrace");
+  auto inflight = [&](const std::string& cluster, const fs::path& out) {
+    const run_result r =
+        run("--trace " + path + " --requests 600 --rate 200 --policies jsq --seed 1 --quiet " +
+            cluster + " --out " + out.string());
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::istringstream lines(read_all(out / "summary.csv"));
+    std::string line;
+    std::getline(lines, line);
+    std::getline(lines, line);
+    std::vector<std::string> cells;
+    std::stringstream cs(line);
+    std::string cell;
+    while (std::getline(cs, cell, ','))
+      cells.push_back(cell);
+    EXPECT_EQ(cells.size(), 20u) << line;
+    return cells.size() == 20u ? std::stod(cells[16]) : 0.0;
+  };
+  const double one = inflight("--routers 1", dir_ / "one");
+  const double four = inflight("--routers 4 --load-sync-ms 50", dir_ / "four");
+  EXPECT_GT(four, one * 1.05) << one << " " << four;
+  EXPECT_EQ(read_all(dir_ / "four" / "summary.md")
+                .rfind("4 routers, the load shared every 50.000 ms of simulated time.", 0),
+            0u);
 }
 
 TEST_F(EldrSim, ReplaysTheRealEsftTrace) {

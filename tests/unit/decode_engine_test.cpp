@@ -205,6 +205,26 @@ TEST(DecodeEngine, WorkersBatchIndependentlyAndImbalanceCountsTokens) {
   EXPECT_DOUBLE_EQ(e.load_imbalance(), 1.5);
 }
 
+TEST(DecodeEngine, InflightImbalanceIsTheTimeAveragedMaxOverTheMean) {
+  // Steps of 3 ms (two distinct experts). Worker 0 holds one request for 9 ms, worker 1 one for
+  // 3 ms: max 1 throughout; mean 1 for 3 ms, then 0.5 for 6 ms. 9 / (3 + 3) = 1.5.
+  const workload w = workload_of({{10, {{1, 1}, {1, 1}, {1, 1}}}, {10, {{2, 2}}}});
+  decode_engine e = decode_engine::make(w, per_expert_config(2)).value();
+  EXPECT_DOUBLE_EQ(e.inflight_imbalance(), 1.0);  // nothing in flight yet
+  std::vector<decode_finish> done;
+  std::optional<double> a = e.arrive(0, 0, 0.0, done);
+  std::optional<double> b = e.arrive(1, 1, 0.0, done);
+  ASSERT_TRUE(a && b);
+  ASSERT_DOUBLE_EQ(*a, 0.003);
+  ASSERT_DOUBLE_EQ(*b, 0.003);
+  a = e.end_step(0, *a, done);  // in time order over both workers
+  b = e.end_step(1, *b, done);
+  EXPECT_FALSE(b);
+  while (a)
+    a = e.end_step(0, *a, done);
+  EXPECT_NEAR(e.inflight_imbalance(), 1.5, 1e-12);
+}
+
 TEST(DecodeEngine, LatencySummaryFollowsTheDefinitions) {
   // Arrivals 0 and 1 s; request 0 three tokens, request 1 one token (no TPOT), request 2 unserved.
   const workload w = workload_of(

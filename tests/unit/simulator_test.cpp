@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <set>
 #include <utility>
 
@@ -367,6 +368,235 @@ TEST(Simulator, LocalityProbeSeesLocalityOnlyWhereThereIsSome) {
   const auto without = measure_locality(small_workload(none), sizes, 4, 5).value();
   EXPECT_GT(with[0].reduction(), 0.10);
   EXPECT_LT(std::abs(without[0].reduction()), 0.04);
+}
+
+// ---- Several routers with stale views of each other's decisions (sim_config::routers).
+
+TEST(Simulator, ConfigRefusesBadRoutersAndSyncIntervals) {
+  for (uint32_t r : {0u, 4097u}) {
+    sim_config c;
+    c.routers = r;
+    const status s = c.validate();
+    EXPECT_EQ(s.code(), status_code::invalid_argument) << r;
+    EXPECT_NE(s.message().find("routers"), std::string::npos) << s.message();
+  }
+  for (double ms : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    sim_config c;
+    c.load_sync_ms = ms;
+    const status s = c.validate();
+    EXPECT_EQ(s.code(), status_code::invalid_argument) << ms;
+    EXPECT_NE(s.message().find("load_sync_ms"), std::string::npos) << s.message();
+  }
+  sim_config c;
+  c.routers = 4;
+  c.load_sync_ms = 0.0;
+  EXPECT_TRUE(c.validate().ok());
+}
+
+TEST(Simulator, SeveralRoutersNeedTheirOwnInstancesOfTheSamePolicy) {
+  const workload w = small_workload(small_params(), 40);
+  sim_config c = small_config();
+  c.routers = 2;
+  policy_config pc;
+  pc.workers = 4;
+  sim_policy bare;
+  bare.name = "jsq";
+  bare.policy = make_policy("jsq", pc).value();
+  auto a = simulate(w, c, bare);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.error().message().find("2 routers"), std::string::npos) << a.error().message();
+  bare.more_routers = [pc](uint32_t) { return make_policy("rr", pc); };
+  auto b = simulate(w, c, bare);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.error().message().find("router 1"), std::string::npos) << b.error().message();
+  policy_config three = pc;
+  three.workers = 3;
+  bare.more_routers = [three](uint32_t) { return make_policy("jsq", three); };
+  EXPECT_FALSE(simulate(w, c, bare).ok());
+}
+
+// Every figure but the host time, and the decisions per worker.
+void expect_same_run(const sim_metrics& a, const sim_metrics& b, const std::string& what) {
+  EXPECT_EQ(a.tpot_p50_ms, b.tpot_p50_ms) << what;
+  EXPECT_EQ(a.tpot_p99_ms, b.tpot_p99_ms) << what;
+  EXPECT_EQ(a.ttft_p99_ms, b.ttft_p99_ms) << what;
+  EXPECT_EQ(a.decode_steps, b.decode_steps) << what;
+  EXPECT_EQ(a.distinct_experts_per_layer, b.distinct_experts_per_layer) << what;
+  EXPECT_EQ(a.inflight_imbalance, b.inflight_imbalance) << what;
+  EXPECT_EQ(a.decisions, b.decisions) << what;
+  EXPECT_EQ(a.refits, b.refits) << what;
+}
+
+// One router is its own load authority: its view is exact whatever the sharing interval.
+TEST(Simulator, OneRouterIgnoresTheSyncInterval) {
+  const workload w = small_workload(small_params());
+  policy_factory f = factory_for(w);
+  for (const char* name : {"rr", "jsq", "eldr-adaptive", "eldr-online"}) {
+    sim_config exact = small_config(), slow = small_config();
+    exact.load_sync_ms = 0.0;
+    slow.load_sync_ms = 50.0;
+    sim_policy a = f.build(name).value(), b = f.build(name).value();
+    const sim_metrics x = simulate(w, exact, a).value();
+    const sim_metrics y = simulate(w, slow, b).value();
+    expect_same_run(x, y, name);
+    EXPECT_EQ(y.load_syncs, 0u) << name;
+    EXPECT_EQ(y.routers, 1u);
+  }
+}
+
+// With exact views (load_sync_ms = 0), routers whose policy keeps no state of its own decide as
+// one router does; the online refit, one leader's, reaches every router at once (a router left on
+// the old set would decide otherwise).
+TEST(Simulator, RoutersWithExactViewsDecideAsOneRouter) {
+  synthetic_params params = small_params();
+  params.geometry = {6, 128, 8};
+  const workload w = small_workload(params, 240, 400.0);
+  policy_factory f = factory_knowing_nothing(w);
+  for (const char* name : {"jsq", "eldr", "eldr-online"}) {
+    sim_policy one = f.build(name).value();
+    const sim_metrics x = simulate(w, small_config(), one).value();
+    for (uint32_t routers : {2u, 4u}) {
+      sim_config c = small_config();
+      c.routers = routers;
+      c.load_sync_ms = 0.0;
+      sim_policy many = f.build(name).value();
+      const sim_metrics y = simulate(w, c, many).value();
+      expect_same_run(x, y, std::string(name) + " x" + std::to_string(routers));
+      EXPECT_EQ(y.load_syncs, 0u);
+    }
+    if (std::string_view(name) == "eldr-online") {
+      EXPECT_GT(x.refits, 0u);
+    }
+  }
+  // Round-robin keeps a cursor per router: two routers' cursors both start at worker 0.
+  sim_config two = small_config();
+  two.routers = 2;
+  two.load_sync_ms = 0.0;
+  sim_policy a = f.build("rr").value(), b = f.build("rr").value();
+  EXPECT_NE(simulate(w, small_config(), a).value().decode_steps,
+            simulate(w, two, b).value().decode_steps);
+}
+
+// A workload of identical requests at the given arrival times (prefill and transfer free, so
+// each is routed at its arrival), with `tokens` output tokens each unless `short_ones` says 2.
+workload timed_workload(const std::vector<double>& arrivals, uint32_t tokens,
+                        const std::vector<bool>& short_ones = {}) {
+  trace t;
+  t.model_name = "tiny";
+  t.geometry = {2, 4, 1};
+  trace_request r;
+  r.id = "a";
+  r.prompt_tokens = 4;
+  r.output_tokens = tokens;
+  r.experts.assign(std::size_t{4 + tokens} * 2, 1);
+  t.requests = {r, r};
+  t.requests[1].id = "b";
+  workload_options o;
+  o.requests = static_cast<uint32_t>(arrivals.size());
+  o.rate_rps = 1.0;
+  workload w = make_workload(make_trace_source(std::make_shared<const trace>(t)), 2, o).value();
+  for (std::size_t i = 0; i < arrivals.size(); ++i) {
+    w.requests[i].arrival_s = arrivals[i];
+    if (i < short_ones.size() && short_ones[i]) w.requests[i].output_tokens = 2;
+  }
+  return w;
+}
+
+sim_config timed_config(uint32_t workers, uint32_t routers, double sync_ms) {
+  sim_config c;
+  c.prefill_workers = 1;
+  c.decode_workers = workers;
+  c.prefill_base_ms = 0.0;
+  c.prefill_per_token_ms = 0.0;
+  c.kv_transfer_ms = 0.0;
+  c.cost = {10.0, 0.0, 0.0, 0.0};  // 10 ms per step
+  c.routers = routers;
+  c.load_sync_ms = sync_ms;
+  return c;
+}
+
+std::vector<uint32_t> jsq_decisions(const workload& w, const sim_config& c) {
+  policy_factory_options o;
+  o.workers = c.decode_workers;
+  policy_factory f = policy_factory::make(w, o).value();
+  sim_policy p = f.build("jsq").value();
+  return simulate(w, c, p).value().decisions;
+}
+
+// JSQ breaks ties to the lowest index, so the decisions spell out each router's view.
+TEST(Simulator, ARouterSeesItsOwnDecisionsAtOnceAndItsPeersAtTheNextSync) {
+  // Requests at 10, 20, 30 ms, long (20 tokens): routers 0, 1, 0.
+  const workload w = timed_workload({0.010, 0.020, 0.030}, 20);
+  // Exact: one request per worker.
+  EXPECT_EQ(jsq_decisions(w, timed_config(3, 2, 0.0)), (std::vector<uint32_t>{1, 1, 1}));
+  // No sync before the end of routing: router 1 does not see router 0's request on worker 0 and
+  // sends its own there too; router 0 then sees only its own one there, and picks worker 1.
+  EXPECT_EQ(jsq_decisions(w, timed_config(3, 2, 1000.0)), (std::vector<uint32_t>{2, 1, 0}));
+  // Syncs at 12 and 24 ms fall between the decisions: every view is then the true load.
+  EXPECT_EQ(jsq_decisions(w, timed_config(3, 2, 12.0)), (std::vector<uint32_t>{1, 1, 1}));
+}
+
+TEST(Simulator, FinishesReachTheRoutersOnlyAtTheNextSync) {
+  // Request 0 (router 0, 2 tokens) runs 10-30 ms on worker 0; the sync at 20 ms shows it. Request
+  // 1 (router 1, long) goes to worker 1 at 25 ms. At 35 ms router 0 still sees worker 0 busy (its
+  // finish at 30 ms comes with the sync at 40 ms) and worker 1 idle (request 1 too), so it picks
+  // worker 1, where one router with the true load picks the idle worker 0.
+  const workload w = timed_workload({0.010, 0.025, 0.035}, 20, {true, false, false});
+  EXPECT_EQ(jsq_decisions(w, timed_config(2, 2, 20.0)), (std::vector<uint32_t>{1, 2}));
+  EXPECT_EQ(jsq_decisions(w, timed_config(2, 1, 20.0)), (std::vector<uint32_t>{2, 1}));
+  EXPECT_EQ(jsq_decisions(w, timed_config(2, 2, 0.0)), (std::vector<uint32_t>{2, 1}));
+
+  // And the sync does bring them. Requests 0 and 1 (2 tokens) herd on worker 0 at 1 and 2 ms and
+  // finish at 21 and 31 ms; the sync at 20 ms shows both in flight, so request 2 (router 0, 22
+  // ms) goes to worker 1. The sync at 40 ms shows worker 0 empty: request 3 (router 1, 45 ms)
+  // goes there. Without that sync router 1 would still count its own request 1 on worker 0.
+  const workload v = timed_workload({0.001, 0.002, 0.022, 0.045}, 20, {true, true, false, false});
+  EXPECT_EQ(jsq_decisions(v, timed_config(2, 2, 20.0)), (std::vector<uint32_t>{3, 1}));
+  EXPECT_EQ(jsq_decisions(v, timed_config(2, 2, 1000.0)), (std::vector<uint32_t>{2, 2}));
+}
+
+// load_sync_lag 1: a vector carries the decisions up to the previous instant only.
+TEST(Simulator, ALaggingVectorShowsPeersDecisionsOneIntervalLater) {
+  // Router 0 routes at 5 ms, router 1 at 12 ms; syncs every 10 ms. Without lag the vector of
+  // 10 ms shows router 0's request and router 1 picks the other worker; with lag 1 it does not.
+  const workload w = timed_workload({0.005, 0.012}, 20);
+  sim_config c = timed_config(2, 2, 10.0);
+  EXPECT_EQ(jsq_decisions(w, c), (std::vector<uint32_t>{1, 1}));
+  c.load_sync_lag = 1;
+  EXPECT_EQ(jsq_decisions(w, c), (std::vector<uint32_t>{2, 0}));
+  // At 25 ms the vector of 20 ms carries the decision of 5 ms: router 1 sees it.
+  EXPECT_EQ(jsq_decisions(timed_workload({0.005, 0.025}, 20), c), (std::vector<uint32_t>{1, 1}));
+  // Router 0 (5 and 15 ms) counts its own first request in every view, lag or not: its second
+  // goes to worker 1 although the vector of 10 ms does not carry the first.
+  EXPECT_EQ(jsq_decisions(timed_workload({0.005, 0.012, 0.015}, 20), c),
+            (std::vector<uint32_t>{2, 1}));
+  sim_config bad = c;
+  bad.load_sync_lag = 17;
+  EXPECT_NE(bad.validate().message().find("load_sync_lag"), std::string::npos);
+}
+
+// Herding: four routers that share the load only every 50 ms all send their requests to the
+// workers that were lightest at the last sync, so JSQ's decisions and in-flight load spread less
+// evenly than one router's; sharing every 1 ms all but removes the effect. Deterministic.
+TEST(Simulator, StaleViewsMakeJsqHerdMeasurably) {
+  const workload w = small_workload(small_params(), 240, 400.0);
+  policy_factory f = factory_for(w);
+  auto run = [&](uint32_t routers, double sync_ms) {
+    sim_config c = small_config();
+    c.routers = routers;
+    c.load_sync_ms = sync_ms;
+    sim_policy p = f.build("jsq").value();
+    return simulate(w, c, p).value();
+  };
+  const sim_metrics one = run(1, 0.0), herd = run(4, 50.0), close = run(4, 1.0);
+  EXPECT_GT(herd.inflight_imbalance, one.inflight_imbalance * 1.10);
+  EXPECT_GT(herd.tpot_p99_ms, one.tpot_p99_ms);
+  EXPECT_LT(std::abs(close.inflight_imbalance / one.inflight_imbalance - 1.0),
+            herd.inflight_imbalance / one.inflight_imbalance - 1.0);
+  EXPECT_GT(herd.load_syncs, 0u);
+  EXPECT_LE(herd.load_syncs, static_cast<uint64_t>(herd.makespan_s * 1000.0 / 50.0) + 2);
+  const sim_metrics again = run(4, 50.0);
+  expect_same_run(herd, again, "jsq x4, 50 ms");
 }
 
 TEST(PolicyFactory, RejectsBadNamesAndAcceptsAblations) {

@@ -7,7 +7,10 @@
 # topics no-locality gptoss prefix esft held-out (e.g. task-16, esft-8; "adaptive" runs all 16),
 # plus sensitivity (cost model +-50%, tau, slack, where grouping starts, refit interval) and seeds
 # (held-out at 3 seeds); adaptive-summary and sensitivity-summary lay their verdicts side by side
-# in OUT_DIR/adaptive.md and OUT_DIR/sensitivity.md.
+# in OUT_DIR/adaptive.md and OUT_DIR/sensitivity.md. routers (not in the default list): 1, 2 and 4
+# routers with stale load views on the ESFT trace (issue 14's herding goal); routers-summary
+# writes OUT_DIR/routers.md; routers-cluster runs the cluster benchmark's herding traffic in the
+# model (OUT_DIR/routers-cluster.md), routers-cluster-lag with the decisions one interval late.
 # Default: all. Each writes OUT_DIR/<table>/summary.{csv,md}, fit.json and PNG plots (gnuplot).
 set -eu
 build=${1:-build-release}
@@ -55,6 +58,53 @@ matrix() {
     esft) "$sim" --trace "$esft" --policies "$cmp" --seed 1 $common ;;
     held-out) "$sim" $heldout --policies "$cmp" $common ;;
   esac
+}
+
+# routers_summary PREFIX RATES POLICIES SYNCS SEEDS: OUT_DIR/PREFIX.md from the runs
+# OUT_DIR/PREFIX-s<seed>-r1 and OUT_DIR/PREFIX-s<seed>-r<2|4>-<ms>: every (rate, policy, routers,
+# interval), seed 1's figures and their ratio to one router's (x1), the worst x1 over the seeds of
+# the TPOTs and in-flight max/mean and of the decisions CV, and whether all four are within 5% of
+# one router's on every seed (lower is better for all four).
+routers_summary() {
+  prefix=$1; seeds=$5
+  for seed in $(seq 1 "$seeds"); do
+    f="$out/$prefix-s$seed-r1/summary.csv"
+    [ -f "$f" ] || { echo "evaluate.sh: $f is missing: run the $prefix table first" >&2; exit 1; }
+  done
+  {
+    echo "| rate | policy | routers | load_sync_ms | TPOT p50 ms (x1) | TPOT p99 ms (x1) | in-flight max/mean (x1) | decisions CV (x1) | worst x1 TPOT, in-flight (seeds 1-$seeds) | worst x1 CV | all within 5% |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
+    awk -F, -v rates="$2" -v policies="$3" -v syncs="$4" -v seeds="$seeds" '
+      FNR == 1 { n = split(FILENAME, a, "/"); m = split(a[n - 1], p, "-")
+                 seed = substr(p[m - 1], 2); r = substr(p[m], 2); ms = 0
+                 if (substr(p[m - 1], 1, 1) == "r") { seed = substr(p[m - 2], 2); r = substr(p[m - 1], 2); ms = p[m] }
+                 next }
+      { k = seed SUBSEP $12 SUBSEP $1 SUBSEP r SUBSEP ms
+        v[k, 1] = $2; v[k, 2] = $3; v[k, 3] = $17; v[k, 4] = $18 }
+      function cell(k, b, i) { return sprintf("%.3f (%.2f)", v[k, i], v[k, i] / v[b, i]) }
+      END {
+        nr = split(rates, R, " "); np = split(policies, P, " "); ns = split(syncs, S, " ")
+        for (i = 1; i <= nr; i++) for (j = 1; j <= np; j++) {
+          b = 1 SUBSEP R[i] SUBSEP P[j] SUBSEP 1 SUBSEP 0
+          printf "| %g | %s | 1 | any | %s | %s | %s | %s | 1.000 | 1.000 | |\n", R[i], P[j],
+                 cell(b, b, 1), cell(b, b, 2), cell(b, b, 3), cell(b, b, 4)
+          for (rr = 2; rr <= 4; rr += 2) for (m = 1; m <= ns; m++) {
+            k = 1 SUBSEP R[i] SUBSEP P[j] SUBSEP rr SUBSEP S[m]
+            worst = 0; worst_cv = 0
+            for (seed = 1; seed <= seeds; seed++) {
+              ks = seed SUBSEP R[i] SUBSEP P[j] SUBSEP rr SUBSEP S[m]
+              bs = seed SUBSEP R[i] SUBSEP P[j] SUBSEP 1 SUBSEP 0
+              for (f = 1; f <= 3; f++) if (v[ks, f] / v[bs, f] > worst) worst = v[ks, f] / v[bs, f]
+              if (v[ks, 4] / v[bs, 4] > worst_cv) worst_cv = v[ks, 4] / v[bs, 4]
+            }
+            printf "| %g | %s | %d | %s | %s | %s | %s | %s | %.3f | %.3f | %s |\n", R[i], P[j],
+                   rr, S[m], cell(k, b, 1), cell(k, b, 2), cell(k, b, 3), cell(k, b, 4), worst,
+                   worst_cv, (worst <= 1.05 && worst_cv <= 1.05 ? "yes" : "**no**")
+          }
+        }
+      }' "$out"/"$prefix"-s*/summary.csv
+  } > "$out/$prefix.md"
+  echo "wrote $out/$prefix.md"
 }
 
 for t in $tables; do
@@ -144,6 +194,54 @@ for t in $tables; do
           --rate 20,40,80,160,320 --policies rr,random,jsq,p2c,eldr,eldr-adaptive \
           --out "$out/seed-$s"
       done ;;
+    routers)
+      # Issue 14's herding goal: 1, 2 and 4 routers at the same total rate, each seeing its peers'
+      # decisions and the finishes only every load_sync_ms (sim_config::routers); a light and a
+      # heavy rate, 16 decode workers, 3 seeds (arrival draws). One router is exact at any
+      # interval, so it runs once per seed.
+      for seed in 1 2 3; do
+        "$sim" --trace "$esft" --requests 7200 --rate 50,200 --policies jsq,eldr,eldr-adaptive \
+          --seed $seed --quiet --routers 1 --out "$out/routers-s$seed-r1"
+        for r in 2 4; do
+          for ms in 1 2 5 10 20 50 100; do
+            "$sim" --trace "$esft" --requests 7200 --rate 50,200 \
+              --policies jsq,eldr,eldr-adaptive --seed $seed --quiet --routers $r \
+              --load-sync-ms $ms --out "$out/routers-s$seed-r$r-$ms"
+          done
+        done
+      done ;;
+    routers-summary) routers_summary routers "50.00 200.00" "jsq eldr eldr-adaptive" \
+                       "5 50 1 2 10 20 100" 3 ;;
+    routers-cluster)
+      # The cluster benchmark's herding case (BENCHMARKS.md, "Herding with load authorities"):
+      # its eldr-loadgen traffic at 500 req/s, zero prefill, the 5 ms KV transfer eldr-loadgen
+      # also waits by default, 8 decode workers, one seed. Writes
+      # OUT_DIR/routers-cluster.md.
+      for r in 1 2 4; do
+        for ms in 5 10 20 50; do
+          [ $r = 1 ] && [ $ms != 5 ] && continue
+          d="$out/routers-cluster-s1-r$r-$ms"; [ $r = 1 ] && d="$out/routers-cluster-s1-r1"
+          "$sim" --synthetic qwen-task --requests 5000 --rate 500 --decode-workers 8 \
+            --policies jsq,eldr --output-tokens 16 --max-batch 256 --prompt-max 512 \
+            --prefill-base-ms 0 --prefill-per-token-ms 0 --seed 1 --quiet \
+            --routers $r --load-sync-ms $ms --out "$d"
+        done
+      done
+      routers_summary routers-cluster "500.00" "jsq eldr" "5 10 20 50" 1 ;;
+    routers-cluster-lag)
+      # The same with the routers' decisions one interval late in the shared vector
+      # (--load-sync-lag 1): OUT_DIR/routers-cluster-lag.md.
+      for r in 1 2 4; do
+        for ms in 5 10; do
+          [ $r = 1 ] && [ $ms != 5 ] && continue
+          d="$out/routers-cluster-lag-s1-r$r-$ms"; [ $r = 1 ] && d="$out/routers-cluster-lag-s1-r1"
+          "$sim" --synthetic qwen-task --requests 5000 --rate 500 --decode-workers 8 \
+            --policies jsq,eldr --output-tokens 16 --max-batch 256 --prompt-max 512 \
+            --prefill-base-ms 0 --prefill-per-token-ms 0 --seed 1 --quiet \
+            --routers $r --load-sync-ms $ms --load-sync-lag 1 --out "$d"
+        done
+      done
+      routers_summary routers-cluster-lag "500.00" "jsq eldr" "5 10" 1 ;;
     sensitivity-summary)
       # Every locality policy's verdict in the sensitivity and seed runs, from their
       # verdicts.csv: OUT_DIR/sensitivity.md.

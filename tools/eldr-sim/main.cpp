@@ -8,10 +8,15 @@
 // Writes DIR/summary.csv (one row per policy and rate), DIR/summary.md, DIR/fit.json (rho per
 // transform and the layer curve of the calibration fit), DIR/timing.csv (host seconds) and
 // DIR/verdicts.csv (each locality policy against the best load balancer, per rate).
+//
+// --routers N --load-sync-ms MS models a cluster of N routers that see each other's decisions,
+// and the workers' finishes, only every MS of simulated time (core/sim/simulator.hpp,
+// sim_config); every row then reports the cluster benchmark's imbalance figures beside TPOT.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -71,7 +76,8 @@ std::string fmt(double v, int digits = 3) {
 const char* csv_header =
     "policy,tpot_p50_ms,tpot_p99_ms,ttft_p50_ms,distinct_experts_per_layer,tpot_p95_ms,"
     "ttft_p99_ms,load_imbalance,throughput_tokens_s,throughput_requests_s,batch_size_mean,"
-    "rate_rps,requests,decode_steps,refits,prefix_hit_fraction";
+    "rate_rps,requests,decode_steps,refits,prefix_hit_fraction,inflight_imbalance,decision_cv,"
+    "routers,load_sync_ms";
 
 std::string csv_row(const eldr::sim_metrics& m, double rate) {
   std::ostringstream s;
@@ -80,7 +86,9 @@ std::string csv_row(const eldr::sim_metrics& m, double rate) {
     << ',' << fmt(m.ttft_p99_ms) << ',' << fmt(m.load_imbalance, 4) << ','
     << fmt(m.throughput_tokens_s, 1) << ',' << fmt(m.throughput_requests_s) << ','
     << fmt(m.batch_size_mean, 2) << ',' << fmt(rate, 2) << ',' << m.requests << ','
-    << m.decode_steps << ',' << m.refits << ',' << fmt(m.prefix_hit_fraction, 4);
+    << m.decode_steps << ',' << m.refits << ',' << fmt(m.prefix_hit_fraction, 4) << ','
+    << fmt(m.inflight_imbalance, 4) << ',' << fmt(m.decision_cv, 4) << ',' << m.routers << ','
+    << fmt(m.load_sync_ms, 3);
   return s.str();
 }
 
@@ -426,6 +434,22 @@ int main(int argc, char** argv) {
   app.add_option("--prompt-pool", spec.prompt_pool,
                  "prefix caching: distinct prompts the requests draw from (default: requests/4)");
   eldr::tools::add_block_size_option(app, o.sim.block_size);
+  eldr::add_defaulted(app, "--routers", o.sim.routers,
+                      "routers R sharing the decisions, each with its own policy instance; the "
+                      "k-th routing decision goes to router k mod R (as eldr-loadgen spreads "
+                      "route requests)",
+                      CLI::Range(1u, 4096u));
+  eldr::add_defaulted(app, "--load-sync-ms", o.sim.load_sync_ms,
+                      "cluster.load_sync_ms: with R > 1, each router sees the true in-flight "
+                      "load only every MS of simulated time (all routers at the same instants), "
+                      "plus its own decisions since; 0 = exact load",
+                      CLI::NonNegativeNumber);
+  eldr::add_defaulted(app, "--load-sync-lag", o.sim.load_sync_lag,
+                      "with R > 1: intervals by which the routers' decisions reach the shared "
+                      "load late (1: a vector carries the decisions up to the previous sharing "
+                      "instant only, as when routers' totals reach the authority after it "
+                      "published); a router always counts its own at once",
+                      CLI::Range(0u, 16u));
   eldr::add_defaulted(app, "--refit-sample-size", o.refit.sample_size,
                       "eldr-online: reservoir of routed signatures refits fit on "
                       "(models.sample_size)",
@@ -462,6 +486,7 @@ int main(int argc, char** argv) {
       die("--rate: 0 (replay the trace's arrival_s) cannot be swept with other rates");
   }
   if (eldr::status s = eldr::tools::check_workload_spec(spec); !s.ok()) die(s.message());
+  if (!std::isfinite(o.sim.load_sync_ms)) die("--load-sync-ms: must be a finite number >= 0");
   if (o.sim.prefix_caching && spec.prompt_pool == 0)
     spec.prompt_pool = std::max(1u, o.requests / 4);
   if (!o.sim.prefix_caching) spec.prompt_pool = 0;
@@ -579,8 +604,8 @@ int main(int argc, char** argv) {
   std::string timing = "policy,rate_rps,wall_seconds\n";
   std::string md =
       "| policy | rate (req/s) | TPOT p50 (ms) | TPOT p95 | TPOT p99 | TTFT p50 (ms) | distinct "
-      "experts/layer | load imbalance | throughput (tok/s) |\n|---|---|---|---|---|---|---|---|---|"
-      "\n";
+      "experts/layer | load imbalance | in-flight max/mean | decisions CV | throughput (tok/s) "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::string notes;  // per rate and locality policy: against the best load balancers (verdicts)
   std::string verdicts_csv = std::string(verdicts_csv_header) + "\n";
   for (double rate : o.rates) {
@@ -608,7 +633,8 @@ int main(int argc, char** argv) {
       md += "| " + name + " | " + fmt(rate, 1) + " | " + fmt(m->tpot_p50_ms, 2) + " | " +
             fmt(m->tpot_p95_ms, 2) + " | " + fmt(m->tpot_p99_ms, 2) + " | " +
             fmt(m->ttft_p50_ms, 1) + " | " + fmt(m->distinct_experts_per_layer, 2) + " | " +
-            fmt(m->load_imbalance, 3) + " | " + fmt(m->throughput_tokens_s, 0) + " |\n";
+            fmt(m->load_imbalance, 3) + " | " + fmt(m->inflight_imbalance, 3) + " | " +
+            fmt(m->decision_cv, 3) + " | " + fmt(m->throughput_tokens_s, 0) + " |\n";
       tpot[name] = {m->tpot_p50_ms, m->tpot_p99_ms};
     }
     for (const verdict& v : verdicts_at(rate, o.policies, tpot)) {
@@ -617,6 +643,13 @@ int main(int argc, char** argv) {
     }
   }
   if (!notes.empty()) md += "\n" + notes;
+  if (o.sim.routers > 1)
+    md = std::to_string(o.sim.routers) + " routers, the load shared every " +
+         fmt(o.sim.load_sync_ms, 3) + " ms of simulated time" +
+         (o.sim.load_sync_lag > 0
+              ? ", the decisions " + std::to_string(o.sim.load_sync_lag) + " interval(s) late"
+              : std::string()) +
+         ".\n\n" + md;
   const std::filesystem::path dir(o.out);
   write_text(dir / "summary.csv", csv);
   write_text(dir / "summary.md", md);
