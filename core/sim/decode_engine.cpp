@@ -29,7 +29,7 @@ decode_engine::decode_engine(const workload& w, const decode_engine_config& c,
 
 std::optional<double> decode_engine::arrive(uint32_t request, uint32_t worker, double t,
                                             std::vector<decode_finish>& finished) {
-  account(t);
+  account_to(t);
   decode_times& times = times_[request];
   times.arrival = t;
   if (w_->requests[request].output_tokens == 0) {  // nothing to decode
@@ -80,7 +80,7 @@ std::optional<double> decode_engine::start_step(uint32_t wi, double t) {
 
 std::optional<double> decode_engine::end_step(uint32_t wi, double t,
                                               std::vector<decode_finish>& finished) {
-  account(t);
+  account_to(t);
   worker_state& ws = workers_[wi];
   ws.tokens += ws.running.size();
   std::size_t kept = 0;
@@ -102,8 +102,9 @@ std::optional<double> decode_engine::end_step(uint32_t wi, double t,
   return start_step(wi, t);
 }
 
-void decode_engine::account(double t) {
-  if (!(t > accounted_t_)) return;
+void decode_engine::account_to(double t) {
+  // O(workers): before the counts change at t.
+  if (!std::isfinite(t) || !(t > accounted_t_)) return;
   std::size_t max_n = 0, sum = 0;
   for (const worker_state& ws : workers_) {
     const std::size_t n = ws.running.size() + ws.waiting.size();
@@ -118,6 +119,10 @@ void decode_engine::account(double t) {
 
 double decode_engine::inflight_imbalance() const {
   return inflight_mean_integral_ > 0.0 ? inflight_max_integral_ / inflight_mean_integral_ : 1.0;
+}
+
+double decode_engine::inflight_mean() const {
+  return accounted_t_ > 0.0 ? inflight_mean_integral_ / accounted_t_ : 0.0;
 }
 
 double decode_engine::distinct_experts_per_layer() const {

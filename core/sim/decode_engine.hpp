@@ -24,6 +24,7 @@
 // Thread safety: none; one owner drives it.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -57,6 +58,22 @@ struct decode_times {
   double first_token = -1.0;
   double finish = -1.0;
 };
+
+// The spread of routing decisions over workers, as the cluster benchmark (eldr-loadgen) and
+// eldr-sim report it: the population standard deviation of the requests routed to each worker over
+// their mean; 0 when nothing was routed.
+template <class Count>
+double decision_cv(std::span<const Count> per_worker) {
+  double sum = 0.0;
+  for (Count n : per_worker)
+    sum += static_cast<double>(n);
+  if (per_worker.empty() || sum <= 0.0) return 0.0;
+  const double mean = sum / static_cast<double>(per_worker.size());
+  double var = 0.0;
+  for (Count n : per_worker)
+    var += (static_cast<double>(n) - mean) * (static_cast<double>(n) - mean);
+  return std::sqrt(var / static_cast<double>(per_worker.size())) / mean;
+}
 
 class decode_engine {
  public:
@@ -101,6 +118,11 @@ class decode_engine {
   // the caller's calls come in time order over all workers, as the simulator's and the emulator's
   // event queues make them; a call earlier than the latest adds no time.
   double inflight_imbalance() const;
+  // The time average of the mean in-flight requests per worker over the same span (0 before any).
+  double inflight_mean() const;
+  // Closes the in-flight integrals up to t with the current counts (arrive() and end_step() do
+  // it themselves; a caller whose clock runs past the last event calls it to count the idle end).
+  void account_to(double t);
   // The latency of the worker's last step in ms (0 before its first step).
   double last_step_ms(uint32_t worker) const { return workers_[worker].last_step_ms; }
 
@@ -123,8 +145,6 @@ class decode_engine {
                 distinct_expert_counter counter);
   // Admits what fits and starts a step at t: its end time, or nullopt when nothing runs.
   std::optional<double> start_step(uint32_t worker, double t);
-  // Adds the in-flight integrals up to t, before the counts change at t. O(workers).
-  void account(double t);
 
   const workload* w_;
   decode_engine_config c_;

@@ -338,13 +338,7 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
   (void)report_run_figures(w, *engine, m);
   m.load_imbalance = engine->load_imbalance();
   m.inflight_imbalance = engine->inflight_imbalance();
-  if (N > 0) {
-    const double mean = static_cast<double>(N) / D;
-    double var = 0.0;
-    for (uint32_t n : decisions)
-      var += (static_cast<double>(n) - mean) * (static_cast<double>(n) - mean);
-    m.decision_cv = std::sqrt(var / D) / mean;
-  }
+  m.decision_cv = decision_cv(std::span<const uint32_t>(decisions));
   m.decisions = decisions;
   m.routers = c.routers;
   m.load_sync_ms = c.load_sync_ms;

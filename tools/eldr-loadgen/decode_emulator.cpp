@@ -27,21 +27,6 @@ void decode_emulator::push_step(std::optional<double> end, uint32_t worker) {
   if (end) push(*end, kind::step_end, worker, worker);
 }
 
-void decode_emulator::account(double t) {
-  if (!std::isfinite(t) || !(t > accounted_t_)) return;
-  uint32_t max_n = 0;
-  uint64_t sum = 0;
-  for (uint32_t wi = 0; wi < engine_.workers(); ++wi) {
-    const uint32_t n = engine_.running(wi) + engine_.waiting(wi);
-    max_n = std::max(max_n, n);
-    sum += n;
-  }
-  const double dt = t - accounted_t_;
-  inflight_max_integral_ += dt * max_n;
-  inflight_mean_integral_ += dt * static_cast<double>(sum) / engine_.workers();
-  accounted_t_ = t;
-}
-
 void decode_emulator::arrive(uint32_t request, uint32_t worker, double t) {
   ++in_transfer_[worker];
   push(std::max(t, now_), kind::arrival, request, worker);
@@ -56,9 +41,8 @@ void decode_emulator::advance_to(double t, std::vector<decode_finish>& finished)
     const event ev = events_.top();
     events_.pop();
     now_ = std::max(now_, ev.t);
-    // The in-flight counts change at this instant: close the integrals up to it first. In model
-    // time this is exact, whereas arrive() is called whenever the live loop gets round to it.
-    account(ev.t);
+    // The engine closes its in-flight integrals at this instant before the counts change: in
+    // model time, exact, whereas arrive() is called whenever the live loop gets round to it.
     if (ev.k == kind::step_end) {
       push_step(engine_.end_step(ev.id, ev.t, finished), ev.id);
       continue;
@@ -67,19 +51,11 @@ void decode_emulator::advance_to(double t, std::vector<decode_finish>& finished)
     push_step(engine_.arrive(ev.id, ev.worker, ev.t, finished), ev.worker);
   }
   now_ = std::max(now_, t);
-  if (std::isfinite(now_)) account(now_);
+  engine_.account_to(now_);
 }
 
 decode_worker_load decode_emulator::load(uint32_t worker) const {
   return {engine_.running(worker), engine_.waiting(worker) + in_transfer_[worker]};
-}
-
-double decode_emulator::inflight_imbalance() const {
-  return inflight_mean_integral_ > 0.0 ? inflight_max_integral_ / inflight_mean_integral_ : 1.0;
-}
-
-double decode_emulator::inflight_mean() const {
-  return accounted_t_ > 0.0 ? inflight_mean_integral_ / accounted_t_ : 0.0;
 }
 
 latency_summary summarize_latency(const workload& w, const decode_emulator& d,

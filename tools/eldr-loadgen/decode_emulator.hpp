@@ -63,9 +63,10 @@ class decode_emulator {
   // transfer, to its last token: waiting or running), as integrals over model time: the
   // time-averaged max over workers divided by the time-averaged mean over workers (1 = even; 1
   // when nothing was ever in flight), and the time-averaged mean per worker from time 0 to the
-  // last time advanced to.
-  double inflight_imbalance() const;
-  double inflight_mean() const;
+  // last time advanced to. The engine's figures (decode_engine), one implementation with
+  // eldr-sim's.
+  double inflight_imbalance() const { return engine_.inflight_imbalance(); }
+  double inflight_mean() const { return engine_.inflight_mean(); }
   // The last step's latency of a worker in ms (0 before its first step), for tests.
   double last_step_ms(uint32_t worker) const { return engine_.last_step_ms(worker); }
 
@@ -88,15 +89,12 @@ class decode_emulator {
   explicit decode_emulator(decode_engine engine);
   void push(double t, kind k, uint32_t id, uint32_t worker);
   void push_step(std::optional<double> end, uint32_t worker);
-  // Adds the in-flight integrals' piece from the last accounted time to t.
-  void account(double t);
 
   decode_engine engine_;
   std::vector<uint32_t> in_transfer_;  // per worker: arrivals scheduled, not yet reached
   std::priority_queue<event, std::vector<event>, std::greater<>> events_;
   uint64_t seq_ = 0;
   double now_ = 0.0;
-  double accounted_t_ = 0.0, inflight_max_integral_ = 0.0, inflight_mean_integral_ = 0.0;
 };
 
 // TPOT and TTFT over the given requests (core's summarize_latency on the emulator's engine).

@@ -122,13 +122,7 @@ void route_book::summarize(policy_result& res) {
     max_d = std::max(max_d, d);
   res.decision_imbalance =
       decisions_ > 0 ? static_cast<double>(max_d) * D / static_cast<double>(decisions_) : 0.0;
-  if (decisions_ > 0) {
-    const double mean = static_cast<double>(decisions_) / D;
-    double var = 0;
-    for (uint64_t d : res.decisions)
-      var += (static_cast<double>(d) - mean) * (static_cast<double>(d) - mean);
-    res.decision_cv = std::sqrt(var / D) / mean;
-  }
+  res.decision_cv = decision_cv(std::span<const uint64_t>(res.decisions));
   res.epochs.assign(epochs_.begin(), epochs_.end());
 }
 
