@@ -207,6 +207,7 @@ nlohmann::json router_json(const router_state& s) {
                         {"refit_leader_term", s.leader_term},
                         {"shard_failovers", s.shard_failovers},
                         {"shard_failures", s.shard_failures},
+                        {"shard_failovers_refused", s.shard_failovers_refused},
                         {"shard_store_messages", s.shard_store_messages},
                         {"shard_stores_dropped", s.shard_stores_dropped},
                         {"shard_stores_cached", s.shard_stores_cached}};
