@@ -149,6 +149,9 @@ struct router_state {
   // and the load is counted once.
   std::optional<bounded_lru<std::string, remembered>> decisions;
   uint64_t retried = 0;
+  // Requests a client marked as a failover resend (route_request.retry), and of them the ones
+  // this router remembered (answered with the first decision); the others were decided afresh.
+  uint64_t marked_retries = 0, marked_retries_remembered = 0;
   // Cluster: the other routers, this router's decisions not yet sent to them (by model), and
   // what came from them.
   std::vector<caf::actor> peers;

@@ -188,6 +188,8 @@ nlohmann::json router_json(const router_state& s) {
   return nlohmann::json{{"models", models},
                         {"unknown_model", s.unknown_model},
                         {"retried_routes", s.retried},
+                        {"marked_retries", s.marked_retries},
+                        {"marked_retries_remembered", s.marked_retries_remembered},
                         {"peer_routers", s.peers.size()},
                         {"peer_decisions", s.peer_decisions},
                         {"load_sharing", s.authority_mode ? "authority" : "decisions"},
