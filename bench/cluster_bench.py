@@ -618,10 +618,13 @@ def throughput():
                     run_loadgen(base + ["--rate", "1000", "--duration", "2"])
                 cpu0 = [cpu_of(c.pid(i)) for i in range(1, n + 1)]
                 k0 = router_counters(c.admins)
+                f0 = shard_failure_counters(c.admins)
+                load = os.getloadavg()[0]
                 r = run_loadgen(base + ["--rate", str(args.throughput_rate), "--duration",
                                         str(args.throughput_duration)])
                 cpu1 = [cpu_of(c.pid(i)) for i in range(1, n + 1)]
                 k1 = router_counters(c.admins)
+                f1 = shard_failure_counters(c.admins)
                 retries_same = check_retries(c, n, args.check_retries)
                 decided = k1[0] - k0[0]
                 # Messages to other nodes on the requests' path: shard requests not to the own
@@ -638,6 +641,12 @@ def throughput():
                              "coverage": r.get("coverage_mean", float("nan")),
                              "remote_stores_per_decision":
                                  stores / decided if decided else float("nan"),
+                             "failovers_per_decision":
+                                 (f1[0] - f0[0]) / decided if decided else float("nan"),
+                             "failures_per_decision":
+                                 (f1[1] - f0[1]) / decided if decided else float("nan"),
+                             "failovers_refused":
+                                 f1[2] - f0[2], "load_avg_1m": load,
                              "offered": args.throughput_rate,
                              "node_cpu_us_per_reply": node_cpu / r["replied"] * 1e6
                              if r["replied"] else float("nan"),
@@ -655,19 +664,23 @@ def throughput():
                % (args.throughput_rate, args.throughput_duration, args.repeat),
                "| load sharing | shard sums MiB / store batch ms | routers | replies/s | errors | "
                "coverage | remote shard requests per decision | remote store messages per "
-               "decision | rtt p50 µs | rtt p99 µs | node CPU s | node CPU µs per reply | "
-               "loadgen CPU s | cores used | replies/s per core used | replies/s per node core |")
+               "decision | shard failovers (failures) per decision | rtt p50 µs | rtt p99 µs | node CPU s "
+               "| node CPU µs per reply | loadgen CPU s | cores used | replies/s per core used | "
+               "replies/s per node core | load avg 1m |")
     for mode, sums, n in sorted({(r["load_sharing"], r["shard_sums_mib"], r["routers"])
                                  for r in rows}):
         g = [r for r in rows if r["routers"] == n and r["load_sharing"] == mode
              and r["shard_sums_mib"] == sums]
         m = lambda k: median([r[k] for r in g])  # noqa: E731
-        print("| %s | %s | %d | %.0f | %d | %.3f | %.3f | %.3f | %.0f | %.0f | %.2f | %.0f | %.2f | %.2f | %.0f "
-              "| %.0f |" % (
+        print("| %s | %s | %d | %.0f | %d | %.3f | %.3f | %.3f | %.3f (%.3f) | %.0f | %.0f | %.2f "
+              "| %.0f | %.2f | %.2f | %.0f | %.0f | %s |" % (
             mode, sums, n, m("route_rps"), max(r["errors"] for r in g), m("coverage"),
-            m("remote_asks_per_decision"), m("remote_stores_per_decision"), m("route_p50_us"),
+            m("remote_asks_per_decision"), m("remote_stores_per_decision"),
+            m("failovers_per_decision"), m("failures_per_decision"), m("route_p50_us"),
             m("route_p99_us"), m("node_cpu_s"), m("node_cpu_us_per_reply"), m("loadgen_cpu_s"),
-            m("cores_used"), m("replies_per_core"), m("replies_per_node_core")))
+            m("cores_used"), m("replies_per_core"), m("replies_per_node_core"),
+            "-".join("%.1f" % x for x in sorted({min(r["load_avg_1m"] for r in g),
+                                                  max(r["load_avg_1m"] for r in g)}))))
     print()
 
 
@@ -683,6 +696,18 @@ def router_counters(admins):
         st += r.get("shard_store_messages", 0)
         d += sum(m.get("routed", 0) for m in s.get("models", []))
     return d, q, loc, st
+
+
+def shard_failure_counters(admins):
+    """Summed over the nodes: (shard failovers, shard failures, failovers refused by the
+    failover budget; 0 from a build without it)."""
+    fo = fa = refused = 0
+    for a in admins:
+        r = a.call("status").get("cluster", {}).get("router", {})
+        fo += r.get("shard_failovers", 0)
+        fa += r.get("shard_failures", 0)
+        refused += r.get("shard_failovers_refused", 0)
+    return fo, fa, refused
 
 
 def shard_histograms(nodes):

@@ -168,8 +168,10 @@ decided decide(router_state& st, model_state& m, const route_job& job, const sig
 // no second count in the load view.
 bool answer_retry(router_state& st, model_state& m, const route_job& job) {
   const int64_t now = st.ctx->now_ms();
+  if (job.request.retry) ++st.marked_retries;
   const auto* r = st.decisions->get(std::to_string(m.index) + "/" + job.request.id, now);
   if (r == nullptr) return false;
+  if (job.request.retry) ++st.marked_retries_remembered;
   route_reply reply;
   reply.id = job.request.id;
   reply.worker = r->worker;

@@ -37,7 +37,8 @@ decided decide(router_state& st, model_state& m, const route_job& job, const sig
                int attempt);
 
 // A route whose request id this router (or a peer) already decided: the same answer again, and no
-// second count in the load view. False when the id is not remembered.
+// second count in the load view. False when the id is not remembered. Counts the requests a
+// client marked as a failover resend (route_request.retry), and which of them were remembered.
 bool answer_retry(router_state& st, model_state& m, const route_job& job);
 
 }  // namespace eldr::router

@@ -99,12 +99,29 @@ void ask_shard(router_actor_t* self, const shard_gather_ptr& g, uint32_t owner,
   std::string name = st.ring->members()[owner];
   const bool local = st.local_shard && owner == *st.local_shard;
   auto on_reply = [self, g, local, sent_ns = steady_ns()](const shard_sign_reply& r) {
+    self->state.shard_failover->on_answer();
     merge_shard(*g, r, self->state.shard_scratch);
     self->state.ctx->metrics->shard_answered(local, 1e-9 * double(steady_ns() - sent_ns));
     shard_done(self, g);
   };
   auto on_error = [self, g, name = std::move(name), blocks,
-                   excluded = std::move(excluded)](caf::error&) mutable {
+                   excluded = std::move(excluded)](caf::error& e) mutable {
+    auto& s = self->state;
+    // A shard that timed out is usually busy, not gone (a dead one fails at once): asking the
+    // next owner doubles the work of a saturated cluster, so only within the failover budget.
+    // Otherwise the part is given up and the request routed with lower coverage.
+    if (e == caf::sec::request_timeout && !s.shard_failover->on_timeout()) {
+      ++s.shard_failovers_refused;
+      ++s.shard_failures;
+      uint64_t held = 0;
+      if (s.shard_failover_log.allow(s.ctx->now_ms(), held))
+        spdlog::warn(
+            "shard {} did not answer within {} ms and too many shard parts time out to ask the "
+            "other owners: {} blocks left unsummed{}",
+            name, s.ctx->config.timeouts.shard_sign_ms, blocks.size(),
+            held > 0 ? " [" + std::to_string(held) + " more since the last line]" : "");
+      return shard_done(self, g);
+    }
     excluded.push_back(name);
     ++g->pending;  // ask_shards adds its own parts and releases this slot
     ask_shards(self, g, blocks, excluded);
@@ -238,6 +255,8 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
   auto decisions = bounded_lru<std::string, remembered>::make(ctx->config.cluster.max_decisions,
                                                               ctx->config.cluster.decision_ttl_ms);
   st.decisions.emplace(std::move(*decisions));
+  // The defaults are valid, so make() cannot fail.
+  st.shard_failover.emplace(*failover_budget::make());
   if (ctx->config.clustered()) rebuild_ring(st, {});  // this node's shard until peers join
   st.authority_mode = ctx->config.clustered() && ctx->config.cluster.load_sharing == "authority";
   if (st.authority_mode) {

@@ -28,6 +28,7 @@
 #include "core/formats/centroid_file.hpp"
 #include "core/formats/centroid_history.hpp"
 #include "core/load_view.hpp"
+#include "core/membership/failover_budget.hpp"
 #include "core/membership/hash_ring.hpp"
 #include "core/membership/leadership.hpp"
 #include "core/membership/load_exchange.hpp"
@@ -148,6 +149,9 @@ struct router_state {
   // and the load is counted once.
   std::optional<bounded_lru<std::string, remembered>> decisions;
   uint64_t retried = 0;
+  // Requests a client marked as a failover resend (route_request.retry), and of them the ones
+  // this router remembered (answered with the first decision); the others were decided afresh.
+  uint64_t marked_retries = 0, marked_retries_remembered = 0;
   // Cluster: the other routers, this router's decisions not yet sent to them (by model), and
   // what came from them.
   std::vector<caf::actor> peers;
@@ -167,6 +171,12 @@ struct router_state {
   std::optional<uint32_t> local_shard;  // this node's ring member index, when it holds a cache
   uint64_t shard_requests = 0, shard_failovers = 0, shard_failures = 0, shard_store_messages = 0;
   uint64_t shard_local_requests = 0;  // of shard_requests, to this node's own shard
+  // Which timed-out shard parts may be asked of their blocks' other owners
+  // (core/membership/failover_budget.hpp); the parts given up because it was spent, and their
+  // log line's limiter.
+  std::optional<failover_budget> shard_failover;
+  uint64_t shard_failovers_refused = 0;
+  log_limiter shard_failover_log;
   // Replica stores for other nodes waiting for the next flush (cluster.store_batch_ms), and the
   // blocks dropped because their owner left the ring before the flush.
   store_batcher store_out;

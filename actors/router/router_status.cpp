@@ -188,6 +188,8 @@ nlohmann::json router_json(const router_state& s) {
   return nlohmann::json{{"models", models},
                         {"unknown_model", s.unknown_model},
                         {"retried_routes", s.retried},
+                        {"marked_retries", s.marked_retries},
+                        {"marked_retries_remembered", s.marked_retries_remembered},
                         {"peer_routers", s.peers.size()},
                         {"peer_decisions", s.peer_decisions},
                         {"load_sharing", s.authority_mode ? "authority" : "decisions"},
@@ -207,6 +209,7 @@ nlohmann::json router_json(const router_state& s) {
                         {"refit_leader_term", s.leader_term},
                         {"shard_failovers", s.shard_failovers},
                         {"shard_failures", s.shard_failures},
+                        {"shard_failovers_refused", s.shard_failovers_refused},
                         {"shard_store_messages", s.shard_store_messages},
                         {"shard_stores_dropped", s.shard_stores_dropped},
                         {"shard_stores_cached", s.shard_stores_cached}};

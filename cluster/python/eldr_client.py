@@ -495,9 +495,10 @@ def _block_keys(blocks):
 
 
 def route_request(request_id, model, blocks, counts=None, label=None, explain=False,
-                  cached_blocks=None):
+                  cached_blocks=None, retry=False):
     """The encoded route_request (docs/protocol.md section 3). cached_blocks: how many leading
-    blocks the prefill served from its prefix cache, when counts hold those blocks too."""
+    blocks the prefill served from its prefix cache, when counts hold those blocks too. retry:
+    a resend of an id already sent to another router (the clients mark their failovers)."""
     if cached_blocks is not None and not 0 <= int(cached_blocks) <= len(blocks):
         raise ValueError("cached_blocks %r: 0..%d (the blocks)" % (cached_blocks, len(blocks)))
     return encode("route_request", {
@@ -508,6 +509,7 @@ def route_request(request_id, model, blocks, counts=None, label=None, explain=Fa
         "cached_blocks": None if cached_blocks is None else int(cached_blocks),
         "label": None if label is None else int(label),
         "explain": True if explain else None,
+        "retry": True if retry else None,
     })
 
 
@@ -814,11 +816,12 @@ class _Client(DealerClientBase):
             self.last_endpoint = self.endpoints[i]
             return reply
 
-    def _call(self, request_id, payload):
+    def _call(self, request_id, payload, resend=None):
         """Sends and waits for the reply to request_id, failing over on a timeout (see the class
         comment); replies to other ids (late answers to calls that timed out earlier) are
         dropped. A reply without an id answers this call: the node could not read the id of the
-        one request outstanding."""
+        one request outstanding. resend: the payload of the attempts after the first (a route
+        request marked retry), else payload again."""
         n = len(self._socks)
         start = self._current
         sent = []
@@ -829,7 +832,8 @@ class _Client(DealerClientBase):
                 self.failovers += 1
             deadline = time.monotonic() + self.timeout_ms / 1000.0
             try:
-                self._send_on(i, payload, self.timeout_ms)
+                self._send_on(i, resend if attempt and resend is not None else payload,
+                              self.timeout_ms)
                 if i not in sent:
                     sent.append(i)
                     poller.register(self._socks[i], zmq.POLLIN)
@@ -910,9 +914,14 @@ class RouteClient(RouteReplySurfacing, _Client):
 
     def route(self, request_id, model, blocks, counts=None, label=None, explain=False,
               cached_blocks=None):
-        """Where to decode this request: the route_reply dict. Raises EldrError, TimeoutError."""
+        """Where to decode this request: the route_reply dict. Raises EldrError, TimeoutError.
+        A failover's resend is marked retry (docs/cluster.md, "Retries: ask, don't broadcast")."""
+        resend = None
+        if self.max_attempts > 1:
+            resend = route_request(request_id, model, blocks, counts, label, explain,
+                                   cached_blocks, retry=True)
         reply = self._call(str(request_id), route_request(request_id, model, blocks, counts, label,
-                                                          explain, cached_blocks))
+                                                          explain, cached_blocks), resend)
         if reply["type"] == "error_reply":
             raise error_from(reply)
         return self._surface(reply)

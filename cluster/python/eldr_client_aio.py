@@ -163,9 +163,10 @@ class _AsyncClient(DealerClientBase):
         # With IMMEDIATE, a DEALER whose connection is not up blocks in send; bound that.
         await asyncio.wait_for(sent, timeout_s)
 
-    async def _call(self, request_id, payload):
+    async def _call(self, request_id, payload, resend=None):
         """Sends `payload` (which carries `request_id`) and waits for its reply, failing over on
-        a timeout; returns the reply dict."""
+        a timeout; returns the reply dict. resend: the payload of the attempts after the first (a
+        route request marked retry), else payload again."""
         if self._closed:
             raise RuntimeError("client is closed")
         if request_id in self._pending:
@@ -189,7 +190,8 @@ class _AsyncClient(DealerClientBase):
                 self._pending[request_id] = (fut, i)
                 deadline = loop.time() + timeout_s
                 try:
-                    await self._send_on(i, payload, timeout_s)
+                    await self._send_on(i, resend if attempt and resend is not None else payload,
+                                        timeout_s)
                 except asyncio.TimeoutError:
                     pass  # not connected: still wait out the attempt for earlier endpoints
                 if not fut.done() and deadline > loop.time():
@@ -251,9 +253,14 @@ class AsyncRouteClient(RouteReplySurfacing, _AsyncClient):
 
     async def route(self, request_id, model, blocks, counts=None, label=None, explain=False,
                     cached_blocks=None):
-        """Where to decode this request: the route_reply dict. Raises EldrError, TimeoutError."""
+        """Where to decode this request: the route_reply dict. Raises EldrError, TimeoutError.
+        A failover's resend is marked retry (docs/cluster.md, "Retries: ask, don't broadcast")."""
         payload = route_request(request_id, model, blocks, counts, label, explain, cached_blocks)
-        reply = await self._call(str(request_id), payload)
+        resend = None
+        if self.max_attempts > 1:
+            resend = route_request(request_id, model, blocks, counts, label, explain,
+                                   cached_blocks, retry=True)
+        reply = await self._call(str(request_id), payload, resend)
         if reply["type"] == "error_reply":
             raise error_from(reply)
         return self._surface(reply)

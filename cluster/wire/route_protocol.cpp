@@ -54,6 +54,8 @@ const message_table<route_request, L, std::vector<kv_decode_issue>> request_tabl
         request_fields::u32<&route_request::cached_blocks>("cached_blocks", nil_ok),
         request_fields::u32<&route_request::label>("label", nil_ok),
         request_fields::boolean<&route_request::explain>("explain", nil_ok),
+        request_fields::boolean<&route_request::retry>("retry", nil_ok)
+            .written_when([](const route_request& m) { return m.retry; }),
     },
     [](const route_request& m, uint64_t) {
       if (m.cached_blocks && *m.cached_blocks > m.block_hashes.size())

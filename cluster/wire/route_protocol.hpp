@@ -53,6 +53,10 @@ struct route_request {
   std::optional<uint32_t> cached_blocks{};
   std::optional<uint32_t> label{};  // domain index, for the "domain" oracle policy (tests)
   bool explain = false;             // ask for band, scores, tau and policy in the reply
+  // A resend of a request id the client already sent to another router (its call timed out
+  // there): docs/cluster.md, "Retries: ask, don't broadcast". Written only when true, so an
+  // unmarked request's bytes are those of a client that predates the field.
+  bool retry = false;
 };
 
 struct route_band_member {

@@ -96,7 +96,8 @@ class route_client {
 
   // One request, waits for its answer (replies to other ids that arrive meanwhile are dropped;
   // an error_reply without id answers it too: the node could not read the id), failing over to
-  // the next endpoint with the same id on a timeout (see the file comment). An empty request.id
+  // the next endpoint with the same id on a timeout (see the file comment), marked `retry: true`
+  // (docs/protocol.md; the first attempt goes as given). An empty request.id
   // is replaced by one the client makes up ("c<random>-<counter>", unique across clients).
   // Errors: deadline_exceeded-like failed_precondition "timeout after N ms" (every attempt timed
   // out), corrupt (the reply does not decode as a route_reply or error_reply; the client stays

@@ -96,6 +96,27 @@ const route_reply& as_reply(const result<route_outcome>& r) {
   return std::get<route_reply>(*r);
 }
 
+// The resend is marked `retry: true` (docs/cluster.md, "Retries: ask, don't broadcast"), so that
+// a router that does not know the id asks its peers; the first attempt is sent as given.
+TEST(ClientFailover, TheResendIsMarkedRetry) {
+  zmq::context_t ctx(1);
+  fake_node a(ctx, silent), b(ctx, answering(2));
+  auto c = route_client::connect({a.endpoint(), b.endpoint()}, fast(ctx));
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  EXPECT_EQ(as_reply((*c)->route(request("req-r"))).worker, 2u);
+  auto decode = [](const bytes_t& payload) {
+    std::vector<kv_decode_issue> issues;
+    return decode_route_request(payload, {}, issues);
+  };
+  const auto first = decode(a.wait_received(1).at(0));
+  const auto resent = decode(b.wait_received(1).at(0));
+  ASSERT_TRUE(first.ok() && resent.ok());
+  EXPECT_EQ(first->id, "req-r");
+  EXPECT_FALSE(first->retry);
+  EXPECT_EQ(resent->id, "req-r");
+  EXPECT_TRUE(resent->retry);
+}
+
 TEST(ClientFailover, SilentFirstEndpointFailsOverWithTheSameId) {
   zmq::context_t ctx(1);
   fake_node a(ctx, silent), b(ctx, answering(2));

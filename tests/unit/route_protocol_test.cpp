@@ -102,6 +102,35 @@ TEST(RouteProtocol, CachedBlocksAreAtMostTheBlocks) {
   EXPECT_FALSE(back->cached_blocks);
 }
 
+// A resend marked by the client (docs/cluster.md, "Retries: ask, don't broadcast"): written only
+// when set, so an unmarked request is byte for byte what a client without the field sends; absent
+// or nil reads as false.
+TEST(RouteProtocol, RetryIsWrittenOnlyWhenSet) {
+  route_request m = sample_request();
+  const std::vector<uint8_t> unmarked = encode_route_request(m);
+  auto back = decode_request(unmarked);
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_FALSE(back->retry);
+  const std::string key = "retry";
+  EXPECT_EQ(std::search(unmarked.begin(), unmarked.end(), key.begin(), key.end()), unmarked.end());
+
+  m.retry = true;
+  const std::vector<uint8_t> marked = encode_route_request(m);
+  EXPECT_GT(marked.size(), unmarked.size());
+  back = decode_request(marked);
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_TRUE(back->retry);
+
+  back = decode_request(message("route_request")
+                            .str("id", "r")
+                            .str("model", "m")
+                            .value("blocks", [](msgpack::writer& w) { w.write_array_header(0); })
+                            .nil("retry")
+                            .bytes());
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_FALSE(back->retry);
+}
+
 TEST(RouteProtocol, MinimalRequestRoundTrips) {
   route_request m;
   m.id = "a";
@@ -221,9 +250,11 @@ TEST(RouteProtocol, UnknownKeysAreIgnored) {
 // Writes a request whose field `key` holds a string, to see the wrong type named.
 std::vector<uint8_t> request_with_string_at(std::string_view key) {
   map_payload m = message("route_request");
-  for (std::string_view k : {"id", "model", "blocks", "label", "cached_blocks"}) {
+  for (std::string_view k : {"id", "model", "blocks", "label", "cached_blocks", "retry"}) {
     if (k == key)
       m.str(k, "oops");
+    else if (k == "retry")
+      continue;  // optional: only the wrong type is written
     else if (k == "blocks")
       m.value(k, [](msgpack::writer& w) { w.write_array_header(0); });
     else if (k == "label" || k == "cached_blocks")
@@ -242,7 +273,7 @@ void write_bad_second_hash(msgpack::writer& w) {
 }
 
 TEST(RouteProtocol, WrongTypesAreNamed) {
-  for (std::string_view key : {"blocks", "label", "cached_blocks"}) {
+  for (std::string_view key : {"blocks", "label", "cached_blocks", "retry"}) {
     SCOPED_TRACE(key);
     expect_error(decode_request(request_with_string_at(key)), status_code::invalid_argument,
                  "route_request." + std::string(key));

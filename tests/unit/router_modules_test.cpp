@@ -293,6 +293,24 @@ TEST(RouteDecision, ARetryGetsTheFirstDecisionAndCountsOnce) {
   EXPECT_EQ(ex["fallback"], "no_centroid_set");
 }
 
+// A client's failover resend is marked (route_request.retry): counted, and counted as remembered
+// only when this router knew the id; unmarked requests count in neither.
+TEST(RouteDecision, MarkedRetriesAreCountedAndWhetherTheyWereRemembered) {
+  router_fixture f;
+  f.register_all();
+  ASSERT_EQ(decide(f.st, f.model(), f.job("r1"), nullptr, 0), decided::answered);
+  auto known = f.job("r1");
+  known.request.retry = true;
+  EXPECT_TRUE(answer_retry(f.st, f.model(), known));
+  auto unknown = f.job("r9");
+  unknown.request.retry = true;
+  EXPECT_FALSE(answer_retry(f.st, f.model(), unknown));
+  EXPECT_TRUE(answer_retry(f.st, f.model(), f.job("r1")));  // unmarked
+  EXPECT_EQ(f.st.marked_retries, 2u);
+  EXPECT_EQ(f.st.marked_retries_remembered, 1u);
+  EXPECT_EQ(f.st.retried, 2u);
+}
+
 TEST(RouteDecision, WithPeersTheFirstDecisionArmsOneFlush) {
   router_fixture f;
   f.register_all();

@@ -104,6 +104,8 @@ def test_failover_same_id():
             eq(c.last_endpoint, b.endpoint, "last_endpoint")
             eq(a.wait_received(1)[0]["id"], "req-1", "first endpoint's id")
             eq(b.wait_received(1)[0]["id"], "req-1", "second endpoint's id: the same")
+            eq("retry" in a.wait_received(1)[0], False, "the first attempt is not marked")
+            eq(b.wait_received(1)[0].get("retry"), True, "the resend is marked retry")
             eq(c.route("req-2", "m", [1])["id"], "req-2", "next call")
             eq(c.failovers, 1, "the next call starts at the endpoint that answered")
     with FakeNode(answering(3)) as b:
