@@ -820,8 +820,8 @@ class _Client(DealerClientBase):
         """Sends and waits for the reply to request_id, failing over on a timeout (see the class
         comment); replies to other ids (late answers to calls that timed out earlier) are
         dropped. A reply without an id answers this call: the node could not read the id of the
-        one request outstanding. resend: the payload of the attempts after the first (a route
-        request marked retry), else payload again."""
+        one request outstanding. resend: makes the payload of the attempts after the first (a
+        route request marked retry), called at the first failover only; else payload again."""
         n = len(self._socks)
         start = self._current
         sent = []
@@ -832,6 +832,8 @@ class _Client(DealerClientBase):
                 self.failovers += 1
             deadline = time.monotonic() + self.timeout_ms / 1000.0
             try:
+                if attempt and callable(resend):
+                    resend = resend()  # made once, at the first failover
                 self._send_on(i, resend if attempt and resend is not None else payload,
                               self.timeout_ms)
                 if i not in sent:
@@ -916,10 +918,9 @@ class RouteClient(RouteReplySurfacing, _Client):
               cached_blocks=None):
         """Where to decode this request: the route_reply dict. Raises EldrError, TimeoutError.
         A failover's resend is marked retry (docs/cluster.md, "Retries: ask, don't broadcast")."""
-        resend = None
-        if self.max_attempts > 1:
-            resend = route_request(request_id, model, blocks, counts, label, explain,
-                                   cached_blocks, retry=True)
+        def resend():  # encoded only if a failover happens: counts can be megabytes
+            return route_request(request_id, model, blocks, counts, label, explain,
+                                 cached_blocks, retry=True)
         reply = self._call(str(request_id), route_request(request_id, model, blocks, counts, label,
                                                           explain, cached_blocks), resend)
         if reply["type"] == "error_reply":

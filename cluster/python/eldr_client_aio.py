@@ -165,8 +165,9 @@ class _AsyncClient(DealerClientBase):
 
     async def _call(self, request_id, payload, resend=None):
         """Sends `payload` (which carries `request_id`) and waits for its reply, failing over on
-        a timeout; returns the reply dict. resend: the payload of the attempts after the first (a
-        route request marked retry), else payload again."""
+        a timeout; returns the reply dict. resend: makes the payload of the attempts after the
+        first (a route request marked retry), called at the first failover only; else payload
+        again."""
         if self._closed:
             raise RuntimeError("client is closed")
         if request_id in self._pending:
@@ -190,6 +191,8 @@ class _AsyncClient(DealerClientBase):
                 self._pending[request_id] = (fut, i)
                 deadline = loop.time() + timeout_s
                 try:
+                    if attempt and callable(resend):
+                        resend = resend()  # made once, at the first failover
                     await self._send_on(i, resend if attempt and resend is not None else payload,
                                         timeout_s)
                 except asyncio.TimeoutError:
@@ -256,10 +259,9 @@ class AsyncRouteClient(RouteReplySurfacing, _AsyncClient):
         """Where to decode this request: the route_reply dict. Raises EldrError, TimeoutError.
         A failover's resend is marked retry (docs/cluster.md, "Retries: ask, don't broadcast")."""
         payload = route_request(request_id, model, blocks, counts, label, explain, cached_blocks)
-        resend = None
-        if self.max_attempts > 1:
-            resend = route_request(request_id, model, blocks, counts, label, explain,
-                                   cached_blocks, retry=True)
+        def resend():  # encoded only if a failover happens: counts can be megabytes
+            return route_request(request_id, model, blocks, counts, label, explain,
+                                 cached_blocks, retry=True)
         reply = await self._call(str(request_id), payload, resend)
         if reply["type"] == "error_reply":
             raise error_from(reply)

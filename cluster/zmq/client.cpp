@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
@@ -321,12 +322,13 @@ std::span<const uint8_t> bytes(const zmq::message_t& m) {
 // true), on any endpoint it was sent to; on a timeout it is resent to the next endpoint, up to
 // max_attempts in all. Other replies (late answers to earlier requests) are dropped; a reply that
 // does not decode ends the call with corrupt. The request is remembered as given up on every
-// endpoint it was sent to that did not answer it. `resend`, when given, is what the attempts
-// after the first send (a route request marked `retry`); otherwise they send `payload` again.
+// endpoint it was sent to that did not answer it. `resend`, when given, makes what the attempts
+// after the first send (a route request marked `retry`; called only when a failover happens, so
+// a call answered at once encodes nothing more); otherwise they send `payload` again.
 template <class Outcome, class Decode, class Match>
 result<Outcome> call_and_wait(connection& c, const std::vector<uint8_t>& payload,
                               const std::string& id, Decode&& decode, Match&& match,
-                              const std::vector<uint8_t>* resend = nullptr) {
+                              const std::function<const std::vector<uint8_t>&()>& resend = {}) {
   const int timeout_ms = c.timeout_ms();
   const size_t start = c.current();
   std::vector<size_t> sent;  // links the request went to, in order
@@ -345,7 +347,7 @@ result<Outcome> call_and_wait(connection& c, const std::vector<uint8_t>& payload
           std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t0).count();
       return static_cast<int>(std::max<int64_t>(0, timeout_ms - spent));
     };
-    status s = c.send(i, attempt > 0 && resend != nullptr ? *resend : payload, timeout_ms);
+    status s = c.send(i, attempt > 0 && resend ? resend() : payload, timeout_ms);
     if (s.ok()) {
       if (std::find(sent.begin(), sent.end(), i) == sent.end()) sent.push_back(i);
     } else if (s.code() != status_code::failed_precondition) {
@@ -514,22 +516,26 @@ result<route_outcome> route_client::route(const route_request& request) {
   impl& m = *impl_;
   try {
     route_request req = m.with_id(request);
-    const std::vector<uint8_t> first = encode_route_request(req);
     // A resend is marked, so that a router that does not know the id asks its peers for the
-    // first decision (docs/cluster.md, "Retries: ask, don't broadcast"). Encoded only when the
-    // call can fail over.
+    // first decision (docs/cluster.md, "Retries: ask, don't broadcast"). Encoded at the first
+    // failover only: a request can carry megabytes of counts.
     std::vector<uint8_t> marked;
-    if (m.conn->max_attempts() > 1) {
-      req.retry = true;
-      marked = encode_route_request(req);
-    }
+    const std::function<const std::vector<uint8_t>&()> resend =
+        [&]() -> const std::vector<uint8_t>& {
+      if (marked.empty()) {
+        req.retry = true;
+        marked = encode_route_request(req);
+        req.retry = false;
+      }
+      return marked;
+    };
     auto out = call_and_wait<route_outcome>(
-        *m.conn, first, req.id, [&](auto b) { return m.decode(b); },
+        *m.conn, encode_route_request(req), req.id, [&](auto b) { return m.decode(b); },
         [&](const route_outcome& o) {
           if (const auto* r = std::get_if<route_reply>(&o)) return r->id == req.id;
           return answers(std::get<error_reply>(o), req.id);
         },
-        marked.empty() ? nullptr : &marked);
+        resend);
     m.surface(out);
     return out;
   } catch (const std::exception& e) {

@@ -199,6 +199,9 @@ async def test_first_answer_wins_from_an_earlier_endpoint():
         check(r["worker"] == 2 and router.last_endpoint == slow.endpoint, "winner: %r" % r)
         check(router.endpoint == slow.endpoint, "current endpoint: %s" % router.endpoint)
         check(silent.received[0]["id"] == "w-1", "resent with another id: %r" % silent.received)
+        # The resend is marked (route_request.retry), the first send is not.
+        check("retry" not in slow.received[0], "first send marked: %r" % slow.received[0])
+        check(silent.received[0].get("retry") is True, "resend: %r" % silent.received[0])
     finally:
         await router.close()
         slow.close()
