@@ -30,6 +30,11 @@ with deploy/local/eldr-cluster in a temporary directory and always stopped (and 
               n1 gets worker traffic only as a peer: forwarded in "decisions" mode, load vectors
               from n2, their authority, in "authority" mode). n1's CPU per second over the steady
               part of each run (sampled from /proc), per own reply, and the ratio to 1x.
+  recall      the retry window: 3 nodes (all roles) kept busy by a route-only loadgen at each
+              --recall-rates rate; probes send a request to router 1 and, --recall-offsets-ms
+              later, its resend marked as a failover (route_request.retry) to router 2 or 3; per
+              --load-sharing mode and offset, how many resends got the first decision, and the
+              resend's round trip (its router asks the peers first, timeouts.recall_ms).
 
 usage: /usr/bin/python3 bench/cluster_bench.py --bin-dir build-hE [--only herding,fanin,...]
        [--repeat 2] [--out cluster_bench.json]
@@ -104,9 +109,20 @@ ap.add_argument("--check-retries", type=int, default=0,
                 help="throughput: after the run, route this many new ids at the first router and "
                      "again at each other router in turn, and count the same answers (correctness "
                      "of retries across routers; 0 = skip)")
+ap.add_argument("--recall-ids", type=int, default=240,
+                help="recall: ids probed per run (spread over the offsets)")
+ap.add_argument("--recall-offsets-ms", default="0,0.1,0.2,0.5,1,2,5",
+                help="recall: how long after the first request its marked resend is sent")
+ap.add_argument("--recall-rates", default="100,2000",
+                help="recall: route-only load (req/s, eldr-loadgen over every router) during "
+                     "the probes")
 ap.add_argument("--shard-rate", type=int, default=500)
 ap.add_argument("--shard-threads", type=int, default=1,
                 help="runtime.threads of every node in the shard runs (3 processes on 2 cores)")
+ap.add_argument("--handoff-grace-ms", type=int, default=0,
+                help="cluster.handoff_grace_ms of every node: 0 (the benchmarks measure the "
+                     "steady state; with the default 10000 nodes that start together read the "
+                     "ring without themselves for 10 s, docs/cluster.md)")
 ap.add_argument("--out", default="cluster_bench.json")
 ap.add_argument("--tables-from", default="",
                 help="print the herding and fanin tables of --only from a saved --out file; "
@@ -210,6 +226,7 @@ class ClusterOnce:
         self.admins = []
         try:
             out = self.script("start", str(n), "--bin", args.bin_dir, "--timeout", "60",
+                              "--handoff-grace-ms", str(args.handoff_grace_ms),
                               *(["--netns"] if netns else []), *extra)
             self.nodes = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
             keys = ""
@@ -546,14 +563,22 @@ def epoch():
 
 
 # ------------------------------------------------------------------------------- throughput
-def route_once(endpoint, request_id, model, blocks, timeout_ms=5000):
+def route_message(request_id, model, blocks, retry=False):
+    """A route_request (docs/protocol.md section 3), marked as a failover resend when `retry`."""
+    m = {"version": 1, "type": "route_request", "id": request_id, "model": model,
+         "blocks": blocks}
+    if retry:
+        m["retry"] = True
+    return msgpack.packb(m, use_bin_type=True)
+
+
+def route_once(endpoint, request_id, model, blocks, timeout_ms=5000, retry=False):
     """One route request (docs/protocol.md section 3) on its own DEALER: (worker, epoch)."""
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(endpoint)
     try:
-        sock.send(msgpack.packb({"version": 1, "type": "route_request", "id": request_id,
-                                 "model": model, "blocks": blocks}, use_bin_type=True))
+        sock.send(route_message(request_id, model, blocks, retry))
         if not sock.poll(timeout_ms):
             raise TimeoutError("%s: route %s timed out" % (endpoint, request_id))
         r = msgpack.unpackb(sock.recv(), raw=False)
@@ -568,13 +593,28 @@ def peer_decisions(admin):
     return admin.call("status").get("cluster", {}).get("router", {}).get("peer_decisions", 0)
 
 
-def check_retries(c, n, count, timeout=30):
-    """Routes `count` new ids at router 1 and, once every other router has applied that many more
-    of its peers' decisions (they are shared every cluster.load_sync_ms), each id again at another
-    router: how many got the first answer again."""
+def check_retries(c, n, count, mode, timeout=30):
+    """Retries at another router: (unmarked, marked), each the number of `count` ids that got the
+    first answer again, or None when not checked.
+
+    Unmarked (shared decisions only; in the authority mode routers do not share decisions): new
+    ids routed at router 1 and, once every other router has applied that many more of its peers'
+    decisions (shared every cluster.load_sync_ms), each again at another router. Marked (both
+    modes): new ids routed at router 1 and each resent, marked as a failover resend, at another
+    router the moment the first answer arrived -- the other router asks its peers (docs/cluster.md,
+    "Retries: ask, don't broadcast")."""
     if count == 0 or n < 2:
-        return None
+        return None, None
     model = c.admins[0].call("status")["models"][0]["name"]
+    marked = 0
+    for i in range(count):
+        blocks = [(i + 1) * 2000003 + b for b in range(4)]
+        first = route_once(c.nodes[0]["route"], "marked-check-%d" % i, model, blocks)
+        again = route_once(c.nodes[1 + i % (n - 1)]["route"], "marked-check-%d" % i, model,
+                           blocks, retry=True)
+        marked += first == again
+    if mode != "decisions":
+        return None, marked
     before = [peer_decisions(a) for a in c.admins[1:]]
     first = []
     for i in range(count):
@@ -589,7 +629,7 @@ def check_retries(c, n, count, timeout=30):
         blocks = [(i + 1) * 1000003 + b for b in range(4)]
         again = route_once(c.nodes[1 + i % (n - 1)]["route"], "retry-check-%d" % i, model, blocks)
         same += first[i] == again
-    return same
+    return same, marked
 
 
 def throughput():
@@ -625,7 +665,7 @@ def throughput():
                 cpu1 = [cpu_of(c.pid(i)) for i in range(1, n + 1)]
                 k1 = router_counters(c.admins)
                 f1 = shard_failure_counters(c.admins)
-                retries_same = check_retries(c, n, args.check_retries)
+                retries_same, marked_same = check_retries(c, n, args.check_retries, mode)
                 decided = k1[0] - k0[0]
                 # Messages to other nodes on the requests' path: shard requests not to the own
                 # shard, and the replica stores (load sharing's batched messages are apart).
@@ -637,6 +677,7 @@ def throughput():
                 rows.append({"routers": n, "load_sharing": mode, "shard_sums_mib": sums,
                              "run": rep + 1, "retries_checked": args.check_retries,
                              "retries_same": retries_same,
+                             "marked_retries_same": marked_same,
                              "remote_asks_per_decision": asked / decided if decided else float("nan"),
                              "coverage": r.get("coverage_mean", float("nan")),
                              "remote_stores_per_decision":
@@ -1045,6 +1086,137 @@ def fanin_table(res):
     print()
 
 
+# ----------------------------------------------------------------------------------- recall
+def recalled_at(admin):
+    r = admin.call("status")["cluster"]["router"]
+    return r.get("recalled", 0) + r.get("marked_retries_remembered", 0)
+
+
+def recall_probe(c, model, i, offset_ms):
+    """Request `i` at router 1 and, `offset_ms` after it was sent, its marked failover resend at
+    router 2 or 3; both answered: (actual offset s, first rtt s, resend rtt s, same decision,
+    whether the resend's router knew the first decision: asked of its peers or remembered)."""
+    a = ctx.socket(zmq.DEALER)
+    b = ctx.socket(zmq.DEALER)
+    other = 1 + i % (c.n - 1)
+    try:
+        for s, node in ((a, c.nodes[0]), (b, c.nodes[other])):
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(node["route"])
+        rid = "recall-probe-%d" % i
+        blocks = [(i + 1) * 3000017 + k for k in range(4)]
+        # Connect both first (a dummy round trip each), so the offset is the resend's alone.
+        for s in (a, b):
+            s.send(route_message(rid + "-warm-" + str(id(s)), model, blocks))
+            if not s.poll(5000):
+                raise TimeoutError("recall: a warm-up route timed out")
+            s.recv()
+        known0 = recalled_at(c.admins[other])
+        replies = {}
+        t0 = time.perf_counter()
+        a.send(route_message(rid, model, blocks))
+        while time.perf_counter() - t0 < offset_ms * 1e-3:
+            if a not in replies and a.poll(0):  # the first answer's time, not the wait's
+                replies[a] = (time.perf_counter(), msgpack.unpackb(a.recv(), raw=False))
+        t1 = time.perf_counter()
+        b.send(route_message(rid, model, blocks, retry=True))
+        poller = zmq.Poller()
+        poller.register(a, zmq.POLLIN)
+        poller.register(b, zmq.POLLIN)
+        while len(replies) < 2:
+            ready = dict(poller.poll(5000))
+            if not ready:
+                raise TimeoutError("recall: %s not answered" % rid)
+            for s in (a, b):
+                if s in ready and s not in replies:
+                    replies[s] = (time.perf_counter(), msgpack.unpackb(s.recv(), raw=False))
+        (ta, ra), (tb, rb) = replies[a], replies[b]
+        if ra.get("type") != "route_reply" or rb.get("type") != "route_reply":
+            raise RuntimeError("recall: %s: %s / %s" % (rid, ra, rb))
+        return (t1 - t0, ta - t0, tb - t1,
+                (ra["worker"], ra["epoch"]) == (rb["worker"], rb["epoch"]),
+                recalled_at(c.admins[other]) > known0)
+    finally:
+        a.close(0)
+        b.close(0)
+
+
+def recall():
+    """The retry-at-another-router window (issue 14): a client's resend marked as a failover,
+    sent to another router some time after the first request, while eldr-loadgen keeps the
+    routers busy at a given rate. Same = the resend got the first decision (its router asked the
+    peers, or -- shared decisions -- had heard of it)."""
+    offsets = [float(x) for x in args.recall_offsets_ms.split(",")]
+    rows = []
+    for mode in args.load_sharing.split(","):
+        for rate in [int(x) for x in args.recall_rates.split(",")]:
+            for rep in range(args.repeat):
+                log("recall: %s, %d req/s around the probes (run %d)" % (mode, rate, rep + 1))
+                with Cluster(3, load_sharing=mode) as c:
+                    admins = [nd["admin"] for nd in c.nodes]
+                    base = [loadgen_bin, "--node", admins[0], "--routers", ",".join(admins),
+                            "--synthetic", args.preset, "--decode-workers",
+                            str(args.decode_workers), "--route-only", "--policies", "eldr",
+                            "--json", "--quiet", "--output-tokens", str(args.output_tokens),
+                            "--prompt-max", str(args.prompt_max), "--keep-centroids"]
+                    run_loadgen(base + ["--rate", "200", "--duration", "1"])  # workers, a set
+                    model = c.admins[0].call("status")["models"][0]["name"]
+                    duration = 3 + args.recall_ids * 0.03
+                    gen = subprocess.Popen(base + ["--rate", str(rate), "--duration",
+                                                   "%.0f" % duration],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                    try:
+                        time.sleep(1.0)  # the generator registers its workers and gets going
+                        k0 = [a.call("status")["cluster"]["router"] for a in c.admins]
+                        for i in range(args.recall_ids):
+                            if gen.poll() is not None:
+                                raise RuntimeError("recall: eldr-loadgen ended before the probes")
+                            off, rtt_a, rtt_b, same, known = recall_probe(
+                                c, model, i, offsets[i % len(offsets)])
+                            rows.append({"load_sharing": mode, "rate": rate, "run": rep + 1,
+                                         "offset_ms": offsets[i % len(offsets)],
+                                         "actual_offset_ms": off * 1e3,
+                                         "first_rtt_ms": rtt_a * 1e3,
+                                         "resend_rtt_ms": rtt_b * 1e3, "same": same,
+                                         "known": known})
+                        k1 = [a.call("status")["cluster"]["router"] for a in c.admins]
+                    finally:
+                        gen.wait()
+                    counters = {k: sum(b.get(k, 0) - a.get(k, 0) for a, b in zip(k0, k1))
+                                for k in ("recalls", "recalled", "recall_misses",
+                                          "recall_peer_failures", "marked_retries_remembered")}
+                    log("recall counters (3 routers summed): %s" % counters)
+                    rows[-1]["counters"] = counters
+    results["recall"] = rows
+    table_head("Marked resends at another router: the retry window (3 nodes of all roles, "
+               "route-only background load, %d ids per run, %d run(s))"
+               % (args.recall_ids, args.repeat),
+               "| load sharing | background req/s | resend sent after (ms, asked / actual "
+               "median) | probes | first decision known (asked or remembered) | same decision | "
+               "first request rtt p50 ms | resend rtt p50 ms | resend rtt p99 ms |")
+    for mode, rate, off in sorted({(r["load_sharing"], r["rate"], r["offset_ms"]) for r in rows}):
+        g = [r for r in rows if (r["load_sharing"], r["rate"], r["offset_ms"]) == (mode, rate, off)]
+        print("| %s | %d | %g / %.2f | %d | %d (%.0f%%) | %d (%.0f%%) | %.2f | %.2f | %.2f |" % (
+            mode, rate, off, median([r["actual_offset_ms"] for r in g]), len(g),
+            sum(r["known"] for r in g), 100.0 * sum(r["known"] for r in g) / len(g),
+            sum(r["same"] for r in g), 100.0 * sum(r["same"] for r in g) / len(g),
+            median([r["first_rtt_ms"] for r in g]), median([r["resend_rtt_ms"] for r in g]),
+            pct([r["resend_rtt_ms"] for r in g], 0.99)))
+    print()
+    table_head("The same probes by whether the first answer had arrived when the resend was sent",
+               "| load sharing | background req/s | resends after the first answer | of them "
+               "the first decision known | resends before it | of them known |")
+    for mode, rate in sorted({(r["load_sharing"], r["rate"]) for r in rows}):
+        g = [r for r in rows if (r["load_sharing"], r["rate"]) == (mode, rate)]
+        after = [r for r in g if r["actual_offset_ms"] > r["first_rtt_ms"]]
+        before = [r for r in g if r["actual_offset_ms"] <= r["first_rtt_ms"]]
+        print("| %s | %d | %d | %d | %d | %d (%.0f%%) |" % (
+            mode, rate, len(after), sum(r["known"] for r in after), len(before),
+            sum(r["known"] for r in before),
+            100.0 * sum(r["known"] for r in before) / len(before) if before else float("nan")))
+    print()
+
+
 def save():
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1, sort_keys=True, default=str)
@@ -1065,7 +1237,7 @@ if args.tables_from:
 try:
     for part in args.only.split(","):
         {"herding": herding, "failure": failure, "epoch": epoch,
-         "throughput": throughput, "shard": shard, "fanin": fanin}[part]()
+         "throughput": throughput, "shard": shard, "fanin": fanin, "recall": recall}[part]()
         save()
 finally:
     save()

@@ -89,7 +89,10 @@ def main():
     port = args.base_port or 20000 + (os.getpid() * 50) % 20000
     try:
         started = subprocess.run([script, "start", str(args.nodes), "--bin", args.bin_dir, "--dir",
-                                  work, "--base-port", str(port), "--timeout", "60"],
+                                  work, "--base-port", str(port), "--timeout", "60",
+                                  # The steady state: no hand-off grace after the start
+                                  # (docs/cluster.md, "Signature cache").
+                                  "--handoff-grace-ms", "0"],
                                  capture_output=True, text=True, check=True).stdout
         nodes = [json.loads(x) for x in started.splitlines() if x.startswith("{")]
         pids = {n["pid"] for n in nodes}

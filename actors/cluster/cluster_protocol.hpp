@@ -43,6 +43,10 @@ using peer_worker_atom = caf::atom_constant<caf::atom("eworker")>;
 using pool_sync_atom = caf::atom_constant<caf::atom("esync")>;
 using epoch_atom = caf::atom_constant<caf::atom("eepoch")>;
 using flush_atom = caf::atom_constant<caf::atom("eflush")>;
+// A router -> another router: (model, request id) -> the decision it remembers for that id, as a
+// vector of zero or one shared_decision; asked for a client's marked failover resend that the
+// asking router does not remember (core/membership/recall_gather.hpp).
+using recall_atom = caf::atom_constant<caf::atom("erecall")>;
 // cluster.load_sharing = "authority": router -> a worker's authority (load_delta_msg), authority
 // -> every router (load_vector_msg), and a router's own interval timer.
 using load_delta_atom = caf::atom_constant<caf::atom("eldelta")>;

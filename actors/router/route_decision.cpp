@@ -166,21 +166,44 @@ decided decide(router_state& st, model_state& m, const route_job& job, const sig
 
 // A route whose request id this router (or a peer) already decided: the same answer again, and
 // no second count in the load view.
+namespace {
+
+// Sends a decision made earlier (here or at a peer) as the answer to `job`.
+void reply_remembered(router_state& st, model_state& m, const route_job& job, const remembered& r,
+                      int64_t now) {
+  route_reply reply;
+  reply.id = job.request.id;
+  reply.worker = r.worker;
+  auto snap = m.pool.snapshot(r.worker, now);
+  if (snap.ok()) reply.endpoint = snap->endpoint;
+  reply.epoch = r.epoch;
+  reply.total_blocks = static_cast<uint32_t>(job.request.block_hashes.size());
+  st.ctx->edge->reply(job.from, encode_route_reply(reply));
+}
+
+}  // namespace
+
 bool answer_retry(router_state& st, model_state& m, const route_job& job) {
   const int64_t now = st.ctx->now_ms();
   if (job.request.retry) ++st.marked_retries;
   const auto* r = st.decisions->get(std::to_string(m.index) + "/" + job.request.id, now);
   if (r == nullptr) return false;
   if (job.request.retry) ++st.marked_retries_remembered;
-  route_reply reply;
-  reply.id = job.request.id;
-  reply.worker = r->worker;
-  auto snap = m.pool.snapshot(r->worker, now);
-  if (snap.ok()) reply.endpoint = snap->endpoint;
-  reply.epoch = r->epoch;
-  reply.total_blocks = static_cast<uint32_t>(job.request.block_hashes.size());
-  st.ctx->edge->reply(job.from, encode_route_reply(reply));
+  reply_remembered(st, m, job, *r, now);
   ++st.retried;
+  return true;
+}
+
+bool answer_recalled(router_state& st, model_state& m, const route_job& job,
+                     const remembered& decision) {
+  if (decision.worker >= m.pool.k()) return false;
+  const int64_t now = st.ctx->now_ms();
+  const auto key = std::to_string(m.index) + "/" + job.request.id;
+  if (!st.authority_mode && st.decisions->get(key, now) == nullptr)
+    (void)m.pool.on_route(job.request.id, decision.worker, now);
+  st.decisions->put(key, decision, now);
+  reply_remembered(st, m, job, decision, now);
+  ++st.recalled;
   return true;
 }
 

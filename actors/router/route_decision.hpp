@@ -41,4 +41,13 @@ decided decide(router_state& st, model_state& m, const route_job& job, const sig
 // client marked as a failover resend (route_request.retry), and which of them were remembered.
 bool answer_retry(router_state& st, model_state& m, const route_job& job);
 
+// A marked retry this router did not remember, answered with the decision a peer remembered
+// (core/membership/recall_gather.hpp): the same answer, remembered here too. With shared
+// decisions the peer's decision is counted in this router's load view now (the shared copy, when
+// it arrives, finds the id remembered and is skipped); in the authority mode the deciding router
+// counts it. False, and nothing sent, when the decision names a worker this model does not have
+// (the caller then decides afresh).
+bool answer_recalled(router_state& st, model_state& m, const route_job& job,
+                     const remembered& decision);
+
 }  // namespace eldr::router

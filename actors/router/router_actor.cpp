@@ -57,8 +57,10 @@ void decide_and_wire(router_actor_t* self, model_state& m, const route_job_ptr& 
                      const sign_result* signed_, int attempt) {
   switch (decide(self->state, m, *job, signed_, attempt)) {
     case decided::answered:
+      settle_deciding(self->state, m, *job);
       return;
     case decided::arm_flush:
+      settle_deciding(self->state, m, *job);
       self->delayed_send(self,
                          std::chrono::milliseconds(self->state.ctx->config.cluster.load_sync_ms),
                          flush_atom::value);
@@ -76,6 +78,26 @@ std::chrono::milliseconds shard_timeout(const router_state& st) {
   return std::chrono::milliseconds(st.ctx->config.timeouts.shard_sign_ms);
 }
 
+// The ring shard lookups read: the one before a join during its grace period, else the current.
+struct shard_view {
+  const hash_ring& ring;
+  const std::vector<caf::actor>& shards;
+  std::optional<uint32_t> local;
+  bool before;
+};
+
+// Drops the ring before a join once its grace period is over.
+void expire_ring_before(router_state& st) {
+  if (st.ring_before && st.ctx->now_ms() >= st.ring_before_until_ms) st.ring_before.reset();
+}
+
+shard_view read_view(router_state& st) {
+  expire_ring_before(st);
+  if (st.ring_before)
+    return {st.ring_before->ring, st.ring_before->shards, st.ring_before->local, true};
+  return {*st.ring, st.shards, st.local_shard, false};
+}
+
 void shard_done(router_actor_t* self, const shard_gather_ptr& g) {
   if (--g->pending > 0) return;
   auto& m = *self->state.models[g->model];
@@ -91,13 +113,15 @@ void shard_done(router_actor_t* self, const shard_gather_ptr& g) {
 void ask_shards(router_actor_t* self, const shard_gather_ptr& g,
                 const std::vector<uint64_t>& blocks, const std::vector<std::string>& excluded);
 
-// Asks one shard for its part; on an error or a timeout the part goes to the owners left.
-void ask_shard(router_actor_t* self, const shard_gather_ptr& g, uint32_t owner,
+// Asks one shard (member `owner` of `v`) for its part; on an error or a timeout the part goes to
+// the owners left.
+void ask_shard(router_actor_t* self, const shard_gather_ptr& g, const shard_view& v, uint32_t owner,
                std::vector<uint64_t> blocks, std::vector<std::string> excluded) {
   auto& st = self->state;
   ++st.shard_requests;
-  std::string name = st.ring->members()[owner];
-  const bool local = st.local_shard && owner == *st.local_shard;
+  if (v.before) ++st.shard_requests_ring_before;
+  std::string name = v.ring.members()[owner];
+  const bool local = v.local && owner == *v.local;
   auto on_reply = [self, g, local, sent_ns = steady_ns()](const shard_sign_reply& r) {
     self->state.shard_failover->on_answer();
     merge_shard(*g, r, self->state.shard_scratch);
@@ -134,34 +158,34 @@ void ask_shard(router_actor_t* self, const shard_gather_ptr& g, uint32_t owner,
     job->layers = g->layers;
     job->job = g->job;
     job->blocks = std::move(blocks);
-    self->request(st.shards[owner], shard_timeout(st), sign_atom::value, shard_job_ptr(job))
+    self->request(v.shards[owner], shard_timeout(st), sign_atom::value, shard_job_ptr(job))
         .then(on_reply, std::move(on_error));
     return;
   }
   // This router's batched stores for that node go first when they hold one of the blocks: CAF
   // keeps their order, so the shard has them when it sums.
-  if (st.store_out.holds_any(st.ring->members()[owner], blocks))
-    send_batches(self, st.store_out.take(st.ring->members()[owner]));
+  if (st.store_out.holds_any(v.ring.members()[owner], blocks))
+    send_batches(self, st.store_out.take(v.ring.members()[owner]));
   shard_sign_request req;
   req.model = g->job->request.model;
   req.blocks = std::move(blocks);
   req.layers = g->layers;
-  self->request(st.shards[owner], shard_timeout(st), shard_sign_atom::value, std::move(req))
+  self->request(v.shards[owner], shard_timeout(st), shard_sign_atom::value, std::move(req))
       .then(on_reply, std::move(on_error));
 }
 
 void ask_shards(router_actor_t* self, const shard_gather_ptr& g,
                 const std::vector<uint64_t>& blocks, const std::vector<std::string>& excluded) {
   auto& st = self->state;
-  auto plan =
-      plan_parts(*st.ring, st.ctx->config.cluster.replication, blocks, st.local_shard, excluded);
+  const shard_view v = read_view(st);
+  auto plan = plan_parts(v.ring, st.ctx->config.cluster.replication, blocks, v.local, excluded);
   if (!excluded.empty()) {
     if (!plan.parts.empty()) ++st.shard_failovers;
     if (plan.lost > 0 || plan.parts.empty()) ++st.shard_failures;
   }
   g->pending += plan.parts.size();
   for (auto& [owner, part] : plan.parts)
-    ask_shard(self, g, owner, std::move(part), excluded);
+    ask_shard(self, g, v, owner, std::move(part), excluded);
   shard_done(self, g);
 }
 
@@ -175,7 +199,9 @@ void store_at_owners(router_actor_t* self, const shard_gather_ptr& g) {
   auto& st = self->state;
   const auto& req = g->job->request;
   if (!req.counts || req.counts->blocks.empty()) return;
-  auto plan = store_plan(*st.ring, st.ctx->config.cluster.replication, req);
+  expire_ring_before(st);
+  auto plan = store_plan(*st.ring, st.ctx->config.cluster.replication, req,
+                         st.ring_before ? &st.ring_before->ring : nullptr);
   st.shard_stores_cached += plan.skipped;
   for (auto& [owner, blocks] : plan.by_owner) {
     if (st.local_shard && owner == *st.local_shard) {
@@ -220,6 +246,7 @@ void shard_sign_and_route(router_actor_t* self, model_state& m, route_job_ptr jo
 }  // namespace
 
 void sign_and_route(router_actor_t* self, model_state& m, route_job_ptr job, int attempt) {
+  if (attempt == 0) enter_deciding(self->state, m, *job);
   // A ring of this node alone (a one-node cluster, or the only cache node left) signs like a
   // standalone node: one local message, no partial sums.
   const auto& ring = self->state.ring;
@@ -257,6 +284,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
   st.decisions.emplace(std::move(*decisions));
   // The defaults are valid, so make() cannot fail.
   st.shard_failover.emplace(*failover_budget::make());
+  st.started_ms = ctx->now_ms();
   if (ctx->config.clustered()) rebuild_ring(st, {});  // this node's shard until peers join
   st.authority_mode = ctx->config.clustered() && ctx->config.cluster.load_sharing == "authority";
   if (st.authority_mode) {
@@ -341,7 +369,13 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
           return;
         }
         if (answer_retry(self->state, *m, *job)) return;
+        // A failover resend this router does not know: its first router may have decided it.
+        if (job->request.retry) return recall_from_peers(self, *m, std::move(job));
         sign_and_route(self, *m, std::move(job), 0);
+      },
+      [=](recall_atom, const std::string& model,
+          const std::string& request) -> caf::result<std::vector<shared_decision>> {
+        return answer_recall(self, model, request);
       },
       [=](flush_atom) { flush_decisions(self); },
       [=](store_flush_atom) {

@@ -95,4 +95,25 @@ void merge_pools(router_actor_t* self, const std::vector<pool_snapshot>& pools);
 // The cluster's live members: peers, routers by name, the shard ring.
 void on_members(router_actor_t* self, const std::vector<member_info>& members);
 
+// A client's marked failover resend (route_request.retry) that this router does not remember:
+// asks every peer for its decision (core/membership/recall_gather.hpp) and answers with the first
+// one that comes back, or signs and decides afresh when none does. Signs at once without peers.
+void recall_from_peers(router_actor_t* self, model_state& m, route_job_ptr job);
+
+// A peer's question: this router's decision for `request` of `model` (zero or one): the one it
+// remembers, or -- when it is deciding that request now -- the one it is about to make.
+caf::result<std::vector<shared_decision>> answer_recall(router_actor_t* self,
+                                                        const std::string& model,
+                                                        const std::string& request);
+
+// The key of a request in router_state::decisions and ::deciding.
+std::string decision_key(const model_state& m, const std::string& request);
+
+// Enters `job` as being decided (router_state::deciding), when this router has peers.
+void enter_deciding(router_state& st, const model_state& m, const route_job& job);
+
+// `job` was answered (decided, or refused): the peers' recalls that waited for it get its
+// remembered decision (none when it was refused).
+void settle_deciding(router_state& st, const model_state& m, const route_job& job);
+
 }  // namespace eldr::router

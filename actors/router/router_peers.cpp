@@ -6,7 +6,9 @@
 #include <algorithm>
 
 #include "actors/router/model_policy.hpp"
+#include "actors/router/route_decision.hpp"
 #include "actors/router/router_actor_internal.hpp"
+#include "core/membership/recall_gather.hpp"
 
 namespace eldr::router {
 
@@ -19,6 +21,44 @@ void announce_epoch(caf::event_based_actor* self, const router_state& st, const 
     self->send(p, epoch_atom::value, m.cfg->name, m.epoch, m.fence.highest_term(), bytes,
                m.last_cause);
 }
+
+namespace {
+
+// Nodes joined the ring, none left: their blocks are still with their owners on the ring before
+// the join, which hand them over now (actors/sigcache/sigcache_cluster.cpp). Lookups read that
+// ring for cluster.handoff_grace_ms, so that a request does not miss a prefix a newcomer has not
+// yet been handed. On a node that has just started and meets the others (its ring was itself
+// alone), this node is the newcomer: the ring before is the new one without it. A ring that lost
+// a member is read at once (its blocks' other owners have the copies).
+void bridge_join(router_state& st, const hash_ring& next,
+                 const std::map<std::string, caf::actor>& actors) {
+  const uint32_t grace = st.ctx->config.cluster.handoff_grace_ms;
+  if (st.ring_before && !only_joined(st.ring_before->ring, next)) st.ring_before.reset();
+  if (grace == 0) return;
+  const int64_t now = st.ctx->now_ms();
+  const std::string& me = st.ctx->config.name;
+  auto names = handoff_read_members(st.ring ? &*st.ring : nullptr, next, me,
+                                    now - st.started_ms < int64_t{grace});
+  if (!names) return;
+  if (!st.ring_before) {
+    auto ring = hash_ring::make(std::move(*names), st.ctx->config.cluster.vnodes);
+    if (!ring.ok()) return;
+    router_state::previous_ring before{std::move(*ring), {}, std::nullopt};
+    for (const auto& n : before.ring.members())
+      before.shards.push_back(actors.at(n));
+    before.local = before.ring.index_of(me);
+    if (before.local && !st.sigcache) before.local.reset();
+    st.ring_before = std::move(before);
+  }
+  st.ring_before_until_ms = now + grace;
+  ++st.ring_joins_bridged;
+  spdlog::info(
+      "signature-cache ring of {} node(s): lookups read the ring of {} before the join for {} ms, "
+      "while its blocks are handed over",
+      next.size(), st.ring_before->ring.size(), grace);
+}
+
+}  // namespace
 
 // Rebuilds the ring of signature-cache shards from the live members (and this node).
 void rebuild_ring(router_state& st, const std::vector<member_info>& members) {
@@ -38,6 +78,7 @@ void rebuild_ring(router_state& st, const std::vector<member_info>& members) {
     spdlog::error("signature-cache ring: {}", ring.error().to_string());
     return;
   }
+  bridge_join(st, *ring, actors);
   st.shards.clear();
   for (const auto& n : ring->members())
     st.shards.push_back(actors[n]);
@@ -161,6 +202,108 @@ void on_members(router_actor_t* self, const std::vector<member_info>& members) {
   // Batched stores go to the owners they were planned for, before the ring moves blocks.
   flush_stores(self);
   rebuild_ring(st, members);
+}
+
+namespace {
+
+// One outcome of a recall, handled: the client answered with a peer's decision, or the request
+// signed and decided afresh once every peer is in.
+void on_recall_step(router_actor_t* self, uint32_t index, const route_job_ptr& job,
+                    const recall_gather& g, recall_gather::step step) {
+  auto& st = self->state;
+  if (step == recall_gather::step::wait || step == recall_gather::step::settled) return;
+  auto& m = *st.models[index];
+  if (step == recall_gather::step::answer &&
+      answer_recalled(st, m, *job, remembered{g.found()->worker, g.found()->epoch}))
+    return;
+  ++st.recall_misses;
+  if (g.failures() > 0) {
+    // Fail loudly: a peer that could not answer may hold the first decision, and this one then
+    // counts the request a second time until the worker's next report.
+    uint64_t held = 0;
+    if (st.recall_log.allow(st.ctx->now_ms(), held))
+      spdlog::warn(
+          "model {}: request {} was resent here after a timeout elsewhere; {} of {} peer routers "
+          "did not say within {} ms whether they decided it, so it is decided afresh{}",
+          m.cfg->name, job->request.id, g.failures(), st.peers.size(),
+          st.ctx->config.timeouts.recall_ms,
+          held > 0 ? " [" + std::to_string(held) + " more since the last line]" : "");
+  }
+  sign_and_route(self, m, job, 0);
+}
+
+}  // namespace
+
+void recall_from_peers(router_actor_t* self, model_state& m, route_job_ptr job) {
+  auto& st = self->state;
+  if (st.peers.empty()) return sign_and_route(self, m, std::move(job), 0);
+  ++st.recalls;
+  auto g = std::make_shared<recall_gather>(st.peers.size());
+  const uint32_t index = m.index;
+  const auto timeout = std::chrono::milliseconds(st.ctx->config.timeouts.recall_ms);
+  for (const auto& p : st.peers)
+    self->request(p, timeout, recall_atom::value, m.cfg->name, job->request.id)
+        .then(
+            [self, index, job, g](const std::vector<shared_decision>& found) {
+              std::optional<recalled_decision> d;
+              if (found.size() == 1) d = recalled_decision{found[0].worker, found[0].epoch};
+              on_recall_step(self, index, job, *g, g->on_answer(d));
+            },
+            [self, index, job, g](caf::error&) {
+              ++self->state.recall_peer_failures;
+              on_recall_step(self, index, job, *g, g->on_failure());
+            });
+}
+
+std::string decision_key(const model_state& m, const std::string& request) {
+  return std::to_string(m.index) + "/" + request;
+}
+
+void enter_deciding(router_state& st, const model_state& m, const route_job& job) {
+  if (st.peers.empty() || st.deciding.size() >= st.ctx->config.cluster.max_decisions) return;
+  st.deciding.try_emplace(decision_key(m, job.request.id));
+}
+
+void settle_deciding(router_state& st, const model_state& m, const route_job& job) {
+  if (st.deciding.empty()) return;
+  const auto key = decision_key(m, job.request.id);
+  auto it = st.deciding.find(key);
+  if (it == st.deciding.end()) return;
+  std::vector<shared_decision> found;
+  if (const auto* r = st.decisions->get(key, st.ctx->now_ms()); r != nullptr)
+    found.push_back(shared_decision{job.request.id, r->worker, r->epoch});
+  for (auto& rp : it->second) {
+    ++st.recalls_answered_waited;
+    if (!found.empty()) ++st.recalls_answered_known;
+    rp.deliver(found);
+  }
+  st.deciding.erase(it);
+}
+
+caf::result<std::vector<shared_decision>> answer_recall(router_actor_t* self,
+                                                        const std::string& model,
+                                                        const std::string& request) {
+  auto& st = self->state;
+  if (!trusted_sender(self, st.ctx->trust.get())) {
+    untrusted(self);
+    return std::vector<shared_decision>{};
+  }
+  ++st.recalls_answered;
+  auto* m = st.find(model);
+  if (!m) return std::vector<shared_decision>{};
+  const auto key = decision_key(*m, request);
+  if (const auto* r = st.decisions->get(key, st.ctx->now_ms()); r != nullptr) {
+    ++st.recalls_answered_known;
+    return std::vector<shared_decision>{shared_decision{request, r->worker, r->epoch}};
+  }
+  // Deciding it now: answered when decided (settle_deciding), well within the asker's
+  // timeouts.recall_ms unless this router is far behind.
+  if (auto it = st.deciding.find(key); it != st.deciding.end()) {
+    auto rp = self->make_response_promise<std::vector<shared_decision>>();
+    it->second.push_back(rp);
+    return rp;
+  }
+  return std::vector<shared_decision>{};
 }
 
 }  // namespace eldr::router

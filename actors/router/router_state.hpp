@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "actors/cluster/cluster_protocol.hpp"
@@ -152,6 +153,24 @@ struct router_state {
   // Requests a client marked as a failover resend (route_request.retry), and of them the ones
   // this router remembered (answered with the first decision); the others were decided afresh.
   uint64_t marked_retries = 0, marked_retries_remembered = 0;
+  // A marked retry this router did not remember is asked of the peers (recall_gather.hpp):
+  // asks made, answered with a peer's decision, decided afresh because no peer had one, and peers
+  // that did not answer within timeouts.recall_ms (their decisions, if any, were missed); the
+  // questions this router answered for its peers, and of them the ones it knew. The log line
+  // for asks that peers failed to answer is rate-limited.
+  uint64_t recalls = 0, recalled = 0, recall_misses = 0, recall_peer_failures = 0;
+  uint64_t recalls_answered = 0, recalls_answered_known = 0;
+  log_limiter recall_log;
+  // With peers: the requests this router is deciding now (signing them), by
+  // "<model index>/<request id>", each with the peers' recalls waiting for its decision. A resend
+  // that reaches a peer before the first router decided (it overtook the decision) is then
+  // answered the moment the decision is made, instead of missing it. Entries live from a
+  // request's arrival to its decision (at most cluster.max_decisions; past that a request is not
+  // entered, and a recall for it is answered from the remembered decisions alone); the recalls
+  // that waited are counted.
+  using recall_promise = caf::typed_response_promise<std::vector<shared_decision>>;
+  std::unordered_map<std::string, std::vector<recall_promise>> deciding;
+  uint64_t recalls_answered_waited = 0;
   // Cluster: the other routers, this router's decisions not yet sent to them (by model), and
   // what came from them.
   std::vector<caf::actor> peers;
@@ -169,6 +188,20 @@ struct router_state {
   std::optional<hash_ring> ring;
   std::vector<caf::actor> shards;       // by ring member index
   std::optional<uint32_t> local_shard;  // this node's ring member index, when it holds a cache
+  // After signature-cache nodes joined (only_joined): the ring before, which shard lookups read
+  // until ring_before_until_ms (cluster.handoff_grace_ms) while its owners hand the newcomers
+  // their blocks; carried counts are stored at the owners on both rings meanwhile, so the old
+  // ring misses nothing. Counted: the joins bridged so, and the lookups sent through the old ring.
+  struct previous_ring {
+    hash_ring ring;
+    std::vector<caf::actor> shards;
+    std::optional<uint32_t> local;
+  };
+  std::optional<previous_ring> ring_before;
+  int64_t started_ms = 0;  // when this router started (a node that has just started is the
+                           // newcomer when it first meets the ring's other nodes)
+  int64_t ring_before_until_ms = 0;
+  uint64_t ring_joins_bridged = 0, shard_requests_ring_before = 0;
   uint64_t shard_requests = 0, shard_failovers = 0, shard_failures = 0, shard_store_messages = 0;
   uint64_t shard_local_requests = 0;  // of shard_requests, to this node's own shard
   // Which timed-out shard parts may be asked of their blocks' other owners

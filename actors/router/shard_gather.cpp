@@ -90,9 +90,16 @@ shard_parts plan_parts(const hash_ring& ring, size_t replication,
   return out;
 }
 
-stores store_plan(const hash_ring& ring, size_t replication, const route_request& req) {
+stores store_plan(const hash_ring& ring, size_t replication, const route_request& req,
+                  const hash_ring* also) {
   stores out;
   if (!req.counts) return out;
+  // `also`'s members as `ring`'s indices (a member `ring` lacks gets no stores).
+  std::vector<std::optional<uint32_t>> also_index;
+  if (also)
+    for (const auto& name : also->members())
+      also_index.push_back(ring.index_of(name));
+  std::vector<uint32_t> owners;
   // The cached prefix, by hash: a client lists its counts in prompt order (then block i of the
   // counts is block i of the prompt, the common case), but nothing obliges it to.
   const size_t cached = std::min<size_t>(req.cached_blocks.value_or(0), req.block_hashes.size());
@@ -114,7 +121,13 @@ stores store_plan(const hash_ring& ring, size_t replication, const route_request
         continue;
       }
     }
-    for (uint32_t o : ring.owners(b.hash, replication))
+    owners = ring.owners(b.hash, replication);
+    if (also)
+      for (uint32_t a : also->owners(b.hash, replication))
+        if (also_index[a] &&
+            std::find(owners.begin(), owners.end(), *also_index[a]) == owners.end())
+          owners.push_back(*also_index[a]);
+    for (uint32_t o : owners)
       out.by_owner[o].push_back(&b);
   }
   return out;

@@ -71,11 +71,14 @@ shard_parts plan_parts(const hash_ring& ring, size_t replication,
 // The carried blocks each of their R owners stores (ring member index -> blocks, prompt order):
 // every block of the request's counts but those among its first cached_blocks block hashes,
 // which the prefill served from its prefix cache and so were stored when they were computed.
-// `skipped` counts the carried blocks left out so.
+// `skipped` counts the carried blocks left out so. With `also` (the ring before a node joined,
+// still read while the newcomer is handed its blocks), each block goes to its owners on `also`
+// too, once each, as `ring`'s member indices.
 struct stores {
   std::map<uint32_t, std::vector<const counts_block*>> by_owner;
   size_t skipped = 0;
 };
-stores store_plan(const hash_ring& ring, size_t replication, const route_request& req);
+stores store_plan(const hash_ring& ring, size_t replication, const route_request& req,
+                  const hash_ring* also = nullptr);
 
 }  // namespace eldr::router

@@ -276,6 +276,7 @@ struct timeout_key {
 };
 constexpr timeout_key timeout_keys[] = {
     {"shard_sign_ms", &timeouts_config::shard_sign_ms},
+    {"recall_ms", &timeouts_config::recall_ms},
     {"subscribe_ms", &timeouts_config::subscribe_ms},
     {"admin_query_ms", &timeouts_config::admin_query_ms},
     {"dial_ms", &timeouts_config::dial_ms},
@@ -349,8 +350,8 @@ status read_document(const toml::table& root, node_config& c) {
     e(r.check_known({"listen", "advertise", "seeds", "secret_file", "heartbeat_ms",
                      "connection_timeout_ms", "reconnect_ms", "replication", "vnodes",
                      "load_sync_ms", "load_sharing", "decision_ttl_ms", "max_decisions",
-                     "shard_sum_cache_mib", "store_batch_ms", "tls_certificate", "tls_key",
-                     "tls_ca_file"}));
+                     "shard_sum_cache_mib", "store_batch_ms", "handoff_grace_ms", "tls_certificate",
+                     "tls_key", "tls_ca_file"}));
     cluster_config& k = c.cluster;
     e(r.read("listen", k.listen));
     e(r.read("advertise", k.advertise));
@@ -367,6 +368,7 @@ status read_document(const toml::table& root, node_config& c) {
     e(r.read("max_decisions", k.max_decisions));
     e(r.read("shard_sum_cache_mib", k.shard_sum_cache_mib));
     e(r.read("store_batch_ms", k.store_batch_ms));
+    e(r.read("handoff_grace_ms", k.handoff_grace_ms));
     e(r.read("tls_certificate", k.tls_certificate));
     e(r.read("tls_key", k.tls_key));
     e(r.read("tls_ca_file", k.tls_ca_file));
@@ -607,6 +609,9 @@ status validate_cluster(const node_config& c) {
   if (k.store_batch_ms > 1000)
     e(status::invalid_argument("cluster.store_batch_ms: must be in 0..1000, got " +
                                std::to_string(k.store_batch_ms)));
+  if (k.handoff_grace_ms > 600000)
+    e(status::invalid_argument("cluster.handoff_grace_ms: must be in 0..600000, got " +
+                               std::to_string(k.handoff_grace_ms)));
   if (k.tls_certificate.empty() != k.tls_key.empty())
     e(status::invalid_argument(
         std::string(k.tls_key.empty() ? "cluster.tls_key" : "cluster.tls_certificate") +

@@ -82,6 +82,11 @@ struct cluster_config {
   // Replica stores to other nodes are batched per owner and sent this often (0 = each at once;
   // actors/router/store_batch.hpp).
   uint32_t store_batch_ms = 10;
+  // After a signature-cache node joins, routers read (shard lookups) through the ring before the
+  // join for this long, while the old owners hand the newcomer its blocks, and store to the owners
+  // of both rings meanwhile: a prefix the cluster held is not missed during the hand-off
+  // (docs/cluster.md, "Signature cache"); 0 = read the new ring at once.
+  uint32_t handoff_grace_ms = 10000;
   // TLS for node-to-node traffic through CAF's openssl module: all empty = plain TCP (the secret
   // still authenticates joins). certificate and key go together; ca_file makes peers verify
   // each other's certificates.
@@ -101,6 +106,7 @@ struct security_config {
 // in 1..600000 (timeouts.* in docs/configuration.md says what each bounds).
 struct timeouts_config {
   uint32_t shard_sign_ms = 100;         // router -> a signature-cache shard's sum of block counts
+  uint32_t recall_ms = 50;              // router -> the other routers: a marked retry's decision
   uint32_t subscribe_ms = 30'000;       // load monitor -> signature cache: follow a publisher
   uint32_t admin_query_ms = 5'000;      // admin -> router, signature cache, refit: status, history
   uint32_t dial_ms = 5'000;             // cluster: connect, hello and join of one dial

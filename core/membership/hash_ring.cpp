@@ -120,4 +120,31 @@ bool hash_ring::owns(std::string_view name, uint64_t block_hash, std::size_t r) 
   return std::find(o.begin(), o.end(), *m) != o.end();
 }
 
+std::optional<std::vector<std::string>> handoff_read_members(const hash_ring* before,
+                                                             const hash_ring& after,
+                                                             std::string_view me,
+                                                             bool just_started) {
+  if (after.size() < 2) return std::nullopt;
+  const bool was_alone =
+      before == nullptr || before->empty() || (before->size() == 1 && before->members()[0] == me);
+  if (was_alone) {
+    // A node that has served alone a while and meets others is not the newcomer: alone, it
+    // missed what they wrote meanwhile (a healed partition), which the new ring's owners have.
+    if (!just_started || !after.index_of(me)) return std::nullopt;
+    std::vector<std::string> others;
+    for (const auto& n : after.members())
+      if (n != me) others.push_back(n);
+    return others;
+  }
+  if (before != nullptr && !before->empty() && only_joined(*before, after))
+    return before->members();
+  return std::nullopt;
+}
+
+bool only_joined(const hash_ring& before, const hash_ring& after) {
+  const auto& b = before.members();
+  const auto& a = after.members();
+  return a.size() > b.size() && std::includes(a.begin(), a.end(), b.begin(), b.end());
+}
+
 }  // namespace eldr

@@ -76,4 +76,22 @@ class hash_ring {
   std::vector<point> points_;
 };
 
+// True when `after` has every member of `before` and more: nodes joined, none left. Then every
+// block's owners on `before` still hold its counts while the newcomers are handed theirs, so a
+// router reads through `before` for a while (docs/cluster.md, "Signature cache").
+bool only_joined(const hash_ring& before, const hash_ring& after);
+
+// The members of the ring a router reads signature shards through after the ring changed from
+// `before` (null: none yet) to `after`, while the blocks are handed to the nodes that joined
+// (docs/cluster.md, "Signature cache"); nullopt: read `after` at once.
+//  - `before` was at most `me` (this router's node) alone, and it has just started
+//    (`just_started`): this node is the newcomer, and the ring before it joined is `after`
+//    without it. Not just started: nullopt (alone, it missed what the others wrote meanwhile).
+//  - Otherwise nodes joined, none left: `before`'s members, who hold every block.
+//  - Otherwise (a member left, nothing changed, or `after` has fewer than two members): nullopt.
+std::optional<std::vector<std::string>> handoff_read_members(const hash_ring* before,
+                                                             const hash_ring& after,
+                                                             std::string_view me,
+                                                             bool just_started);
+
 }  // namespace eldr

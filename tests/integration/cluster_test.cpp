@@ -319,6 +319,63 @@ TEST_F(ClusterTest, WithLoadAuthoritiesRoutersSeeEachOthersLoadWithoutSharingDec
   EXPECT_GT(status(*nodes_[0])["cluster"]["router"].value("load_deltas_applied", uint64_t{0}), 0u);
 }
 
+// A client's failover resend (route_request.retry) at a router that never heard of the id -- in
+// the authority mode no router hears of another's decisions -- is asked of the peers
+// (docs/cluster.md, "Retries: ask, don't broadcast"): the resend, sent the moment the first
+// answer arrived, gets the first decision, and the load counts it once. A marked id no router
+// decided is decided afresh once both peers said so.
+TEST_F(ClusterTest, AMarkedRetryAtAnotherRouterIsAskedOfThePeersAndGetsTheFirstDecision) {
+  cluster_extra_ = "load_sharing = \"authority\"\n";
+  start_three();
+  register_workers(*nodes_[0]);
+  for (size_t i = 0; i < 3; ++i)
+    ASSERT_TRUE(eventually([&] { return loads(*nodes_[i]) == std::vector<uint32_t>(4, 0); }))
+        << "node " << i << " does not know the pool";
+  auto at = [&](size_t node, route_request req) -> route_reply {
+    auto c = route_client::connect(nodes_[node]->route());
+    EXPECT_TRUE(c.ok());
+    auto r = (*c)->route(req);
+    EXPECT_TRUE(r.ok() && std::holds_alternative<route_reply>(*r));
+    return r.ok() && std::holds_alternative<route_reply>(*r) ? std::get<route_reply>(*r)
+                                                             : route_reply{};
+  };
+  const auto first = at(1, request("resent"));
+  auto resend = request("resent");
+  resend.retry = true;
+  for (size_t node : {2u, 0u}) {
+    const auto again = at(node, resend);
+    EXPECT_EQ(again.worker, first.worker) << "at node " << node;
+    EXPECT_EQ(again.epoch, first.epoch) << "at node " << node;
+    const auto r = status(*nodes_[node])["cluster"]["router"];
+    EXPECT_EQ(r.value("recalls", uint64_t{0}), 1u) << r.dump();
+    EXPECT_EQ(r.value("recalled", uint64_t{0}), 1u) << r.dump();
+    EXPECT_EQ(r.value("recall_peer_failures", uint64_t{1}), 0u) << r.dump();
+  }
+  EXPECT_EQ(status(*nodes_[1])["cluster"]["router"].value("recalls_answered_known", uint64_t{0}),
+            2u);
+  // Counted once, by the router that decided it.
+  std::vector<uint32_t> once(4, 0);
+  once[first.worker] = 1;
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(eventually([&] { return loads(*nodes_[i]) == once; }))
+        << "node " << i << ": " << ::testing::PrintToString(loads(*nodes_[i]));
+  // Nobody decided this one: both peers say so, and it is decided here.
+  auto unknown = request("never-seen");
+  unknown.retry = true;
+  const auto fresh = at(2, unknown);
+  EXPECT_LT(fresh.worker, 4u);
+  const auto r = status(*nodes_[2])["cluster"]["router"];
+  EXPECT_EQ(r.value("recalls", uint64_t{0}), 2u) << r.dump();
+  EXPECT_EQ(r.value("recall_misses", uint64_t{0}), 1u) << r.dump();
+  EXPECT_EQ(r.value("marked_retries", uint64_t{0}), 2u) << r.dump();
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(eventually([&] {
+      auto l = loads(*nodes_[i]);
+      return l.size() == 4 && l[0] + l[1] + l[2] + l[3] == 2;
+    })) << "node "
+        << i << ": " << ::testing::PrintToString(loads(*nodes_[i]));
+}
+
 TEST_F(ClusterTest, KillingARouterUnderLoadLeavesNoRequestWithoutADecision) {
   start_three();
   register_workers(*nodes_[0]);
@@ -652,6 +709,10 @@ TEST_F(ClusterTest, AMembersVoteSurvivesItsRestart) {
 }
 
 TEST_F(ClusterTest, SignaturesAreShardedReplicatedAndSurviveTheLossOfACacheNode) {
+  // Steady-state placement: R = 2 copies of each block, lookups planned on the ring of three.
+  // (While nodes join, cluster.handoff_grace_ms, stores also go to the ring before the join's
+  // owners; ANodeThatJoinsUnderLoad... below tests that.)
+  cluster_extra_ = "handoff_grace_ms = 0\n";
   start_three();
   register_workers(*nodes_[0]);
   import_toy_everywhere();
@@ -801,6 +862,109 @@ TEST_F(ClusterTest, ANodeThatComesBackTakesItsShareOfBlocksWrittenWhileItWasAway
         << w << ": blocks missing after n3 came back; last answer: " << last << "; n3 status "
         << status(*nodes_[2]).dump();
   }
+}
+
+// A node that joins while requests keep coming takes its share of the blocks from their owners
+// (hand-off), and no request sees a prefix the cluster held as missing -- neither at the newcomer
+// nor at the others: for cluster.handoff_grace_ms after the join, lookups read the ring before
+// it, whose owners hold every block (docs/cluster.md, "Signature cache").
+TEST_F(ClusterTest, ANodeThatJoinsUnderLoadMissesNoPrefixWhileItIsHandedItsBlocks) {
+  start_three();
+  register_workers(*nodes_[0]);
+  import_toy_everywhere();
+  const std::string n1_cluster = nodes_[0]->cluster();
+  nodes_[2]->kill();
+  ASSERT_TRUE(
+      eventually([&] { return alive_peers(*nodes_[0]) == 1 && alive_peers(*nodes_[1]) == 1; }));
+  constexpr uint32_t prompts = 8, length = 16;
+  auto blocks_of = [](uint32_t p) {
+    std::vector<uint64_t> b;
+    for (uint64_t i = 0; i < length; ++i)
+      b.push_back(7000 + 100 * p + i);
+    return b;
+  };
+  auto route = [](route_client& c, const route_request& req) -> std::optional<route_reply> {
+    auto r = c.route(req);
+    if (!r.ok() || !std::holds_alternative<route_reply>(*r)) return std::nullopt;
+    return std::get<route_reply>(*r);
+  };
+  // While n3 is away, n1 and n2 hold every block of these prompts; both see all of them.
+  auto c1 = route_client::connect(nodes_[0]->route());
+  auto c2 = route_client::connect(nodes_[1]->route());
+  ASSERT_TRUE(c1.ok() && c2.ok());
+  for (uint32_t p = 0; p < prompts; ++p)
+    ASSERT_TRUE(route(**c1, prompt_for("stored-" + std::to_string(p), p % 4, blocks_of(p), true)));
+  int attempt = 0;  // a new request id each time: a repeated id is answered as a retry
+  for (uint32_t p = 0; p < prompts; ++p)
+    ASSERT_TRUE(eventually([&] {
+      auto d =
+          route(**c2, prompt_for("seen-" + std::to_string(attempt++), p % 4, blocks_of(p), false));
+      return d && d->covered_blocks == length;
+    })) << "prompt "
+        << p << " not stored";
+  // Load: prefix hits at n1 and n2, one after another, through the join; every answer kept.
+  std::atomic<bool> stop{false};
+  std::vector<std::string> missed;
+  uint32_t answered = 0;
+  // Stopped and joined however the test leaves (a failed ASSERT returns early).
+  struct joiner {
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~joiner() {
+      stop = true;
+      if (t.joinable()) t.join();
+    }
+  };
+  std::thread load;
+  joiner stop_load{stop, load};
+  load = std::thread([&] {
+    for (uint32_t i = 0; !stop.load(); ++i) {
+      const uint32_t p = i % prompts;
+      auto d = route(i % 2 ? **c2 : **c1,
+                     prompt_for("load-" + std::to_string(i), p % 4, blocks_of(p), false));
+      if (d && d->covered_blocks == length) {
+        ++answered;
+      } else {
+        missed.push_back("load-" + std::to_string(i) + ": " +
+                         (d ? "covered " + std::to_string(d->covered_blocks) : "no answer"));
+      }
+    }
+  });
+  nodes_[2] = std::make_unique<node_process>(dir_.sub("n3.toml"), toml("n3", {n1_cluster}));
+  ASSERT_TRUE(nodes_[2]->ok());
+  // n3 has met the others as the newcomer: it reads the ring without itself.
+  ASSERT_TRUE(eventually([&] {
+    auto r = status(*nodes_[2])["cluster"]["router"];
+    return r.value("shards", 0) == 3 && r.value("ring_joins_bridged", 0) >= 1;
+  })) << status(*nodes_[2]).dump();
+  // At once, at the newcomer: every prefix whole, first time.
+  auto c3 = route_client::connect(nodes_[2]->route());
+  ASSERT_TRUE(c3.ok());
+  for (uint32_t p = 0; p < prompts; ++p) {
+    auto d = route(**c3, prompt_for("joined-" + std::to_string(p), p % 4, blocks_of(p), false));
+    ASSERT_TRUE(d.has_value());
+    EXPECT_EQ(d->covered_blocks, length) << "prompt " << p << " at the newcomer";
+    EXPECT_EQ(d->worker, p % 4);
+  }
+  // The established routers read through the ring before the join too.
+  ASSERT_TRUE(eventually([&] {
+    return status(*nodes_[0])["cluster"]["router"].value("ring_joins_bridged", 0) >= 1 &&
+           status(*nodes_[1])["cluster"]["router"].value("ring_joins_bridged", 0) >= 1;
+  }));
+  stop = true;
+  load.join();
+  EXPECT_GT(answered, 0u);
+  EXPECT_TRUE(missed.empty()) << missed.size()
+                              << " requests at n1/n2 missed blocks, first: " << missed.front();
+  const auto r3 = status(*nodes_[2])["cluster"]["router"];
+  EXPECT_GT(r3.value("shard_requests_ring_before", 0), 0) << r3.dump();
+  EXPECT_EQ(r3.value("reading_ring_before", false), true) << r3.dump();
+  // ... while n3 takes its share from the nodes that hold it (no full reload).
+  EXPECT_TRUE(eventually([&] {
+    auto s = status(*nodes_[2]);
+    return s["signature_cache"].is_array() &&
+           s["signature_cache"][0].value("handoff_received_blocks", 0) > 0;
+  }));
 }
 
 }  // namespace

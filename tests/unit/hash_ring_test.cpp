@@ -229,5 +229,47 @@ TEST(HashRing, ReplicaSetsChangeOnAddOnlyByTheNewMember) {
   }
 }
 
+// A router reads through the previous ring only when nodes joined and none left.
+TEST(HashRing, OnlyJoinedWhenEveryMemberStaysAndOneIsAdded) {
+  const hash_ring three = make_or_die({"a", "b", "c"}, 8);
+  EXPECT_TRUE(only_joined(three, make_or_die({"a", "b", "c", "d"}, 8)));
+  EXPECT_TRUE(only_joined(three, make_or_die({"0", "a", "b", "c", "z"}, 8)));
+  EXPECT_FALSE(only_joined(three, three));                                 // no change
+  EXPECT_FALSE(only_joined(three, make_or_die({"a", "b"}, 8)));            // one left
+  EXPECT_FALSE(only_joined(three, make_or_die({"a", "b", "d", "e"}, 8)));  // one left, two came
+  EXPECT_TRUE(only_joined(make_or_die({}, 8), make_or_die({"a"}, 8)));
+}
+
+// Which ring a router reads while a joining node is handed its blocks: the established nodes
+// read the ring before the join; the newcomer (just started, its ring itself alone) reads the
+// others'; a departure, no change or a ring of one is read at once.
+TEST(HashRing, HandoffReadMembersForTheEstablishedNodesAndTheNewcomer) {
+  using names = std::vector<std::string>;
+  const hash_ring ab = make_or_die({"a", "b"}, 8);
+  const hash_ring abc = make_or_die({"a", "b", "c"}, 8);
+  const hash_ring c_alone = make_or_die({"c"}, 8);
+  const hash_ring a_alone = make_or_die({"a"}, 8);
+  // At a and b, which have served a while: read {a, b}, who hold every block.
+  EXPECT_EQ(handoff_read_members(&ab, abc, "a", false), names({"a", "b"}));
+  EXPECT_EQ(handoff_read_members(&ab, abc, "a", true), names({"a", "b"}));
+  // At c, just started, alone until now (or with no ring yet): read the ring without itself.
+  EXPECT_EQ(handoff_read_members(&c_alone, abc, "c", true), names({"a", "b"}));
+  EXPECT_EQ(handoff_read_members(nullptr, abc, "c", true), names({"a", "b"}));
+  // A lone node that has served a while, and one joins: the joiner, just started, reads it.
+  EXPECT_EQ(handoff_read_members(&c_alone, make_or_die({"b", "c"}, 8), "c", true), names({"b"}));
+  // Read at once: a member left; nothing changed; a ring of one; a router-only node (not in the
+  // ring) that has just started.
+  EXPECT_EQ(handoff_read_members(&abc, ab, "a", false), std::nullopt);
+  EXPECT_EQ(handoff_read_members(&abc, make_or_die({"a", "b", "d"}, 8), "a", false), std::nullopt);
+  EXPECT_EQ(handoff_read_members(&abc, abc, "a", false), std::nullopt);
+  EXPECT_EQ(handoff_read_members(nullptr, a_alone, "a", true), std::nullopt);
+  EXPECT_EQ(handoff_read_members(nullptr, abc, "r", true), std::nullopt);
+  // A node that was alone and has not just started reads the new ring at once: alone, it missed
+  // what the others wrote meanwhile (a healed partition), which the new ring's owners have; a
+  // lone node that served a while owns every block again on the new ring when R >= 2.
+  EXPECT_EQ(handoff_read_members(&c_alone, abc, "c", false), std::nullopt);
+  EXPECT_EQ(handoff_read_members(&a_alone, ab, "a", false), std::nullopt);
+}
+
 }  // namespace
 }  // namespace eldr

@@ -476,11 +476,12 @@ TEST(NodeConfig, TimeoutsAreReadAndValidatedByName) {
   EXPECT_EQ(defaults.shard_sign_ms, 100u);
   EXPECT_EQ(defaults.leader_wait_ms, 5000u);
   EXPECT_EQ(defaults.vote_ms, 1000u);
+  EXPECT_EQ(defaults.recall_ms, 50u);
 
   auto c = parse_node_config(
       "[timeouts]\nshard_sign_ms = 250\nsubscribe_ms = 2\nadmin_query_ms = 3\ndial_ms = 4\n"
       "challenge_ttl_ms = 5\nleader_wait_ms = 6\nleader_retry_ms = 7\nset_change_ms = 8\n"
-      "peer_sample_ms = 9\nvote_ms = 10\nleadership_tick_ms = 600000\n" +
+      "peer_sample_ms = 9\nvote_ms = 10\nleadership_tick_ms = 600000\nrecall_ms = 11\n" +
           one_model(),
       origin);
   ASSERT_TRUE(c.ok()) << c.error().to_string();
@@ -496,6 +497,7 @@ TEST(NodeConfig, TimeoutsAreReadAndValidatedByName) {
   EXPECT_EQ(t.peer_sample_ms, 9u);
   EXPECT_EQ(t.vote_ms, 10u);
   EXPECT_EQ(t.leadership_tick_ms, 600000u);
+  EXPECT_EQ(t.recall_ms, 11u);
 
   EXPECT_EQ(error_of("[timeouts]\nshard_sign_ms = 0\n" + one_model()),
             "eldr.toml: timeouts.shard_sign_ms: must be in 1..600000, got 0");

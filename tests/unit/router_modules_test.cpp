@@ -311,6 +311,41 @@ TEST(RouteDecision, MarkedRetriesAreCountedAndWhetherTheyWereRemembered) {
   EXPECT_EQ(f.st.retried, 2u);
 }
 
+// A marked retry answered with a peer's decision (the recall, core/membership/recall_gather.hpp):
+// the same worker and epoch, remembered here for the next resend, and counted in this router's
+// load view with shared decisions (their copy of it, arriving later, is skipped) but not in the
+// authority mode (the deciding router counts it); a worker this model lacks is refused.
+TEST(RouteDecision, ARecalledDecisionIsTheAnswerAndIsRememberedAndCountedOnce) {
+  for (const bool authority : {false, true}) {
+    SCOPED_TRACE(authority ? "authority" : "decisions");
+    router_fixture f;
+    f.register_all();
+    f.st.authority_mode = authority;
+    auto resend = f.job("r1");
+    resend.request.retry = true;
+    EXPECT_FALSE(answer_retry(f.st, f.model(), resend));
+    ASSERT_TRUE(answer_recalled(f.st, f.model(), resend, remembered{1, 5}));
+    const auto reply = f.sink.last_reply();
+    EXPECT_EQ(reply.id, "r1");
+    EXPECT_EQ(reply.worker, 1u);
+    EXPECT_EQ(reply.epoch, 5u);
+    EXPECT_EQ(f.model().pool.load()[1], authority ? 0u : 1u);
+    EXPECT_EQ(f.st.recalled, 1u);
+    // The next resend is remembered here, and not counted again.
+    EXPECT_TRUE(answer_retry(f.st, f.model(), resend));
+    EXPECT_EQ(f.sink.last_reply().worker, 1u);
+    EXPECT_EQ(f.model().pool.load()[1], authority ? 0u : 1u);
+    // A peer's worker index this model does not have: nothing sent, nothing remembered.
+    const size_t replies = f.sink.replies.size();
+    auto other = f.job("r2");
+    other.request.retry = true;
+    EXPECT_FALSE(answer_recalled(f.st, f.model(), other, remembered{f.model().pool.k(), 5}));
+    EXPECT_EQ(f.sink.replies.size(), replies);
+    EXPECT_FALSE(answer_retry(f.st, f.model(), other));
+    EXPECT_EQ(f.st.recalled, 1u);
+  }
+}
+
 TEST(RouteDecision, WithPeersTheFirstDecisionArmsOneFlush) {
   router_fixture f;
   f.register_all();
