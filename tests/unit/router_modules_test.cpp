@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -471,6 +473,44 @@ TEST(ShardGather, CarriedCountsAreStoredAtEveryOwner) {
     }
   EXPECT_EQ(stored, 2 * req.counts->blocks.size());
   EXPECT_EQ(plan.skipped, 0u);
+}
+
+// While a joined node is handed its blocks, lookups read the ring before the join: carried counts
+// go to their owners on both rings (as the new ring's member indices), each owner once per block.
+TEST(ShardGather, DuringAHandoffCarriedCountsGoToTheOwnersOnBothRings) {
+  auto before = hash_ring::make({"a", "b"}, 16);
+  auto after = hash_ring::make({"a", "b", "c"}, 16);
+  ASSERT_TRUE(before.ok() && after.ok());
+  route_request req;
+  req.counts.emplace();
+  req.counts->geometry = toy_geometry;
+  for (uint64_t h = 1; h <= 200; ++h)
+    req.counts->blocks.push_back(counts_block{h * 0x9E3779B97F4A7C15ull, std::nullopt, {}});
+  const auto plan = store_plan(*after, 2, req, &*before);
+  std::map<uint64_t, std::set<std::string>> at;
+  size_t stored = 0;
+  for (const auto& [owner, blocks] : plan.by_owner)
+    for (const auto* blk : blocks) {
+      EXPECT_TRUE(at[blk->hash].insert(after->members()[owner]).second) << "stored twice";
+      ++stored;
+    }
+  size_t moved = 0;  // blocks c owns on the new ring: three copies, else two
+  for (const auto& blk : req.counts->blocks) {
+    std::set<std::string> want;
+    for (uint32_t o : after->owners(blk.hash, 2))
+      want.insert(after->members()[o]);
+    for (uint32_t o : before->owners(blk.hash, 2))
+      want.insert(before->members()[o]);
+    EXPECT_EQ(at[blk.hash], want);
+    moved += want.size() == 3;
+  }
+  EXPECT_GT(moved, 0u);
+  EXPECT_EQ(stored, 2 * req.counts->blocks.size() + moved);
+  // Without the ring before, the new ring's R = 2 owners only.
+  size_t plain = 0;
+  for (const auto& [owner, blocks] : store_plan(*after, 2, req).by_owner)
+    plain += blocks.size();
+  EXPECT_EQ(plain, 2 * req.counts->blocks.size());
 }
 
 // The hashes of the blocks a plan stores, once each, in the order first met.
