@@ -284,6 +284,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
   st.decisions.emplace(std::move(*decisions));
   // The defaults are valid, so make() cannot fail.
   st.shard_failover.emplace(*failover_budget::make());
+  st.recall_budget.emplace(*failover_budget::make(100.0, 0.1));
   st.started_ms = ctx->now_ms();
   if (ctx->config.clustered()) rebuild_ring(st, {});  // this node's shard until peers join
   st.authority_mode = ctx->config.clustered() && ctx->config.cluster.load_sharing == "authority";
@@ -371,6 +372,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         if (answer_retry(self->state, *m, *job)) return;
         // A failover resend this router does not know: its first router may have decided it.
         if (job->request.retry) return recall_from_peers(self, *m, std::move(job));
+        self->state.recall_budget->on_answer();
         sign_and_route(self, *m, std::move(job), 0);
       },
       [=](recall_atom, const std::string& model,

@@ -237,6 +237,17 @@ void on_recall_step(router_actor_t* self, uint32_t index, const route_job_ptr& j
 void recall_from_peers(router_actor_t* self, model_state& m, route_job_ptr job) {
   auto& st = self->state;
   if (st.peers.empty()) return sign_and_route(self, m, std::move(job), 0);
+  if (!st.recall_budget->on_timeout()) {
+    ++st.recalls_refused;
+    uint64_t held = 0;
+    if (st.recall_log.allow(st.ctx->now_ms(), held))
+      spdlog::warn(
+          "model {}: request {} was resent here after a timeout elsewhere, but resends are too "
+          "large a share of the requests to ask the peer routers about each: decided afresh{}",
+          m.cfg->name, job->request.id,
+          held > 0 ? " [" + std::to_string(held) + " more since the last line]" : "");
+    return sign_and_route(self, m, std::move(job), 0);
+  }
   ++st.recalls;
   auto g = std::make_shared<recall_gather>(st.peers.size());
   const uint32_t index = m.index;

@@ -161,6 +161,13 @@ struct router_state {
   uint64_t recalls = 0, recalled = 0, recall_misses = 0, recall_peer_failures = 0;
   uint64_t recalls_answered = 0, recalls_answered_known = 0;
   log_limiter recall_log;
+  // Marked requests are asked of the peers only while they stay a small share of the requests
+  // (core/membership/failover_budget.hpp, as gRPC throttles retries: each unmarked request adds
+  // 0.1 token, each ask takes one, asks go on while more than half of 100 tokens are left), so
+  // a client that marks every request cannot make its router ask every peer for each. A refused
+  // ask is decided afresh, counted and logged.
+  std::optional<failover_budget> recall_budget;
+  uint64_t recalls_refused = 0;
   // With peers: the requests this router is deciding now (signing them), by
   // "<model index>/<request id>", each with the peers' recalls waiting for its decision. A resend
   // that reaches a peer before the first router decided (it overtook the decision) is then

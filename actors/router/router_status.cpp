@@ -194,6 +194,7 @@ nlohmann::json router_json(const router_state& s) {
                         {"recalled", s.recalled},
                         {"recall_misses", s.recall_misses},
                         {"recall_peer_failures", s.recall_peer_failures},
+                        {"recalls_refused", s.recalls_refused},
                         {"recalls_answered", s.recalls_answered},
                         {"recalls_answered_known", s.recalls_answered_known},
                         {"recalls_answered_waited", s.recalls_answered_waited},

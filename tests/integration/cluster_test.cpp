@@ -374,6 +374,18 @@ TEST_F(ClusterTest, AMarkedRetryAtAnotherRouterIsAskedOfThePeersAndGetsTheFirstD
       return l.size() == 4 && l[0] + l[1] + l[2] + l[3] == 2;
     })) << "node "
         << i << ": " << ::testing::PrintToString(loads(*nodes_[i]));
+  // A client that marks every request: n3 asks the peers about the first ones only (a budget of
+  // asks refilled by unmarked requests), decides the others at once, and answers every one.
+  for (int i = 0; i < 120; ++i) {
+    auto marked = request("always-marked-" + std::to_string(i));
+    marked.retry = true;
+    EXPECT_LT(at(2, marked).worker, 4u);
+  }
+  const auto flood = status(*nodes_[2])["cluster"]["router"];
+  EXPECT_GT(flood.value("recalls_refused", uint64_t{0}), 0u) << flood.dump();
+  EXPECT_LT(flood.value("recalls", uint64_t{0}), 100u) << flood.dump();
+  EXPECT_EQ(flood.value("recalls", uint64_t{0}) + flood.value("recalls_refused", uint64_t{0}), 122u)
+      << flood.dump();
 }
 
 TEST_F(ClusterTest, KillingARouterUnderLoadLeavesNoRequestWithoutADecision) {
