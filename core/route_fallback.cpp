@@ -47,6 +47,10 @@ std::string counts_geometry_warning(const std::string& refusal, bool routed_by_l
   return "counts_geometry: " + refusal + outcome(routed_by_load);
 }
 
+std::string log_limiter::held_note(uint64_t suppressed) {
+  return suppressed > 0 ? " [" + std::to_string(suppressed) + " more since the last line]" : "";
+}
+
 bool log_limiter::allow(int64_t now_ms, uint64_t& suppressed) {
   if (logged_ && now_ms - last_ms_ < interval_ms_) {
     ++held_;

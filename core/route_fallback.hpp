@@ -57,6 +57,9 @@ class log_limiter {
   // True when a line may be written at now_ms; `suppressed` gets the lines held back since the
   // last one written (0 on the first).
   bool allow(int64_t now_ms, uint64_t& suppressed);
+  // The end of a line written after `suppressed` were held back: " [N more since the last
+  // line]", or "" when none were.
+  static std::string held_note(uint64_t suppressed);
 
  private:
   int64_t interval_ms_ = 10000;

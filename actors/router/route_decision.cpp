@@ -9,6 +9,10 @@
 
 namespace eldr::router {
 
+std::string decision_key(const model_state& m, const std::string& request) {
+  return std::to_string(m.index) + "/" + request;
+}
+
 void send_route_error(const node_context& ctx, const route_job& job, wire_error_code code,
                       std::string message) {
   ctx.metrics->route_failed(code);
@@ -106,12 +110,12 @@ decided decide(router_state& st, model_state& m, const route_job& job, const sig
     if (m.fallback_log[static_cast<size_t>(why)].allow(now, held))
       spdlog::warn("model {}: request {} routed by load only ({}){}{}", m.cfg->name, req.id,
                    reply.fallback, reply.warnings.empty() ? "" : ": " + reply.warnings.front(),
-                   held > 0 ? " [" + std::to_string(held) + " more since the last line]" : "");
+                   log_limiter::held_note(held));
   } else if (!reply.warnings.empty()) {
     uint64_t held = 0;
     if (m.fallback_log[static_cast<size_t>(fallback_reason::counts_geometry)].allow(now, held))
       spdlog::warn("model {}: request {}: {}{}", m.cfg->name, req.id, reply.warnings.front(),
-                   held > 0 ? " [" + std::to_string(held) + " more since the last line]" : "");
+                   log_limiter::held_note(held));
   }
   bool arm_flush = false;
   const std::string policy_name(m.policy->name());
@@ -125,8 +129,7 @@ decided decide(router_state& st, model_state& m, const route_job& job, const sig
     reply.explain = std::move(ex);
   }
   st.ctx->edge->reply(job.from, encode_route_reply(reply));
-  st.decisions->put(std::to_string(m.index) + "/" + req.id, remembered{d->worker, reply.epoch},
-                    now);
+  st.decisions->put(decision_key(m, req.id), remembered{d->worker, reply.epoch}, now);
   if (st.authority_mode) {
     // Counted in this router's totals, which reach the worker's authority every interval.
     m.ledger.resize(m.pool.k());
@@ -164,8 +167,6 @@ decided decide(router_state& st, model_state& m, const route_job& job, const sig
   return arm_flush ? decided::arm_flush : decided::answered;
 }
 
-// A route whose request id this router (or a peer) already decided: the same answer again, and
-// no second count in the load view.
 namespace {
 
 // Sends a decision made earlier (here or at a peer) as the answer to `job`.
@@ -183,10 +184,12 @@ void reply_remembered(router_state& st, model_state& m, const route_job& job, co
 
 }  // namespace
 
+// A route whose request id this router (or a peer) already decided: the same answer again, and
+// no second count in the load view.
 bool answer_retry(router_state& st, model_state& m, const route_job& job) {
   const int64_t now = st.ctx->now_ms();
   if (job.request.retry) ++st.marked_retries;
-  const auto* r = st.decisions->get(std::to_string(m.index) + "/" + job.request.id, now);
+  const auto* r = st.decisions->get(decision_key(m, job.request.id), now);
   if (r == nullptr) return false;
   if (job.request.retry) ++st.marked_retries_remembered;
   reply_remembered(st, m, job, *r, now);
@@ -198,7 +201,7 @@ bool answer_recalled(router_state& st, model_state& m, const route_job& job,
                      const remembered& decision) {
   if (decision.worker >= m.pool.k()) return false;
   const int64_t now = st.ctx->now_ms();
-  const auto key = std::to_string(m.index) + "/" + job.request.id;
+  const auto key = decision_key(m, job.request.id);
   if (!st.authority_mode && st.decisions->get(key, now) == nullptr)
     (void)m.pool.on_route(job.request.id, decision.worker, now);
   st.decisions->put(key, decision, now);

@@ -11,6 +11,9 @@
 
 namespace eldr::router {
 
+// The key of request id `request` of model `m` in router_state::decisions and ::deciding.
+std::string decision_key(const model_state& m, const std::string& request);
+
 // Counts error `code` and answers the request with it.
 void send_route_error(const node_context& ctx, const route_job& job, wire_error_code code,
                       std::string message);

@@ -143,7 +143,7 @@ void ask_shard(router_actor_t* self, const shard_gather_ptr& g, const shard_view
             "shard {} did not answer within {} ms and too many shard parts time out to ask the "
             "other owners: {} blocks left unsummed{}",
             name, s.ctx->config.timeouts.shard_sign_ms, blocks.size(),
-            held > 0 ? " [" + std::to_string(held) + " more since the last line]" : "");
+            log_limiter::held_note(held));
       return shard_done(self, g);
     }
     excluded.push_back(name);
@@ -439,7 +439,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         if (!m) return;
         const int64_t now = s.ctx->now_ms();
         for (const auto& d : ds) {
-          const auto key = std::to_string(m->index) + "/" + d.request;
+          const auto key = decision_key(*m, d.request);
           if (s.decisions->get(key, now) != nullptr || d.worker >= m->pool.k()) continue;
           (void)m->pool.on_route(d.request, d.worker, now);
           s.decisions->put(key, remembered{d.worker, d.epoch}, now);

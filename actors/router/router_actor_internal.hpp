@@ -106,9 +106,6 @@ caf::result<std::vector<shared_decision>> answer_recall(router_actor_t* self,
                                                         const std::string& model,
                                                         const std::string& request);
 
-// The key of a request in router_state::decisions and ::deciding.
-std::string decision_key(const model_state& m, const std::string& request);
-
 // Enters `job` as being decided (router_state::deciding), when this router has peers.
 void enter_deciding(router_state& st, const model_state& m, const route_job& job);
 

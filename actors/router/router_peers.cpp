@@ -226,8 +226,7 @@ void on_recall_step(router_actor_t* self, uint32_t index, const route_job_ptr& j
           "model {}: request {} was resent here after a timeout elsewhere; {} of {} peer routers "
           "did not say within {} ms whether they decided it, so it is decided afresh{}",
           m.cfg->name, job->request.id, g.failures(), st.peers.size(),
-          st.ctx->config.timeouts.recall_ms,
-          held > 0 ? " [" + std::to_string(held) + " more since the last line]" : "");
+          st.ctx->config.timeouts.recall_ms, log_limiter::held_note(held));
   }
   sign_and_route(self, m, job, 0);
 }
@@ -244,8 +243,7 @@ void recall_from_peers(router_actor_t* self, model_state& m, route_job_ptr job) 
       spdlog::warn(
           "model {}: request {} was resent here after a timeout elsewhere, but resends are too "
           "large a share of the requests to ask the peer routers about each: decided afresh{}",
-          m.cfg->name, job->request.id,
-          held > 0 ? " [" + std::to_string(held) + " more since the last line]" : "");
+          m.cfg->name, job->request.id, log_limiter::held_note(held));
     return sign_and_route(self, m, std::move(job), 0);
   }
   ++st.recalls;
@@ -264,10 +262,6 @@ void recall_from_peers(router_actor_t* self, model_state& m, route_job_ptr job) 
               ++self->state.recall_peer_failures;
               on_recall_step(self, index, job, *g, g->on_failure());
             });
-}
-
-std::string decision_key(const model_state& m, const std::string& request) {
-  return std::to_string(m.index) + "/" + request;
 }
 
 void enter_deciding(router_state& st, const model_state& m, const route_job& job) {

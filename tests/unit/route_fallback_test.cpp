@@ -70,6 +70,8 @@ TEST(RouteFallback, LogLimiterLetsOneLinePerIntervalAndCountsTheRest) {
   EXPECT_EQ(held, 2u);
   EXPECT_TRUE(l.allow(30000, held));
   EXPECT_EQ(held, 0u);
+  EXPECT_EQ(log_limiter::held_note(0), "");
+  EXPECT_EQ(log_limiter::held_note(2), " [2 more since the last line]");
 }
 
 }  // namespace
