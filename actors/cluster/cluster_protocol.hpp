@@ -158,6 +158,7 @@ struct load_vector_msg {
   std::vector<uint32_t> workers;
   std::vector<uint32_t> in_flight;
   std::vector<uint8_t> alive;
+  std::vector<uint64_t> claim;  // each worker's, encoded (core/membership/authority_map.hpp)
   std::vector<std::string> routers;
   std::vector<uint64_t> included;
 };
@@ -165,7 +166,7 @@ struct load_vector_msg {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, load_vector_msg& x) {
   return f(caf::meta::type_name("eldr::load_vector_msg"), x.model, x.authority, x.seq, x.workers,
-           x.in_flight, x.alive, x.routers, x.included);
+           x.in_flight, x.alive, x.claim, x.routers, x.included);
 }
 
 // One registered decode worker as a router sees it, for a router that joins late.

@@ -308,6 +308,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
     auto m = std::make_unique<model_state>(std::move(*pool));
     m->index = i;
     m->cfg = &ctx->config.models[i];
+    m->claims = authority_map(ctx->config.name, cfg.name);
     m->policy_name = cfg.policy;
     m->tau = cfg.tau;
     m->widen_single = cfg.widen_single;
@@ -413,16 +414,23 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         if (!trusted_sender(self, s.ctx->trust.get())) return untrusted(self);
         auto* m = s.find(msg.model);
         if (!m || msg.workers.size() != msg.in_flight.size() ||
-            msg.workers.size() != msg.alive.size() || msg.routers.size() != msg.included.size() ||
-            msg.authority.empty() || msg.authority == s.ctx->config.name) {
+            msg.workers.size() != msg.alive.size() || msg.workers.size() != msg.claim.size() ||
+            msg.routers.size() != msg.included.size() || msg.authority.empty() ||
+            msg.authority == s.ctx->config.name) {
           ++s.load_messages_refused;
+          return;
+        }
+        // A late vector of a node that left (its workers have a successor now), or one that came
+        // before the member list naming its node (the next one is applied).
+        if (!s.routers_by_name.count(msg.authority)) {
+          ++s.vectors_from_non_members;
           return;
         }
         load_vector v;
         v.authority = msg.authority;
         v.seq = msg.seq;
         for (size_t i = 0; i < msg.workers.size(); ++i)
-          v.workers.push_back({msg.workers[i], msg.in_flight[i], msg.alive[i] != 0});
+          v.workers.push_back({msg.workers[i], msg.in_flight[i], msg.alive[i] != 0, msg.claim[i]});
         for (size_t i = 0; i < msg.routers.size(); ++i)
           v.included[msg.routers[i]] = msg.included[i];
         apply_vector(s, *m, v);

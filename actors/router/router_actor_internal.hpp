@@ -73,6 +73,9 @@ void handle_worker(router_actor_t* self, const worker_job& job, bool answer);
 // and this node's vectors to every router; and a vector (own or a peer's) applied.
 void load_tick(router_actor_t* self);
 void apply_vector(router_state& st, model_state& m, const load_vector& v);
+// The live routers are now `peers` (by node name; this one aside): the workers of authorities that
+// left go to their successors (authority_map.hpp), and this node takes over its share.
+void on_authorities_left(router_state& st, model_state& m, const std::vector<std::string>& peers);
 
 // --- router_peers.cpp ---
 

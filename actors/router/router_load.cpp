@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <set>
 
 #include "actors/router/model_policy.hpp"
 #include "actors/router/router_actor_internal.hpp"
@@ -43,6 +44,9 @@ void scrape_model(router_actor_t* self, model_state& m) {
   const uint32_t model = m.index;
   for (uint32_t w = 0; w < m.metrics_urls.size() && w < m.pool.k(); ++w) {
     if (!m.metrics_urls[w] || m.pool.state(w, now) == worker_state::unregistered) continue;
+    // With load authorities, only the worker's authority scrapes it (the others know its URL,
+    // so that a successor can take it over).
+    if (st.authority_mode && !m.claims.mine(w)) continue;
     if (auto snap = m.pool.snapshot(w, now); snap.ok() && snap->last_scrape_age_ms >= 0)
       st.ctx->metrics->worker_scrape_age(m.cfg->name, w,
                                          static_cast<double>(snap->last_scrape_age_ms) / 1000.0);
@@ -73,8 +77,9 @@ constexpr int64_t authority_finished_ttl_ms = 10 * 60 * 1000;
 constexpr int64_t delta_resend_ms = 500;
 constexpr int64_t vector_republish_ms = 250;
 
-// This node is the authority of `worker` (its messages reach this node's load monitor).
-void become_authority(router_state& st, model_state& m, uint32_t worker, int64_t now) {
+namespace {
+
+void ensure_authority(router_state& st, model_state& m) {
   if (!m.authority) {
     m.authority.emplace(st.ctx->config.name, m.cfg->worker_timeout_ms);
     // Both figures are >= 1, so make() cannot fail.
@@ -82,8 +87,42 @@ void become_authority(router_state& st, model_state& m, uint32_t worker, int64_t
         bounded_lru<std::string, bool>::make(authority_finished_ids, authority_finished_ttl_ms);
     m.finished_seen.emplace(std::move(*seen));
   }
+}
+
+}  // namespace
+
+// This node is the authority of `worker` (it registered here).
+void become_authority(router_state& st, model_state& m, uint32_t worker, int64_t now) {
+  ensure_authority(st, m);
   m.authority->add_worker(worker, now);
-  m.authority_of[worker] = st.ctx->config.name;
+  (void)m.claims.on_registered(worker);
+}
+
+void on_authorities_left(router_state& st, model_state& m, const std::vector<std::string>& peers) {
+  const int64_t now = st.ctx->now_ms();
+  const std::string& me = st.ctx->config.name;
+  std::set<std::string> departed;
+  for (const auto& s : m.claims.on_members(peers)) {
+    departed.insert(s.from);
+    if (s.to != me) {
+      ++st.authority_handovers;
+      continue;
+    }
+    // Its last published load stands until the first scrape or report here; a worker that
+    // pushes reports must reconnect to some node (and register there) to be heard again.
+    const auto last = m.overlay.entry(s.from, s.worker);
+    ensure_authority(st, m);
+    m.authority->adopt_worker(s.worker, last ? last->in_flight : 0, now);
+    ++st.authority_takeovers;
+    spdlog::info(
+        "model {}: took over decode worker {}'s load from node {}, which left the cluster ({})",
+        m.cfg->name, s.worker, s.from,
+        s.worker < m.metrics_url_text.size() && !m.metrics_url_text[s.worker].empty()
+            ? "scraping " + m.metrics_url_text[s.worker]
+            : "it pushes load reports: heard again once it reaches a node");
+  }
+  for (const auto& a : departed)
+    if (a != me) m.overlay.forget(a);
 }
 
 // A vector (this node's own or a peer's): the loads it covers, with this router's decisions since
@@ -91,14 +130,31 @@ void become_authority(router_state& st, model_state& m, uint32_t worker, int64_t
 void apply_vector(router_state& st, model_state& m, const load_vector& v) {
   if (!m.overlay.on_vector(v, st.ctx->config.name)) return;
   ++st.vectors_applied;
-  for (const auto& e : v.workers)
-    if (e.worker < m.pool.k()) m.authority_of[e.worker] = v.authority;
+  const int64_t now = st.ctx->now_ms();
+  for (const auto& e : v.workers) {
+    if (e.worker >= m.pool.k()) continue;
+    using verdict = authority_map::verdict;
+    const authority_claim theirs = decode_claim(v.authority, e.claim);
+    if (m.claims.on_claim(e.worker, theirs) != verdict::yield) continue;
+    // Two nodes claimed the worker (a healed partition, a registration after a takeover): the
+    // better claim keeps it, this node stops scraping it and sends its totals there.
+    if (m.authority) m.authority->remove_worker(e.worker);
+    ++st.authority_yields;
+    spdlog::info(
+        "model {}: decode worker {}'s load is now node {}'s to publish (its claim, by {} "
+        "at generation {}, beats this node's)",
+        m.cfg->name, e.worker, v.authority, theirs.registered ? "registration" : "succession",
+        theirs.generation);
+  }
   m.ledger.resize(m.pool.k());
   // Only this vector's workers: a vector costs its authority's workers, not the whole pool (with
-  // A authorities, composing every worker per vector was O(A x W) per interval).
-  const int64_t now = st.ctx->now_ms();
-  for (const auto& e : m.overlay.compose_vector(v.authority, m.ledger))
-    if (e.worker < m.pool.k()) (void)m.pool.on_shared(e.worker, e.in_flight, e.alive, now);
+  // A authorities, composing every worker per vector was O(A x W) per interval). A worker whose
+  // better claim is another node's keeps that node's load.
+  for (const auto& e : m.overlay.compose_vector(v.authority, m.ledger)) {
+    const auto* c = m.claims.claim(e.worker);
+    if (e.worker < m.pool.k() && c != nullptr && c->node == v.authority)
+      (void)m.pool.on_shared(e.worker, e.in_flight, e.alive, now);
+  }
   publish_readiness(st, m);
 }
 
@@ -111,7 +167,7 @@ void load_tick(router_actor_t* self) {
   for (auto& mp : st.models) {
     auto& m = *mp;
     m.ledger.resize(m.pool.k());
-    for (auto& [a, d] : deltas_by_authority(m.ledger, m.authority_of)) {
+    for (auto& [a, d] : deltas_by_authority(m.ledger, m.claims.authorities())) {
       auto& stream = m.deltas_out[a];
       // The authority's workers' totals only (a copy of the whole ledger per authority per
       // interval was O(A x W)).
@@ -137,7 +193,9 @@ void load_tick(router_actor_t* self) {
       ++st.deltas_sent;
     }
     if (!m.authority) continue;
-    const load_vector v = m.authority->publish(now);
+    load_vector v = m.authority->publish(now);
+    for (auto& e : v.workers)
+      if (const auto* c = m.claims.claim(e.worker)) e.claim = encode_claim(*c);
     const bool changed = v.workers.size() != m.last_published.size() ||
                          !std::equal(v.workers.begin(), v.workers.end(), m.last_published.begin(),
                                      [](const load_vector_entry& x, const load_vector_entry& y) {
@@ -148,11 +206,12 @@ void load_tick(router_actor_t* self) {
     m.last_published = v.workers;
     m.published_ms = now;
     apply_vector(st, m, v);
-    load_vector_msg msg{m.cfg->name, v.authority, v.seq, {}, {}, {}, {}, {}};
+    load_vector_msg msg{m.cfg->name, v.authority, v.seq, {}, {}, {}, {}, {}, {}};
     for (const auto& e : v.workers) {
       msg.workers.push_back(e.worker);
       msg.in_flight.push_back(e.in_flight);
       msg.alive.push_back(e.alive ? 1 : 0);
+      msg.claim.push_back(e.claim);
     }
     for (const auto& [r, seq] : v.included) {
       msg.routers.push_back(r);
@@ -235,9 +294,9 @@ void handle_worker(router_actor_t* self, const worker_job& job, bool answer) {
               !s.ok())
             return fail(wire_error_code::malformed, msg.id, s.message());
           if (m->policy->workers() != m->pool.k()) (void)rebuild_policy(*m);
-          // With load authorities, only the worker's authority scrapes it.
-          set_metrics_url(*m, msg.worker,
-                          st.authority_mode && !answer ? std::string() : msg.metrics_url);
+          // With load authorities only the worker's authority scrapes it (scrape_model), but
+          // every router keeps the URL, for a takeover.
+          set_metrics_url(*m, msg.worker, msg.metrics_url);
           if (st.authority_mode && answer) become_authority(st, *m, msg.worker, now);
           if (answer)
             spdlog::info("model {}: decode worker {} registered at {} (capacity {}{})", msg.model,

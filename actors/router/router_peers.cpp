@@ -199,6 +199,14 @@ void on_members(router_actor_t* self, const std::vector<member_info>& members) {
   st.routers_by_name.clear();
   for (const auto& mi : members)
     if (mi.router) st.routers_by_name[mi.name] = mi.router;
+  // Load authorities that left: their workers go to their successors (authority_map.hpp).
+  if (st.authority_mode) {
+    std::vector<std::string> live;
+    for (const auto& [name, r] : st.routers_by_name)
+      live.push_back(name);
+    for (auto& m : st.models)
+      on_authorities_left(st, *m, live);
+  }
   // Batched stores go to the owners they were planned for, before the ring moves blocks.
   flush_stores(self);
   rebuild_ring(st, members);

@@ -29,6 +29,7 @@
 #include "core/formats/centroid_file.hpp"
 #include "core/formats/centroid_history.hpp"
 #include "core/load_view.hpp"
+#include "core/membership/authority_map.hpp"
 #include "core/membership/failover_budget.hpp"
 #include "core/membership/hash_ring.hpp"
 #include "core/membership/leadership.hpp"
@@ -114,14 +115,16 @@ struct model_state {
 
   // cluster.load_sharing = "authority" (core/membership/load_exchange.hpp): this router's decisions
   // per worker; the authorities' vectors over them; the load authority for the workers that talk to
-  // this node (made at the first local registration) and the finished ids it applied; which node
-  // is each worker's authority (learned from the vectors); per authority, the last delta seq, the
-  // totals it carried and when (an unchanged delta is resent at most every delta_resend_ms).
+  // this node (made at the first local registration or takeover) and the finished ids it applied;
+  // which node is each worker's authority and its claim (core/membership/authority_map.hpp:
+  // learned from registrations and vectors, moved to a successor when an authority leaves); per
+  // authority, the last delta seq, the totals it carried and when (an unchanged delta is resent at
+  // most every delta_resend_ms).
   decision_ledger ledger;
   load_overlay overlay;
   std::optional<load_authority> authority;
   std::optional<bounded_lru<std::string, bool>> finished_seen;
-  std::map<uint32_t, std::string> authority_of;
+  authority_map claims;
   struct delta_stream {
     uint64_t seq = 0;
     std::vector<std::pair<uint32_t, uint64_t>> totals;  // the last delta's (worker, total)
@@ -190,6 +193,12 @@ struct router_state {
   uint64_t incarnation = 0;
   uint64_t deltas_sent = 0, deltas_applied = 0, vectors_sent = 0, vectors_applied = 0;
   uint64_t load_messages_refused = 0;  // malformed or for a model/worker this node lacks
+  // Authority failover (authority_map.hpp): workers this node took over from a departed
+  // authority, workers it saw handed to another survivor, claims it gave up to a better one,
+  // and vectors ignored because their authority is not a live member here (late, from a departed
+  // node, or sent before this router learned of a new member).
+  uint64_t authority_takeovers = 0, authority_handovers = 0, authority_yields = 0;
+  uint64_t vectors_from_non_members = 0;
   // Cluster: the signature cache is sharded by block hash over the live signature-cache nodes
   // (this one included when it holds the role), R copies of each block's counts.
   std::optional<hash_ring> ring;

@@ -122,7 +122,15 @@ nlohmann::json workers_json(const router_state& st, const model_state& m) {
                     {"last_report_ms_ago", w.last_report_age_ms},
                     {"routed", w.routed},
                     {"finished", w.finished}});
-    if (w.index < m.metrics_urls.size() && m.metrics_urls[w.index]) {
+    // With load authorities: the node that applies and publishes this worker's load. Another
+    // node's worker is not scraped here: its load comes in that node's vectors.
+    const auto* claim = st.authority_mode ? m.claims.claim(w.index) : nullptr;
+    if (claim != nullptr) rows.back()["authority"] = claim->node;
+    if (claim != nullptr && claim->node != st.ctx->config.name) {
+      rows.back()["load_source"] = "authority";
+      if (w.index < m.metrics_url_text.size() && !m.metrics_url_text[w.index].empty())
+        rows.back()["metrics_url"] = m.metrics_url_text[w.index];
+    } else if (w.index < m.metrics_urls.size() && m.metrics_urls[w.index]) {
       auto& row = rows.back();
       row["metrics_url"] = m.metrics_url_text[w.index];
       row["last_scrape_ms_ago"] = w.last_scrape_age_ms;
@@ -206,6 +214,10 @@ nlohmann::json router_json(const router_state& s) {
                         {"load_vectors_sent", s.vectors_sent},
                         {"load_vectors_applied", s.vectors_applied},
                         {"load_messages_refused", s.load_messages_refused},
+                        {"load_vectors_from_non_members", s.vectors_from_non_members},
+                        {"authority_takeovers", s.authority_takeovers},
+                        {"authority_handovers", s.authority_handovers},
+                        {"authority_yields", s.authority_yields},
                         {"peer_worker_messages", s.peer_worker_messages},
                         {"peer_epochs", s.peer_epochs},
                         {"untrusted_messages", s.untrusted},

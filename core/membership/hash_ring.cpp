@@ -141,6 +141,14 @@ std::optional<std::vector<std::string>> handoff_read_members(const hash_ring* be
   return std::nullopt;
 }
 
+uint64_t rendezvous_score(std::string_view member, std::string_view item_name,
+                          uint64_t item_index) {
+  // The item's key, then one mix with the member's hash: member names and items hash apart
+  // (name_seed), and neighbouring indices land far apart (mix64).
+  const uint64_t item = mix64(name_hash(item_name) + (item_index + 1) * golden_gamma);
+  return mix64(name_hash(member) ^ item);
+}
+
 bool only_joined(const hash_ring& before, const hash_ring& after) {
   const auto& b = before.members();
   const auto& a = after.members();

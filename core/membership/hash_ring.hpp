@@ -94,4 +94,12 @@ std::optional<std::vector<std::string>> handoff_read_members(const hash_ring* be
                                                              std::string_view me,
                                                              bool just_started);
 
+// Rendezvous (highest random weight) hashing by the ring's own fully specified hash: the score
+// of `member` for the item (item_name, item_index). Of a set of members the one with the highest
+// score takes the item, so every process that knows the same members picks the same one without
+// a message, and removing a member moves only the items it had. Part of the wire contract as the
+// ring's positions are (core/membership/authority_map.hpp picks a departed load authority's
+// successor with it).
+uint64_t rendezvous_score(std::string_view member, std::string_view item_name, uint64_t item_index);
+
 }  // namespace eldr

@@ -40,6 +40,16 @@ void load_authority::add_worker(uint32_t worker, int64_t now_ms) {
   }
 }
 
+void load_authority::adopt_worker(uint32_t worker, uint32_t in_flight, int64_t now_ms) {
+  auto [it, added] = workers_.try_emplace(worker);
+  if (!added) return;
+  worker_view& wv = it->second;
+  wv.base = in_flight;
+  wv.reported = true;
+  wv.adopted = true;
+  wv.last_heard_ms = now_ms;
+}
+
 void load_authority::remove_worker(uint32_t worker) {
   workers_.erase(worker);
 }
@@ -80,7 +90,9 @@ void load_authority::on_delta(const load_delta& d) {
     // A router first seen here after the worker reported (an authority that took over) made
     // decisions the report already counts, or that the next one will: anchored at its first
     // totals. Before any report the base is 0 and every decision counts from the first.
-    if (first_seen && wv->second.reported && !wv->second.anchor.count(d.router))
+    // An adopted worker anchors every router so (adopt_worker).
+    if (((first_seen && wv->second.reported) || wv->second.adopted) &&
+        !wv->second.anchor.count(d.router))
       wv->second.anchor[d.router] = total;
     mine = total;
   }
@@ -105,6 +117,8 @@ void load_authority::on_report(uint32_t worker, uint32_t in_flight, uint64_t seq
   wv.finished_since = 0;
   for (const auto& [router, view] : routers_) {
     auto t = view.totals.find(worker);
+    // A router that has not sent an adopted worker's total yet is anchored at its first one.
+    if (t == view.totals.end() && wv.adopted) continue;
     wv.anchor[router] = t == view.totals.end() ? 0 : t->second;
   }
 }
@@ -216,6 +230,15 @@ void load_overlay::compose(const decision_ledger& ledger, std::span<uint32_t> ou
       out[w] = in_flight;
       covered[w] = alive ? 1 : 2;
     });
+}
+
+std::optional<load_vector_entry> load_overlay::entry(const std::string& authority,
+                                                     uint32_t worker) const {
+  const auto it = authorities_.find(authority);
+  if (it == authorities_.end()) return std::nullopt;
+  for (const auto& e : it->second.vector.workers)
+    if (e.worker == worker) return e;
+  return std::nullopt;
 }
 
 std::vector<composed_load> load_overlay::compose_vector(const std::string& authority,

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -69,6 +70,8 @@ struct load_vector_entry {
   uint32_t worker = 0;
   uint32_t in_flight = 0;
   bool alive = false;  // reported within the authority's report timeout
+  // The authority's claim on the worker (authority_map.hpp's encode_claim); the owner fills it in.
+  uint64_t claim = 0;
 };
 
 // What an authority publishes every interval.
@@ -98,6 +101,13 @@ class load_authority {
 
   // Adds a worker slot (idempotent); its base is 0 until its first report.
   void add_worker(uint32_t worker, int64_t now_ms);
+  // Takes a worker over from an authority that left (idempotent): its base is `in_flight`, the
+  // departed authority's last published load, until the worker's next report or scrape, and every
+  // router is anchored at the first total it sends for the worker, since the departed
+  // authority's load already counts what they routed before (what they routed between that
+  // vector and their first delta here is missed until the next report).
+  void adopt_worker(uint32_t worker, uint32_t in_flight, int64_t now_ms);
+  bool holds(uint32_t worker) const { return workers_.count(worker) != 0; }
   void remove_worker(uint32_t worker);
 
   void on_delta(const load_delta& d);
@@ -123,6 +133,7 @@ class load_authority {
     uint64_t finished_since = 0;             // finished since the base was taken
     uint64_t report_seq = 0;
     bool reported = false;
+    bool adopted = false;  // adopt_worker: a router is anchored at its first total
     int64_t last_heard_ms = 0;
   };
   std::string name_;
@@ -171,6 +182,11 @@ class load_overlay {
   // arrives), one entry per worker of the vector, in its order; empty for an unknown authority.
   std::vector<composed_load> compose_vector(const std::string& authority,
                                             const decision_ledger& ledger) const;
+  // The newest vector's entry for `worker` from `authority`, when it has one.
+  std::optional<load_vector_entry> entry(const std::string& authority, uint32_t worker) const;
+  // Drops an authority's vector and sends (it left the cluster; its workers' new authorities
+  // publish theirs).
+  void forget(const std::string& authority) { authorities_.erase(authority); }
 
   static constexpr size_t history = 64;
 

@@ -24,6 +24,7 @@
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/toy_model.hpp"
+#include "tests/support/vllm_metrics_server.hpp"
 #include "tests/support/worker_registration.hpp"
 
 namespace eldr {
@@ -317,6 +318,95 @@ TEST_F(ClusterTest, WithLoadAuthoritiesRoutersSeeEachOthersLoadWithoutSharingDec
     }
   }
   EXPECT_GT(status(*nodes_[0])["cluster"]["router"].value("load_deltas_applied", uint64_t{0}), 0u);
+}
+
+// With load authorities, the node that decode workers registered at is the only one that scrapes
+// their vLLM /metrics and publishes their load (docs/cluster.md, "When an authority leaves"). When
+// it dies, the survivors split its workers between them (core/membership/authority_map.hpp): each
+// scrapes its share and publishes it, so both routers keep following the engines' own load, agree
+// on every worker's authority, and route.
+TEST_F(ClusterTest, WhenALoadAuthorityDiesTheSurvivorsTakeOverScrapingItsWorkers) {
+  cluster_extra_ = "load_sharing = \"authority\"\n";
+  start_three();
+  std::vector<std::unique_ptr<testing::vllm_metrics_server>> engines;
+  {
+    auto w = worker_client::connect(nodes_[0]->worker());
+    ASSERT_TRUE(w.ok());
+    for (uint32_t k = 0; k < 4; ++k) {
+      engines.push_back(std::make_unique<testing::vllm_metrics_server>());
+      engines[k]->set_load(static_cast<int>(k) + 1, 0);
+      auto r = (*w)->call(worker_register{"", "m", k, "tcp://10.9.0." + std::to_string(k) + ":1", 0,
+                                          engines[k]->url()});
+      ASSERT_TRUE(r.ok() && std::holds_alternative<worker_ack>(*r)) << "worker " << k;
+    }
+  }
+  auto authorities = [&](const node_process& n) {
+    std::vector<std::string> out;
+    auto a = admin_client::connect(n.admin());
+    if (!a.ok()) return out;
+    auto r = (*a)->call("workers", {{"model", "m"}});
+    if (!r.ok() || r->size() != 4) return out;
+    out.resize(4);
+    for (const auto& row : *r)
+      out.at(row["worker"].get<uint32_t>()) = row.value("authority", "");
+    return out;
+  };
+  const std::vector<std::string> all_n1(4, "n1");
+  for (size_t i = 1; i < 3; ++i) {
+    ASSERT_TRUE(eventually([&] {
+      return loads(*nodes_[i]) == std::vector<uint32_t>{1, 2, 3, 4};
+    })) << "node "
+        << i << ": " << ::testing::PrintToString(loads(*nodes_[i]));
+    ASSERT_TRUE(eventually([&] { return authorities(*nodes_[i]) == all_n1; }));
+  }
+  nodes_[0]->kill();
+  for (size_t i = 1; i < 3; ++i)
+    ASSERT_TRUE(eventually([&] { return alive_peers(*nodes_[i]) == 1; }));
+  // The engines' load moves; only a node that scrapes them now can tell the routers.
+  for (uint32_t k = 0; k < 4; ++k)
+    engines[k]->set_load(static_cast<int>(k) + 5, 1);
+  for (size_t i = 1; i < 3; ++i)
+    EXPECT_TRUE(eventually([&] {
+      return loads(*nodes_[i]) == std::vector<uint32_t>{6, 7, 8, 9};
+    })) << "node "
+        << i << ": " << ::testing::PrintToString(loads(*nodes_[i]));
+  const auto at2 = authorities(*nodes_[1]);
+  EXPECT_EQ(at2, authorities(*nodes_[2]));
+  uint64_t taken = 0;
+  for (size_t i = 1; i < 3; ++i) {
+    const auto r = status(*nodes_[i])["cluster"]["router"];
+    const uint64_t t = r.value("authority_takeovers", uint64_t{0});
+    // A survivor may learn of the other's takeover from its vector before it sees n1 leave.
+    EXPECT_LE(t + r.value("authority_handovers", uint64_t{0}), 4u) << r.dump();
+    EXPECT_EQ(r.value("authority_yields", uint64_t{1}), 0u) << r.dump();
+    const std::string name = i == 1 ? "n2" : "n3";
+    EXPECT_EQ(t, static_cast<uint64_t>(std::count(at2.begin(), at2.end(), name))) << r.dump();
+    taken += t;
+  }
+  EXPECT_EQ(taken, 4u);
+  for (const auto& a : at2)
+    EXPECT_TRUE(a == "n2" || a == "n3") << a;
+  // Each lists the workers it scrapes as such, and the other's as the authority's.
+  for (size_t i = 1; i < 3; ++i) {
+    const std::string name = i == 1 ? "n2" : "n3";
+    auto a = admin_client::connect(nodes_[i]->admin());
+    ASSERT_TRUE(a.ok());
+    auto rows = (*a)->call("workers", {{"model", "m"}});
+    ASSERT_TRUE(rows.ok());
+    for (const auto& row : *rows) {
+      const bool mine = row.value("authority", "") == name;
+      EXPECT_EQ(row.value("load_source", ""), mine ? "scrape" : "authority") << row.dump();
+      if (mine) {
+        EXPECT_GT(row.value("scrapes", 0), 0) << row.dump();
+      }
+    }
+  }
+  for (size_t i = 1; i < 3; ++i) {
+    auto c = route_client::connect(nodes_[i]->route());
+    ASSERT_TRUE(c.ok());
+    auto r = (*c)->route(request("after-n1-" + std::to_string(i)));
+    EXPECT_TRUE(r.ok() && std::holds_alternative<route_reply>(*r)) << "node " << i;
+  }
 }
 
 // A client's failover resend (route_request.retry) at a router that never heard of the id -- in

@@ -328,9 +328,27 @@ TEST_F(Eldrctl, WorkersTableAndModelFilter) {
   EXPECT_NE(r.output.find("tcp://10.0.0.2:5600"), std::string::npos);
   EXPECT_EQ(header.find("STATE"), lines_of(r.output)[2].find("draining")) << r.output;
 
+  EXPECT_EQ(header.find("AUTHORITY"), std::string::npos) << r.output;
+
   r = ctl(node, "workers");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(node.requests().at(1).args, json::object());  // no filter: no "model" key
+}
+
+// With load authorities the rows name each worker's authority, and the table shows it.
+TEST_F(Eldrctl, WorkersTableNamesEachWorkersLoadAuthorityWhenTheRowsHaveOne) {
+  fake_admin_node node([](const admin_request& r) -> std::optional<admin_reply> {
+    if (r.command != "workers") return canned(r);
+    json rows = workers_result;
+    rows[0]["authority"] = "node-a";
+    rows[1]["authority"] = "node-b";
+    return ok_reply(rows);
+  });
+  const auto r = ctl(node, "workers");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string header = line_starting(r.output, "MODEL");
+  ASSERT_NE(header.find("AUTHORITY"), std::string::npos) << r.output;
+  EXPECT_EQ(header.find("AUTHORITY"), lines_of(r.output)[2].find("node-b")) << r.output;
 }
 
 TEST_F(Eldrctl, NodeErrorExitsOneWithCodeNameAndMessage) {

@@ -171,6 +171,44 @@ TEST(LoadAuthority, BeforeAnyReportARouterFirstSeenCountsFromZero) {
   EXPECT_EQ(auth.in_flight(0), 1u);
 }
 
+// A node takes worker 0 over from an authority that left (adopt_worker), already holding worker 1
+// of its own: it starts from the departed authority's last load, whatever the routers' totals,
+// which it already counted; their decisions from then on count, and a report rebases it as
+// usual, a router that sends its first total only after that report included.
+TEST(LoadAuthority, AnAdoptedWorkerStartsFromTheDepartedLoadAndCountsOnlyNewDecisions) {
+  load_authority auth("a", 0);
+  auth.add_worker(1, 0);
+  decision_ledger r1(2), r2(2), r3(2);
+  for (int i = 0; i < 50; ++i) {
+    (void)r1.on_route(0);
+    (void)r2.on_route(0);
+    (void)r3.on_route(0);
+  }
+  (void)r1.on_route(1);
+  auth.on_delta(delta("r1", 1, r1));  // r1 known before the takeover (worker 1)
+  auth.adopt_worker(0, 9, 100);
+  EXPECT_TRUE(auth.holds(0));
+  EXPECT_EQ(auth.in_flight(0), 9u);
+  auth.on_delta(delta("r1", 2, r1));
+  auth.on_delta(delta("r2", 1, r2));  // r2 first seen after the takeover
+  EXPECT_EQ(auth.in_flight(0), 9u);
+  EXPECT_EQ(auth.in_flight(1), 1u);  // worker 1 as before
+  (void)r1.on_route(0);
+  (void)r2.on_route(0);
+  auth.on_delta(delta("r1", 3, r1));
+  auth.on_delta(delta("r2", 2, r2));
+  EXPECT_EQ(auth.in_flight(0), 11u);
+  auth.on_report(0, 4, 1, 200);
+  EXPECT_EQ(auth.in_flight(0), 4u);
+  auth.on_delta(delta("r3", 1, r3));  // r3 sends its first total only now
+  EXPECT_EQ(auth.in_flight(0), 4u);
+  (void)r3.on_route(0);
+  auth.on_delta(delta("r3", 2, r3));
+  EXPECT_EQ(auth.in_flight(0), 5u);
+  auth.adopt_worker(0, 99, 300);  // idempotent
+  EXPECT_EQ(auth.in_flight(0), 5u);
+}
+
 TEST(LoadAuthority, MessagesForWorkersItDoesNotHoldAreCountedAndIgnored) {
   load_authority auth("a", 0);
   auth.add_worker(0, 0);
@@ -181,6 +219,27 @@ TEST(LoadAuthority, MessagesForWorkersItDoesNotHoldAreCountedAndIgnored) {
   auth.on_finished(5, 1);
   EXPECT_EQ(auth.counters().unknown_worker, 3u);
   EXPECT_EQ(auth.publish(0).workers.size(), 1u);
+}
+
+TEST(LoadOverlay, AnEntryOfAVectorIsFoundUntilItsAuthorityIsForgotten) {
+  load_overlay o;
+  load_vector v;
+  v.authority = "a";
+  v.seq = 1;
+  v.workers = {{3, 7, true, 2}};
+  ASSERT_TRUE(o.on_vector(v, "r"));
+  ASSERT_TRUE(o.entry("a", 3).has_value());
+  EXPECT_EQ(o.entry("a", 3)->in_flight, 7u);
+  EXPECT_EQ(o.entry("a", 3)->claim, 2u);
+  EXPECT_FALSE(o.entry("a", 4).has_value());
+  EXPECT_FALSE(o.entry("b", 3).has_value());
+  o.forget("a");
+  EXPECT_FALSE(o.entry("a", 3).has_value());
+  decision_ledger l(4);
+  std::vector<uint32_t> out(4, 0);
+  std::vector<uint8_t> covered(4, 0);
+  o.compose(l, out, covered);
+  EXPECT_EQ(covered[3], 0);
 }
 
 // The router's side: its own decisions count at once, its peer's once the authority's next vector

@@ -255,16 +255,20 @@ void print_workers(std::ostream& out, const json& r) {
     out << "no workers\n";
     return;
   }
-  print_table(out, r,
-              {{"model", "MODEL"},
-               {"worker", "WORKER"},
-               {"endpoint", "ENDPOINT"},
-               {"state", "STATE"},
-               {"load", "LOAD"},
-               {"capacity", "CAPACITY"},
-               {"last_report_ms_ago", "LAST_REPORT_MS"},
-               {"routed", "ROUTED"},
-               {"finished", "FINISHED"}});
+  std::vector<column> cols = {{"model", "MODEL"},
+                              {"worker", "WORKER"},
+                              {"endpoint", "ENDPOINT"},
+                              {"state", "STATE"},
+                              {"load", "LOAD"},
+                              {"capacity", "CAPACITY"},
+                              {"last_report_ms_ago", "LAST_REPORT_MS"},
+                              {"routed", "ROUTED"},
+                              {"finished", "FINISHED"}};
+  // With load authorities (cluster.load_sharing = "authority"): the node that publishes each
+  // worker's load, the one to look at when it seems wrong.
+  if (std::any_of(r.begin(), r.end(), [](const json& w) { return w.contains("authority"); }))
+    cols.push_back({"authority", "AUTHORITY"});
+  print_table(out, r, std::move(cols));
 }
 
 void print_explain(std::ostream& out, json r) {
