@@ -30,6 +30,12 @@ with deploy/local/eldr-cluster in a temporary directory and always stopped (and 
               n1 gets worker traffic only as a peer: forwarded in "decisions" mode, load vectors
               from n2, their authority, in "authority" mode). n1's CPU per second over the steady
               part of each run (sampled from /proc), per own reply, and the ratio to 1x.
+  handoff     a node that joins takes its share of a large signature cache: 2 nodes (all roles,
+              R = 2); n1's cache is filled with new prompts (--handoff-fill-s), then n2 is killed,
+              its data directory emptied and n2 started again, so n1 hands it every block; the
+              time from n2's start until n2 has received every block n1 sent, n1's own hand-off
+              time (its log line), and route round trips at n1 meanwhile (a probe every 5 ms with
+              16 random blocks, which n1's shard looks up) before, during and after.
   recall      the retry window: 3 nodes (all roles) kept busy by a route-only loadgen at each
               --recall-rates rate; probes send a request to router 1 and, --recall-offsets-ms
               later, its resend marked as a failover (route_request.retry) to router 2 or 3; per
@@ -123,6 +129,13 @@ ap.add_argument("--handoff-grace-ms", type=int, default=0,
                 help="cluster.handoff_grace_ms of every node: 0 (the benchmarks measure the "
                      "steady state; with the default 10000 nodes that start together read the "
                      "ring without themselves for 10 s, docs/cluster.md)")
+ap.add_argument("--handoff-fill-s", default="4,16",
+                help="handoff: seconds of new 1,024-token prompts (64 blocks each) routed at n1 "
+                     "before n2 rejoins empty, one run per value")
+ap.add_argument("--handoff-wait-s", type=float, default=120,
+                help="handoff: how long to wait for n2 to have every block n1 sent")
+ap.add_argument("--handoff-fill-rate", type=int, default=400,
+                help="handoff: route requests/s while filling n1's signature cache")
 ap.add_argument("--out", default="cluster_bench.json")
 ap.add_argument("--tables-from", default="",
                 help="print the herding and fanin tables of --only from a saved --out file; "
@@ -1217,6 +1230,190 @@ def recall():
     print()
 
 
+# ---------------------------------------------------------------------------------- handoff
+def cache_row(admin):
+    s = admin.call("status", timeout_ms=30000)
+    rows = s.get("signature_cache") or [{}]
+    return rows[0]
+
+
+class RouteProbe(threading.Thread):
+    """Route requests to one endpoint every `period` s (16 random blocks each), one at a time:
+    (send time, round trip s or None for a timeout)."""
+
+    def __init__(self, endpoint, model, period=0.005, worker_endpoint=None, workers=0):
+        super().__init__(daemon=True)
+        self.endpoint, self.model, self.period = endpoint, model, period
+        # Decode workers kept alive (a load_report each every 200 ms) while the probe runs.
+        self.worker_endpoint, self.workers = worker_endpoint, workers
+        self.samples = []
+        self.errors = {}
+        self.stop = threading.Event()
+
+    def run(self):
+        import random
+        rng = random.Random(7)
+        i = 0
+        wsock, reported = None, 0.0
+        if self.worker_endpoint:
+            wsock = ctx.socket(zmq.DEALER)
+            wsock.setsockopt(zmq.LINGER, 0)
+            wsock.connect(self.worker_endpoint)
+        while not self.stop.is_set():
+            t = time.monotonic()
+            if wsock is not None and t - reported >= 0.2:
+                reported = t
+                for w in range(self.workers):
+                    wsock.send(msgpack.packb({"version": 1, "type": "load_report",
+                                              "model": self.model, "worker": w, "in_flight": 0,
+                                              "seq": i + 1}, use_bin_type=True))
+                while wsock.poll(0):
+                    wsock.recv()
+            try:
+                route_once(self.endpoint, "probe-%d" % i, self.model,
+                           [rng.getrandbits(63) for _ in range(16)], timeout_ms=10000)
+                self.samples.append((t, time.monotonic() - t))
+            except (TimeoutError, RuntimeError) as e:
+                self.samples.append((t, None))
+                k = re.sub(r"probe-\d+", "probe-N", str(e))[:160]
+                self.errors[k] = self.errors.get(k, 0) + 1
+            i += 1
+            time.sleep(max(0.0, self.period - (time.monotonic() - t)))
+        if wsock is not None:
+            wsock.close(0)
+
+
+def window_stats(samples, t0, t1):
+    xs = [r for t, r in samples if t0 <= t < t1 and r is not None]
+    lost = sum(1 for t, r in samples if t0 <= t < t1 and r is None)
+    if not xs:
+        return {"n": 0, "lost": lost}
+    return {"n": len(xs), "lost": lost, "p50_ms": median(xs) * 1e3, "p99_ms": pct(xs, 0.99) * 1e3,
+            "max_ms": max(xs) * 1e3}
+
+
+def handoff_log(path):
+    """From a node's log: its 'handed N block(s) ... in T ms' lines (sigcache_cluster.cpp), as
+    (N, T), and how often a peer was declared gone."""
+    handed, gone = [], 0
+    try:
+        for line in open(path, errors="replace"):
+            m = re.search(r"handed (\d+) block\(s\) to .* in (\d+) ms", line)
+            if m:
+                handed.append((int(m.group(1)), int(m.group(2))))
+            if " is gone: " in line:
+                gone += 1
+    except OSError:
+        pass
+    return handed, gone
+
+
+def handoff():
+    rows = []
+    saved_grace = args.handoff_grace_ms
+    args.handoff_grace_ms = 10000  # the default: n2 reads through n1 while it is handed blocks
+    try:
+        for rep in range(args.repeat):
+            for fill in [float(x) for x in args.handoff_fill_s.split(",")]:
+                log("handoff: fill %g s at %d req/s (run %d)" % (fill, args.handoff_fill_rate,
+                                                                  rep + 1))
+                with Cluster(2) as c:
+                    rows.append(handoff_run(c, fill, rep))
+    finally:
+        args.handoff_grace_ms = saved_grace
+    results["handoff"] = rows
+    table_head("A node that rejoins empty takes its share (2 nodes, R = 2: n1 hands n2 every "
+               "block; probe: a route at n1 every 5 ms, 16 random blocks)",
+               "| blocks at n1 | n2 start -> all received (s) | n1's hand-off (ms) | blocks sent "
+               "| hand-offs (n2 declared gone again) | probe before p50 / p99 / max ms | during "
+               "p50 / p99 / max ms | after p50 / p99 / max ms | lost |")
+    for r in rows:
+        f = lambda w: "%.2f / %.2f / %.1f" % (w.get("p50_ms", float("nan")),  # noqa: E731
+                                              w.get("p99_ms", float("nan")),
+                                              w.get("max_ms", float("nan")))
+        print("| %d | %.2f | %s | %d | %d (%d) | %s | %s | %s | %d |" % (
+            r["blocks"], r["received_s"], r["n1_handoff_ms"], r["sent"], r["handoffs"],
+            r["n2_gone_again"], f(r["before"]),
+            f(r["during"]), f(r["after"]),
+            r["before"]["lost"] + r["during"]["lost"] + r["after"]["lost"]))
+    print()
+
+
+def handoff_run(c, fill, rep):
+    admins = [nd["admin"] for nd in c.nodes]
+    model = c.admins[0].call("status")["models"][0]["name"]
+    run_loadgen([loadgen_bin, "--node", admins[0], "--routers", admins[0], "--synthetic",
+                 args.preset, "--decode-workers", str(args.decode_workers), "--route-only",
+                 "--policies", "eldr", "--json", "--quiet", "--keep-centroids",
+                 "--prompt-pool", "0", "--prompt-min", "1024", "--prompt-max", "1024",
+                 "--prefill-cache-blocks", "100000000", "--rate", str(args.handoff_fill_rate),
+                 "--duration", str(fill)])
+    blocks = cache_row(c.admins[0]).get("blocks_with_counts", 0)
+    sent0 = cache_row(c.admins[0]).get("handoff_sent_blocks", 0)
+    finished0 = cache_row(c.admins[0]).get("handoffs_finished")
+    c.script("kill", "2", "--signal", "KILL")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        m = members(c.admins[0].call("status"))
+        if not m.get("n2", {}).get("alive", False):
+            break
+        time.sleep(0.02)
+    shutil.rmtree(os.path.join(c.dir, "n2", "data"), ignore_errors=True)
+    probe = RouteProbe(c.nodes[0]["route"], model, worker_endpoint=c.nodes[0]["worker"],
+                       workers=args.decode_workers)
+    probe.start()
+    time.sleep(2.0)
+    t_start = time.monotonic()
+    c.restart(2)
+    c.admins[1].close()
+    c.admins[1] = Admin(c.nodes[1]["admin"])
+    try:
+        c.wait_formed(timeout=args.handoff_wait_s)
+        t_formed = time.monotonic()
+    except RuntimeError as e:  # a hand-off storm: record it
+        log("handoff: %s" % e)
+        t_formed = float("nan")
+    received_at = None
+    sent = None
+    deadline = time.monotonic() + 300
+    n1_ms = "-"
+    while time.monotonic() < deadline:
+        try:
+            row = cache_row(c.admins[0])
+            got = cache_row(c.admins[1])
+        except (TimeoutError, RuntimeError):
+            continue
+        sent = row.get("handoff_sent_blocks", 0) - sent0
+        # n1's hand-off over (builds that report it), and every block n1 holds stored at n2 or
+        # refused there (a block sent twice, after a ring change, is stored once).
+        over = finished0 is None or (row.get("handoffs_finished", 0) > finished0
+                                     and not row.get("handoff_running", False))
+        if over and sent > 0 and got.get("handoff_received_blocks", 0) + \
+                got.get("handoff_refused_blocks", 0) >= blocks:
+            received_at = time.monotonic()
+            if finished0 is not None:
+                n1_ms = row.get("handoff_last_ms", "-")
+            break
+        time.sleep(0.02)
+    time.sleep(2.0)
+    probe.stop.set()
+    probe.join()
+    end = received_at if received_at is not None else time.monotonic()
+    handed, gone = handoff_log(os.path.join(c.dir, "n1", "log"))
+    if probe.errors:
+        log("probe errors: %s" % probe.errors)
+    return {"run": rep + 1, "fill_s": fill, "blocks": blocks, "sent": sent,
+            "formed_s": t_formed - t_start,
+            "received_s": (received_at - t_start) if received_at else float("nan"),
+            "n1_handoff_ms": n1_ms if n1_ms != "-" else (handed[-1][1] if handed else "-"),
+            # n1's hand-offs and n2's departures seen at n1 after the kill (a storm: many).
+            "handoffs": len(handed), "n2_gone_again": max(0, gone - 1),
+            "probe_errors": probe.errors,
+            "before": window_stats(probe.samples, t_start - 2.0, t_start),
+            "during": window_stats(probe.samples, t_start, end),
+            "after": window_stats(probe.samples, end, end + 2.0)}
+
+
 def save():
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1, sort_keys=True, default=str)
@@ -1237,7 +1434,8 @@ if args.tables_from:
 try:
     for part in args.only.split(","):
         {"herding": herding, "failure": failure, "epoch": epoch,
-         "throughput": throughput, "shard": shard, "fanin": fanin, "recall": recall}[part]()
+         "throughput": throughput, "shard": shard, "fanin": fanin, "recall": recall,
+         "handoff": handoff}[part]()
         save()
 finally:
     save()

@@ -60,6 +60,11 @@ using shard_store_atom = caf::atom_constant<caf::atom("eshstore")>;
 using store_flush_atom = caf::atom_constant<caf::atom("eshflush")>;
 // Signature-cache node -> the new owners of its blocks after a ring change.
 using handoff_atom = caf::atom_constant<caf::atom("ehandoff")>;
+// A signature-cache node finished handing its blocks for a ring (its name, the ring's members) ->
+// every router, which stops reading the ring before the join once every sender did
+// (core/membership/handoff_progress.hpp); and a router -> its own node's cache: send me those.
+using handoff_done_atom = caf::atom_constant<caf::atom("ehodone")>;
+using handoff_watch_atom = caf::atom_constant<caf::atom("ehowatch")>;
 // Refit leadership: leader -> refit actors and routers (term), leader -> routers (samples).
 using leader_atom = caf::atom_constant<caf::atom("eleader")>;
 using peer_sample_atom = caf::atom_constant<caf::atom("esample")>;
@@ -277,12 +282,15 @@ typename Inspector::result_type inspect(Inspector& f, shard_sign_reply& x) {
 }
 
 // One block's counts handed to a node that became one of its owners: already restricted to the
-// store's layer mask (every node runs the same configuration, so the same geometry and mask).
+// store's layer mask (every node runs the same configuration, so the same geometry and mask),
+// dense, one byte per (layer, expert) -- a block's count of an expert is at most its tokens, at
+// most 255 (block_counts keeps them in a byte too): a quarter of the uint32 form (6 KiB a block at
+// 48 x 128, not 24).
 struct handoff_block {
   uint64_t hash = 0;
   bool has_parent = false;
   uint64_t parent = 0;
-  std::vector<uint32_t> masked;
+  std::vector<uint8_t> masked;
 };
 
 template <class Inspector>

@@ -88,7 +88,20 @@ struct shard_view {
 
 // Drops the ring before a join once its grace period is over.
 void expire_ring_before(router_state& st) {
-  if (st.ring_before && st.ctx->now_ms() >= st.ring_before_until_ms) st.ring_before.reset();
+  if (!st.ring_before || st.ctx->now_ms() < st.ring_before_until_ms) return;
+  if (st.handoff_wait.waiting()) {
+    // Fail loudly: a block a newcomer was not handed yet now reads as missing there.
+    ++st.handoffs_unconfirmed;
+    std::string who;
+    for (const auto& n : st.handoff_wait.pending())
+      who += (who.empty() ? "" : ", ") + n;
+    spdlog::warn(
+        "signature-cache hand-off not confirmed by {} within cluster.handoff_grace_ms ({} ms): "
+        "lookups read the new ring, where blocks not handed over yet read as missing",
+        who, st.ctx->config.cluster.handoff_grace_ms);
+    st.handoff_wait.stop();
+  }
+  st.ring_before.reset();
 }
 
 shard_view read_view(router_state& st) {
@@ -287,6 +300,8 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
   st.recall_budget.emplace(*failover_budget::make(100.0, 0.1));
   st.started_ms = ctx->now_ms();
   if (ctx->config.clustered()) rebuild_ring(st, {});  // this node's shard until peers join
+  // Told when this node's cache finishes a hand-off (the bridge over a join waits for it).
+  if (ctx->config.clustered() && st.sigcache) self->send(st.sigcache, handoff_watch_atom::value);
   st.authority_mode = ctx->config.clustered() && ctx->config.cluster.load_sharing == "authority";
   if (st.authority_mode) {
     // A restarted router counts from 0 again: a new incarnation tells the authorities so.
@@ -439,6 +454,10 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         auto& s = self->state;
         if (!accept_member_list(self, *s.ctx->metrics, &s.untrusted)) return;
         on_members(self, members);
+      },
+      [=](handoff_done_atom, const std::string& from, const std::vector<std::string>& ring) {
+        if (!trusted_sender(self, self->state.ctx->trust.get())) return untrusted(self);
+        on_handoff_done(self->state, from, ring);
       },
       [=](decisions_atom, const std::string& model, const std::vector<shared_decision>& ds) {
         auto& s = self->state;

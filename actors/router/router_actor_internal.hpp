@@ -97,6 +97,10 @@ void merge_pools(router_actor_t* self, const std::vector<pool_snapshot>& pools);
 
 // The cluster's live members: peers, routers by name, the shard ring.
 void on_members(router_actor_t* self, const std::vector<member_info>& members);
+// A signature-cache node finished handing its blocks for the ring of `ring` members: the bridge
+// over a join ends once every node of the ring before did.
+void on_handoff_done(router_state& st, const std::string& from,
+                     const std::vector<std::string>& ring);
 
 // A client's marked failover resend (route_request.retry) that this router does not remember:
 // asks every peer for its decision (core/membership/recall_gather.hpp) and answers with the first

@@ -24,6 +24,17 @@ void announce_epoch(caf::event_based_actor* self, const router_state& st, const 
 
 namespace {
 
+// Every node of the ring before a join handed its blocks over: lookups read the new ring.
+void end_bridge(router_state& st, size_t ring_size) {
+  if (!st.ring_before) return;
+  ++st.handoffs_confirmed;
+  spdlog::info(
+      "signature-cache ring of {} node(s): every node of the ring before handed its blocks over "
+      "after {} ms; lookups read the new ring",
+      ring_size, st.ctx->now_ms() - st.ring_before_since_ms);
+  st.ring_before.reset();
+}
+
 // Nodes joined the ring, none left: their blocks are still with their owners on the ring before
 // the join, which hand them over now (actors/sigcache/sigcache_cluster.cpp). Lookups read that
 // ring for cluster.handoff_grace_ms, so that a request does not miss a prefix a newcomer has not
@@ -33,7 +44,10 @@ namespace {
 void bridge_join(router_state& st, const hash_ring& next,
                  const std::map<std::string, caf::actor>& actors) {
   const uint32_t grace = st.ctx->config.cluster.handoff_grace_ms;
-  if (st.ring_before && !only_joined(st.ring_before->ring, next)) st.ring_before.reset();
+  if (st.ring_before && !only_joined(st.ring_before->ring, next)) {
+    st.ring_before.reset();
+    st.handoff_wait.stop();
+  }
   if (grace == 0) return;
   const int64_t now = st.ctx->now_ms();
   const std::string& me = st.ctx->config.name;
@@ -49,16 +63,25 @@ void bridge_join(router_state& st, const hash_ring& next,
     before.local = before.ring.index_of(me);
     if (before.local && !st.sigcache) before.local.reset();
     st.ring_before = std::move(before);
+    st.ring_before_since_ms = now;
   }
   st.ring_before_until_ms = now + grace;
   ++st.ring_joins_bridged;
   spdlog::info(
-      "signature-cache ring of {} node(s): lookups read the ring of {} before the join for {} ms, "
-      "while its blocks are handed over",
+      "signature-cache ring of {} node(s): lookups read the ring of {} before the join while its "
+      "blocks are handed over (until every node of it says it has, at most {} ms)",
       next.size(), st.ring_before->ring.size(), grace);
+  // Every node of the ring before hands off for the new ring; those that already said so count.
+  if (st.handoff_wait.start(st.ring_before->ring.members(), next.members()))
+    end_bridge(st, next.size());
 }
 
 }  // namespace
+
+void on_handoff_done(router_state& st, const std::string& from,
+                     const std::vector<std::string>& ring) {
+  if (st.handoff_wait.on_done(from, ring)) end_bridge(st, ring.size());
+}
 
 // Rebuilds the ring of signature-cache shards from the live members (and this node).
 void rebuild_ring(router_state& st, const std::vector<member_info>& members) {

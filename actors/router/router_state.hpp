@@ -31,6 +31,7 @@
 #include "core/load_view.hpp"
 #include "core/membership/authority_map.hpp"
 #include "core/membership/failover_budget.hpp"
+#include "core/membership/handoff_progress.hpp"
 #include "core/membership/hash_ring.hpp"
 #include "core/membership/leadership.hpp"
 #include "core/membership/load_exchange.hpp"
@@ -218,6 +219,12 @@ struct router_state {
                            // newcomer when it first meets the ring's other nodes)
   int64_t ring_before_until_ms = 0;
   uint64_t ring_joins_bridged = 0, shard_requests_ring_before = 0;
+  // The bridge ends as soon as every node of the ring before said it finished handing its blocks
+  // for the current ring (handoff_progress.hpp; cluster.handoff_grace_ms is the upper bound): when
+  // it started, and the bridges ended so (confirmed) or by the bound (unconfirmed, logged).
+  handoff_progress handoff_wait;
+  int64_t ring_before_since_ms = 0;
+  uint64_t handoffs_confirmed = 0, handoffs_unconfirmed = 0;
   uint64_t shard_requests = 0, shard_failovers = 0, shard_failures = 0, shard_store_messages = 0;
   uint64_t shard_local_requests = 0;  // of shard_requests, to this node's own shard
   // Which timed-out shard parts may be asked of their blocks' other owners

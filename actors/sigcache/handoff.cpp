@@ -1,6 +1,7 @@
 // handoff: see handoff.hpp.
 #include "actors/sigcache/handoff.hpp"
 
+#include <algorithm>
 #include <utility>
 
 namespace eldr::sigcache {
@@ -31,7 +32,10 @@ status put_dense_counts(signature_cache& cache, block_hash hash, std::optional<b
   return cache.put_counts(hash, parent, g, *bc);
 }
 
-void take_over(model_cache& mc, const model_geometry& g, const std::vector<handoff_block>& blocks) {
+uint64_t take_over(model_cache& mc, const model_geometry& g,
+                   const std::vector<handoff_block>& blocks) {
+  uint64_t stored = 0;
+  std::vector<uint32_t> masked;
   for (const auto& b : blocks) {
     auto have = mc.cache->block(b.hash);
     if (have.ok() && have->has_counts) continue;  // already here: never stored twice
@@ -39,16 +43,28 @@ void take_over(model_cache& mc, const model_geometry& g, const std::vector<hando
         b.has_parent ? std::optional<block_hash>(b.parent) : std::nullopt;
     // A store that has never seen counts has no geometry yet: its first block goes in as
     // ordinary counts (possible when the sender keeps every layer), which fixes it.
+    masked.assign(b.masked.begin(), b.masked.end());
     auto s = mc.cache->geometry().layers == 0
-                 ? put_dense_counts(*mc.cache, b.hash, parent, g, b.masked)
-                 : mc.cache->put_masked_counts(b.hash, parent, b.masked);
+                 ? put_dense_counts(*mc.cache, b.hash, parent, g, masked)
+                 : mc.cache->put_masked_counts(b.hash, parent, masked);
     if (s.ok()) {
       ++mc.taken_over;
+      ++stored;
       mc.dirty = true;
     } else {
       ++mc.handoff_refused;
     }
   }
+  return stored;
+}
+
+std::optional<std::vector<uint8_t>> handoff_bytes(const std::vector<uint32_t>& masked) {
+  std::vector<uint8_t> out(masked.size());
+  for (size_t i = 0; i < masked.size(); ++i) {
+    if (masked[i] > 255) return std::nullopt;
+    out[i] = static_cast<uint8_t>(masked[i]);
+  }
+  return out;
 }
 
 }  // namespace eldr::sigcache

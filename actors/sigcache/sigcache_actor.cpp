@@ -186,9 +186,11 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
       },
       // Blocks this node now owns, from a node that held them.
       [=](handoff_atom, const std::string& model, uint32_t layers, uint32_t experts, uint32_t top_k,
-          const std::vector<handoff_block>& blocks) {
-        on_handoff(self, model, model_geometry{layers, experts, top_k}, blocks);
+          const std::vector<handoff_block>& blocks) -> caf::result<uint64_t> {
+        return on_handoff(self, model, model_geometry{layers, experts, top_k}, blocks);
       },
+      [=](handoff_step_atom, uint64_t id) { on_handoff_step(self, id); },
+      [=](handoff_watch_atom) { on_handoff_watch(self); },
       [=](shard_store_atom, const std::string& model, const std::vector<uint8_t>& counts) {
         if (!trusted_sender(self, self->state.ctx->trust.get())) return;
         if (auto* mc = find_model(self->state, model)) (void)store_counts(*mc, counts);

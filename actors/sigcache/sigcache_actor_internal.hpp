@@ -23,6 +23,8 @@ using sigcache_actor_t = caf::stateful_actor<sigcache_state>;
 // The actor to itself: the next slice of a model's ingest backlog (cluster/ingest/ingest.hpp).
 // Route requests queued meanwhile are answered between two slices.
 using ingest_more_atom = caf::atom_constant<caf::atom("ingmore")>;
+// The actor to itself: the next slice of the hand-off with this id (sigcache_cluster.cpp).
+using handoff_step_atom = caf::atom_constant<caf::atom("hostep")>;
 
 // --- publishers.cpp: subscriptions, replay, persistence, forgetting, ingest ---
 
@@ -68,8 +70,13 @@ model_cache* find_model(sigcache_state& st, const std::string& name);
 // handed to their new owners.
 void on_members(sigcache_actor_t* self, const std::vector<member_info>& members);
 
-// Blocks this node now owns, from a node that held them.
-void on_handoff(sigcache_actor_t* self, const std::string& model, const model_geometry& g,
-                const std::vector<handoff_block>& blocks);
+// Blocks this node now owns, from a node that held them; answered with the number stored (the
+// sender sends its next batch then).
+caf::result<uint64_t> on_handoff(sigcache_actor_t* self, const std::string& model,
+                                 const model_geometry& g, const std::vector<handoff_block>& blocks);
+// The actor to itself: the next slice of a hand-off (sigcache_cluster.cpp).
+void on_handoff_step(sigcache_actor_t* self, uint64_t id);
+// This node's router asks to be told when a hand-off finishes.
+void on_handoff_watch(sigcache_actor_t* self);
 
 }  // namespace eldr::sigcache

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <tuple>
@@ -21,6 +22,7 @@
 
 #include "actors/messages.hpp"
 #include "actors/node_context.hpp"
+#include "actors/sigcache/handoff_planner.hpp"
 #include "actors/sigcache/sigcache_metrics.hpp"
 #include "cluster/ingest/ingest.hpp"
 #include "cluster/ingest/publisher_registry.hpp"
@@ -80,6 +82,31 @@ struct sigcache_state {
   // Cluster: the ring of signature-cache nodes as of the last membership change (this node's
   // blocks are handed to the owners that are new since), and the counters of the moves.
   std::optional<hash_ring> ring;
+  // The hand-off under way (sigcache_cluster.cpp): one batch in flight at a time, acknowledged by
+  // its receiver before the next is read, so a large cache moves without filling the connection
+  // (CAF's heartbeats share it) or holding this actor for more than a slice.
+  struct handoff_job {
+    uint64_t id = 0;  // answers of a superseded job are ignored
+    // Owners on `base` hold every block: the ring of the last hand-off that finished (a job that a
+    // new ring change interrupts is started again from its base, so nothing it had not sent yet
+    // is lost).
+    std::optional<hash_ring> base;
+    hash_ring next;
+    std::map<std::string, caf::actor> to;
+    size_t model = 0;  // the model being handed (its planner below)
+    std::optional<handoff_planner> planner;
+    int64_t started_ns = 0;
+    uint64_t sent = 0, failed = 0;
+    std::set<std::string> receivers;
+  };
+  std::optional<handoff_job> handoff;
+  // The routers told when a hand-off finishes: this node's (it asked, handoff_watch_atom) and the
+  // other members'.
+  caf::actor local_router;
+  std::vector<caf::actor> peer_routers;
+  uint64_t handoff_ids = 0;
+  uint64_t handoffs_finished = 0, handoffs_superseded = 0;
+  int64_t handoff_last_ms = -1;  // the last finished hand-off's duration (-1: none yet)
   std::map<uint32_t, subscription> subscriptions;
   std::vector<std::span<const uint8_t>> frames;  // scratch
   uint64_t unknown_subscription = 0;

@@ -92,6 +92,11 @@ std::string cache_stats_text(const sigcache_state& st) {
          {"handoff_sent_blocks", mc.handed_off},
          {"handoff_received_blocks", mc.taken_over},
          {"handoff_refused_blocks", mc.handoff_refused},
+         // The node's hand-offs (all models): one running now, the last one's duration.
+         {"handoff_running", st.handoff.has_value()},
+         {"handoff_last_ms", st.handoff_last_ms},
+         {"handoffs_finished", st.handoffs_finished},
+         {"handoffs_superseded", st.handoffs_superseded},
          {"signed_requests", mc.signed_requests},
          {"publishers", mc.events->kv_metrics().size() + mc.events->counts_metrics().size()},
          {"store", store_json(mc.cache->health())},

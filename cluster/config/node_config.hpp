@@ -86,7 +86,7 @@ struct cluster_config {
   // join for this long, while the old owners hand the newcomer its blocks, and store to the owners
   // of both rings meanwhile: a prefix the cluster held is not missed during the hand-off
   // (docs/cluster.md, "Signature cache"); 0 = read the new ring at once.
-  uint32_t handoff_grace_ms = 10000;
+  uint32_t handoff_grace_ms = 120000;
   // TLS for node-to-node traffic through CAF's openssl module: all empty = plain TCP (the secret
   // still authenticates joins). certificate and key go together; ca_file makes peers verify
   // each other's certificates.

@@ -1,0 +1,72 @@
+// handoff_progress: a router waits for every node of the ring before a join to finish its
+// hand-off for the ring it now has; hand-offs finished before the wait starts count, those for
+// another ring do not, and the kept rings are bounded.
+#include "core/membership/handoff_progress.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace eldr {
+namespace {
+
+const std::vector<std::string> before = {"n1", "n2"};
+const std::vector<std::string> after = {"n1", "n2", "n3"};
+
+TEST(HandoffProgress, WaitsForEverySenderOfTheRingBefore) {
+  handoff_progress p;
+  EXPECT_FALSE(p.start(before, after));
+  EXPECT_TRUE(p.waiting());
+  EXPECT_EQ(p.pending(), (std::set<std::string>{"n1", "n2"}));
+  EXPECT_FALSE(p.on_done("n3", after));  // the newcomer's own hand-off is not waited for
+  EXPECT_FALSE(p.on_done("n1", after));
+  EXPECT_FALSE(p.on_done("n1", after));  // twice: still one
+  EXPECT_TRUE(p.waiting());
+  EXPECT_TRUE(p.on_done("n2", {"n3", "n2", "n1"}));  // any order of names
+  EXPECT_FALSE(p.waiting());
+  EXPECT_TRUE(p.pending().empty());
+  EXPECT_FALSE(p.on_done("n2", after));  // nothing under way any more
+}
+
+TEST(HandoffProgress, HandOffsFinishedBeforeTheWaitCountAndOtherRingsDoNot) {
+  handoff_progress p;
+  EXPECT_FALSE(p.on_done("n1", after));
+  EXPECT_FALSE(p.on_done("n2", {"n1", "n2", "n4"}));  // another ring
+  EXPECT_FALSE(p.start(before, after));
+  EXPECT_EQ(p.pending(), (std::set<std::string>{"n2"}));
+  EXPECT_FALSE(p.on_done("n2", {"n1", "n2", "n4"}));
+  EXPECT_TRUE(p.on_done("n2", after));
+  // Everybody finished before the wait: there is none.
+  handoff_progress q;
+  q.on_done("n1", after);
+  q.on_done("n2", after);
+  EXPECT_TRUE(q.start(before, after));
+  EXPECT_FALSE(q.waiting());
+}
+
+TEST(HandoffProgress, ANewRingRestartsTheWaitAndStopEndsIt) {
+  handoff_progress p;
+  p.start(before, after);
+  p.on_done("n1", after);
+  // n4 joins too before the hand-off to n3 finished: the senders hand off again for the new ring.
+  const std::vector<std::string> bigger = {"n1", "n2", "n3", "n4"};
+  EXPECT_FALSE(p.start(before, bigger));
+  EXPECT_EQ(p.pending(), (std::set<std::string>{"n1", "n2"}));
+  EXPECT_FALSE(p.on_done("n2", after));  // the old ring's no longer counts for the wait
+  p.stop();
+  EXPECT_FALSE(p.waiting());
+  EXPECT_FALSE(p.on_done("n1", bigger));
+}
+
+TEST(HandoffProgress, KeepsTheFinishedHandOffsOfTheLastFewRingsOnly) {
+  handoff_progress p;
+  p.on_done("n1", after);
+  for (size_t i = 0; i < handoff_progress::rings_kept; ++i)
+    p.on_done("n1", {"n1", "x" + std::to_string(i)});
+  EXPECT_FALSE(p.start({"n1"}, after));  // forgotten: waited for again
+  EXPECT_TRUE(p.on_done("n1", after));
+}
+
+}  // namespace
+}  // namespace eldr
