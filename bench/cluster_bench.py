@@ -1325,15 +1325,18 @@ def handoff():
     table_head("A node that rejoins empty takes its share (2 nodes, R = 2: n1 hands n2 every "
                "block; probe: a route at n1 every 5 ms, 16 random blocks)",
                "| blocks at n1 | n2 start -> all received (s) | n1's hand-off (ms) | blocks sent "
-               "| hand-offs (n2 declared gone again) | probe before p50 / p99 / max ms | during "
-               "p50 / p99 / max ms | after p50 / p99 / max ms | lost |")
+               "| hand-offs (n2 declared gone again) | bridge ended (ms after it began) | probe "
+               "before p50 / p99 / max ms | during p50 / p99 / max ms | after p50 / p99 / max ms "
+               "| lost |")
     for r in rows:
         f = lambda w: "%.2f / %.2f / %.1f" % (w.get("p50_ms", float("nan")),  # noqa: E731
                                               w.get("p99_ms", float("nan")),
                                               w.get("max_ms", float("nan")))
-        print("| %d | %.2f | %s | %d | %d (%d) | %s | %s | %s | %d |" % (
+        print("| %d | %.2f | %s | %d | %d (%d) | %s | %s | %s | %s | %d |" % (
             r["blocks"], r["received_s"], r["n1_handoff_ms"], r["sent"], r["handoffs"],
-            r["n2_gone_again"], f(r["before"]),
+            r["n2_gone_again"],
+            ", ".join("%s %s" % kv for kv in sorted(r.get("bridge_ended_ms", {}).items())) or "-",
+            f(r["before"]),
             f(r["during"]), f(r["after"]),
             r["before"]["lost"] + r["during"]["lost"] + r["after"]["lost"]))
     print()
@@ -1364,6 +1367,8 @@ def handoff_run(c, fill, rep):
     probe.start()
     time.sleep(2.0)
     t_start = time.monotonic()
+    # Log lines from here on are the rejoin's (the bridge lines below).
+    log_from = {i: os.path.getsize(os.path.join(c.dir, "n%d" % i, "log")) for i in (1, 2)}
     c.restart(2)
     c.admins[1].close()
     c.admins[1] = Admin(c.nodes[1]["admin"])
@@ -1400,6 +1405,21 @@ def handoff_run(c, fill, rep):
     probe.join()
     end = received_at if received_at is not None else time.monotonic()
     handed, gone = handoff_log(os.path.join(c.dir, "n1", "log"))
+    # When each router stopped reading the ring before the join (builds that confirm hand-offs).
+    bridged = {}
+    for i in (1, 2):
+        try:
+            f = open(os.path.join(c.dir, "n%d" % i, "log"), errors="replace")
+            if i == 1:  # n2's log starts again with its restart
+                f.seek(log_from[1])
+            for line in f:
+                m = re.search(r"handed its blocks over after (\d+) ms", line)
+                if m:
+                    bridged["n%d" % i] = int(m.group(1))
+                if "hand-off not confirmed" in line:
+                    bridged["n%d" % i] = "unconfirmed"
+        except OSError:
+            pass
     if probe.errors:
         log("probe errors: %s" % probe.errors)
     return {"run": rep + 1, "fill_s": fill, "blocks": blocks, "sent": sent,
@@ -1408,6 +1428,7 @@ def handoff_run(c, fill, rep):
             "n1_handoff_ms": n1_ms if n1_ms != "-" else (handed[-1][1] if handed else "-"),
             # n1's hand-offs and n2's departures seen at n1 after the kill (a storm: many).
             "handoffs": len(handed), "n2_gone_again": max(0, gone - 1),
+            "bridge_ended_ms": bridged,
             "probe_errors": probe.errors,
             "before": window_stats(probe.samples, t_start - 2.0, t_start),
             "during": window_stats(probe.samples, t_start, end),

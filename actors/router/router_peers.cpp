@@ -101,6 +101,7 @@ void rebuild_ring(router_state& st, const std::vector<member_info>& members) {
     spdlog::error("signature-cache ring: {}", ring.error().to_string());
     return;
   }
+  if (!st.ring || st.ring->members() != ring->members()) st.handoff_wait.on_ring(ring->members());
   bridge_join(st, *ring, actors);
   st.shards.clear();
   for (const auto& n : ring->members())

@@ -34,6 +34,11 @@ bool handoff_progress::start(const std::vector<std::string>& before,
   return !active_;
 }
 
+void handoff_progress::on_ring(std::vector<std::string> ring) {
+  std::sort(ring.begin(), ring.end());
+  std::erase_if(done_, [&](const auto& entry) { return entry.first != ring; });
+}
+
 void handoff_progress::stop() {
   active_ = false;
   pending_.clear();

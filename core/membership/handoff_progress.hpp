@@ -6,7 +6,10 @@
 //
 // A node may finish before the router starts waiting (the router learns the ring later than the
 // cache): the finished hand-offs of the last few rings are kept and count when the wait starts.
-// Rings are named by their sorted member names. Nothing here does I/O or reads a clock.
+// Rings are named by their sorted member names, so the same ring can come back (a node leaves and
+// rejoins): when the router's ring changes, what was kept for every other ring is dropped, so an
+// old hand-off for a ring never ends the wait for its next instance. Nothing here does I/O or
+// reads a clock.
 #pragma once
 
 #include <cstddef>
@@ -32,6 +35,8 @@ class handoff_progress {
   bool start(const std::vector<std::string>& before, std::vector<std::string> ring);
   // No wait any more (the bridge ended or was dropped).
   void stop();
+  // The router's ring is now `ring`: hand-offs kept for any other ring are dropped.
+  void on_ring(std::vector<std::string> ring);
 
   bool waiting() const { return active_; }
   // The senders still waited for (empty when not waiting).

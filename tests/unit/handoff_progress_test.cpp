@@ -59,6 +59,25 @@ TEST(HandoffProgress, ANewRingRestartsTheWaitAndStopEndsIt) {
   EXPECT_FALSE(p.on_done("n1", bigger));
 }
 
+// n2 leaves and rejoins: the ring {n1, n2} comes back, and the hand-off n1 finished for its first
+// instance must not end the wait for the second.
+TEST(HandoffProgress, AHandOffForAnEarlierInstanceOfTheSameRingDoesNotCount) {
+  handoff_progress p;
+  const std::vector<std::string> two = {"n1", "n2"}, one = {"n1"};
+  p.on_ring(two);
+  EXPECT_FALSE(p.on_done("n1", two));
+  p.on_ring(one);  // n2 left
+  p.on_ring(two);  // and is back
+  EXPECT_FALSE(p.start(one, two));
+  EXPECT_EQ(p.pending(), (std::set<std::string>{"n1"}));
+  // A hand-off for the new ring that finishes before the router switches to it still counts.
+  handoff_progress q;
+  q.on_ring(one);
+  q.on_done("n1", two);
+  q.on_ring(two);
+  EXPECT_TRUE(q.start(one, two));
+}
+
 TEST(HandoffProgress, KeepsTheFinishedHandOffsOfTheLastFewRingsOnly) {
   handoff_progress p;
   p.on_done("n1", after);
