@@ -1,7 +1,6 @@
 // handoff: see handoff.hpp.
 #include "actors/sigcache/handoff.hpp"
 
-#include <algorithm>
 #include <utility>
 
 namespace eldr::sigcache {
