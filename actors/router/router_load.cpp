@@ -167,7 +167,7 @@ void load_tick(router_actor_t* self) {
   for (auto& mp : st.models) {
     auto& m = *mp;
     m.ledger.resize(m.pool.k());
-    for (auto& [a, d] : deltas_by_authority(m.ledger, m.claims.authorities())) {
+    for (auto& [a, d] : deltas_by_authority(m.ledger, m.claims.claims(), &authority_claim::node)) {
       auto& stream = m.deltas_out[a];
       // The authority's workers' totals only (a copy of the whole ledger per authority per
       // interval was O(A x W)).

@@ -43,22 +43,16 @@ std::optional<std::string> successor_authority(const std::vector<std::string>& r
 authority_map::authority_map(std::string self, std::string model)
     : self_(std::move(self)), model_(std::move(model)) {}
 
-void authority_map::set(uint32_t worker, authority_claim c) {
-  authority_of_[worker] = c.node;
-  claims_[worker] = std::move(c);
-}
-
 const authority_claim& authority_map::on_registered(uint32_t worker) {
-  auto it = claims_.find(worker);
-  const uint64_t generation = (it == claims_.end() ? 0 : it->second.generation) + 1;
-  set(worker, {self_, generation, true});
-  return claims_[worker];
+  authority_claim& c = claims_[worker];
+  c = authority_claim{self_, c.generation + 1, true};
+  return c;
 }
 
 authority_map::verdict authority_map::on_claim(uint32_t worker, const authority_claim& theirs) {
   auto it = claims_.find(worker);
   if (it == claims_.end()) {
-    set(worker, theirs);
+    claims_.emplace(worker, theirs);
     return verdict::follow;
   }
   authority_claim& known = it->second;
@@ -70,7 +64,7 @@ authority_map::verdict authority_map::on_claim(uint32_t worker, const authority_
   if (!claim_beats(theirs, known, model_, worker))
     return known.node == self_ ? verdict::keep_mine : verdict::ignore;
   const bool was_mine = known.node == self_;
-  set(worker, theirs);
+  known = theirs;
   return was_mine ? verdict::yield : verdict::follow;
 }
 
@@ -85,9 +79,8 @@ std::vector<authority_map::succession> authority_map::on_members(
     // live holds self_, so there is a successor.
     std::string to = *successor_authority(live, model_, worker);
     moved.push_back({worker, c.node, to});
-    c.node = to;
+    c.node = std::move(to);
     c.registered = false;
-    authority_of_[worker] = std::move(to);
   }
   return moved;
 }
@@ -104,7 +97,6 @@ bool authority_map::mine(uint32_t worker) const {
 
 void authority_map::erase(uint32_t worker) {
   claims_.erase(worker);
-  authority_of_.erase(worker);
 }
 
 }  // namespace eldr

@@ -89,16 +89,13 @@ class authority_map {
   bool mine(uint32_t worker) const;
   // Forgets the worker (its slot was removed from the pool).
   void erase(uint32_t worker);
-  // Worker -> authority name, for deltas_by_authority (kept in step with the claims).
-  const std::map<uint32_t, std::string>& authorities() const { return authority_of_; }
+  // Every known worker's claim, by worker (deltas_by_authority groups by &authority_claim::node).
+  const std::map<uint32_t, authority_claim>& claims() const { return claims_; }
 
  private:
-  void set(uint32_t worker, authority_claim c);
-
   std::string self_;
   std::string model_;
   std::map<uint32_t, authority_claim> claims_;
-  std::map<uint32_t, std::string> authority_of_;
 };
 
 }  // namespace eldr

@@ -162,14 +162,6 @@ load_vector load_authority::publish(int64_t now_ms) {
   return v;
 }
 
-std::map<std::string, load_delta> deltas_by_authority(
-    const decision_ledger& ledger, const std::map<uint32_t, std::string>& authority_of) {
-  std::map<std::string, load_delta> out;
-  for (const auto& [w, a] : authority_of)
-    if (ledger.total(w) > 0) out[a].totals.emplace_back(w, ledger.total(w));
-  return out;
-}
-
 void load_overlay::sent(const std::string& authority, uint64_t seq,
                         std::vector<std::pair<uint32_t, uint64_t>> totals) {
   auto& a = authorities_[authority];

@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -147,8 +148,17 @@ class load_authority {
 // What a router owes the authorities this interval: for every worker it has routed to (a total
 // above 0) whose authority it knows, its cumulative total, grouped by that authority, ascending by
 // worker. The owner fills in router, incarnation and seq of the ones it sends. O(W log A).
-std::map<std::string, load_delta> deltas_by_authority(
-    const decision_ledger& ledger, const std::map<uint32_t, std::string>& authority_of);
+// `authority_of` maps a worker to its authority's name, or to what `name_of` makes that name of
+// (authority_map's claims and &authority_claim::node).
+template <class Map, class NameOf = std::identity>
+std::map<std::string, load_delta> deltas_by_authority(const decision_ledger& ledger,
+                                                      const Map& authority_of,
+                                                      NameOf name_of = {}) {
+  std::map<std::string, load_delta> out;
+  for (const auto& [w, a] : authority_of)
+    if (ledger.total(w) > 0) out[std::invoke(name_of, a)].totals.emplace_back(w, ledger.total(w));
+  return out;
+}
 
 // One worker's load as a vector and the router's own decisions make it (load_overlay).
 struct composed_load {

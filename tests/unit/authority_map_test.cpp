@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/membership/hash_ring.hpp"
+#include "core/membership/load_exchange.hpp"
 
 namespace eldr {
 namespace {
@@ -95,9 +96,9 @@ TEST(AuthorityMap, ARegistrationClaimsAboveEveryGenerationSeen) {
   // Another node registered worker 1 at generation 5: a registration here goes above it.
   EXPECT_EQ(m.on_claim(1, reg("n2", 5)), verdict::follow);
   EXPECT_FALSE(m.mine(1));
-  EXPECT_EQ(m.authorities().at(1), "n2");
+  EXPECT_EQ(m.claims().at(1).node, "n2");
   EXPECT_EQ(m.on_registered(1).generation, 6u);
-  EXPECT_EQ(m.authorities().at(1), "n1");
+  EXPECT_EQ(m.claims().at(1).node, "n1");
 }
 
 TEST(AuthorityMap, AClaimIsFollowedKeptOrYieldedToByTheOrder) {
@@ -116,12 +117,30 @@ TEST(AuthorityMap, AClaimIsFollowedKeptOrYieldedToByTheOrder) {
   EXPECT_EQ(m.claim(0)->generation, 2u);
   // A third node's weaker claim is ignored, a stronger one followed.
   EXPECT_EQ(m.on_claim(0, reg("n3", 1)), verdict::ignore);
-  EXPECT_EQ(m.authorities().at(0), "n2");
+  EXPECT_EQ(m.claims().at(0).node, "n2");
   EXPECT_EQ(m.on_claim(0, succ("n3", 3)), verdict::follow);
-  EXPECT_EQ(m.authorities().at(0), "n3");
+  EXPECT_EQ(m.claims().at(0).node, "n3");
   m.erase(0);
   EXPECT_EQ(m.claim(0), nullptr);
-  EXPECT_TRUE(m.authorities().empty());
+  EXPECT_TRUE(m.claims().empty());
+}
+
+// A router's totals go to each worker's authority as its claims name it, only for workers it
+// routed to, ascending by worker.
+TEST(AuthorityMap, DeltasGoToTheAuthorityEachClaimNames) {
+  authority_map m("n1", "m");
+  m.on_registered(2);
+  m.on_claim(0, reg("n2", 1));
+  m.on_claim(1, reg("n2", 1));
+  m.on_claim(3, succ("n3", 1));
+  decision_ledger l(4);
+  for (uint32_t w : {0u, 0u, 2u, 3u})
+    ASSERT_TRUE(l.on_route(w).ok());
+  const auto out = deltas_by_authority(l, m.claims(), &authority_claim::node);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out.at("n1").totals, (std::vector<std::pair<uint32_t, uint64_t>>{{2, 1}}));
+  EXPECT_EQ(out.at("n2").totals, (std::vector<std::pair<uint32_t, uint64_t>>{{0, 2}}));
+  EXPECT_EQ(out.at("n3").totals, (std::vector<std::pair<uint32_t, uint64_t>>{{3, 1}}));
 }
 
 // n1 registered workers 0..49 and left: at n2 and n3 (which both see the other survivor) every
