@@ -165,17 +165,22 @@ std::string fmt(double v) {
 
 // ---- signature_sample ---------------------------------------------------------------------------
 
-result<signature_sample> signature_sample::make(uint32_t capacity, uint32_t width, uint64_t seed) {
+result<signature_sample> signature_sample::make(uint32_t capacity, uint32_t width, uint64_t seed,
+                                                uint64_t horizon) {
   if (capacity == 0) return status::invalid_argument("signature sample: capacity is 0");
+  if (horizon < capacity)
+    return status::invalid_argument("signature sample: horizon " + std::to_string(horizon) +
+                                    " is below the capacity " + std::to_string(capacity));
   if (width == 0) return status::invalid_argument("signature sample: width is 0");
   if (uint64_t{capacity} * width > max_sample_floats)
     return status::out_of_range("signature sample: " + std::to_string(capacity) + " rows of " +
                                 std::to_string(width) + " floats exceed 2^30 floats");
-  return signature_sample(capacity, width, seed);
+  return signature_sample(capacity, width, seed, horizon);
 }
 
-signature_sample::signature_sample(uint32_t capacity, uint32_t width, uint64_t seed)
-    : capacity_(capacity), width_(width), rng_(seed) {
+signature_sample::signature_sample(uint32_t capacity, uint32_t width, uint64_t seed,
+                                   uint64_t horizon)
+    : capacity_(capacity), width_(width), horizon_(horizon), rng_(seed) {
   // The whole reservoir up front: growing it copies every held row, and with thousands of rows
   // of thousands of floats that is a pause of milliseconds in the router's first minutes.
   points_.reserve(std::size_t{capacity_} * width_);
@@ -238,9 +243,13 @@ float* signature_sample::claim_row() {
     return points_.data() + points_.size() - width_;
   }
   // Algorithm R: the seen_-th item replaces a uniformly chosen held one with probability
-  // capacity / seen_.
-  const uint64_t j = uniform_index(rng_, seen_);
+  // capacity / seen_ -- or capacity / horizon_ once seen_ is past the horizon.
+  const uint64_t j = uniform_index(rng_, std::min(seen_, horizon_));
   return j < capacity_ ? points_.data() + j * width_ : nullptr;
+}
+
+uint64_t resolved_sample_horizon(uint32_t sample_size, uint64_t configured) {
+  return configured != 0 ? configured : uint64_t{8} * sample_size;
 }
 
 void signature_sample::clear() {

@@ -26,9 +26,17 @@
 
 namespace eldr {
 
-// A uniform sample of at most `capacity` live request signatures (Vitter's algorithm R): after n
-// signatures were offered, each of them is held with probability capacity / n. Stored dense and
-// unit-norm, width floats per row, row-major, ready for balanced_kmeans.
+// A sample of at most `capacity` live request signatures, stored dense and unit-norm, width floats
+// per row, row-major, ready for balanced_kmeans.
+//
+// Up to `horizon` signatures offered it is uniform (Vitter's algorithm R: after n offers each is
+// held with probability capacity / n). Beyond the horizon each new signature is kept with the
+// fixed probability capacity / horizon and replaces a uniformly chosen row, so a held signature
+// survives the next a offers with probability about exp(-a / horizon): the sample leans to the
+// last `horizon` signatures and follows a change of traffic within a few horizons (Aggarwal's
+// biased reservoir, VLDB 2006). Why: refits fit the traffic the router sees now; a uniform sample
+// of a router's whole history (horizon = whole_history) barely moves after days of requests.
+// The cost is a row written for a fraction capacity / horizon of the signatures, for ever.
 //
 // Empty (all-zero) signatures carry no locality and are left out: they are neither held nor
 // counted in seen() (counted in skipped()). Signatures of another width are refused: a centroid
@@ -37,12 +45,17 @@ namespace eldr {
 // Thread safety: none (the router actor owns it and hands a copy of points() to the refit).
 class signature_sample {
  public:
+  static constexpr uint64_t whole_history = UINT64_MAX;  // algorithm R over every offer
+
   // Errors: capacity == 0 or width == 0 (invalid_argument); capacity * width above 2^30 floats
-  // (out_of_range: a 4 GiB sample is a configuration mistake).
-  static result<signature_sample> make(uint32_t capacity, uint32_t width, uint64_t seed);
+  // (out_of_range: a 4 GiB sample is a configuration mistake); horizon < capacity
+  // (invalid_argument).
+  static result<signature_sample> make(uint32_t capacity, uint32_t width, uint64_t seed,
+                                       uint64_t horizon = whole_history);
 
   uint32_t capacity() const { return capacity_; }
   uint32_t width() const { return width_; }
+  uint64_t horizon() const { return horizon_; }
   std::size_t size() const { return width_ == 0 ? 0 : points_.size() / width_; }  // rows held
   uint64_t seen() const { return seen_; }        // non-empty signatures offered since clear()
   uint64_t skipped() const { return skipped_; }  // empty signatures offered since clear()
@@ -68,7 +81,7 @@ class signature_sample {
   std::span<const float> points() const { return points_; }
 
  private:
-  signature_sample(uint32_t capacity, uint32_t width, uint64_t seed);
+  signature_sample(uint32_t capacity, uint32_t width, uint64_t seed, uint64_t horizon);
   // The reservoir step for one more non-empty signature: the row to overwrite with it, or
   // nullptr when it is not kept.
   float* claim_row();
@@ -78,6 +91,7 @@ class signature_sample {
 
   uint32_t capacity_ = 0;
   uint32_t width_ = 0;
+  uint64_t horizon_ = whole_history;
   uint64_t seen_ = 0;
   uint64_t skipped_ = 0;
   rng_engine rng_;
@@ -193,6 +207,11 @@ result<refit_outcome> refit_candidate(std::span<const float> points, uint32_t wi
 // The same on a signature_sample's rows.
 result<refit_outcome> refit_candidate(const signature_sample& sample, const centroid_set* current,
                                       const refit_options& options);
+
+// models.sample_horizon as configured (0: automatic) -> signature_sample's horizon. Automatic is
+// 8 x sample_size: a held signature is 1/e likely to be gone after 8 x sample_size more, and
+// an eighth of the signatures offered past the horizon is written into the sample.
+uint64_t resolved_sample_horizon(uint32_t sample_size, uint64_t configured);
 
 // The node's refit rule: the [[models]] knobs that shape one online refit (docs/configuration.md),
 // in one place for the node's refit actor and the simulator's online refit, so that eldr-sim's

@@ -128,7 +128,9 @@ status install(router_state& st, model_state& m, const centroid_file& file, uint
   m.file->epoch = epoch;
   m.epoch = epoch;
   if (!m.sample || m.sample->width() != m.spec->width()) {
-    auto sample = signature_sample::make(m.cfg->sample_size, m.spec->width(), m.cfg->seed);
+    auto sample =
+        signature_sample::make(m.cfg->sample_size, m.spec->width(), m.cfg->seed,
+                               resolved_sample_horizon(m.cfg->sample_size, m.cfg->sample_horizon));
     if (sample.ok()) m.sample = std::move(*sample);
   }
   st.ctx->metrics->swapped(m.cfg->name, epoch);

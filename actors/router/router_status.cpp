@@ -74,6 +74,7 @@ nlohmann::json model_json(const router_state& st, const model_state& m) {
           {"epochs_refused", m.fenced},
           {"coverage", blocks ? static_cast<double>(covered) / static_cast<double>(blocks) : 0.0},
           {"sample", m.sample ? m.sample->size() : 0},
+          {"sample_horizon", m.sample ? m.sample->horizon() : 0},
           {"finished", c.finished},
           {"finished_unknown", c.finished_unknown},
           {"reports", c.reports},

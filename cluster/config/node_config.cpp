@@ -233,10 +233,26 @@ result<const toml::table*> section(const toml::table& root, std::string_view nam
 status read_model(const toml::table& t, const std::string& path, model_config& m) {
   const table_reader r(t, path);
   first_error e;
-  e(r.check_known({"name", "workers", "max_workers", "centroids", "policy", "tau", "widen_single",
-                   "seed", "worker_timeout_ms", "refit_interval_s", "sample_size", "min_sample",
-                   "max_balance_ratio", "score_tolerance", "refit_batch_size", "kv_endpoints",
-                   "counts_endpoints", "scrape_interval_ms", "kv_events"}));
+  e(r.check_known({"name",
+                   "workers",
+                   "max_workers",
+                   "centroids",
+                   "policy",
+                   "tau",
+                   "widen_single",
+                   "seed",
+                   "worker_timeout_ms",
+                   "refit_interval_s",
+                   "sample_size",
+                   "sample_horizon",
+                   "min_sample",
+                   "max_balance_ratio",
+                   "score_tolerance",
+                   "refit_batch_size",
+                   "kv_endpoints",
+                   "counts_endpoints",
+                   "scrape_interval_ms",
+                   "kv_events"}));
   e(r.read("name", m.name));
   e(r.read("workers", m.workers));
   e(r.read("max_workers", m.max_workers));
@@ -248,6 +264,7 @@ status read_model(const toml::table& t, const std::string& path, model_config& m
   e(r.read("worker_timeout_ms", m.worker_timeout_ms));
   e(r.read("refit_interval_s", m.refit_interval_s));
   e(r.read("sample_size", m.sample_size));
+  e(r.read("sample_horizon", m.sample_horizon));
   e(r.read("min_sample", m.min_sample));
   e(r.read("max_balance_ratio", m.max_balance_ratio));
   e(r.read("score_tolerance", m.score_tolerance));
@@ -507,6 +524,12 @@ status validate_model(const model_config& m, const std::string& p) {
   if (m.min_sample > m.sample_size)
     e(status::invalid_argument(p + ".min_sample: " + std::to_string(m.min_sample) +
                                " exceeds sample_size (" + std::to_string(m.sample_size) + ")"));
+  if (m.sample_horizon != 0 && m.sample_horizon < m.sample_size)
+    e(status::invalid_argument(p +
+                               ".sample_horizon: must be 0 (automatic: 8 x sample_size) or >= "
+                               "sample_size (" +
+                               std::to_string(m.sample_size) + "), got " +
+                               std::to_string(m.sample_horizon)));
   e(finite_at_least(p + ".max_balance_ratio", m.max_balance_ratio, 1.0));
   e(finite_at_least(p + ".score_tolerance", m.score_tolerance, 0.0));
   e(at_least(p + ".refit_batch_size", m.refit_batch_size, 1u));

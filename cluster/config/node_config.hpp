@@ -41,6 +41,9 @@ struct model_config {
   // live signatures, once at least min_sample have been seen.
   uint32_t refit_interval_s = 0;
   uint32_t sample_size = 4096;
+  // How far back the reservoir reaches, in signatures (core/refit.hpp signature_sample): 0 =
+  // automatic (8 x sample_size, resolved_sample_horizon); else >= sample_size.
+  uint64_t sample_horizon = 0;
   uint32_t min_sample = 256;
   double max_balance_ratio = 3.0;
   double score_tolerance = 0.0;

@@ -113,7 +113,9 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
   if (!engine.ok()) return engine.error();
   std::optional<signature_sample> sample;  // the online refit's, as the router keeps it
   if (p.refit.enabled) {
-    auto made = signature_sample::make(p.refit.sample_size, p.spec->width(), p.refit.rule.seed);
+    auto made = signature_sample::make(
+        p.refit.sample_size, p.spec->width(), p.refit.rule.seed,
+        resolved_sample_horizon(p.refit.sample_size, p.refit.sample_horizon));
     if (!made.ok()) return made.error();
     sample.emplace(std::move(made).value());
   }

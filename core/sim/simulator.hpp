@@ -89,6 +89,7 @@ enum class signature_source {
 struct online_refit {
   bool enabled = false;
   uint32_t sample_size = 4096;  // models.sample_size
+  uint64_t sample_horizon = 0;  // models.sample_horizon (0: automatic, 8 x sample_size)
   double interval_s = 2.0;      // models.refit_interval_s
   refit_rule rule;              // min_sample, validation, seed (the sample's and the fits')
 };

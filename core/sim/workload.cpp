@@ -131,6 +131,9 @@ result<workload> make_workload(std::shared_ptr<const request_source> source, uin
   if (!(o.rate_rps >= 0.0 && std::isfinite(o.rate_rps)))
     return status::invalid_argument("workload: the rate must be a finite number >= 0");
   if (o.requests == 0) return status::invalid_argument("workload: requests must be >= 1");
+  if (o.drift_phases > 1 && o.rate_rps == 0.0)
+    return status::invalid_argument(
+        "workload: drift phases need a rate (rate 0 replays the trace's order)");
   const auto* ts = dynamic_cast<const trace_source*>(source.get());
   workload w;
   w.source = source;
@@ -217,6 +220,22 @@ result<workload> make_workload(std::shared_ptr<const request_source> source, uin
     r.output_tokens = source->output_tokens(r.source);
     r.label = label_index(r.source);
     w.requests.push_back(r);
+  }
+  if (o.drift_phases > 1) {
+    // Label l (in order of first calibration use) is in phase l * phases / labels; unlabelled
+    // requests in the first.
+    const auto phase = [&](const sim_request& r) {
+      return r.label < 0 ? uint64_t{0}
+                         : static_cast<uint64_t>(r.label) * o.drift_phases / w.labels.size();
+    };
+    std::vector<double> arrivals_in_order;
+    for (const sim_request& r : w.requests)
+      arrivals_in_order.push_back(r.arrival_s);
+    std::stable_sort(
+        w.requests.begin(), w.requests.end(),
+        [&](const sim_request& a, const sim_request& b) { return phase(a) < phase(b); });
+    for (std::size_t n = 0; n < w.requests.size(); ++n)
+      w.requests[n].arrival_s = arrivals_in_order[n];
   }
   if (replay_arrivals) {
     std::stable_sort(

@@ -75,6 +75,11 @@ struct workload_options {
   // Prefix caching: evaluated prompts are drawn with replacement from a pool of this many
   // distinct prompts; 0 = every request has its own prompt.
   uint32_t prompt_pool = 0;
+  // A drifting workload, for the online refit to follow: with N > 1 the labels (in order of first
+  // calibration use) are cut into N contiguous groups, and the evaluated requests come group
+  // after group -- the first group's mix of domains, then the next's -- arrival times unchanged;
+  // unlabelled requests go with the first group. 0 or 1: one stationary mix. Needs rate_rps > 0.
+  uint32_t drift_phases = 0;
   uint32_t threads = 2;  // for counting prefill tokens
 };
 
@@ -97,7 +102,7 @@ struct workload {
 // Draws the workload: evaluated requests (resampled with replacement from the evaluation pool of
 // a trace, or synthetic requests 0..N-1), their arrival times and prefill counts, and the
 // calibration requests. Errors: a trace with fewer than 2 requests, an empty evaluation or
-// calibration pool, rate_rps < 0, rate 0 with a trace lacking arrival_s.
+// calibration pool, rate_rps < 0, rate 0 with a trace lacking arrival_s or with drift_phases > 1.
 result<workload> make_workload(std::shared_ptr<const request_source> source, uint64_t source_size,
                                const workload_options& options);
 

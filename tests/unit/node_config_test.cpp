@@ -98,6 +98,7 @@ seed = 9223372036854775807
 worker_timeout_ms = 0
 refit_interval_s = 60
 sample_size = 100
+sample_horizon = 5000
 min_sample = 100
 max_balance_ratio = 1
 score_tolerance = 0.5
@@ -164,6 +165,7 @@ name = "second"
   EXPECT_EQ(m.worker_timeout_ms, 0);
   EXPECT_EQ(m.refit_interval_s, 60u);
   EXPECT_EQ(m.sample_size, 100u);
+  EXPECT_EQ(m.sample_horizon, 5000u);
   EXPECT_EQ(m.min_sample, 100u);
   EXPECT_EQ(m.max_balance_ratio, 1.0);  // an integer where a float is expected is accepted
   EXPECT_EQ(m.score_tolerance, 0.5);
@@ -185,6 +187,7 @@ name = "second"
   EXPECT_EQ(d.seed, expected.seed);
   EXPECT_EQ(d.worker_timeout_ms, expected.worker_timeout_ms);
   EXPECT_EQ(d.sample_size, expected.sample_size);
+  EXPECT_EQ(d.sample_horizon, 0u);  // automatic
   EXPECT_EQ(d.min_sample, expected.min_sample);
   EXPECT_TRUE(d.kv_endpoints.empty());
 }
@@ -360,6 +363,12 @@ TEST(NodeConfig, ValuesOutOfTheirAllowedRangeAreNamed) {
             "eldr.toml: models[0].sample_size: must be >= 1, got 0");
   EXPECT_EQ(error_of(one_model("sample_size = 10\nmin_sample = 11\n")),
             "eldr.toml: models[0].min_sample: 11 exceeds sample_size (10)");
+  EXPECT_EQ(error_of(one_model("sample_size = 10\nmin_sample = 1\nsample_horizon = 9\n")),
+            "eldr.toml: models[0].sample_horizon: must be 0 (automatic: 8 x sample_size) or >= "
+            "sample_size (10), got 9");
+  EXPECT_EQ(error_of(one_model("sample_horizon = -1\n"))
+                .rfind("eldr.toml: models[0].sample_horizon: out of range for ", 0),
+            0u);
   EXPECT_EQ(error_of(one_model("max_balance_ratio = 0.5\n")),
             "eldr.toml: models[0].max_balance_ratio: must be finite and >= 1, got 0.5");
   EXPECT_EQ(error_of(one_model("score_tolerance = -1\n")),

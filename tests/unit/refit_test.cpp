@@ -200,6 +200,79 @@ TEST(SignatureSample, AlgorithmRKeepsEveryItemWithEqualProbability) {
   EXPECT_NEAR(static_cast<double>(early) / (early + late), 0.5, 0.02);
 }
 
+TEST(SignatureSample, MakeRefusesAHorizonBelowTheCapacity) {
+  EXPECT_FALSE(signature_sample::make(10, 4, 1, 9).ok());
+  auto at = signature_sample::make(10, 4, 1, 10);
+  ASSERT_TRUE(at.ok());
+  EXPECT_EQ(at->horizon(), 10u);
+  EXPECT_EQ(signature_sample::make(10, 4, 1)->horizon(), signature_sample::whole_history);
+  EXPECT_EQ(resolved_sample_horizon(4096, 0), 8u * 4096);  // automatic
+  EXPECT_EQ(resolved_sample_horizon(4096, 5000), 5000u);
+}
+
+TEST(SignatureSample, UpToItsHorizonTheSampleIsAlgorithmRs) {
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    signature_sample r = std::move(signature_sample::make(5, 50, seed)).value();
+    signature_sample h = std::move(signature_sample::make(5, 50, seed, 50)).value();
+    for (uint32_t i = 0; i < 50; ++i) {
+      ASSERT_TRUE(r.add(signature{50, {i}, {1.0f}}).ok());
+      ASSERT_TRUE(h.add(signature{50, {i}, {1.0f}}).ok());
+    }
+    EXPECT_EQ(kept_items(r), kept_items(h)) << "seed " << seed;
+  }
+}
+
+// Item i as a row that says its index: (1, i / scale), normalised; the ratio gives i back.
+signature indexed_item(uint32_t i, double scale) {
+  return signature{2, {0, 1}, {1.0f, static_cast<float>(i / scale)}};
+}
+
+TEST(SignatureSample, PastItsHorizonAHeldSignatureAgesOutExponentially) {
+  // A held row is replaced with probability (capacity / horizon) x (1 / capacity) per offer, so
+  // its age is exponential with mean `horizon`; algorithm R's held rows are spread uniformly over
+  // the whole stream (mean age about items / 2).
+  constexpr uint32_t capacity = 100, horizon = 1000, items = 20000;
+  constexpr double scale = 1 << 15;
+  double age_sum = 0, age_sum_r = 0, rows = 0;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    signature_sample h = std::move(signature_sample::make(capacity, 2, seed, horizon)).value();
+    signature_sample r = std::move(signature_sample::make(capacity, 2, seed)).value();
+    for (uint32_t i = 0; i < items; ++i) {
+      ASSERT_TRUE(h.add(indexed_item(i, scale)).ok());
+      ASSERT_TRUE(r.add(indexed_item(i, scale)).ok());
+    }
+    ASSERT_EQ(h.size(), capacity);
+    for (std::size_t k = 0; k < capacity; ++k) {
+      const auto hp = h.points().subspan(2 * k, 2), rp = r.points().subspan(2 * k, 2);
+      age_sum += (items - 1) - std::round(hp[1] / hp[0] * scale);
+      age_sum_r += (items - 1) - std::round(rp[1] / rp[0] * scale);
+      ++rows;
+    }
+  }
+  // 2,000 ages; exponential: mean 1,000, standard error about 22 (the seeds are fixed).
+  EXPECT_NEAR(age_sum / rows, horizon, 150.0);
+  EXPECT_NEAR(age_sum_r / rows, items / 2.0, 1000.0);
+}
+
+TEST(SignatureSample, AHorizonFollowsAChangeOfTrafficThatTheWholeHistoryHides) {
+  // 100,000 signatures of one kind (e_0), then three horizons of another (e_1).
+  constexpr uint32_t capacity = 200, horizon = 2000;
+  auto share_of_new = [&](uint64_t h) {
+    signature_sample s = std::move(signature_sample::make(capacity, 2, 3, h)).value();
+    for (uint32_t i = 0; i < 100000; ++i)
+      EXPECT_TRUE(s.add(signature{2, {0}, {1.0f}}).ok());
+    for (uint32_t i = 0; i < 3 * horizon; ++i)
+      EXPECT_TRUE(s.add(signature{2, {1}, {1.0f}}).ok());
+    double held_new = 0;
+    for (std::size_t k = 0; k < s.size(); ++k)
+      held_new += s.points()[2 * k + 1];
+    return held_new / static_cast<double>(s.size());
+  };
+  // 1 - exp(-3) = 0.95 of the rows are the new kind; algorithm R: 6,000 / 106,000 = 0.057.
+  EXPECT_GT(share_of_new(horizon), 0.88);
+  EXPECT_LT(share_of_new(signature_sample::whole_history), 0.12);
+}
+
 TEST(SignatureSample, SameSeedSameSample) {
   EXPECT_EQ(sample_stream(5, 50, 9), sample_stream(5, 50, 9));
   EXPECT_NE(sample_stream(5, 50, 9), sample_stream(5, 50, 10));

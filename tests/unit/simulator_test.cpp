@@ -144,6 +144,37 @@ TEST(Workload, CalibrationIsDisjointAndArrivalsIncrease) {
   EXPECT_EQ(w.labels.size(), 4u);
 }
 
+TEST(Workload, DriftPhasesComeGroupAfterGroupWithTheSameArrivalsAndRequests) {
+  workload_options o;
+  o.requests = 240;
+  o.calibration = 120;
+  o.rate_rps = 200.0;
+  o.seed = 3;
+  const workload mixed = make_workload(synthetic_source_of(small_params()), 0, o).value();
+  o.drift_phases = 2;
+  const workload drifting = make_workload(synthetic_source_of(small_params()), 0, o).value();
+  ASSERT_EQ(drifting.requests.size(), mixed.requests.size());
+  std::multiset<uint64_t> a, b;
+  uint32_t phase_changes = 0;
+  std::set<int32_t> first_phase;
+  bool in_first = true;
+  for (std::size_t i = 0; i < mixed.requests.size(); ++i) {
+    EXPECT_EQ(drifting.requests[i].arrival_s, mixed.requests[i].arrival_s);
+    a.insert(mixed.requests[i].source);
+    b.insert(drifting.requests[i].source);
+    const bool early = drifting.requests[i].label < 2;  // labels 0 and 1: the first phase
+    if (!early && in_first) ++phase_changes;
+    in_first = in_first && early;
+    if (in_first) first_phase.insert(drifting.requests[i].label);
+    EXPECT_EQ(early, in_first) << i;
+  }
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(phase_changes, 1u);
+  EXPECT_EQ(first_phase, (std::set<int32_t>{0, 1}));  // a mix of both, not one label
+  o.rate_rps = 0.0;
+  EXPECT_FALSE(make_workload(synthetic_source_of(small_params()), 0, o).ok());
+}
+
 TEST(Workload, TraceSplitIsDisjoint) {
   synthetic_params p = small_params();
   p.requests = 30;

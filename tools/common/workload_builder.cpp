@@ -80,6 +80,7 @@ result<workload> draw_workload(const workload_source& source, const workload_spe
   wo.seed = spec.seed;
   wo.calibration_fraction = spec.calibration_fraction;
   wo.prompt_pool = spec.prompt_pool;
+  wo.drift_phases = spec.drift_phases;
   wo.threads = spec.threads;
   return make_workload(source.source, source.size, wo);
 }

@@ -42,6 +42,7 @@ struct workload_spec {
   uint32_t calibration = 1000;         // calibration requests, disjoint from the evaluated ones
   double calibration_fraction = 0.5;   // traces: the share of their requests kept for calibration
   uint32_t prompt_pool = 0;            // workload_options::prompt_pool (0 = each its own prompt)
+  uint32_t drift_phases = 0;           // workload_options::drift_phases (a drifting workload)
   uint32_t threads = 2;                // workload preparation and fits
   uint32_t pairs = default_rho_pairs;  // random pairs for rho in the calibration fit
 };

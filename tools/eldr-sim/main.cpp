@@ -433,6 +433,11 @@ int main(int argc, char** argv) {
                "signatures are summed from per-block counts");
   app.add_option("--prompt-pool", spec.prompt_pool,
                  "prefix caching: distinct prompts the requests draw from (default: requests/4)");
+  eldr::add_defaulted(app, "--drift-phases", spec.drift_phases,
+                      "a drifting workload: the labels cut into N groups, the evaluated requests "
+                      "coming group after group (one mix of domains, then the next), arrival "
+                      "times unchanged; 0 = stationary",
+                      CLI::Range(0u, 64u));
   eldr::tools::add_block_size_option(app, o.sim.block_size);
   eldr::add_defaulted(app, "--routers", o.sim.routers,
                       "routers R sharing the decisions, each with its own policy instance; the "
@@ -454,6 +459,10 @@ int main(int argc, char** argv) {
                       "eldr-online: reservoir of routed signatures refits fit on "
                       "(models.sample_size)",
                       CLI::Range(1u, 1u << 24));
+  app.add_option("--refit-sample-horizon", o.refit.sample_horizon,
+                 "eldr-online: how far back the reservoir reaches, in signatures; 0 = automatic, "
+                 "8 x the sample size (models.sample_horizon)")
+      ->capture_default_str();
   app.add_option("--refit-min-sample", o.refit.rule.min_sample,
                  "eldr-online: no refit on fewer sampled signatures (models.min_sample)")
       ->capture_default_str();
@@ -487,6 +496,8 @@ int main(int argc, char** argv) {
   }
   if (eldr::status s = eldr::tools::check_workload_spec(spec); !s.ok()) die(s.message());
   if (!std::isfinite(o.sim.load_sync_ms)) die("--load-sync-ms: must be a finite number >= 0");
+  if (o.refit.sample_horizon != 0 && o.refit.sample_horizon < o.refit.sample_size)
+    die("--refit-sample-horizon: must be 0 (automatic) or >= --refit-sample-size");
   if (o.sim.prefix_caching && spec.prompt_pool == 0)
     spec.prompt_pool = std::max(1u, o.requests / 4);
   if (!o.sim.prefix_caching) spec.prompt_pool = 0;
