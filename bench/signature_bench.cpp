@@ -11,6 +11,10 @@
 //   (signature_sample) until it holds 1,024 rows: what every router pays per decision until its
 //   reservoir is full (after its first sample_size decisions; each router of a cluster fills its
 //   own). Per offer: a row of width floats written, its pages touched for the first time.
+// - sample_past_horizon: offering the same signature to a full sample already past its horizon
+//   (models.sample_horizon): what a busy router pays per decision for ever -- a resident row
+//   rewritten for sample_size / horizon of the offers (1/8 at the automatic horizon, every offer
+//   at horizon = sample_size).
 // Smoke mode: 2 blocks of a 4-layer model.
 #include <benchmark/benchmark.h>
 
@@ -125,6 +129,25 @@ void sample_fill(benchmark::State& state, const fixture& f) {
   state.counters["width"] = sig.width;
 }
 
+void sample_past_horizon(benchmark::State& state, const fixture& f) {
+  eldr::signature_builder builder(f.spec);
+  eldr::signature sig;
+  for (const auto& b : f.blocks)
+    (void)builder.add(b);
+  builder.finish(sig);
+  const uint32_t rows = eldr::bench::smoke() ? 8 : 1024;
+  const auto horizon = static_cast<uint64_t>(state.range(0)) * rows;
+  auto sample = eldr::signature_sample::make(rows, sig.width, 1, horizon).value();
+  for (uint64_t i = 0; i < horizon; ++i)
+    (void)sample.add(sig);
+  for (auto _ : state)
+    benchmark::DoNotOptimize(sample.add(sig));
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
+  state.counters["width"] = sig.width;
+  state.counters["horizon"] = static_cast<double>(horizon);
+  state.counters["nnz"] = static_cast<double>(sig.nnz());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -140,6 +163,11 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("signature_one_block/1x16tok/48x128/mask48",
                                signature_one_block_all_layers, all_layers);
   benchmark::RegisterBenchmark("sample_fill/1024rows/64x16tok/mask48", sample_fill, all_layers);
+  // Horizon in multiples of the sample: 8 = automatic, 1 = every offer rewrites a row.
+  benchmark::RegisterBenchmark("sample_past_horizon/1024rows/64x16tok/mask48", sample_past_horizon,
+                               all_layers)
+      ->Arg(8)
+      ->Arg(1);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
