@@ -224,6 +224,25 @@ TEST_F(ActorsTest, RejectedRefitKeepsTheCurrentSet) {
   EXPECT_EQ(last_admin_reply().result["epoch"], 1);
 }
 
+// The refit's sample holds what the router routed, and reaches back the configured horizon
+// (automatic here: 8 x the default sample_size).
+TEST_F(ActorsTest, StatusShowsTheRefitSampleAndItsHorizon) {
+  register_all();
+  import(toy_centroids(0));
+  sched_.run();
+  last_admin_reply();
+  for (uint32_t i = 0; i < 8; ++i)
+    route(request_for("h" + std::to_string(i), i % 4, 200 + i));
+  sched_.run();
+  route_replies();
+  admin("status", nlohmann::json::object());
+  sched_.run();
+  const auto status = last_admin_reply();
+  ASSERT_TRUE(status.ok);
+  EXPECT_EQ(status.result["models"][0]["sample"], 8);
+  EXPECT_EQ(status.result["models"][0]["sample_horizon"], 8 * model_config{}.sample_size);
+}
+
 TEST_F(ActorsTest, UnknownModelsAndCommandsAreAnswered) {
   auto r = request_for("u", 0, 1);
   r.model = "other";
