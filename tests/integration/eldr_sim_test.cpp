@@ -155,7 +155,8 @@ TEST_F(EldrSim, HelpDocumentsEveryInterfaceFlag) {
   EXPECT_EQ(r.exit_code, 0);
   for (const char* flag :
        {"--trace", "--policies", "--rate", "--decode-workers", "--prefill-workers", "--requests",
-        "--seed", "--out", "--centroids", "--routers", "--load-sync-ms", "--load-sync-lag"})
+        "--seed", "--out", "--centroids", "--routers", "--load-sync-ms", "--load-sync-lag",
+        "--drift-phases", "--refit-sample-horizon"})
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
 }
 
@@ -176,6 +177,8 @@ TEST_F(EldrSim, BadInputStopsWithOneClearMessage) {
       {small + "--load-sync-ms -1", "--load-sync-ms"},
       {small + "--load-sync-ms inf", "--load-sync-ms"},
       {small + "--load-sync-lag 17", "--load-sync-lag"},
+      {small + "--refit-sample-size 64 --refit-sample-horizon 63", "--refit-sample-horizon"},
+      {small + "--drift-phases 65", "--drift-phases"},
   };
   for (const bad_case& c : cases) {
     const run_result r = run(c.args + out);
