@@ -112,13 +112,22 @@ void block_counts_from_tokens(benchmark::State& state, const fixture& f) {
   }
 }
 
-void sample_fill(benchmark::State& state, const fixture& f) {
+// The prompt's signature, as a router offers it to its refit sample; and the sample's rows.
+eldr::signature prompt_signature(const fixture& f) {
   eldr::signature_builder builder(f.spec);
   eldr::signature sig;
   for (const auto& b : f.blocks)
     (void)builder.add(b);
   builder.finish(sig);
-  const uint32_t rows = eldr::bench::smoke() ? 8 : 1024;
+  return sig;
+}
+uint32_t sample_rows() {
+  return eldr::bench::smoke() ? 8 : 1024;
+}
+
+void sample_fill(benchmark::State& state, const fixture& f) {
+  const eldr::signature sig = prompt_signature(f);
+  const uint32_t rows = sample_rows();
   for (auto _ : state) {
     auto sample = eldr::signature_sample::make(rows, sig.width, 1).value();
     for (uint32_t i = 0; i < rows; ++i)
@@ -130,12 +139,8 @@ void sample_fill(benchmark::State& state, const fixture& f) {
 }
 
 void sample_past_horizon(benchmark::State& state, const fixture& f) {
-  eldr::signature_builder builder(f.spec);
-  eldr::signature sig;
-  for (const auto& b : f.blocks)
-    (void)builder.add(b);
-  builder.finish(sig);
-  const uint32_t rows = eldr::bench::smoke() ? 8 : 1024;
+  const eldr::signature sig = prompt_signature(f);
+  const uint32_t rows = sample_rows();
   const auto horizon = static_cast<uint64_t>(state.range(0)) * rows;
   auto sample = eldr::signature_sample::make(rows, sig.width, 1, horizon).value();
   for (uint64_t i = 0; i < horizon; ++i)
