@@ -186,12 +186,9 @@ signature_sample::signature_sample(uint32_t capacity, uint32_t width, uint64_t s
   points_.reserve(std::size_t{capacity_} * width_);
 }
 
-status signature_sample::add(const signature& s) {
-  if (s.width != width_)
-    return status::invalid_argument("signature sample: signature width " + std::to_string(s.width) +
-                                    " differs from the sample's " + std::to_string(width_));
-  if (s.index.size() != s.value.size())
-    return status::invalid_argument("signature sample: index and value lengths differ");
+// The squared norm of a non-empty signature of the sample's width; errors: indices not strictly
+// increasing or >= width, a NaN/Inf value, entries all zero.
+result<double> signature_sample::squared_norm(const signature& s) const {
   double squared = 0.0;
   for (std::size_t i = 0; i < s.index.size(); ++i) {
     if (s.index[i] >= width_ || (i > 0 && s.index[i] <= s.index[i - 1]))
@@ -201,10 +198,31 @@ status signature_sample::add(const signature& s) {
       return status::invalid_argument("signature sample: non-finite signature value");
     squared += static_cast<double>(s.value[i]) * s.value[i];
   }
-  // Densified only when the reservoir keeps it: past capacity, most offers are dropped, and
-  // building a row of width floats for each was the router's largest cost after the decision.
-  const auto [row, inv] = admit(squared);
+  if (squared == 0.0)
+    return status::invalid_argument(
+        "signature sample: entries all zero (an empty signature has none)");
+  return squared;
+}
+
+status signature_sample::add(const signature& s) {
+  if (s.width != width_)
+    return status::invalid_argument("signature sample: signature width " + std::to_string(s.width) +
+                                    " differs from the sample's " + std::to_string(width_));
+  if (s.index.size() != s.value.size())
+    return status::invalid_argument("signature sample: index and value lengths differ");
+  if (s.empty()) {
+    ++skipped_;
+    return {};
+  }
+  // Read and densified only when the reservoir keeps it: past capacity, most offers are dropped.
+  float* row = claim_row();
   if (row == nullptr) return {};
+  const result<double> squared = squared_norm(s);
+  if (!squared.ok()) {
+    undo_claim();
+    return squared.error();
+  }
+  const double inv = 1.0 / std::sqrt(*squared);
   std::fill(row, row + width_, 0.0f);
   for (std::size_t i = 0; i < s.index.size(); ++i)
     row[s.index[i]] = static_cast<float>(s.value[i] * inv);
@@ -246,6 +264,13 @@ float* signature_sample::claim_row() {
   // capacity / seen_ -- or capacity / horizon_ once seen_ is past the horizon.
   const uint64_t j = uniform_index(rng_, std::min(seen_, horizon_));
   return j < capacity_ ? points_.data() + j * width_ : nullptr;
+}
+
+void signature_sample::undo_claim() {
+  // During the fill every kept offer is appended (seen_ == size()); after it, a claimed row is
+  // written only once the signature passed its checks, so only the count is taken back.
+  if (seen_ == size()) points_.resize(points_.size() - width_);
+  --seen_;
 }
 
 uint64_t resolved_sample_horizon(uint32_t sample_size, uint64_t configured) {

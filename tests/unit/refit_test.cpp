@@ -200,6 +200,26 @@ TEST(SignatureSample, AlgorithmRKeepsEveryItemWithEqualProbability) {
   EXPECT_NEAR(static_cast<double>(early) / (early + late), 0.5, 0.02);
 }
 
+TEST(SignatureSample, PastItsFillAnOfferIsReadOnlyWhenTheReservoirKeepsIt) {
+  signature_sample s = std::move(signature_sample::make(2, 4, 5)).value();
+  EXPECT_FALSE(s.add(signature{4, {1}, {0.0f}}).ok());  // entries all zero, kept during the fill
+  EXPECT_EQ(s.size(), 0u);
+  EXPECT_EQ(s.seen(), 0u);
+  ASSERT_TRUE(s.add(signature{4, {0}, {1.0f}}).ok());
+  ASSERT_TRUE(s.add(signature{4, {1}, {1.0f}}).ok());
+  const std::vector<float> held(s.points().begin(), s.points().end());
+  // 1,000 malformed offers: the ones the draw keeps (about 2 ln(1002 / 3) = 12) are refused and
+  // change nothing; the others are dropped unread, as a well-formed one would be.
+  uint64_t refused = 0;
+  const signature nan{4, {2}, {std::numeric_limits<float>::quiet_NaN()}};
+  for (int i = 0; i < 1000; ++i)
+    refused += s.add(nan).ok() ? 0 : 1;
+  EXPECT_GT(refused, 2u);
+  EXPECT_LT(refused, 40u);
+  EXPECT_EQ(s.seen(), 2 + 1000 - refused);
+  EXPECT_EQ(std::vector<float>(s.points().begin(), s.points().end()), held);
+}
+
 TEST(SignatureSample, MakeRefusesAHorizonBelowTheCapacity) {
   EXPECT_FALSE(signature_sample::make(10, 4, 1, 9).ok());
   auto at = signature_sample::make(10, 4, 1, 10);
