@@ -38,9 +38,10 @@ namespace eldr {
 // of a router's whole history (horizon = whole_history) barely moves after days of requests.
 // The cost is a row written for a fraction capacity / horizon of the signatures, for ever.
 //
-// Empty (all-zero) signatures carry no locality and are left out: they are neither held nor
-// counted in seen() (counted in skipped()). Signatures of another width are refused: a centroid
-// set with a new layer mask changes the width, and the owner then reset()s the sample.
+// Empty signatures (no entries; an all-zero dense row) carry no locality and are left out: they
+// are neither held nor counted in seen() (counted in skipped()). Signatures of another width are
+// refused: a centroid set with a new layer mask changes the width, and the owner then reset()s the
+// sample.
 //
 // Thread safety: none (the router actor owns it and hands a copy of points() to the refit).
 class signature_sample {
