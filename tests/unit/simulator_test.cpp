@@ -32,15 +32,21 @@ std::shared_ptr<const request_source> synthetic_source_of(const synthetic_params
       std::make_shared<const synthetic_model>(synthetic_model::make(p).value()));
 }
 
-workload small_workload(const synthetic_params& p, uint32_t requests = 240, double rate = 200.0,
-                        uint32_t pool = 0) {
+workload_options small_workload_options(uint32_t requests = 240, double rate = 200.0,
+                                        uint32_t pool = 0) {
   workload_options o;
   o.requests = requests;
   o.calibration = 120;
   o.rate_rps = rate;
   o.seed = 3;
   o.prompt_pool = pool;
-  return make_workload(synthetic_source_of(p), 0, o).value();
+  return o;
+}
+
+workload small_workload(const synthetic_params& p, uint32_t requests = 240, double rate = 200.0,
+                        uint32_t pool = 0) {
+  return make_workload(synthetic_source_of(p), 0, small_workload_options(requests, rate, pool))
+      .value();
 }
 
 sim_config small_config() {
@@ -145,12 +151,8 @@ TEST(Workload, CalibrationIsDisjointAndArrivalsIncrease) {
 }
 
 TEST(Workload, DriftPhasesComeGroupAfterGroupWithTheSameArrivalsAndRequests) {
-  workload_options o;
-  o.requests = 240;
-  o.calibration = 120;
-  o.rate_rps = 200.0;
-  o.seed = 3;
-  const workload mixed = make_workload(synthetic_source_of(small_params()), 0, o).value();
+  const workload mixed = small_workload(small_params());
+  workload_options o = small_workload_options();
   o.drift_phases = 2;
   const workload drifting = make_workload(synthetic_source_of(small_params()), 0, o).value();
   ASSERT_EQ(drifting.requests.size(), mixed.requests.size());
