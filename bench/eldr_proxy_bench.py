@@ -246,7 +246,7 @@ async def run(args, tmp):
              "--eldr-worker", node.endpoint("worker"), "--model", MODEL,
              "--layers", str(geometry[0]), "--experts", str(geometry[1]),
              "--top-k", str(geometry[2]), "--first-moe-layer", "1", "--hash-seed", SEED,
-             "--log-level", "warning"] +
+             "--log-level", "warning"] + args.proxy_arg +
             sum((["--prefill", u] for u in prefills), []) +
             sum((["--decode", u] for u in decodes), []),
             "eldr-proxy", os.path.join(tmp, "proxy.log"))
@@ -353,6 +353,9 @@ def main():
     ap.add_argument("--prefills", type=int, default=2)
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--proxy-arg", action="append", default=[],
+                    help="one more flag for the proxy, e.g. --proxy-arg=--event-loop=uvloop "
+                         "(repeatable)")
     ap.add_argument("--profile", help="run the proxy under cProfile, stats written to this file")
     ap.add_argument("--proxy", help="the eldr-proxy script to run (default: this tree's); e.g. "
                                     "another checkout's, to compare two versions in one run")

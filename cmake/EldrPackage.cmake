@@ -24,7 +24,7 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # Not found by shlibdeps: the Python tools' modules (README "Python packages") and what the
 # installed eldr::client CMake package finds (cmake/eldrConfig.cmake.in).
 set(CPACK_DEBIAN_PACKAGE_DEPENDS
-    "python3 (>= 3.11), python3-zmq, python3-msgpack, python3-numpy, python3-aiohttp, python3-cbor2")
+    "python3 (>= 3.11), python3-zmq, python3-msgpack, python3-numpy, python3-aiohttp, python3-cbor2, python3-httptools")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "libzmq3-dev, cppzmq-dev, nlohmann-json3-dev, gnuplot-nox")
 # The system user of the units (deploy/systemd/eldr.sysusers.conf), made at install.
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/deploy/debian/postinst)

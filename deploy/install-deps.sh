@@ -20,6 +20,8 @@ packages=(
   python3-aiohttp
   # eldr-proxy: vLLM's sha256_cbor prefix-caching block hash (the same CBOR library vLLM uses)
   python3-cbor2
+  # eldr-proxy's HTTP client to the vLLM instances parses their answers with it (http-parser)
+  python3-httptools
   # installing the Python packages offline (pyproject.toml, README "Python packages"): a venv
   # with --system-site-packages, pip --no-build-isolation with Debian's setuptools and wheel
   python3-venv python3-pip python3-setuptools python3-wheel

@@ -18,11 +18,18 @@ are imported, not copied), same failover and id semantics as the synchronous cli
     by "id". Two calls outstanding with the same id at once are refused (ValueError): their
     replies could not be told apart.
 
-Requirements: Python 3.11 with Debian's python3-zmq (zmq.asyncio) and python3-msgpack; run with
+  - The sockets are plain pyzmq sockets driven by the event loop's reader on each socket's
+    ZMQ_FD (not zmq.asyncio, whose futures and flag enums cost eldr-proxy about a third of a
+    millisecond of CPU per route call: BENCHMARKS.md, "eldr-proxy without aiohttp's client and
+    zmq.asyncio"). The descriptor is edge-triggered: every wake-up, and every send,
+    drains the socket until ZMQ_EVENTS shows nothing more to do.
+
+Requirements: Python 3.11 with Debian's python3-zmq and python3-msgpack; run with
 /usr/bin/python3. Put cluster/python on PYTHONPATH (this module imports eldr_client).
 
 Classes (each also takes max_attempts=None, server_public_key=None, public_key=None,
-secret_key=None, context=None (a zmq.asyncio.Context); has .failovers, .last_endpoint, .endpoint,
+secret_key=None, context=None (a zmq.Context, or a zmq.asyncio.Context, whose underlying
+context is used); has .failovers, .last_endpoint, .endpoint,
 .late_replies, .bad_replies; must be used from one event loop; close with `await c.close()` or
 `async with`):
 
@@ -53,6 +60,7 @@ Example:
     await router.close()
 """
 import asyncio
+import collections
 import itertools
 import logging
 import os
@@ -75,10 +83,100 @@ _log = logging.getLogger("eldr_client")
 
 _TIMED_OUT = object()  # an attempt's future when its time ran out before a reply
 
+# Plain ints: pyzmq's flag enums cost an enum operation per test in the pump below.
+_EVENTS, _POLLIN, _POLLOUT = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.POLLOUT)
+_NOBLOCK = int(zmq.NOBLOCK)
+
 
 def _time_out(fut):
     if not fut.done():
         fut.set_result(_TIMED_OUT)
+
+
+def _sync_context(context):
+    """A plain zmq.Context for `context` (None: a new one). A zmq.asyncio.Context given by a
+    caller is shadowed: the same libzmq context, sockets without asyncio's layer."""
+    if context is None:
+        return zmq.Context()
+    if isinstance(context, zmq.asyncio.Context):
+        return zmq.Context.shadow(context.underlying)
+    return context
+
+
+class _Dealer:
+    """One DEALER socket in the event loop: frames that arrive go to on_frames(frames); send()
+    queues what ZeroMQ cannot take yet (IMMEDIATE: no connection) and sends it when the socket
+    becomes writable. ZMQ_FD only says that the socket's state may have changed, once: after
+    every wake-up and every send the socket is pumped until ZMQ_EVENTS shows nothing left."""
+
+    def __init__(self, sock, loop, on_frames):
+        self.sock = sock
+        self.loop = loop
+        self.on_frames = on_frames
+        self.waiting = collections.deque()  # (payload, future): sends ZeroMQ did not take yet
+        self._pump_scheduled = False
+        self._fd = sock.getsockopt(zmq.FD)
+        loop.add_reader(self._fd, self.pump)
+
+    def send(self, payload):
+        """None when ZeroMQ took the payload; else a future resolved when it does (cancel it to
+        withdraw the payload)."""
+        if not self.waiting:
+            try:
+                self.sock.send(payload, _NOBLOCK)
+                self._schedule_pump()
+                return None
+            except zmq.Again:
+                pass
+        fut = self.loop.create_future()
+        self.waiting.append((payload, fut))
+        self._schedule_pump()
+        return fut
+
+    def _schedule_pump(self):
+        # A send may consume the descriptor's edge while a reply is readable: look once more,
+        # after this loop turn's other sends (one pump for all of them).
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            self.loop.call_soon(self.pump)
+
+    def pump(self):
+        self._pump_scheduled = False
+        sock = self.sock
+        if sock.closed:
+            return
+        while True:
+            events = sock.getsockopt(_EVENTS)
+            progressed = False
+            if events & _POLLIN:
+                try:
+                    frames = sock.recv_multipart(_NOBLOCK)
+                except zmq.Again:
+                    frames = None
+                if frames is not None:
+                    progressed = True
+                    self.on_frames(frames)
+            while self.waiting and self.waiting[0][1].done():  # withdrawn: timed out, cancelled
+                self.waiting.popleft()
+            if self.waiting and events & _POLLOUT:
+                payload, fut = self.waiting[0]
+                try:
+                    sock.send(payload, _NOBLOCK)
+                    self.waiting.popleft()
+                    fut.set_result(None)
+                    progressed = True
+                except zmq.Again:
+                    pass
+            if not progressed:
+                return
+
+    def close(self):
+        if not self.sock.closed:
+            self.loop.remove_reader(self._fd)
+        for _, fut in self.waiting:
+            if not fut.done():
+                fut.cancel()
+        self.waiting.clear()
 
 
 class _AsyncClient(DealerClientBase):
@@ -89,11 +187,12 @@ class _AsyncClient(DealerClientBase):
 
     def __init__(self, endpoints, timeout_ms, reply_types, context=None, max_attempts=None,
                  server_public_key=None, public_key=None, secret_key=None):
-        super().__init__(endpoints, timeout_ms, reply_types, context, max_attempts,
-                         server_public_key, public_key, secret_key, zmq.asyncio.Context)
+        super().__init__(endpoints, timeout_ms, reply_types, _sync_context(context),
+                         max_attempts, server_public_key, public_key, secret_key, zmq.Context)
+        self._own_context = context is None
         self.late_replies = 0    # answers that came after their call had given up
         self.bad_replies = 0     # replies that did not decode (logged, dropped)
-        self._readers = []
+        self._dealers = []  # one _Dealer per socket, made in the running loop at the first call
         # id -> (future of (endpoint index, reply), endpoint index of the latest attempt)
         self._pending = {}
         self._closed = False
@@ -114,38 +213,36 @@ class _AsyncClient(DealerClientBase):
         return self._prefix + str(next(_AsyncClient._ids))
 
     def _start_readers(self):
-        # Started on the first call, inside the running loop (the constructor may run outside).
-        if not self._readers and not self._closed:
-            self._readers = [asyncio.ensure_future(self._read_loop(i))
-                             for i in range(len(self._socks))]
+        # Made on the first call, inside the running loop (the constructor may run outside).
+        if not self._dealers and not self._closed:
+            loop = asyncio.get_running_loop()
+            self._dealers = [_Dealer(s, loop, lambda frames, i=i: self._on_reply(i, frames))
+                             for i, s in enumerate(self._socks)]
 
-    async def _read_loop(self, i):
-        sock = self._socks[i]
-        while True:
-            frames = await sock.recv_multipart()
-            try:
-                # The last frame is the message (a node adding an empty delimiter is understood).
-                reply = decode(frames[-1], self._reply_types)
-            except ProtocolError as e:
+    def _on_reply(self, i, frames):
+        try:
+            # The last frame is the message (a node adding an empty delimiter is understood).
+            reply = decode(frames[-1], self._reply_types)
+        except ProtocolError as e:
+            self.bad_replies += 1
+            self._log_bad("%s: %s" % (self.endpoints[i], e))
+            return
+        rid = reply.get("id")
+        entry = self._pending.get(rid) if rid else None
+        if entry is None and not rid:
+            # A reply without id answers a request the node could not read; it can only be
+            # matched when exactly one call waits on this endpoint.
+            waiting = [e for e in self._pending.values() if e[1] == i]
+            entry = waiting[0] if len(waiting) == 1 else None
+            if entry is None:
                 self.bad_replies += 1
-                self._log_bad("%s: %s" % (self.endpoints[i], e))
-                continue
-            rid = reply.get("id")
-            entry = self._pending.get(rid) if rid else None
-            if entry is None and not rid:
-                # A reply without id answers a request the node could not read; it can only be
-                # matched when exactly one call waits on this endpoint.
-                waiting = [e for e in self._pending.values() if e[1] == i]
-                entry = waiting[0] if len(waiting) == 1 else None
-                if entry is None:
-                    self.bad_replies += 1
-                    self._log_bad("%s: a reply without id (%s) matches no single call"
-                                  % (self.endpoints[i], reply.get("message", "")))
-                    continue
-            if entry is None or entry[0].done():
-                self.late_replies += 1
-                continue
-            entry[0].set_result((i, reply))
+                self._log_bad("%s: a reply without id (%s) matches no single call"
+                              % (self.endpoints[i], reply.get("message", "")))
+                return
+        if entry is None or entry[0].done():
+            self.late_replies += 1
+            return
+        entry[0].set_result((i, reply))
 
     def _log_bad(self, what):
         now = time.monotonic()
@@ -154,13 +251,11 @@ class _AsyncClient(DealerClientBase):
             _log.warning("eldr node reply dropped (%d so far): %s", self.bad_replies, what)
 
     async def _send_on(self, i, payload, timeout_s):
-        sent = self._socks[i].send(payload)
-        if sent.done():
-            # zmq.asyncio tries a non-blocking send first: queued, no timer or wait_for task
-            # (which cost a loop turn and a timer per route call in eldr-proxy's profile).
-            sent.result()
+        sent = self._dealers[i].send(payload)
+        if sent is None:  # queued by ZeroMQ at once: no timer, no task
             return
-        # With IMMEDIATE, a DEALER whose connection is not up blocks in send; bound that.
+        # With IMMEDIATE, a DEALER whose connection is not up takes nothing; bound the wait (a
+        # timed-out payload is withdrawn: wait_for cancels its future).
         await asyncio.wait_for(sent, timeout_s)
 
     async def _call(self, request_id, payload, resend=None):
@@ -228,11 +323,9 @@ class _AsyncClient(DealerClientBase):
         if self._closed:
             return
         self._closed = True
-        for r in self._readers:
-            r.cancel()
-        if self._readers:
-            await asyncio.gather(*self._readers, return_exceptions=True)
-        self._readers = []
+        for d in self._dealers:
+            d.close()
+        self._dealers = []
         for fut, _ in list(self._pending.values()):
             if not fut.done():
                 fut.cancel()

@@ -172,8 +172,8 @@ class ProxyMetrics:
                               ("decode", "decided_by"))
         self.prefill_failures = Counter(
             r, "eldr_proxy_prefill_failures_total",
-            "prefill calls that failed (connect, connection, timeout, status, bad_response, "
-            "too_large)",
+            "prefill calls that failed (connect, connection, timeout, protocol, status, "
+            "bad_response, too_large)",
             ("prefill", "reason"))
         self.decode_failures = Counter(
             r, "eldr_proxy_decode_failures_total",

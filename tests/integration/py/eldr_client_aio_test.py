@@ -36,8 +36,8 @@ class FakeNode(eldr_testing.FakeRouter):
     """A ROUTER on 127.0.0.1:0 served by a thread: script(msg) -> list of (delay-free) reply
     payloads, or None to hold the message (kept in .held with its peer for release())."""
 
-    def __init__(self, script, server_secret=None):
-        super().__init__(server_secret)
+    def __init__(self, script, server_secret=None, bind="tcp://127.0.0.1:*"):
+        super().__init__(server_secret, bind)
         self.script = script
         self.received = []
         self.held = []
@@ -206,6 +206,41 @@ async def test_first_answer_wins_from_an_earlier_endpoint():
         await router.close()
         slow.close()
         silent.close()
+
+
+async def test_a_call_waits_for_a_node_that_comes_up_and_a_timed_out_one_is_withdrawn():
+    """IMMEDIATE: nothing is queued for an endpoint without a connection. A call made before
+    the node listens is sent once it does, within the call's time; one whose time ran out is
+    withdrawn and never reaches a node that comes up later."""
+    gone = FakeNode(lambda msg: None)
+    endpoint = gone.endpoint
+    gone.close()  # its port is free: nothing listens there now
+    early = aio.AsyncRouteClient([endpoint], timeout_ms=100, max_attempts=1)
+    late = aio.AsyncRouteClient([endpoint], timeout_ms=5000, max_attempts=1)
+    node = None
+    try:
+        try:
+            await early.route("q-1", MODEL, [1])
+            check(False, "answered with nothing listening")
+        except TimeoutError:
+            pass
+        task = asyncio.ensure_future(late.route("q-2", MODEL, [2]))
+        await wait_for(lambda: late._dealers and late._dealers[0].waiting,
+                       "the call to wait for a connection")
+        node = FakeNode(lambda msg: [route_answer(msg["id"], worker=4)], bind=endpoint)
+        r = await task
+        check(r["id"] == "q-2" and r["worker"] == 4, "reply: %r" % r)
+        # Anything `early` had queued would reach the node before this, on the same connection.
+        early.timeout_ms = 5000
+        r = await early.route("q-3", MODEL, [3])
+        check(r["id"] == "q-3", "reply: %r" % r)
+        check([m["id"] for m in node.received] == ["q-2", "q-3"],
+              "the withdrawn call was sent late: %r" % node.received)
+    finally:
+        await early.close()
+        await late.close()
+        if node is not None:
+            node.close()
 
 
 async def test_timeout_and_duplicate_ids():

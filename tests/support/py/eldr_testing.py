@@ -225,13 +225,14 @@ def shared_data(root):
 
 
 class FakeRouter:
-    """A fake eldr node for client tests: a ZeroMQ ROUTER bound to a free loopback port (a CURVE
+    """A fake eldr node for client tests: a ZeroMQ ROUTER bound to a free loopback port (or to
+    `bind`, e.g. the endpoint of one closed before) (a CURVE
     server when server_secret, a Z85 secret key, is given), served by a daemon thread that runs
     the subclass's serve() until close(). serve() polls with a short timeout and returns when
     self.stopping is set; the timeout only bounds how late it sees that, nothing waits on it.
     Needs pyzmq (python3-zmq); imported here, so only the scripts that use this need it."""
 
-    def __init__(self, server_secret=None):
+    def __init__(self, server_secret=None, bind="tcp://127.0.0.1:*"):
         import zmq
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
@@ -239,7 +240,7 @@ class FakeRouter:
         if server_secret is not None:
             self.sock.setsockopt(zmq.CURVE_SERVER, 1)
             self.sock.setsockopt(zmq.CURVE_SECRETKEY, server_secret.encode())
-        self.sock.bind("tcp://127.0.0.1:*")
+        self.sock.bind(bind)
         self.endpoint = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.serve, daemon=True)

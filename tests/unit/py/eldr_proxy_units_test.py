@@ -414,32 +414,6 @@ def test_bad_flags_name_the_flag():
     expect_usage(with_flag("--decode", None, with_flag("--decode", None)), "usage", "--decode")
 
 
-class FakeBody:
-    """What _read_bounded reads of an aiohttp response: content_length and content.iter_any()."""
-
-    def __init__(self, chunks, content_length=None):
-        self.content_length = content_length
-        self.content = self
-        self._chunks = chunks
-
-    async def iter_any(self):
-        for c in self._chunks:
-            yield c
-
-
-def test_upstream_bodies_are_bounded():
-    import asyncio
-    read = eldr_proxy._read_bounded
-    check(asyncio.run(read(FakeBody([b"ab", b"cd"]), limit=4)) == b"abcd", "at the limit")
-    for body in (FakeBody([b"ab", b"cde"]), FakeBody([b""], content_length=5)):
-        try:
-            asyncio.run(read(body, limit=4))
-            check(False, "a body over the limit was read")
-        except eldr_proxy._BodyTooLarge:
-            pass
-    check(eldr_proxy._reason(eldr_proxy._BodyTooLarge("x")) == "too_large", "metric reason")
-
-
 def main():
     return eldr_testing.run_test_functions(globals())
 
