@@ -306,6 +306,19 @@ void handle_worker(router_actor_t* self, const worker_job& job, bool answer) {
         } else if constexpr (std::is_same_v<T, load_report>) {
           if (auto s = m->pool.on_report(msg.worker, msg.in_flight, msg.seq, now); !s.ok())
             return fail(wire_error_code::malformed, msg.id, s.message());
+          // With load authorities only the authority's reports reach the other routers, so the
+          // node a worker's reports reach must be its authority: a worker whose authority left
+          // (its successor cannot hear it) or whose client failed over to this node is claimed
+          // here, as a registration claims it, which beats a succession and the older claim.
+          if (st.authority_mode && answer && !m->claims.mine(msg.worker)) {
+            const auto* held = m->claims.claim(msg.worker);
+            spdlog::info(
+                "model {}: decode worker {}'s load reports reach this node: its load "
+                "authority now (was {})",
+                m->cfg->name, msg.worker, held ? held->node : std::string("nobody"));
+            become_authority(st, *m, msg.worker, now);
+            ++st.authority_claims_by_report;
+          }
           if (m->authority) m->authority->on_report(msg.worker, msg.in_flight, msg.seq, now);
           if (m->reported.size() <= msg.worker) m->reported.resize(msg.worker + 1);
           auto& last = m->reported[msg.worker];

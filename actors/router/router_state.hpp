@@ -200,6 +200,9 @@ struct router_state {
   // node, or sent before this router learned of a new member).
   uint64_t authority_takeovers = 0, authority_handovers = 0, authority_yields = 0;
   uint64_t vectors_from_non_members = 0;
+  // Workers this node claimed because their load reports reached it while another node held
+  // their claim (their authority left, or their client failed over to this node).
+  uint64_t authority_claims_by_report = 0;
   // Cluster: the signature cache is sharded by block hash over the live signature-cache nodes
   // (this one included when it holds the role), R copies of each block's counts.
   std::optional<hash_ring> ring;

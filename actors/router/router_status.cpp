@@ -219,6 +219,7 @@ nlohmann::json router_json(const router_state& s) {
                         {"authority_takeovers", s.authority_takeovers},
                         {"authority_handovers", s.authority_handovers},
                         {"authority_yields", s.authority_yields},
+                        {"authority_claims_by_report", s.authority_claims_by_report},
                         {"peer_worker_messages", s.peer_worker_messages},
                         {"peer_epochs", s.peer_epochs},
                         {"untrusted_messages", s.untrusted},

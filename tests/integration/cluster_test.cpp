@@ -409,6 +409,68 @@ TEST_F(ClusterTest, WhenALoadAuthorityDiesTheSurvivorsTakeOverScrapingItsWorkers
   }
 }
 
+// A decode worker that pushes load_reports (no vLLM /metrics) registered at n1, its authority.
+// n1 dies; the worker's client reaches n3 and goes on reporting there. The node its reports reach
+// becomes its authority (a registration's claim, which beats the survivors' succession), so both
+// survivors follow its load -- without it, a worker whose successor was n2 kept n1's last load
+// until it registered again (docs/cluster.md, "When an authority leaves").
+TEST_F(ClusterTest, WhenALoadAuthorityDiesAWorkerThatPushesReportsIsHeardWhereTheyArrive) {
+  cluster_extra_ = "load_sharing = \"authority\"\n";
+  start_three();
+  register_workers(*nodes_[0]);
+  auto report = [&](const node_process& n, uint32_t base, uint64_t seq) {
+    auto w = worker_client::connect(n.worker());
+    ASSERT_TRUE(w.ok());
+    for (uint32_t k = 0; k < 4; ++k) {
+      auto r = (*w)->call(load_report{"", "m", k, base + k, base + k, 0, 0.0f, seq});
+      ASSERT_TRUE(r.ok() && std::holds_alternative<worker_ack>(*r)) << "worker " << k;
+    }
+  };
+  report(*nodes_[0], 1, 1);
+  for (size_t i = 0; i < 3; ++i)
+    ASSERT_TRUE(eventually([&] {
+      return loads(*nodes_[i]) == std::vector<uint32_t>{1, 2, 3, 4};
+    })) << "node "
+        << i << ": " << ::testing::PrintToString(loads(*nodes_[i]));
+  nodes_[0]->kill();
+  for (size_t i = 1; i < 3; ++i)
+    ASSERT_TRUE(eventually([&] { return alive_peers(*nodes_[i]) == 1; }));
+  report(*nodes_[2], 5, 2);
+  for (size_t i = 1; i < 3; ++i)
+    EXPECT_TRUE(eventually([&] {
+      return loads(*nodes_[i]) == std::vector<uint32_t>{5, 6, 7, 8};
+    })) << "node "
+        << i << ": " << ::testing::PrintToString(loads(*nodes_[i]));
+  auto authorities = [&](const node_process& n) {
+    std::vector<std::string> out;
+    auto a = admin_client::connect(n.admin());
+    if (!a.ok()) return out;
+    auto r = (*a)->call("workers", {{"model", "m"}});
+    if (!r.ok()) return out;
+    for (const auto& row : *r)
+      out.push_back(row.value("authority", ""));
+    return out;
+  };
+  const std::vector<std::string> all_n3(4, "n3");
+  for (size_t i = 1; i < 3; ++i)
+    EXPECT_TRUE(eventually([&] { return authorities(*nodes_[i]) == all_n3; }))
+        << "node " << i << ": " << ::testing::PrintToString(authorities(*nodes_[i]));
+  // n3 claimed by report the workers whose successor was n2, and took over the others itself.
+  const auto n3 = status(*nodes_[2])["cluster"]["router"];
+  EXPECT_EQ(n3.value("authority_claims_by_report", uint64_t{0}) +
+                n3.value("authority_takeovers", uint64_t{0}),
+            4u)
+      << n3.dump();
+  EXPECT_GT(n3.value("authority_claims_by_report", uint64_t{0}), 0u) << n3.dump();
+  // A later report at n3 moves both routers again.
+  report(*nodes_[2], 2, 3);
+  for (size_t i = 1; i < 3; ++i)
+    EXPECT_TRUE(eventually([&] {
+      return loads(*nodes_[i]) == std::vector<uint32_t>{2, 3, 4, 5};
+    })) << "node "
+        << i << ": " << ::testing::PrintToString(loads(*nodes_[i]));
+}
+
 // A client's failover resend (route_request.retry) at a router that never heard of the id -- in
 // the authority mode no router hears of another's decisions -- is asked of the peers
 // (docs/cluster.md, "Retries: ask, don't broadcast"): the resend, sent the moment the first
