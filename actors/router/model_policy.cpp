@@ -131,7 +131,15 @@ status install(router_state& st, model_state& m, const centroid_file& file, uint
     auto sample =
         signature_sample::make(m.cfg->sample_size, m.spec->width(), m.cfg->seed,
                                resolved_sample_horizon(m.cfg->sample_size, m.cfg->sample_horizon));
-    if (sample.ok()) m.sample = std::move(*sample);
+    if (sample.ok()) {
+      m.sample = std::move(*sample);
+    } else {  // the config's checks make this unreachable; loud if it is not
+      spdlog::error(
+          "model {}: no refit sample under epoch {}: {}; this router offers the refit "
+          "no signatures until the next install",
+          m.cfg->name, epoch, sample.error().message());
+      m.sample.reset();
+    }
   }
   st.ctx->metrics->swapped(m.cfg->name, epoch);
   m.policy = std::move(built->policy);
