@@ -575,7 +575,8 @@ class Proxy:
         self.metrics = ProxyMetrics(
             lambda: self.in_flight,
             lambda: {**self.prefill.health_values(), **self.decode.health_values()},
-            lambda: 0 if config.counts.native is None else 1)
+            lambda: 0 if config.counts.native is None else 1,
+            lambda: self.client)
         self.client = None
         self.router = None
         self.workers = None

@@ -61,8 +61,9 @@ class Counter(_Family):
 class Gauge(_Family):
     """A gauge whose value is read from a function when rendered (no stale copies)."""
 
-    def __init__(self, registry, name, help_text, labels=(), read=None):
-        super().__init__(registry, name, help_text, "gauge", labels)
+    def __init__(self, registry, name, help_text, labels=(), read=None, kind="gauge"):
+        # kind "counter": a total kept elsewhere (e.g. by the HTTP client), read when rendered.
+        super().__init__(registry, name, help_text, kind, labels)
         self.read = read  # () -> {label tuple: value} or a number when unlabelled
 
     def render(self, out):
@@ -141,7 +142,8 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 class ProxyMetrics:
     """Every metric eldr-proxy exports (docs/eldr-proxy.md, "Metrics")."""
 
-    def __init__(self, in_flight, upstream_health, counts_native=lambda: 0):
+    def __init__(self, in_flight, upstream_health, counts_native=lambda: 0,
+                 upstream_client=lambda: None):
         r = self.registry = []
         self.requests = Counter(
             r, "eldr_proxy_requests_total",
@@ -206,6 +208,22 @@ class ProxyMetrics:
             "1 when routed experts become counts with the compiled library "
             "(libeldr_counts_native.so), 0 when with numpy (slower: the library "
             "was not found, see the start-up log)", read=counts_native)
+        def client_value(attr):
+            return lambda: getattr(upstream_client(), attr, 0)
+        self.upstream_connections = Gauge(
+            r, "eldr_proxy_upstream_connections_opened_total",
+            "connections opened to the vLLM instances (kept and reused: far fewer than the "
+            "requests)", read=client_value("connections_opened"), kind="counter")
+        self.upstream_resent = Gauge(
+            r, "eldr_proxy_upstream_resent_total",
+            "requests sent again on a new connection because the instance had closed the kept "
+            "one as they went out (nothing of them was answered)",
+            read=client_value("resent"), kind="counter")
+        self.upstream_idle = Gauge(
+            r, "eldr_proxy_upstream_idle_connections",
+            "kept connections to the instances waiting for a request",
+            read=lambda: (upstream_client().idle_connections()
+                          if upstream_client() is not None else 0))
         self.latency = Histogram(
             r, "eldr_proxy_stage_seconds",
             "time of each stage of a request: prefill, conversion (routed experts to hashes and "

@@ -366,6 +366,11 @@ async def test_requests(session, admin, tap, purl, trace, dec_urls, decodes):
           "finished reported")
     check(await metric(session, purl, "eldr_proxy_block_hashes_total",
                        {"source": "vllm"}) == sent, "hash source")
+    # Two upstream requests per client request, over kept connections: the repeated prompts,
+    # sent after the first ones were answered, reused them.
+    opened = await metric(session, purl, "eldr_proxy_upstream_connections_opened_total")
+    check(0 < opened < 2 * sent, "connections opened to the instances: %d for %d requests"
+          % (opened, 2 * sent))
 
 
 async def decode_cost(session, decodes):
