@@ -16,7 +16,6 @@ import logging
 import os
 import queue
 import sys
-import threading
 import time
 import traceback
 
