@@ -109,6 +109,7 @@ class _Connection(asyncio.Protocol):
         self.body = collections.deque()
         self.buffered = 0
         self.complete = False      # the whole answer is in
+        self.answers = 0           # final (not 1xx) answers parsed: more than one is a fault
         self.keep_alive = False
         self.got_bytes = False     # any byte of this request's answer came back
         self.error = None
@@ -123,6 +124,11 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data):
+        if self.headers_done is None or self.complete:
+            # Bytes nobody asked for (an idle kept connection): whatever they are, the
+            # connection no longer lines up answers with requests.
+            self.close()
+            return
         self.got_bytes = True
         self.deadline = self.loop.time() + self.read_timeout_s
         try:
@@ -163,11 +169,16 @@ class _Connection(asyncio.Protocol):
         if 100 <= self.status < 200:  # 100 Continue and friends: the answer comes after
             self.headers = {}
             return
+        self.answers += 1
+        if self.answers > 1:  # an answer to no request, in the same bytes as this one's end
+            return
         f = self.headers_done
         if f is not None and not f.done():
             f.set_result(None)
 
     def on_body(self, body):
+        if self.answers > 1:
+            return
         self.body.append(body)
         self.buffered += len(body)
         if self.buffered > _PAUSE_BYTES and not self.paused and not self.closed:
@@ -176,7 +187,7 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self):
-        if 100 <= self.status < 200:
+        if 100 <= self.status < 200 or self.answers > 1:
             return
         self.complete = True
         self.keep_alive = self.parser.should_keep_alive()
@@ -310,7 +321,8 @@ class Response:
         conn, self._conn = self._conn, None
         if conn is None:
             return
-        if conn.complete and conn.keep_alive and not conn.closed and conn.error is None:
+        if (conn.complete and conn.keep_alive and conn.answers == 1 and not conn.closed and
+                conn.error is None):
             self._client._release(self._origin, conn)
         else:
             conn.close()

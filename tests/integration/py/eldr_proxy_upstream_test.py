@@ -170,6 +170,34 @@ async def test_a_kept_connection_the_server_closed_is_sent_again_once():
         c.close()
 
 
+async def test_an_answer_to_no_request_drops_the_connection():
+    """Bytes after an answer (in the same packet or later, on the idle connection) mean the
+    connection no longer lines answers up with requests: it is closed, never reused."""
+    async def later(req, writer, server):
+        await req.next()
+        writer.write(OK)
+        await writer.drain()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nold")
+        await writer.drain()
+        await req.eof()
+
+    async def unsolicited(req, writer, server):
+        await req.next()
+        writer.write(OK + b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")  # one too many
+        await writer.drain()
+        await req.eof()
+
+    for script in (unsolicited, later):
+        async with Server(script) as s:
+            c = up.Client(1.0, 5.0)
+            r = await c.request(s.origin, "GET", "/health")
+            check(await r.read(10) == b"{}", "the answer")
+            r.close()
+            await asyncio.wait_for(s.closed_by_peer.wait(), 5)
+            check(c.idle_connections() == 0, "%s: kept" % script.__name__)
+            c.close()
+
+
 async def test_an_idle_connection_past_idle_s_is_not_reused():
     saved = up.IDLE_S
     up.IDLE_S = 0.0
