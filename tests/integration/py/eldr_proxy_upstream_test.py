@@ -394,6 +394,57 @@ async def test_a_reader_that_lags_pauses_the_instance():
         c.close()
 
 
+async def test_mangled_answers_end_in_bytes_or_an_upstream_error():
+    """A broken instance cannot crash or hang the client: 400 answers, each a valid chunked or
+    sized answer with bytes flipped, cut, duplicated or inserted (a fixed seed), written and the
+    connection closed; every read ends with a body or an UpstreamError."""
+    import random
+    rng = random.Random(20261204)
+    good = [b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked"
+            b"\r\n\r\n6\r\ndata:1\r\n6\r\ndata:2\r\n0\r\n\r\n", OK,
+            b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 5\r\n\r\nerror"]
+    answers = []
+    for _ in range(400):
+        b = bytearray(rng.choice(good))
+        for _ in range(rng.randint(1, 4)):
+            i = rng.randrange(len(b))
+            op = rng.randrange(4)
+            if op == 0:
+                b[i] = rng.randrange(256)
+            elif op == 1:
+                del b[i:]
+                if not b:
+                    b = bytearray(b"H")
+            elif op == 2:
+                b[i:i] = b[i:i + rng.randint(1, 8)]
+            else:
+                b[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 4)))
+        answers.append(bytes(b))
+    outcomes = {"body": 0, "error": 0}
+    queue = list(answers)
+
+    async def mangled(req, writer, server):
+        await req.next()
+        writer.write(queue.pop(0) if queue else OK)
+        await writer.drain()
+
+    async with Server(mangled) as s:
+        c = up.Client(1.0, 2.0)
+        for _ in answers:
+            try:
+                r = await c.request(s.origin, "POST", "/v1/completions", b"{}")
+                try:
+                    await r.read(1 << 20)
+                finally:
+                    r.close()
+                outcomes["body"] += 1
+            except up.UpstreamError:
+                outcomes["error"] += 1
+        c.close()
+    check(outcomes["body"] + outcomes["error"] == len(answers), outcomes)
+    check(outcomes["error"] > 0 and outcomes["body"] > 0, "both kinds of end: %r" % outcomes)
+
+
 TESTS = [v for k, v in sorted(globals().items()) if k.startswith("test_")]
 
 
