@@ -51,7 +51,7 @@ from eldr_proxy_counts import (CountsBuilder, CountsError, block_keys,  # noqa: 
                                keep_large_allocations, moe_layer_spec)
 import eldr_proxy_native  # noqa: E402
 from eldr_proxy_upstream import (BodyTooLarge, Client, ConnectFailed, Origin,  # noqa: E402
-                                 UpstreamError)
+                                 UpstreamError, header_bytes)
 
 log = logging.getLogger("eldr-proxy")
 
@@ -652,10 +652,13 @@ class Proxy:
 
     async def models(self, request):
         """The model list of the first instance that answers (prefill, then decode)."""
+        try:
+            headers = _forward_headers(request)
+        except ValueError as e:
+            return error_body(400, str(e), "BadRequestError")
         for up in self.prefill.healthy() + self.decode.healthy():
             try:
-                r = await self.client.request(up.origin, "GET", "/v1/models",
-                                              headers=_forward_headers(request))
+                r = await self.client.request(up.origin, "GET", "/v1/models", headers=headers)
                 try:
                     body = await r.read(MAX_UPSTREAM_BODY)
                 finally:
@@ -722,7 +725,11 @@ class Proxy:
                 return error_body(400, "eldr-proxy serves one prompt per request (the P/D "
                                   "handshake carries one kv_transfer_params)", "BadRequestError")
         stream = body.get("stream") is True
-        headers = _forward_headers(request)
+        try:
+            headers = _forward_headers(request)
+        except ValueError as e:
+            st.outcome = "client_error"
+            return error_body(400, str(e), "BadRequestError")
         headers.append(("X-Request-Id", st.rid))
         path = _APIS[api]
 
@@ -1041,10 +1048,15 @@ def _ctype(resp, default):
 
 
 def _forward_headers(request):
-    """The headers a client's request passes on to the instances, as (name, value) pairs."""
+    """The headers a client's request passes on to the instances, as (name, value) pairs.
+    ValueError when one cannot be sent (eldr_proxy_upstream.header_bytes): the client's fault."""
     h = [("Content-Type", "application/json")]
     auth = request.headers.get("Authorization")
     if auth is not None:
+        try:
+            header_bytes(auth)
+        except ValueError as e:
+            raise ValueError("the Authorization header cannot be passed on: %s" % e) from None
         h.append(("Authorization", auth))
     return h
 

@@ -23,7 +23,8 @@ It does what the proxy needs and no more:
     the connection, which makes vLLM abort the request.
 
 Header names and values are checked for CR, LF and NUL before anything is sent (no header
-injection from a client's Authorization header).
+injection from a client's Authorization header: header_bytes, which eldr-proxy also calls on the
+client's headers, to answer 400).
 """
 import asyncio
 import collections
@@ -368,9 +369,7 @@ class Client:
                  % (method.encode("ascii"), origin.prefix, path.encode("ascii"),
                     origin.host_header, len(body))]
         for name, value in headers:
-            if not _safe(name) or not _safe(value):
-                raise ValueError("header %r: CR, LF or NUL in a header" % name)
-            lines.append(b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1")))
+            lines.append(b"%s: %s\r\n" % (header_bytes(name), header_bytes(value)))
         lines.append(b"\r\n")
         return b"".join(lines)
 
@@ -426,5 +425,13 @@ class Client:
         self._idle.clear()
 
 
-def _safe(s):
-    return "\r" not in s and "\n" not in s and "\0" not in s
+def header_bytes(s):
+    """A header name or value as the bytes to send: UTF-8, with the bytes a server decoded with
+    surrogateescape (aiohttp's, for a client's header that is not UTF-8) given back as they came.
+    ValueError for CR, LF or NUL (header injection) or a string no bytes stand for."""
+    if "\r" in s or "\n" in s or "\0" in s:
+        raise ValueError("CR, LF or NUL in a header")
+    try:
+        return s.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raise ValueError("a header that is not text") from None

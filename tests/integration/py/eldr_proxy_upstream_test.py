@@ -366,6 +366,20 @@ async def test_header_injection_is_refused_before_sending():
         check(s.connections == 0, "nothing was sent")
 
 
+async def test_header_bytes_give_a_clients_bytes_back_and_refuse_injection():
+    # aiohttp's server decodes a header that is not UTF-8 with surrogateescape: the same bytes
+    # go on to the instance.
+    raw = b"Bearer \xff\xfe token"
+    check(up.header_bytes(raw.decode("utf-8", "surrogateescape")) == raw, "bytes back")
+    check(up.header_bytes("Bearer caf\u00e9") == "Bearer caf\u00e9".encode(), "UTF-8")
+    for bad in ("a\rb", "a\nb", "a\0b", "\ud800"):
+        try:
+            up.header_bytes(bad)
+            raise AssertionError("passed %r" % bad)
+        except ValueError:
+            pass
+
+
 async def test_a_reader_that_lags_pauses_the_instance():
     total = 4 << 20
 
