@@ -19,9 +19,10 @@ are imported, not copied), same failover and id semantics as the synchronous cli
     replies could not be told apart.
 
   - The sockets are plain pyzmq sockets driven by the event loop's reader on each socket's
-    ZMQ_FD (not zmq.asyncio, whose futures and flag enums cost eldr-proxy about a third of a
-    millisecond of CPU per route call: BENCHMARKS.md, "eldr-proxy without aiohttp's client and
-    zmq.asyncio"). The descriptor is edge-triggered: every wake-up, and every send,
+    ZMQ_FD (not zmq.asyncio, whose futures and flag enums took eldr-proxy about a third of a
+    millisecond per route call in a cProfile, which overstates Python's calls; with the proxy's
+    own HTTP client the change cut its CPU per request by a third: BENCHMARKS.md, "eldr-proxy
+    without aiohttp's client and zmq.asyncio"). The descriptor is edge-triggered: every wake-up, and every send,
     drains the socket until ZMQ_EVENTS shows nothing more to do.
 
 Requirements: Python 3.11 with Debian's python3-zmq and python3-msgpack; run with
