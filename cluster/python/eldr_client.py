@@ -635,8 +635,8 @@ def _z85_key(key, field):
 def connect_dealers(ctx, endpoints, keys, socks):
     """One DEALER socket of `ctx` per endpoint, connected, appended to `socks` as it is made (so
     a caller can close the ones made before an error). keys: _curve_keys' (server, public,
-    secret) or None. Shared by the synchronous and the asyncio clients (whose ctx is a
-    zmq.asyncio.Context)."""
+    secret) or None. Shared by the synchronous and the asyncio clients (both plain zmq.Context
+    sockets; eldr_client_aio drives its own from the event loop)."""
     for e in endpoints:
         s = ctx.socket(zmq.DEALER)
         socks.append(s)
