@@ -95,10 +95,9 @@ def _time_out(fut):
 
 
 def _sync_context(context):
-    """A plain zmq.Context for `context` (None: a new one). A zmq.asyncio.Context given by a
-    caller is shadowed: the same libzmq context, sockets without asyncio's layer."""
-    if context is None:
-        return zmq.Context()
+    """A plain zmq.Context for a caller's `context` (None stays None: the client makes and owns
+    one). A zmq.asyncio.Context is shadowed: the same libzmq context, sockets without asyncio's
+    layer."""
     if isinstance(context, zmq.asyncio.Context):
         return zmq.Context.shadow(context.underlying)
     return context
@@ -190,7 +189,6 @@ class _AsyncClient(DealerClientBase):
                  server_public_key=None, public_key=None, secret_key=None):
         super().__init__(endpoints, timeout_ms, reply_types, _sync_context(context),
                          max_attempts, server_public_key, public_key, secret_key, zmq.Context)
-        self._own_context = context is None
         self.late_replies = 0    # answers that came after their call had given up
         self.bad_replies = 0     # replies that did not decode (logged, dropped)
         self._dealers = []  # one _Dealer per socket, made in the running loop at the first call

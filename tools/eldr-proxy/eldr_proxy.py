@@ -592,7 +592,7 @@ class Proxy:
         keys = dict(server_public_key=c.curve_server_key, secret_key=c.curve_secret_key)
         self.router = AsyncRouteClient(c.eldr, timeout_ms=c.eldr_timeout_ms, **keys)
         self.workers = AsyncWorkerClient(c.eldr_worker, timeout_ms=c.worker_timeout_ms, **keys)
-        # Not aiohttp's client: a lean one spends a fifth of its CPU per request
+        # Not aiohttp's client: a lean one spends under a third of its CPU per request
         # (eldr_proxy_upstream's docstring).
         self.client = Client(c.connect_timeout_s, c.upstream_timeout_s)
         self.prefill.client = self.decode.client = self.client

@@ -4,7 +4,8 @@ Every client request costs the proxy two upstream requests (prefill, decode). ai
 spent about 200 us of CPU on each (its request and response objects, tracing hooks, timers,
 URL handling); this client, a keep-alive connection per request in flight over asyncio's
 transports with httptools (Debian's python3-httptools: the http-parser C library) parsing the
-answers, spends 30-60 us (BENCHMARKS.md, "eldr-proxy without aiohttp's client and zmq.asyncio").
+answers, spends about 60 us, under 40 with uvloop (bench/http_client_bench.py; BENCHMARKS.md,
+"eldr-proxy without aiohttp's client and zmq.asyncio").
 It does what the proxy needs and no more:
 
   - POST or GET with a body and a few headers; the answer's status, headers (lower-case names;
@@ -75,12 +76,12 @@ class Origin:
         u = urllib.parse.urlsplit(base_url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError("%r is not an http:// or https:// URL with a host" % base_url)
+        default = 443 if u.scheme == "https" else 80
         self.scheme = u.scheme
         self.host = u.hostname
-        self.port = u.port or (443 if u.scheme == "https" else 80)
+        self.port = u.port or default
         self.prefix = u.path.rstrip("/").encode("ascii")
         host = self.host if ":" not in self.host else "[%s]" % self.host
-        default = 443 if u.scheme == "https" else 80
         host_header = host if self.port == default else "%s:%d" % (host, self.port)
         try:
             self.host_header = host_header.encode("ascii")
@@ -153,12 +154,6 @@ class _Connection(asyncio.Protocol):
         if not self.complete:
             self._fail(UpstreamClosed("the instance closed the connection%s" %
                                       (": %s" % exc if exc else "")))
-
-    def pause_writing(self):
-        pass  # request bodies are bounded (--max-body-bytes) and written at once
-
-    def resume_writing(self):
-        pass
 
     # -- httptools callbacks ---------------------------------------------------------------------
 
@@ -288,10 +283,7 @@ class Response:
     async def chunks(self):
         """The body's pieces as they arrive (chunked transfer decoding done)."""
         conn = self._conn
-        while conn is not None:
-            chunk = await conn.next_chunk()
-            if not chunk:
-                return
+        while chunk := await conn.next_chunk():
             yield chunk
 
     async def read(self, limit):
