@@ -107,8 +107,9 @@ ap.add_argument("--fanin-loadgen-args", default="--counts all --prompt-pool 256"
                      "prompts, so that new prompts (stored blocks, KV events: a cost per distinct "
                      "prompt, not per request) are over before the window at every rate")
 ap.add_argument("--shard-sums", default="64/10",
-                help="the throughput case's cluster.shard_sum_cache_mib/store_batch_ms pairs, run "
-                     "side by side (e.g. 0/0,64/10: both off against both on)")
+                help="the throughput case's cluster.shard_sum_cache_mib/store_batch_ms[/"
+                     "seen_blocks_mib] settings, run side by side (e.g. 0/0/0,64/10/64: all off "
+                     "against all on; seen_blocks_mib defaults to 64)")
 ap.add_argument("--no-warmup", action="store_true",
                 help="throughput: skip the warm-up run (correctness checks, not measurements)")
 ap.add_argument("--check-retries", type=int, default=0,
@@ -214,7 +215,7 @@ def cpu_of(pid):
 
 
 def Cluster(n, netns=False, sync_ms=None, attempts=3, extra=(), load_sharing=None,
-            shard_sum_cache_mib=None, store_batch_ms=None):
+            shard_sum_cache_mib=None, store_batch_ms=None, seen_blocks_mib=None):
     """A started cluster; a start that fails (e.g. a port of the temporary directory's range is
     taken by another process on this shared machine) is retried in a fresh directory. `extra`:
     more `eldr-cluster start` options (--roles-of, --threads)."""
@@ -222,7 +223,7 @@ def Cluster(n, netns=False, sync_ms=None, attempts=3, extra=(), load_sharing=Non
         try:
             return ClusterOnce(n, netns=netns, sync_ms=sync_ms, extra=extra,
                                load_sharing=load_sharing, shard_sum_cache_mib=shard_sum_cache_mib,
-                               store_batch_ms=store_batch_ms)
+                               store_batch_ms=store_batch_ms, seen_blocks_mib=seen_blocks_mib)
         except RuntimeError as e:
             if k + 1 == attempts:
                 raise
@@ -231,7 +232,7 @@ def Cluster(n, netns=False, sync_ms=None, attempts=3, extra=(), load_sharing=Non
 
 class ClusterOnce:
     def __init__(self, n, netns=False, sync_ms=None, extra=(), load_sharing=None,
-                 shard_sum_cache_mib=None, store_batch_ms=None):
+                 shard_sum_cache_mib=None, store_batch_ms=None, seen_blocks_mib=None):
         self.n = n
         self.netns = netns
         self.dir = tempfile.mkdtemp(prefix="eldr-cluster-bench-")
@@ -252,6 +253,8 @@ class ClusterOnce:
                 keys += "shard_sum_cache_mib = %d\n" % shard_sum_cache_mib
             if store_batch_ms is not None and store_batch_ms != 10:
                 keys += "store_batch_ms = %d\n" % store_batch_ms
+            if seen_blocks_mib is not None and seen_blocks_mib != 64:
+                keys += "seen_blocks_mib = %d\n" % seen_blocks_mib
             if keys:
                 for i in range(1, n + 1):
                     p = os.path.join(self.dir, "n%d" % i, "eldr.toml")
@@ -652,11 +655,11 @@ def throughput():
         for mode, sums, n in [(m, s, int(x)) for m in modes
                               for s in args.shard_sums.split(",")
                               for x in args.throughput_routers.split(",")]:
-            mib, batch = (sums.split("/") + ["10"])[:2]
+            mib, batch, seen = (sums.split("/") + ["10", "64"][len(sums.split("/")) - 1:])[:3]
             log("throughput: %d routers at %d req/s, load_sharing %s, shard_sum_cache_mib %s, "
                 "store_batch_ms %s (run %d)" % (n, args.throughput_rate, mode, mib, batch, rep + 1))
             with Cluster(n, load_sharing=mode, shard_sum_cache_mib=int(mib),
-                         store_batch_ms=int(batch)) as c:
+                         store_batch_ms=int(batch), seen_blocks_mib=int(seen)) as c:
                 admins = [nd["admin"] for nd in c.nodes]
                 base = [loadgen_bin, "--node", admins[0], "--routers", ",".join(admins),
                         "--synthetic", args.preset, "--decode-workers",

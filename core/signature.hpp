@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -81,6 +82,29 @@ class signature_spec {
 // or `masked` of another width (nothing added).
 status add_masked_counts(const signature_spec& spec, const block_counts& block,
                          std::span<uint32_t> masked);
+
+// What add_masked_counts adds, entry by entry: f(position, count) for each of the block's counts
+// in the masked layers, position = (index in the layer mask) * E + expert, in increasing order.
+// For a router that keeps single blocks' masked counts (actors/router/seen_blocks.hpp; its unit
+// tests check the two agree). add_masked_counts, on every request's path, keeps its own plain
+// loop rather than a call through a lambda. Error: a block of another geometry (f not called).
+template <class F>
+status for_each_masked_count(const signature_spec& spec, const block_counts& block, F&& f) {
+  const model_geometry& g = spec.geometry();
+  if (block.layers() != g.layers)
+    return status::invalid_argument("block has " + std::to_string(block.layers()) +
+                                    " layers, the signature spec expects " +
+                                    std::to_string(g.layers));
+  const auto& ids = block.ids();
+  const auto& counts = block.counts();
+  uint32_t base = 0;
+  for (uint32_t l : spec.layer_mask()) {
+    for (uint32_t i = block.offset(l), end = block.offset(l + 1); i < end; ++i)
+      f(base + ids[i], counts[i]);
+    base += g.experts;
+  }
+  return {};
+}
 
 // Builds signatures by summing counts (whole blocks, or dense masked partial sums such as a cached
 // prefix), then applying the spec. Holds reusable scratch: one builder per thread, and after

@@ -87,6 +87,9 @@ class counts_lru {
     bytes_ = 0;
   }
 
+  size_t size() const { return entries_.size(); }
+  size_t bytes() const { return bytes_; }
+
  private:
   struct entry {
     std::string bytes;

@@ -239,13 +239,17 @@ void store_at_owners(router_actor_t* self, const shard_gather_ptr& g) {
 
 // The counts a request carries are summed here, where they already are, and stored at their
 // owners on the side; only the blocks without counts (prefix hits) are asked of the shards, unless
-// this router kept the shards' sum for exactly those blocks (shard_sum_cache.hpp). A cold prompt,
-// all of whose counts the prefill sent, needs no shard at all.
+// this router kept the shards' sum for exactly those blocks (shard_sum_cache.hpp) or was sent
+// their counts before (seen_blocks.hpp). A cold prompt, all of whose counts the prefill sent,
+// needs no shard at all.
 void shard_sign_and_route(router_actor_t* self, model_state& m, route_job_ptr job, int attempt) {
   // Counts of another geometry are neither summed nor stored (decide() says so in the reply).
   const bool counts_usable = !counts_of_other_geometry(m, job->request);
   auto g = start_gather(m, std::move(job), attempt, counts_usable);
-  if (counts_usable) store_at_owners(self, g);
+  if (counts_usable) {
+    store_at_owners(self, g);
+    keep_carried(*g, m.seen);
+  }
   g->pending = 1;
   if (g->spec && m.shard_sums.add_to(g->spec, g->asked, g->asked_acc)) {
     g->covered += static_cast<uint32_t>(g->asked.size());
@@ -253,6 +257,10 @@ void shard_sign_and_route(router_actor_t* self, model_state& m, route_job_ptr jo
     g->from_kept_sums = true;
     return shard_done(self, g);
   }
+  // Blocks this router was sent before (with prefill-affine clients, every prefix hit) are summed
+  // here; only the rest are asked of the shards.
+  sum_seen(*g, m.seen);
+  if (g->asked.empty()) return shard_done(self, g);
   ask_shards(self, g, g->asked, {});
 }
 
@@ -328,8 +336,10 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
     m->tau = cfg.tau;
     m->widen_single = cfg.widen_single;
     // Only a clustered router asks shards (standalone, the node's one cache signs).
-    if (ctx->config.clustered())
+    if (ctx->config.clustered()) {
       m->shard_sums = shard_sum_cache(size_t{ctx->config.cluster.shard_sum_cache_mib} << 20);
+      m->seen = seen_blocks(size_t{ctx->config.cluster.seen_blocks_mib} << 20);
+    }
     if (auto p = persisted.find(cfg.name); p != persisted.end()) {
       m->policy_name = p->second.policy;
       m->tau = p->second.tau;

@@ -21,6 +21,7 @@
 #include "actors/cluster/cluster_protocol.hpp"
 #include "actors/messages.hpp"
 #include "actors/node_context.hpp"
+#include "actors/router/seen_blocks.hpp"
 #include "actors/router/shard_sum_cache.hpp"
 #include "actors/router/store_batch.hpp"
 #include "cluster/http/http_url.hpp"
@@ -91,6 +92,9 @@ struct model_state {
   // The shards' sums this router asked for, by exact block list (cluster only;
   // shard_sum_cache.hpp).
   shard_sum_cache shard_sums;
+  // The masked counts of blocks requests brought this router, for later prefix hits on them
+  // (cluster only; seen_blocks.hpp).
+  seen_blocks seen;
   std::deque<explained> recent;
   route_trace trace;
   // Decisions, their blocks, fallbacks by reason, counts_geometry warnings and swaps are counted

@@ -87,7 +87,13 @@ nlohmann::json model_json(const router_state& st, const model_state& m) {
             {"bytes", m.shard_sums.bytes()},
             {"budget_bytes", m.shard_sums.budget_bytes()},
             {"hits", m.shard_sums.hits()},
-            {"misses", m.shard_sums.misses()}}}};
+            {"misses", m.shard_sums.misses()}}},
+          {"seen_blocks",
+           {{"entries", m.seen.entries()},
+            {"bytes", m.seen.bytes()},
+            {"budget_bytes", m.seen.budget_bytes()},
+            {"hits", m.seen.hits()},
+            {"misses", m.seen.misses()}}}};
 }
 
 // The current centroid set's spec and provenance (`centroids.show`, the operator page).

@@ -41,6 +41,25 @@ shard_gather_ptr start_gather(const model_state& m, route_job_ptr job, int attem
   return g;
 }
 
+size_t sum_seen(shard_gather& g, seen_blocks& seen) {
+  if (!g.spec || g.asked.empty()) return 0;
+  size_t summed = 0;
+  std::erase_if(g.asked, [&](uint64_t h) {
+    if (!seen.add_to(g.spec, h, g.acc)) return false;
+    ++summed;
+    return true;
+  });
+  g.covered += static_cast<uint32_t>(summed);
+  return summed;
+}
+
+void keep_carried(const shard_gather& g, seen_blocks& seen) {
+  const auto& req = g.job->request;
+  if (!g.spec || !req.counts) return;
+  for (const counts_block& b : req.counts->blocks)
+    seen.keep(g.spec, b.hash, b.counts);
+}
+
 bool gather_complete(const shard_gather& g) {
   return g.spec && g.problem.empty() && !g.asked.empty() && g.asked_covered == g.asked.size();
 }

@@ -17,6 +17,7 @@
 #include "actors/cluster/cluster_protocol.hpp"
 #include "actors/messages.hpp"
 #include "actors/router/router_state.hpp"
+#include "actors/router/seen_blocks.hpp"
 #include "core/membership/hash_ring.hpp"
 
 namespace eldr::router {
@@ -47,6 +48,13 @@ using shard_gather_ptr = std::shared_ptr<shard_gather>;
 // `counts_usable`) are summed now; the others, in prompt order, go to `asked`.
 shard_gather_ptr start_gather(const model_state& m, route_job_ptr job, int attempt,
                               bool counts_usable);
+
+// Sums the asked blocks that `seen` keeps under the gather's spec into the carried sum (covered,
+// no shard asked for them) and leaves only the others in `asked`. Returns how many it summed.
+size_t sum_seen(shard_gather& g, seen_blocks& seen);
+
+// Keeps every block whose counts the request carries in `seen`, for later prefix hits on them.
+void keep_carried(const shard_gather& g, seen_blocks& seen);
 
 // True when the shards' answers cover every asked block with no problem: their sum can be kept.
 bool gather_complete(const shard_gather& g);

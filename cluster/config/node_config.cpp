@@ -364,11 +364,13 @@ status read_document(const toml::table& root, node_config& c) {
   });
 
   read_section("cluster", [&](const table_reader& r) {
-    e(r.check_known({"listen", "advertise", "seeds", "secret_file", "heartbeat_ms",
-                     "connection_timeout_ms", "reconnect_ms", "replication", "vnodes",
-                     "load_sync_ms", "load_sharing", "decision_ttl_ms", "max_decisions",
-                     "shard_sum_cache_mib", "store_batch_ms", "handoff_grace_ms", "tls_certificate",
-                     "tls_key", "tls_ca_file"}));
+    e(r.check_known({"listen",         "advertise",           "seeds",
+                     "secret_file",    "heartbeat_ms",        "connection_timeout_ms",
+                     "reconnect_ms",   "replication",         "vnodes",
+                     "load_sync_ms",   "load_sharing",        "decision_ttl_ms",
+                     "max_decisions",  "shard_sum_cache_mib", "seen_blocks_mib",
+                     "store_batch_ms", "handoff_grace_ms",    "tls_certificate",
+                     "tls_key",        "tls_ca_file"}));
     cluster_config& k = c.cluster;
     e(r.read("listen", k.listen));
     e(r.read("advertise", k.advertise));
@@ -384,6 +386,7 @@ status read_document(const toml::table& root, node_config& c) {
     e(r.read("decision_ttl_ms", k.decision_ttl_ms));
     e(r.read("max_decisions", k.max_decisions));
     e(r.read("shard_sum_cache_mib", k.shard_sum_cache_mib));
+    e(r.read("seen_blocks_mib", k.seen_blocks_mib));
     e(r.read("store_batch_ms", k.store_batch_ms));
     e(r.read("handoff_grace_ms", k.handoff_grace_ms));
     e(r.read("tls_certificate", k.tls_certificate));
@@ -629,6 +632,9 @@ status validate_cluster(const node_config& c) {
   if (k.shard_sum_cache_mib > 65536)
     e(status::invalid_argument("cluster.shard_sum_cache_mib: must be in 0..65536, got " +
                                std::to_string(k.shard_sum_cache_mib)));
+  if (k.seen_blocks_mib > 65536)
+    e(status::invalid_argument("cluster.seen_blocks_mib: must be in 0..65536, got " +
+                               std::to_string(k.seen_blocks_mib)));
   if (k.store_batch_ms > 1000)
     e(status::invalid_argument("cluster.store_batch_ms: must be in 0..1000, got " +
                                std::to_string(k.store_batch_ms)));

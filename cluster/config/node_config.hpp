@@ -82,6 +82,10 @@ struct cluster_config {
   // Per model, what a router keeps of the shards' sums by exact block list, so that a prefix
   // asked again costs no shard request (actors/router/shard_sum_cache.hpp); 0 = off.
   uint32_t shard_sum_cache_mib = 64;
+  // Per model, what a router keeps of the blocks whose counts requests brought it (their counts
+  // over the spec's mask), so that a later prefix hit on them is summed without a shard request
+  // (actors/router/seen_blocks.hpp); 0 = off.
+  uint32_t seen_blocks_mib = 64;
   // Replica stores to other nodes are batched per owner and sent this often (0 = each at once;
   // actors/router/store_batch.hpp).
   uint32_t store_batch_ms = 10;

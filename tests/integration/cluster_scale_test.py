@@ -9,7 +9,8 @@ kept shard sums and batched stores on (the defaults), then checks what must hold
 machine's speed: every request answered, no error, and every retry of a decided id at another
 router answered with the first decision, once the routers shared it, and every resend marked as a
 failover (route_request.retry) sent to another router the moment the first answer arrived, which
-that router asks its peers about. Then the fan-in case (issue 14) with load authorities
+that router asks its peers about. Then 3 routers fed by prefill worker (--routers-by-prefill):
+every request answered with every block covered and no shard request to another node. Then the fan-in case (issue 14) with load authorities
 (cluster.load_sharing = "authority"): 3 routers, router n1 at 100 req/s while the cluster takes
 300 and 600, the decode workers at n2 (their authority); every request answered, no error, n1
 given exactly its share by --router-weights, and n1 applying load vectors and no peer decisions
@@ -39,7 +40,8 @@ def main():
         if not any(os.access(p, os.X_OK) for p in (build / tool, build / "tools" / tool / tool)):
             print("skipped: %s is not built in %s" % (tool, build))
             return 77
-    failures = throughput_failures(build) + authority_failures(build)
+    failures = (throughput_failures(build) + affine_failures(build) +
+                authority_failures(build))
     for f in failures:
         print("FAIL: " + f)
     return 1 if failures else 0
@@ -85,6 +87,33 @@ def throughput_failures(build):
                                    % (row["routers"], row["replied"], row["sent"],
                                       row["retries_same"], row["marked_retries_same"])
                                    for row in rows))
+    return failures
+
+
+def affine_failures(build):
+    """3 routers fed by prefill worker (eldr-loadgen --routers-by-prefill): every prefix hit is a
+    block that router was sent before, so it is summed from the router's seen blocks and no shard
+    of another node is asked (actors/router/seen_blocks.hpp); the loadgen's requests to one router
+    travel on one socket, in order, so this holds whatever the machine's speed."""
+    with tempfile.TemporaryDirectory(prefix="eldr-cluster-scale-") as tmp:
+        res = bench(build, tmp, "affine", "--only", "throughput", "--throughput-routers", "3",
+                    "--throughput-rate", "300", "--throughput-duration", "1", "--no-warmup",
+                    "--throughput-loadgen-args", "--prefill-workers 6 --routers-by-prefill")
+    if res is None:
+        return ["the prefill-affine throughput case did not run"]
+    failures = []
+    for row in res["throughput"]:
+        where = "3 prefill-affine routers"
+        failures += answered_failures(where, row)
+        if row["remote_asks_per_decision"] != 0:
+            failures.append("%s: %.3f remote shard requests per decision, expected none"
+                            % (where, row["remote_asks_per_decision"]))
+        if row["coverage"] != 1.0:
+            failures.append("%s: coverage %.4f, expected every block" % (where, row["coverage"]))
+    if not failures:
+        print("ok: 3 prefill-affine routers: %s" % "; ".join(
+            "%d of %d answered, no remote shard request, coverage 1" % (row["replied"], row["sent"])
+            for row in res["throughput"]))
     return failures
 
 

@@ -938,6 +938,18 @@ TEST_F(ClusterTest, SignaturesAreShardedReplicatedAndSurviveTheLossOfACacheNode)
   s1 = status(*nodes_[1]);
   EXPECT_EQ(s1["cluster"]["router"].value("shard_requests", 0), asked) << s1.dump();
   EXPECT_EQ(s1["models"][0]["shard_sums"].value("hits", 0), 4) << s1.dump();
+  // n1, which was sent those blocks' counts, signs prefix hits on them from what it kept
+  // (actors/router/seen_blocks.hpp): no shard request, and the same decisions.
+  for (uint32_t w = 0; w < 4; ++w) {
+    auto d =
+        route_at(*nodes_[0], prompt_for("hit-at-n1-" + std::to_string(w), w, blocks_of(w), false));
+    EXPECT_EQ(d.worker, w);
+    EXPECT_EQ(d.covered_blocks, 8u);
+  }
+  s0 = status(*nodes_[0]);
+  EXPECT_EQ(s0["cluster"]["router"].value("shard_requests", -1), 0) << s0.dump();
+  EXPECT_EQ(s0["models"][0]["seen_blocks"].value("hits", 0), 32) << s0.dump();
+  EXPECT_EQ(s0["models"][0]["seen_blocks"].value("entries", 0), 32) << s0.dump();
   // A client that sends every block's counts (eldr-proxy with vLLM's routed experts) and says
   // which the prefill served from its cache (cached_blocks): n3 asks no shard, stores only the
   // two new blocks of each prompt, and decides alike.

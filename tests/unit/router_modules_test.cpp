@@ -22,6 +22,7 @@
 #include "actors/router/route_decision.hpp"
 #include "actors/router/router_files.hpp"
 #include "actors/router/router_status.hpp"
+#include "actors/router/seen_blocks.hpp"
 #include "actors/router/shard_gather.hpp"
 #include "actors/router/shard_sum_cache.hpp"
 #include "actors/router/store_batch.hpp"
@@ -661,6 +662,120 @@ TEST(ShardSumCache, TheLeastRecentlyUsedGoFirstWithinTheBudget) {
   off.put(spec, std::vector<uint64_t>{1}, sum_of(spec, 1));
   EXPECT_FALSE(off.add_to(spec, std::vector<uint64_t>{1}, acc));
   EXPECT_EQ(off.entries(), 0u);
+}
+
+// --- seen_blocks ---
+
+// A spec over 4 layers x 16 experts, top-2, masking layers 1 and 3; and a block of `tokens`
+// tokens whose ids are drawn from `seed` (distinct within a token's top-2 row).
+const model_geometry seen_geometry{4, 16, 2};
+
+spec_ptr seen_spec() {
+  return std::make_shared<const signature_spec>(
+      *signature_spec::make(seen_geometry, signature_transform::count, {1, 3}, {}));
+}
+
+block_counts seen_block(uint32_t seed, uint32_t tokens = 16) {
+  std::vector<expert_id> ids;
+  for (uint32_t t = 0; t < tokens; ++t)
+    for (uint32_t l = 0; l < seen_geometry.layers; ++l) {
+      const auto a = static_cast<expert_id>((seed * 7 + t * 3 + l * 5) % 16);
+      ids.push_back(a);
+      ids.push_back(static_cast<expert_id>((a + 1 + (seed + t) % 15) % 16));
+    }
+  return *block_counts::from_tokens(seen_geometry, ids, 0, tokens);
+}
+
+TEST(SeenBlocks, AKeptBlockAddsWhatAddMaskedCountsAdds) {
+  seen_blocks c(1 << 20);
+  const auto spec = seen_spec();
+  for (uint32_t seed = 1; seed <= 4; ++seed)
+    c.keep(spec, 100 + seed, seen_block(seed));
+  EXPECT_EQ(c.entries(), 4u);
+  for (uint32_t seed = 1; seed <= 4; ++seed) {
+    std::vector<uint32_t> want(spec->width(), 2), got(spec->width(), 2);
+    ASSERT_TRUE(add_masked_counts(*spec, seen_block(seed), want).ok());
+    ASSERT_TRUE(c.add_to(spec, 100 + seed, got)) << seed;
+    EXPECT_EQ(got, want) << seed;
+  }
+  std::vector<uint32_t> acc(spec->width(), 0);
+  EXPECT_FALSE(c.add_to(spec, 99, acc));  // never kept: nothing added
+  EXPECT_EQ(acc, std::vector<uint32_t>(spec->width(), 0));
+  EXPECT_EQ(c.hits(), 4u);
+  EXPECT_EQ(c.misses(), 1u);
+  // A block of another geometry is not kept; a sum of another width is not added to.
+  c.keep(spec, 7, *block_counts::from_tokens(toy_geometry, std::vector<expert_id>{1, 1}, 0, 1));
+  EXPECT_EQ(c.entries(), 4u);
+  std::vector<uint32_t> narrow(spec->width() - 1, 0);
+  EXPECT_FALSE(c.add_to(spec, 101, narrow));
+}
+
+TEST(SeenBlocks, ANewSpecEmptiesItAndTheBudgetBoundsIt) {
+  const auto spec = seen_spec();
+  seen_blocks probe(1 << 20);
+  probe.keep(spec, 1, seen_block(1));
+  const size_t one = probe.bytes();
+  ASSERT_GT(one, 0u);
+  EXPECT_LT(one, size_t{16} * 2 * 2 * 4 + 1);  // at most tokens x k entries per masked layer
+  // Room for two blocks of this size: the least recently used goes first.
+  seen_blocks c(2 * one);
+  c.keep(spec, 1, seen_block(1));
+  c.keep(spec, 2, seen_block(1));  // same counts, another block
+  std::vector<uint32_t> acc(spec->width(), 0);
+  ASSERT_TRUE(c.add_to(spec, 1, acc));  // 1 is now the most recent
+  c.keep(spec, 3, seen_block(1));       // 2 goes
+  EXPECT_EQ(c.entries(), 2u);
+  EXPECT_LE(c.bytes(), c.budget_bytes());
+  EXPECT_TRUE(c.add_to(spec, 1, acc));
+  EXPECT_FALSE(c.add_to(spec, 2, acc));
+  EXPECT_TRUE(c.add_to(spec, 3, acc));
+  // Another spec object (a set with another mask was installed): nothing kept under the old one
+  // is added.
+  const auto next = seen_spec();
+  EXPECT_FALSE(c.add_to(next, 1, acc));
+  EXPECT_EQ(c.entries(), 0u);
+  // Budget 0 keeps nothing.
+  seen_blocks off(0);
+  off.keep(spec, 1, seen_block(1));
+  EXPECT_EQ(off.entries(), 0u);
+  EXPECT_FALSE(off.add_to(spec, 1, acc));
+}
+
+TEST(ShardGather, BlocksTheRouterWasSentBeforeAreSummedHereAndNotAsked) {
+  router_fixture f;
+  ASSERT_TRUE(install(f.st, f.model(), toy_set(2), 1, "import").ok());
+  auto& m = f.model();
+  seen_blocks seen(1 << 20);
+  auto counts_of = [](expert_id e) {
+    return *block_counts::from_tokens(toy_geometry, std::vector<expert_id>{e, e}, 0, 1);
+  };
+  // A first request carries blocks 5 and 6: the router keeps them.
+  auto first = std::make_shared<route_job>(f.job("a"));
+  first->request.block_hashes = {5, 6};
+  first->request.counts.emplace();
+  first->request.counts->geometry = toy_geometry;
+  first->request.counts->blocks.push_back(counts_block{5, std::nullopt, counts_of(1)});
+  first->request.counts->blocks.push_back(counts_block{6, 5, counts_of(2)});
+  keep_carried(*start_gather(m, first, 0, true), seen);
+  EXPECT_EQ(seen.entries(), 2u);
+  // A second one hits 5 and 6 in its prefill's cache and carries only block 8: 5 and 6 are
+  // summed from what was kept, 7 (never sent here) is left to the shards.
+  auto second = std::make_shared<route_job>(f.job("b"));
+  second->request.block_hashes = {5, 6, 7, 8};
+  second->request.counts.emplace();
+  second->request.counts->geometry = toy_geometry;
+  second->request.counts->blocks.push_back(counts_block{8, 7, counts_of(3)});
+  auto g = start_gather(m, second, 0, true);
+  EXPECT_EQ(g->asked, (std::vector<uint64_t>{5, 6, 7}));
+  EXPECT_EQ(sum_seen(*g, seen), 2u);
+  EXPECT_EQ(g->asked, (std::vector<uint64_t>{7}));
+  EXPECT_EQ(g->covered, 3u);
+  std::vector<uint32_t> want(m.spec->width(), 0);
+  for (expert_id e : {1, 2, 3})
+    ASSERT_TRUE(add_masked_counts(*m.spec, counts_of(e), want).ok());
+  EXPECT_EQ(g->acc, want);
+  EXPECT_EQ(seen.hits(), 2u);
+  EXPECT_EQ(seen.misses(), 1u);
 }
 
 // --- store_batch ---

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <variant>
 
@@ -104,7 +105,9 @@ status generator::run(const std::atomic<bool>& stop) {
       // KV events first: the node must have them before the route request that needs them.
       s_.publishers[pr.publisher].publish_encoded(pr.kv_payload);
       book_.sending(i, res_);
-      const bool sent = route_.send(pr.route_bytes);
+      const bool sent = route_.send(pr.route_bytes, o_.routers_by_prefill
+                                                        ? std::optional<std::size_t>(pr.publisher)
+                                                        : std::nullopt);
       prep_.release(i);
       if (!sent) {
         book_.send_failed(i, res_);

@@ -46,6 +46,11 @@ struct loadgen_options {
   // (smooth weighted round robin), e.g. 1,3,3 to give the first router a fixed share while the
   // others carry the rest (bench/cluster_bench.py's fan-in case). Empty = equal shares.
   std::vector<uint32_t> router_weights;
+  // --routers-by-prefill: each request goes to the router its prefill worker maps to (prefill
+  // worker p -> router p mod N), as a deployment whose clients keep a prefill instance's requests
+  // at one router does, so that router has seen every block that prefill worker computed (its
+  // prefix hits); instead of the round robin. Not with router_weights.
+  bool routers_by_prefill = false;
   std::string model;  // "" = the first model the node serves
   // The workload (--trace or --synthetic, its shape, seed, calibration, prompt pool, threads,
   // pairs), as eldr-sim's options: the same spec draws the same requests.

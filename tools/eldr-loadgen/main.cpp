@@ -94,6 +94,10 @@ int main(int argc, char** argv) {
   eldr::tools::add_pairs_option(app, spec.pairs);
   eldr::add_defaulted(app, "--threads", spec.threads,
                       "threads for workload preparation and the fit", CLI::Range(1u, 256u));
+  app.add_flag("--routers-by-prefill", o.routers_by_prefill,
+               "cluster: send each request to the router its prefill worker maps to (prefill "
+               "worker p -> router p mod N) instead of round robin, so prefix hits are blocks "
+               "that router saw computed (docs/cluster.md, \"Prefill-affine routers\")");
   eldr::add_defaulted(app, "--prefill-workers", o.prefill_workers,
                       "emulated prefill workers (one prefix cache and KV-event publisher each)",
                       CLI::Range(1u, 256u));

@@ -59,9 +59,9 @@ result<std::unique_ptr<route_socket>> route_socket::connect(
   return r;
 }
 
-bool route_socket::send(std::span<const uint8_t> bytes) {
+bool route_socket::send(std::span<const uint8_t> bytes, std::optional<std::size_t> to) {
   try {
-    return sockets_[rotation_.next()]
+    return sockets_[to ? *to % sockets_.size() : rotation_.next()]
         .send(zmq::buffer(bytes.data(), bytes.size()), zmq::send_flags::none)
         .has_value();
   } catch (const std::exception&) {

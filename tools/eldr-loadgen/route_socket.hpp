@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,8 +51,9 @@ class route_socket {
                                                        const std::vector<uint32_t>& weights,
                                                        int timeout_ms);
 
-  // Sends one encoded route request; false when it was not sent.
-  bool send(std::span<const uint8_t> bytes);
+  // Sends one encoded route request to the next endpoint of the rotation, or to endpoint
+  // `to % endpoints` when given; false when it was not sent.
+  bool send(std::span<const uint8_t> bytes, std::optional<std::size_t> to = std::nullopt);
 
   // Sleeps until a reply is readable or `wake`; false when ZeroMQ threw.
   bool wait(wall_clock::time_point wake);

@@ -35,6 +35,9 @@ status check_options(const loadgen_options& o) {
                     [](uint32_t w) { return w == 0; }))
       return status::invalid_argument("--router-weights: every weight is 0");
   }
+  if (o.routers_by_prefill && !o.router_weights.empty())
+    return status::invalid_argument(
+        "--routers-by-prefill and --router-weights: the prefill workers pick the routers");
   if (o.max_outstanding == 0) return status::invalid_argument("--max-outstanding must be >= 1");
   if (o.report_ms == 0) return status::invalid_argument("--report-ms must be >= 1");
   if (o.swap_at && !(*o.swap_at >= 0 && std::isfinite(*o.swap_at)))

@@ -1,0 +1,58 @@
+// seen_blocks: a router's memory of the blocks whose counts requests brought it, so that a later
+// prefix hit on them is summed here instead of asked of a signature-cache shard -- in a cluster,
+// usually a message to another node (issue 14: "no per-request remote lookup on the hot path").
+//
+// It pays where a router sees the blocks it will later be asked about: when clients keep each
+// prefill instance's requests at one router (docs/cluster.md, "Prefill-affine routers"), a
+// prefix hit is a block that instance computed earlier, so one this router was sent. It is a
+// cache in front of the shards, not a copy of them: the shards still store every block (R
+// copies, KV events), and a block not held here is asked of them as before.
+//
+// An entry is one block's counts over the spec's layer mask, as (position in the masked sum,
+// count) pairs packed in 32 bits (what add_masked_counts adds; a 12-of-48 mask at top-8 keeps
+// about 4 KiB a block). It stays exact: a block hash names its tokens and all before them, so its
+// counts never change. A new spec object (a set with other layers, transform or IDF) empties it.
+// Byte-bounded LRU (storage/memory_caches.hpp's counts_lru). Plain class; one per model, on the
+// router's thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "actors/messages.hpp"
+#include "core/expert_counts.hpp"
+#include "storage/memory_caches.hpp"
+
+namespace eldr::router {
+
+class seen_blocks {
+ public:
+  // budget_bytes 0: off (every lookup misses, nothing is kept).
+  explicit seen_blocks(size_t budget_bytes = 0) : budget_(budget_bytes), lru_(budget_bytes) {}
+
+  // Keeps block `hash`'s counts over `spec`'s mask. Not kept: the cache is off, `counts` has
+  // another geometry, or the spec is wider than 2^24 positions (not a model eldr serves).
+  void keep(const spec_ptr& spec, uint64_t hash, const block_counts& counts);
+
+  // Adds block `hash`'s kept counts to `acc` (spec->width() entries) and returns true; false,
+  // nothing added, when it is not kept under `spec`.
+  bool add_to(const spec_ptr& spec, uint64_t hash, std::span<uint32_t> acc);
+
+  size_t entries() const { return lru_.size(); }
+  size_t bytes() const { return lru_.bytes(); }
+  size_t budget_bytes() const { return budget_; }
+  uint64_t hits() const { return hits_; }
+  uint64_t misses() const { return misses_; }
+
+ private:
+  void follow(const spec_ptr& spec);
+
+  size_t budget_ = 0;
+  counts_lru lru_;
+  spec_ptr spec_;
+  uint64_t hits_ = 0, misses_ = 0;
+};
+
+}  // namespace eldr::router
