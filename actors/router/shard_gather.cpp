@@ -55,7 +55,10 @@ size_t sum_seen(shard_gather& g, seen_blocks& seen) {
 
 void keep_carried(const shard_gather& g, seen_blocks& seen) {
   const auto& req = g.job->request;
-  if (!g.spec || !req.counts) return;
+  // cached_blocks comes from a client that sends every block's counts, prefix hits included
+  // (eldr-proxy): a later hit on these blocks will carry them again, so keeping them (0.6-0.7 us a
+  // new block, BENCHMARKS.md "Prefill-affine routers and seen blocks") would buy nothing.
+  if (!g.spec || !req.counts || req.cached_blocks) return;
   for (const counts_block& b : req.counts->blocks)
     seen.keep(g.spec, b.hash, b.counts);
 }

@@ -53,7 +53,9 @@ shard_gather_ptr start_gather(const model_state& m, route_job_ptr job, int attem
 // no shard asked for them) and leaves only the others in `asked`. Returns how many it summed.
 size_t sum_seen(shard_gather& g, seen_blocks& seen);
 
-// Keeps every block whose counts the request carries in `seen`, for later prefix hits on them.
+// Keeps every block whose counts the request carries in `seen`, for later prefix hits on them;
+// none when the request says how many blocks its prefill served from cache (cached_blocks: a
+// client that sends every block's counts, whose later hits carry them too).
 void keep_carried(const shard_gather& g, seen_blocks& seen);
 
 // True when the shards' answers cover every asked block with no problem: their sum can be kept.

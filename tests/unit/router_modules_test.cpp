@@ -756,6 +756,12 @@ TEST(ShardGather, BlocksTheRouterWasSentBeforeAreSummedHereAndNotAsked) {
   first->request.counts->geometry = toy_geometry;
   first->request.counts->blocks.push_back(counts_block{5, std::nullopt, counts_of(1)});
   first->request.counts->blocks.push_back(counts_block{6, 5, counts_of(2)});
+  // From a client that sends every block's counts and says so (cached_blocks), nothing is kept:
+  // its later hits carry their counts too.
+  first->request.cached_blocks = 0;
+  keep_carried(*start_gather(m, first, 0, true), seen);
+  EXPECT_EQ(seen.entries(), 0u);
+  first->request.cached_blocks.reset();
   keep_carried(*start_gather(m, first, 0, true), seen);
   EXPECT_EQ(seen.entries(), 2u);
   // A second one hits 5 and 6 in its prefill's cache and carries only block 8: 5 and 6 are
