@@ -14,18 +14,10 @@ constexpr uint32_t max_positions = uint32_t{1} << 24;
 
 }  // namespace
 
-void seen_blocks::follow(const spec_ptr& spec) {
-  if (spec == spec_) return;
-  // Another spec object: another mask (or IDF, which the masked counts do not depend on, but a
-  // set is installed rarely and a new mask moves every position).
-  lru_.clear();
-  spec_ = spec;
-}
-
 void seen_blocks::keep(const spec_ptr& spec, uint64_t hash, const block_counts& counts) {
   if (budget_ == 0 || !spec || spec->width() > max_positions) return;
   follow(spec);
-  if (lru_.find(hash) != nullptr) return;  // made most recent; its counts cannot differ
+  if (store_.find(hash) != nullptr) return;  // made most recent; its counts cannot differ
   if (counts.layers() != spec->geometry().layers) return;
   size_t n = 0;
   for (uint32_t l : spec->layer_mask())
@@ -38,13 +30,13 @@ void seen_blocks::keep(const spec_ptr& spec, uint64_t hash, const block_counts& 
     out += sizeof packed;
   });
   if (!s.ok()) return;
-  lru_.put(hash, std::move(entry));
+  store_.put(hash, std::move(entry));
 }
 
 bool seen_blocks::add_to(const spec_ptr& spec, uint64_t hash, std::span<uint32_t> acc) {
   if (budget_ == 0 || !spec || acc.size() != spec->width()) return false;
   follow(spec);
-  const std::string* e = lru_.find(hash);
+  const std::string* e = store_.find(hash);
   if (e == nullptr) {
     ++misses_;
     return false;

@@ -22,15 +22,17 @@
 #include <string>
 
 #include "actors/messages.hpp"
+#include "actors/router/spec_keyed_cache.hpp"
 #include "core/expert_counts.hpp"
 #include "storage/memory_caches.hpp"
 
 namespace eldr::router {
 
-class seen_blocks {
+// entries(), bytes(), budget_bytes(), hits(), misses(): spec_keyed_cache.hpp.
+class seen_blocks : public spec_keyed_cache<counts_lru> {
  public:
   // budget_bytes 0: off (every lookup misses, nothing is kept).
-  explicit seen_blocks(size_t budget_bytes = 0) : budget_(budget_bytes), lru_(budget_bytes) {}
+  explicit seen_blocks(size_t budget_bytes = 0) : spec_keyed_cache(budget_bytes) {}
 
   // Keeps block `hash`'s counts over `spec`'s mask. Not kept: the cache is off, `counts` has
   // another geometry, or the spec is wider than 2^24 positions (not a model eldr serves).
@@ -39,20 +41,6 @@ class seen_blocks {
   // Adds block `hash`'s kept counts to `acc` (spec->width() entries) and returns true; false,
   // nothing added, when it is not kept under `spec`.
   bool add_to(const spec_ptr& spec, uint64_t hash, std::span<uint32_t> acc);
-
-  size_t entries() const { return lru_.size(); }
-  size_t bytes() const { return lru_.bytes(); }
-  size_t budget_bytes() const { return budget_; }
-  uint64_t hits() const { return hits_; }
-  uint64_t misses() const { return misses_; }
-
- private:
-  void follow(const spec_ptr& spec);
-
-  size_t budget_ = 0;
-  counts_lru lru_;
-  spec_ptr spec_;
-  uint64_t hits_ = 0, misses_ = 0;
 };
 
 }  // namespace eldr::router

@@ -15,19 +15,11 @@ uint64_t fingerprint(std::span<const uint64_t> blocks) {
 
 }  // namespace
 
-void shard_sum_cache::follow(const spec_ptr& spec) {
-  if (spec == spec_) return;
-  // Another spec object: a set with other layers, transform or IDF was installed (the router
-  // keeps the object when only the centroids change). Sums under the old one mean nothing now.
-  memo_.clear();
-  spec_ = spec;
-}
-
 bool shard_sum_cache::add_to(const spec_ptr& spec, std::span<const uint64_t> blocks,
                              std::span<uint32_t> acc) {
   if (budget_ == 0 || !spec || blocks.empty()) return false;
   follow(spec);
-  const auto* sum = memo_.find(blocks.back(), blocks.size(), fingerprint(blocks));
+  const auto* sum = store_.find(blocks.back(), blocks.size(), fingerprint(blocks));
   if (!sum || sum->size() != acc.size()) {
     ++misses_;
     return false;
@@ -42,8 +34,8 @@ void shard_sum_cache::put(const spec_ptr& spec, std::span<const uint64_t> blocks
                           std::span<const uint32_t> sum) {
   if (budget_ == 0 || !spec || blocks.empty() || sum.size() != spec->width()) return;
   follow(spec);
-  memo_.put(blocks.back(), std::vector<uint32_t>(sum.begin(), sum.end()), blocks.size(),
-            fingerprint(blocks));
+  store_.put(blocks.back(), std::vector<uint32_t>(sum.begin(), sum.end()), blocks.size(),
+             fingerprint(blocks));
 }
 
 }  // namespace eldr::router

@@ -21,14 +21,16 @@
 #include <span>
 
 #include "actors/messages.hpp"
+#include "actors/router/spec_keyed_cache.hpp"
 #include "storage/memory_caches.hpp"
 
 namespace eldr::router {
 
-class shard_sum_cache {
+// entries(), bytes(), budget_bytes(), hits(), misses(): spec_keyed_cache.hpp.
+class shard_sum_cache : public spec_keyed_cache<prefix_memo> {
  public:
   // budget_bytes 0: off (every lookup misses, nothing is kept).
-  explicit shard_sum_cache(size_t budget_bytes = 0) : budget_(budget_bytes), memo_(budget_bytes) {}
+  explicit shard_sum_cache(size_t budget_bytes = 0) : spec_keyed_cache(budget_bytes) {}
 
   // Adds the kept sum over exactly `blocks` under `spec` to `acc` (spec->width() entries) and
   // returns true; false (nothing added) when it is not kept.
@@ -37,20 +39,6 @@ class shard_sum_cache {
   // Keeps `sum` (spec->width() entries), the shards' complete answer for `blocks` under `spec`.
   // An entry larger than the whole budget is not kept.
   void put(const spec_ptr& spec, std::span<const uint64_t> blocks, std::span<const uint32_t> sum);
-
-  size_t entries() const { return memo_.size(); }
-  size_t bytes() const { return memo_.bytes(); }
-  size_t budget_bytes() const { return budget_; }
-  uint64_t hits() const { return hits_; }
-  uint64_t misses() const { return misses_; }
-
- private:
-  void follow(const spec_ptr& spec);
-
-  size_t budget_ = 0;
-  prefix_memo memo_;
-  spec_ptr spec_;
-  uint64_t hits_ = 0, misses_ = 0;
 };
 
 }  // namespace eldr::router
