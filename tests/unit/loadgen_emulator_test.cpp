@@ -15,6 +15,7 @@
 #include "tools/eldr-loadgen/decode_emulator.hpp"
 #include "tools/eldr-loadgen/prefill_emulator.hpp"
 #include "tools/eldr-loadgen/route_socket.hpp"
+#include "tools/eldr-loadgen/setup.hpp"
 
 namespace eldr::loadgen {
 namespace {
@@ -352,6 +353,46 @@ TEST(WeightedRotation, EqualWeightsArePlainRoundRobinAndZeroIsNeverPicked) {
   weighted_rotation z({0, 2, 1});
   for (int k = 0; k < 30; ++k)
     EXPECT_NE(z.next(), 0u);
+}
+
+// --routers-by-prefill: a request given an endpoint goes there (index modulo the endpoints), the
+// others follow the rotation; the flag and --router-weights do not go together.
+TEST(RouteSocket, ARequestGivenAnEndpointGoesThereAndTheRestRotate) {
+  zmq::context_t ctx;
+  std::vector<zmq::socket_t> routers;
+  std::vector<std::string> endpoints;
+  for (int i = 0; i < 3; ++i) {
+    routers.emplace_back(ctx, zmq::socket_type::router);
+    routers.back().set(zmq::sockopt::rcvtimeo, 2000);
+    endpoints.push_back("inproc://route-socket-" + std::to_string(i));
+    routers.back().bind(endpoints.back());
+  }
+  auto rs = route_socket::connect(ctx, endpoints, {}, 2000);
+  ASSERT_TRUE(rs.ok()) << rs.error().to_string();
+  auto received = [&](size_t i) {
+    zmq::message_t id, body;
+    if (!routers[i].recv(id) || !routers[i].recv(body)) return std::string("(nothing)");
+    return body.to_string();
+  };
+  const std::vector<uint8_t> a = {'a'}, b = {'b'}, c = {'c'};
+  ASSERT_TRUE((*rs)->send(a, 4));  // 4 mod 3: the second endpoint
+  EXPECT_EQ(received(1), "a");
+  ASSERT_TRUE((*rs)->send(b));  // the rotation starts at the first
+  EXPECT_EQ(received(0), "b");
+  ASSERT_TRUE((*rs)->send(c, 2));
+  EXPECT_EQ(received(2), "c");
+
+  loadgen_options o;
+  o.workload.synthetic = "qwen-task";
+  ASSERT_TRUE(check_options(o).ok()) << check_options(o).message();
+  o.routers = {"tcp://a:1", "tcp://b:1"};
+  o.router_weights = {1, 2};
+  o.routers_by_prefill = true;
+  const status s = check_options(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--routers-by-prefill"), std::string::npos) << s.message();
+  o.router_weights.clear();
+  EXPECT_TRUE(check_options(o).ok()) << check_options(o).message();
 }
 
 }  // namespace
