@@ -106,6 +106,9 @@ ap.add_argument("--fanin-loadgen-args", default="--counts all --prompt-pool 256"
                      "adds a cost of its own that grows with the total rate, and draws from 256 "
                      "prompts, so that new prompts (stored blocks, KV events: a cost per distinct "
                      "prompt, not per request) are over before the window at every rate")
+ap.add_argument("--herding-loadgen-args", default="",
+                help="more eldr-loadgen options for the herding runs, e.g. '--prefill-workers 4 "
+                     "--routers-by-prefill' (each prefill worker's requests at one router)")
 ap.add_argument("--shard-sums", default="64/10",
                 help="the throughput case's cluster.shard_sum_cache_mib/store_batch_ms[/"
                      "seen_blocks_mib] settings, run side by side (e.g. 0/0/0,64/10/64: all off "
@@ -403,7 +406,7 @@ def herding():
                        # Preparation in the background: the decode workers report nothing
                        # before the timed phase, and preparing every request first can outlast
                        # worker_timeout_ms on a loaded machine (no_eligible_worker at the start).
-                       "--prepare-budget-mib", "64"]
+                       "--prepare-budget-mib", "64"] + args.herding_loadgen_args.split()
                 load = os.getloadavg()[0]
                 try:
                     r = run_loadgen(cmd)

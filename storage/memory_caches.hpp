@@ -48,10 +48,12 @@ struct hash_mix {
   }
 };
 
-// LRU of encoded (validated) counts: front = most recent. Bounded by the bytes of the encodings.
+// LRU of encoded (validated) counts: front = most recent. Bounded by the bytes of the encodings,
+// plus entry_overhead bytes an entry when the owner counts the bookkeeping too.
 class counts_lru {
  public:
-  explicit counts_lru(size_t capacity_bytes) : capacity_(capacity_bytes) {}
+  explicit counts_lru(size_t capacity_bytes, size_t entry_overhead = 0)
+      : capacity_(capacity_bytes), overhead_(entry_overhead) {}
 
   // The block's bytes, made most recent; nullptr when not held.
   const std::string* find(uint64_t h) {
@@ -64,20 +66,21 @@ class counts_lru {
   void erase(uint64_t h) {
     auto it = entries_.find(h);
     if (it == entries_.end()) return;
-    bytes_ -= it->second.bytes.size();
+    bytes_ -= it->second.bytes.size() + overhead_;
     order_.erase(it->second.pos);
     entries_.erase(it);
   }
 
   void put(uint64_t h, std::string bytes) {
     erase(h);
-    if (bytes.size() > capacity_) return;
-    while (bytes_ + bytes.size() > capacity_ && !order_.empty()) {
+    const size_t cost = bytes.size() + overhead_;
+    if (cost > capacity_) return;
+    while (bytes_ + cost > capacity_ && !order_.empty()) {
       const uint64_t victim = order_.back();
       erase(victim);
     }
     order_.push_front(h);
-    bytes_ += bytes.size();
+    bytes_ += cost;
     entries_.emplace(h, entry{std::move(bytes), order_.begin()});
   }
 
@@ -96,6 +99,7 @@ class counts_lru {
     std::list<uint64_t>::iterator pos;
   };
   size_t capacity_;
+  size_t overhead_;
   std::list<uint64_t> order_;
   std::unordered_map<uint64_t, entry, hash_mix> entries_;
   size_t bytes_ = 0;

@@ -32,7 +32,13 @@ namespace eldr::router {
 class seen_blocks : public spec_keyed_cache<counts_lru> {
  public:
   // budget_bytes 0: off (every lookup misses, nothing is kept).
-  explicit seen_blocks(size_t budget_bytes = 0) : spec_keyed_cache(budget_bytes) {}
+  // The budget counts each entry's bookkeeping too (entry_overhead).
+  explicit seen_blocks(size_t budget_bytes = 0)
+      : spec_keyed_cache(budget_bytes, counts_lru(budget_bytes, entry_overhead)) {}
+
+  // An entry's LRU list node, hash-table node (key, string, list position, cached hash) and
+  // their allocations, about, on a 64-bit glibc build: what its bytes() adds to the counts'.
+  static constexpr size_t entry_overhead = 128;
 
   // Keeps block `hash`'s counts over `spec`'s mask. Not kept: the cache is off, `counts` has
   // another geometry, or the spec is wider than 2^24 positions (not a model eldr serves).

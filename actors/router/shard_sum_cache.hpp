@@ -30,7 +30,8 @@ namespace eldr::router {
 class shard_sum_cache : public spec_keyed_cache<prefix_memo> {
  public:
   // budget_bytes 0: off (every lookup misses, nothing is kept).
-  explicit shard_sum_cache(size_t budget_bytes = 0) : spec_keyed_cache(budget_bytes) {}
+  explicit shard_sum_cache(size_t budget_bytes = 0)
+      : spec_keyed_cache(budget_bytes, prefix_memo(budget_bytes)) {}
 
   // Adds the kept sum over exactly `blocks` under `spec` to `acc` (spec->width() entries) and
   // returns true; false (nothing added) when it is not kept.

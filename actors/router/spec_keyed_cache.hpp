@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "actors/messages.hpp"
 
@@ -23,7 +24,8 @@ class spec_keyed_cache {
   uint64_t misses() const { return misses_; }
 
  protected:
-  explicit spec_keyed_cache(size_t budget_bytes) : budget_(budget_bytes), store_(budget_bytes) {}
+  spec_keyed_cache(size_t budget_bytes, Store store)
+      : budget_(budget_bytes), store_(std::move(store)) {}
 
   // Makes `spec` the one the values are under, emptying the store when it is another object.
   void follow(const spec_ptr& spec) {
