@@ -376,15 +376,17 @@ def counts_message(layers, experts, top_k, blocks, seq=None):
 
 
 class Packed:
-    """A field value already packed as one MessagePack value (`data`, bytes), placed in the
-    message as it is: a counts message made by eldr-proxy's compiled conversion
-    (eldr_proxy_native) is one, its data equal to msgpack.packb of counts_message's dict. Nothing
-    checks that the bytes are one value: only wrap what a packer made."""
+    """A field value already packed as one MessagePack value (`data`: bytes, or a memoryview of
+    them), placed in the message as it is: a counts message made by eldr-proxy's compiled
+    conversion (eldr_proxy_native) is one, its data equal to msgpack.packb of counts_message's
+    dict. Nothing checks that the bytes are one value: only wrap what a packer made."""
 
     __slots__ = ("data",)
 
     def __init__(self, data):
-        self.data = bytes(data)  # no copy of a bytes object
+        # bytes, or a memoryview of bytes valid while referenced (eldr_proxy_native's message
+        # in the library's buffer): neither is copied.
+        self.data = data if isinstance(data, (bytes, memoryview)) else bytes(data)
 
 
 def encode(msg_type, fields):

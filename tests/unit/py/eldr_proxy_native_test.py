@@ -118,6 +118,36 @@ def test_random_inputs_give_the_numpy_bytes():
     same_bytes(6, 32, 4, [1, 2, 3, 4], [None, 1, None, 3], view, 16, what="strided, parents")
 
 
+def test_a_message_is_the_librarys_buffer_freed_with_its_last_view():
+    """The message is not copied out of the library: a view that stays readable after its Packed
+    is gone and while other messages are made and freed, and is freed, once, when it goes."""
+    rng = np.random.default_rng(29)
+    L, E, k, bs = 4, 64, 6, 16
+    ids = random_topk(rng, 64, L, E, k, np.uint8)
+    hashes, parents = chain(rng, 4)
+    want = numpy_bytes(L, E, k, hashes, parents, ids, bs)
+    freed = []
+    real_free = NATIVE._lib.eldr_counts_free
+    NATIVE._lib.eldr_counts_free = lambda handle: (freed.append(handle), real_free(handle))
+    try:
+        view = NATIVE.message(L, E, k, hashes, parents, ids, bs).data
+        check(isinstance(view, memoryview) and view.format == "B" and view.contiguous,
+              "the message is a contiguous byte view, got %r" % type(view))
+        check(freed == [], "freed while its view lives")
+        for _ in range(20):  # each made and dropped at once, its memory free for the next
+            NATIVE.message(L, E, k, hashes, parents, random_topk(rng, 64, L, E, k, np.uint8), bs)
+        check(len(freed) == 20, "20 dropped messages, %d freed" % len(freed))
+        check(view == want, "the kept message changed while others were made")
+        check(ec.encode("route_request", {"counts": ec.Packed(view)})
+              == msgpack.packb({"version": ec.PROTOCOL_VERSION, "type": "route_request",
+                                "counts": msgpack.unpackb(want)}, use_bin_type=True),
+              "the view does not go into a message as its bytes")
+        del view
+        check(len(freed) == 21, "the last view gone, %d of 21 freed" % len(freed))
+    finally:
+        NATIVE._lib.eldr_counts_free = real_free
+
+
 def trace_prompts(name):
     t = eldr_trace.read_trace(os.path.join(shared_data(), name))
     g = t.geometry
@@ -466,20 +496,21 @@ def decode_raw(raw, out_len=None):
     return rc, out[offset.value:offset.value + n].tobytes()
 
 
-def test_every_byte_at_every_place_of_a_sixteen_character_line():
-    """The library decodes base64 sixteen characters at a time (SSSE3) up to the first line with
-    anything but the 64 alphabet characters, and leaves the rest to OpenSSL: each of the 256 byte
-    values at each of a line's 16 places, in lines decoded either way (early, and in the last 8
-    characters), is refused iff it is not of the alphabet (naming it), and every accepted text
-    decodes to Python's bytes."""
+def test_every_byte_at_every_place_of_a_line():
+    """The library decodes base64 32 characters at a time (AVX2), then 16 (SSSE3), up to the first
+    line with anything but the 64 alphabet characters, and leaves the rest to OpenSSL: each of
+    the 256 byte values at each place of a 32-character line early in the text (AVX2 where the
+    CPU has it), of the 16-character line 48 characters before the end (SSSE3) and of the last
+    16 characters (OpenSSL), is refused iff it is not of the alphabet (naming it), and every
+    accepted text decodes to Python's bytes."""
     alphabet = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
     header = "{'descr': '|u1', 'fortran_order': False, 'shape': (1, 1, %d), }"
     data = bytes(range(256)) * 3 + b"eldr"  # with the 128-byte header, 75 whole lines
     text = npy_bytes_b64(header % len(data), data).encode()
     check(len(text) % 16 == 0 and b"=" not in text, "the text is whole lines: %d" % len(text))
-    # A line of the data (SSSE3 where the CPU has it) and the last line (OpenSSL).
-    for line in (len(text) // 2 // 16 * 16, len(text) - 16):
-        for place in range(16):
+    for line, places in ((len(text) // 2 // 32 * 32, 32), (len(text) - 48, 16),
+                         (len(text) - 16, 16)):
+        for place in range(places):
             at = line + place
             for byte in range(256):
                 raw = text[:at] + bytes([byte]) + text[at + 1:]
