@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #if defined(__x86_64__)
@@ -168,18 +169,92 @@ __attribute__((target("ssse3"))) row_summary compress_row_ssse3(uint8_t* row, ui
   return r;
 }
 
-row_summary compress_row(uint8_t* row, uint32_t n_words, uint32_t tokens, expert_id* ids,
-                         uint8_t* counts) {
-  static const bool ssse3 = __builtin_cpu_supports("ssse3");
-  return ssse3 ? compress_row_ssse3(row, n_words, tokens, ids, counts)
-               : compress_row_portable(row, n_words, tokens, ids, counts);
-}
-#else
-row_summary compress_row(uint8_t* row, uint32_t n_words, uint32_t tokens, expert_id* ids,
-                         uint8_t* counts) {
-  return compress_row_portable(row, n_words, tokens, ids, counts);
+// compress_row_portable with AVX-512 (BW and VBMI2: Intel since Ice Lake, AMD since Zen 4,
+// checked at run time), 64 experts at a time: the nonzero bytes found by one test into a mask,
+// the counts and (32 at a time, 16-bit) the ids gathered by compress instructions, stored under a
+// mask of as many lanes as there are entries, so nothing is written past them. Fewer than half the
+// SSSE3 path's instructions for a 128-expert row: BENCHMARKS.md, "Routed experts to counts".
+__attribute__((target("avx512f,avx512bw,avx512vbmi2"))) row_summary compress_row_avx512(
+    uint8_t* row, uint32_t n_words, uint32_t tokens, expert_id* ids, uint8_t* counts) {
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i iota = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17,
+                                        16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const auto first = [](uint32_t n) {  // a mask of the first n lanes, n <= 64
+    return n == 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1;
+  };
+  __m512i sums = zero, most = zero;
+  row_summary r;
+  const uint32_t bytes = 8 * n_words;
+  for (uint32_t at = 0; at < bytes; at += 64) {
+    const __mmask64 in = first(std::min(64u, bytes - at));
+    const __m512i v = _mm512_maskz_loadu_epi8(in, row + at);
+    const __mmask64 nonzero = _mm512_test_epi8_mask(v, v);
+    if (nonzero == 0) continue;
+    sums = _mm512_add_epi64(sums, _mm512_sad_epu8(v, zero));
+    most = _mm512_max_epu8(most, v);
+    const auto n = static_cast<uint32_t>(__builtin_popcountll(nonzero));
+    _mm512_mask_storeu_epi8(counts + r.entries, first(n), _mm512_maskz_compress_epi8(nonzero, v));
+    const auto low = static_cast<__mmask32>(nonzero);
+    const auto high = static_cast<__mmask32>(nonzero >> 32);
+    const auto n_low = static_cast<uint32_t>(__builtin_popcount(low));
+    const __m512i low_ids = _mm512_add_epi16(iota, _mm512_set1_epi16(static_cast<short>(at)));
+    const __m512i high_ids = _mm512_add_epi16(low_ids, _mm512_set1_epi16(32));
+    _mm512_mask_storeu_epi16(ids + r.entries, static_cast<__mmask32>(first(n_low)),
+                             _mm512_maskz_compress_epi16(low, low_ids));
+    _mm512_mask_storeu_epi16(ids + r.entries + n_low, static_cast<__mmask32>(first(n - n_low)),
+                             _mm512_maskz_compress_epi16(high, high_ids));
+    r.entries += n;
+    _mm512_mask_storeu_epi8(row + at, in, zero);
+  }
+  alignas(64) uint64_t lane_sums[8];  // not _mm512_reduce_add_epi64: GCC 12 warns inside it
+  _mm512_store_si512(lane_sums, sums);
+  for (const uint64_t s : lane_sums)
+    r.sum += static_cast<uint32_t>(s);
+  r.over = static_cast<uint32_t>(
+      _mm512_cmpgt_epu8_mask(most, _mm512_set1_epi8(static_cast<char>(tokens))) != 0);
+  return r;
 }
 #endif
+
+bool runs_on_this_cpu(detail::row_compressor c) {
+  switch (c) {
+    case detail::row_compressor::portable:
+      return true;
+#if defined(__x86_64__)
+    case detail::row_compressor::ssse3:
+      return __builtin_cpu_supports("ssse3");
+    case detail::row_compressor::avx512:
+      return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi2");
+#endif
+    default:
+      return false;
+  }
+}
+
+row_summary compress_row_by(detail::row_compressor c, uint8_t* row, uint32_t n_words,
+                            uint32_t tokens, expert_id* ids, uint8_t* counts) {
+  switch (c) {
+#if defined(__x86_64__)
+    case detail::row_compressor::avx512:
+      return compress_row_avx512(row, n_words, tokens, ids, counts);
+    case detail::row_compressor::ssse3:
+      return compress_row_ssse3(row, n_words, tokens, ids, counts);
+#endif
+    default:
+      return compress_row_portable(row, n_words, tokens, ids, counts);
+  }
+}
+
+// The fastest this CPU runs, chosen once.
+row_summary compress_row(uint8_t* row, uint32_t n_words, uint32_t tokens, expert_id* ids,
+                         uint8_t* counts) {
+  static const detail::row_compressor best = [] {
+    for (detail::row_compressor c : {detail::row_compressor::avx512, detail::row_compressor::ssse3})
+      if (runs_on_this_cpu(c)) return c;
+    return detail::row_compressor::portable;
+  }();
+  return compress_row_by(best, row, n_words, tokens, ids, counts);
+}
 
 }  // namespace
 
@@ -452,5 +527,33 @@ result<std::vector<block_counts>> count_blocks(const model_geometry& g,
                                                std::size_t token_stride) {
   return count_all_blocks(g, experts, begin, end, block_size, token_stride);
 }
+
+namespace detail {
+
+bool cpu_runs(row_compressor c) {
+  return runs_on_this_cpu(c);
+}
+
+std::optional<compressed_row> compress_row_with(row_compressor c, std::span<const uint8_t> row,
+                                                uint32_t tokens) {
+  if (!cpu_runs(c)) return std::nullopt;
+  // As block_counter lays a row out: whole 16-byte lines, zeros past the experts.
+  const auto n_words = static_cast<uint32_t>(2 * ((row.size() + 15) / 16));
+  std::vector<uint8_t> line(8 * size_t{n_words}, 0);
+  std::copy(row.begin(), row.end(), line.begin());
+  compressed_row out;
+  out.ids.resize(line.size());
+  out.counts.resize(line.size());
+  const row_summary r =
+      compress_row_by(c, line.data(), n_words, tokens, out.ids.data(), out.counts.data());
+  out.ids.resize(r.entries);
+  out.counts.resize(r.entries);
+  out.sum = r.sum;
+  out.over = r.over != 0;
+  out.row_zeroed = std::all_of(line.begin(), line.end(), [](uint8_t b) { return b == 0; });
+  return out;
+}
+
+}  // namespace detail
 
 }  // namespace eldr

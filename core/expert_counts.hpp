@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -87,5 +88,28 @@ result<std::vector<block_counts>> count_blocks(const model_geometry& g,
                                                std::span<const uint8_t> experts, uint32_t begin,
                                                uint32_t end, uint32_t block_size,
                                                std::size_t token_stride = 0);
+
+// The ways counting gathers a layer's nonzero counts from its histogram row (expert_counts.cpp):
+// each call picks the fastest this CPU runs. For tests, which check every one the CPU runs
+// against the portable one.
+namespace detail {
+
+enum class row_compressor { portable, ssse3, avx512 };
+
+bool cpu_runs(row_compressor c);
+
+struct compressed_row {
+  std::vector<expert_id> ids;  // of the nonzero counts, ascending
+  std::vector<uint8_t> counts;
+  uint32_t sum = 0;
+  bool over = false;        // a count is over the tokens
+  bool row_zeroed = false;  // the row was left all zeros, as the next block needs it
+};
+
+// `row`: one byte per expert. Nothing when the CPU does not run c.
+std::optional<compressed_row> compress_row_with(row_compressor c, std::span<const uint8_t> row,
+                                                uint32_t tokens);
+
+}  // namespace detail
 
 }  // namespace eldr

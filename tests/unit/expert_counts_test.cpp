@@ -7,6 +7,7 @@
 #include <limits>
 #include <numeric>
 #include <span>
+#include <string>
 
 #include "core/base/random.hpp"
 #include "tests/support/random_ids.hpp"
@@ -365,6 +366,61 @@ TEST(ExpertCountsWide, GeometryBoundsAreDocumented) {
       << s.message();
   EXPECT_TRUE((model_geometry{2, 256, 2}.narrow_ids()));
   EXPECT_FALSE((model_geometry{2, 257, 2}.narrow_ids()));
+}
+
+// Each way of gathering a histogram row's nonzero counts that this CPU runs (SSSE3, AVX-512)
+// gives what the portable one gives, and that is the row's nonzero entries: every width from
+// one expert to max_experts around the 16- and 64-byte steps, empty, sparse, dense and full
+// rows, counts at and over the block's tokens. The counting tests above then run the fastest.
+TEST(ExpertCountsRows, EveryRowCompressorThisCpuRunsGivesTheNonzeroEntries) {
+  using detail::row_compressor;
+  std::vector<row_compressor> others;
+  for (row_compressor c : {row_compressor::ssse3, row_compressor::avx512})
+    if (detail::cpu_runs(c)) others.push_back(c);
+  ::testing::Test::RecordProperty("compressors_checked", static_cast<int>(others.size()) + 1);
+  rng_engine rng(41);
+  uint32_t rows = 0;
+  for (uint32_t width : {1u, 7u, 8u, 15u, 16u, 17u, 63u, 64u, 65u, 100u, 128u, 200u, 256u, 384u,
+                         512u, 1000u, max_experts})
+    for (uint32_t percent : {0u, 3u, 50u, 97u, 100u})
+      for (uint32_t tokens : {1u, 16u, 255u}) {
+        std::vector<uint8_t> row(width, 0);
+        for (uint8_t& b : row)
+          if (uniform_index(rng, 100) < percent)
+            b = static_cast<uint8_t>(1 + uniform_index(rng, tokens));
+        const bool over = tokens < 255 && uniform_index(rng, 4) == 0 && width > 1;
+        if (over) row[uniform_index(rng, width)] = static_cast<uint8_t>(tokens + 1);
+        std::vector<expert_id> ids;
+        std::vector<uint8_t> counts;
+        uint32_t sum = 0;
+        for (uint32_t e = 0; e < width; ++e)
+          if (row[e] != 0) {
+            ids.push_back(static_cast<expert_id>(e));
+            counts.push_back(row[e]);
+            sum += row[e];
+          }
+        const std::string what = "width " + std::to_string(width) + ", " + std::to_string(percent) +
+                                 "% nonzero, " + std::to_string(tokens) + " tokens";
+        auto portable = detail::compress_row_with(row_compressor::portable, row, tokens);
+        ASSERT_TRUE(portable.has_value());
+        EXPECT_EQ(portable->ids, ids) << what;
+        EXPECT_EQ(portable->counts, counts) << what;
+        EXPECT_EQ(portable->sum, sum) << what;
+        EXPECT_EQ(portable->over, over) << what;
+        EXPECT_TRUE(portable->row_zeroed) << what;
+        for (row_compressor c : others) {
+          auto got = detail::compress_row_with(c, row, tokens);
+          ASSERT_TRUE(got.has_value());
+          const std::string how = what + ", compressor " + std::to_string(static_cast<int>(c));
+          EXPECT_EQ(got->ids, ids) << how;
+          EXPECT_EQ(got->counts, counts) << how;
+          EXPECT_EQ(got->sum, sum) << how;
+          EXPECT_EQ(got->over, over) << how;
+          EXPECT_TRUE(got->row_zeroed) << how;
+        }
+        ++rows;
+      }
+  EXPECT_EQ(rows, 17u * 5 * 3);
 }
 
 }  // namespace
