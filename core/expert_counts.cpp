@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -172,8 +173,8 @@ __attribute__((target("ssse3"))) row_summary compress_row_ssse3(uint8_t* row, ui
 // compress_row_portable with AVX-512 (BW and VBMI2: Intel since Ice Lake, AMD since Zen 4,
 // checked at run time), 64 experts at a time: the nonzero bytes found by one test into a mask,
 // the counts and (32 at a time, 16-bit) the ids gathered by compress instructions, stored under a
-// mask of as many lanes as there are entries, so nothing is written past them. Fewer than half the
-// SSSE3 path's instructions for a 128-expert row: BENCHMARKS.md, "Routed experts to counts".
+// mask of as many lanes as there are entries, so nothing is written past them. Two steps for a
+// 128-expert row where SSSE3 takes eight: BENCHMARKS.md, "Routed experts to counts".
 __attribute__((target("avx512f,avx512bw,avx512vbmi2"))) row_summary compress_row_avx512(
     uint8_t* row, uint32_t n_words, uint32_t tokens, expert_id* ids, uint8_t* counts) {
   const __m512i zero = _mm512_setzero_si512();
@@ -277,6 +278,7 @@ class block_counter {
     scratch& s = local();
     const size_t bytes = size_t{g.layers} * row_bytes_;
     if (s.histogram.size() < bytes) s.histogram.resize(bytes, 0);
+    if (s.offsets.size() < size_t{g.layers} + 1) s.offsets.resize(size_t{g.layers} + 1);
     // extract writes a whole word's eight entries past the last one kept: room for every byte.
     if (s.ids.size() < bytes) {
       s.ids.resize(bytes);
@@ -284,16 +286,31 @@ class block_counter {
     }
   }
 
-  // Tokens [begin, end) of a checked range (check_range) of a token-major id array.
+  // Tokens [begin, end) of a checked range (check_range) of a token-major id array, as a
+  // block_counts of its own.
   template <class id_type>
   result<block_counts> count(const id_type* experts, uint32_t begin, uint32_t end) {
+    if (status s = count_into(experts, begin, end); !s.ok()) return s;
+    return own(view());
+  }
+
+  // A copy of a counted block's counts (counted here, so valid: no check again).
+  static block_counts own(const block_counts_view& v) {
+    block_counts b;
+    b.tokens_ = v.tokens;
+    b.layer_offsets_.assign(v.layer_offsets.begin(), v.layer_offsets.end());
+    b.ids_.assign(v.ids.begin(), v.ids.end());
+    b.counts_.assign(v.counts.begin(), v.counts.end());
+    return b;
+  }
+
+  // The same counted into this thread's scratch, which view() then shows until the next count.
+  // Allocates nothing: nothing may throw while the histogram holds counts.
+  template <class id_type>
+  status count_into(const id_type* experts, uint32_t begin, uint32_t end) {
     const uint32_t tokens = end - begin;
     if (tokens < 1 || tokens > 255)
       return status::invalid_argument("a block holds 1..255 tokens, got " + std::to_string(tokens));
-    // Allocated before counting: nothing may throw while the histogram holds counts.
-    block_counts b;
-    b.tokens_ = tokens;
-    b.layer_offsets_.resize(size_t{g_.layers} + 1);
     uint8_t* const histogram = local().histogram.data();
     const uint32_t n_experts = g_.experts;
     const uint32_t k = g_.top_k;
@@ -314,7 +331,7 @@ class block_counter {
       // The top-k of the models served most (8: DeepSeek-V3, Qwen3, Kimi K2; 6: DeepSeek-V2)
       // as constants: the compiler unrolls a token-layer's k increments, which then overlap
       // (distinct ids, so distinct bytes), where a loop of runtime length runs them one by one.
-      // BENCHMARKS.md, "Routed experts to counts": a fifth off the 4,096-token count.
+      // BENCHMARKS.md, "Routed experts to counts", has the figures.
       switch (k) {
         case 8:
           add_token<8>(histogram, p);
@@ -326,7 +343,14 @@ class block_counter {
           add_token<0>(histogram, p);
       }
     }
-    return extract(std::move(b));
+    return extract(tokens);
+  }
+
+  block_counts_view view() const {
+    const scratch& s = local();
+    const uint32_t n = s.offsets[g_.layers];
+    return {tokens_, std::span(s.offsets.data(), size_t{g_.layers} + 1), std::span(s.ids.data(), n),
+            std::span(s.counts.data(), n)};
   }
 
  private:
@@ -343,6 +367,7 @@ class block_counter {
     std::vector<uint8_t> histogram;  // all zeros between blocks
     std::vector<expert_id> ids;
     std::vector<uint8_t> counts;
+    std::vector<uint32_t> offsets;  // the last block's layer offsets
   };
   // Per thread: the node's frontend, eldr-fit's workers and the proxy's library count at once.
   static scratch& local() {
@@ -360,12 +385,11 @@ class block_counter {
   // flip the branch predictor loses (the proxy's hot path: 16 tokens x top-8 name about 80 of 128
   // experts). An all-zero word (most of a wide model's row) is skipped, a branch that is
   // predictable in both regimes.
-  result<block_counts> extract(block_counts b) {
+  status extract(uint32_t tokens) {
     scratch& s = local();
-    const uint32_t tokens = b.tokens_;
     const uint32_t picks = tokens * g_.top_k;
     const uint32_t n_words = words(g_);
-    b.layer_offsets_[0] = 0;
+    s.offsets[0] = 0;
     expert_id* ids = s.ids.data();
     uint8_t* counts = s.counts.data();
     uint32_t n = 0;
@@ -379,16 +403,16 @@ class block_counter {
             "layer " + std::to_string(l) + ": the block's " + std::to_string(tokens) +
             " tokens pick one expert more than once each (repeated ids in a token's top-k row)");
       }
-      b.layer_offsets_[l + 1] = n;
+      s.offsets[l + 1] = n;
     }
-    b.ids_.assign(ids, ids + n);
-    b.counts_.assign(counts, counts + n);
-    return b;
+    tokens_ = tokens;
+    return {};
   }
 
   const model_geometry& g_;
   const uint32_t row_bytes_;  // a layer's histogram row: E bytes rounded up to whole words
   const size_t token_stride_;
+  uint32_t tokens_ = 0;  // of the block in the scratch
 };
 
 namespace {
@@ -402,23 +426,38 @@ result<block_counts> count_one_block(const model_geometry& g, std::span<const id
 }
 
 template <class id_type>
-result<std::vector<block_counts>> count_all_blocks(const model_geometry& g,
-                                                   std::span<const id_type> experts, uint32_t begin,
-                                                   uint32_t end, uint32_t block_size,
-                                                   size_t token_stride) {
+status each_block_count(const model_geometry& g, std::span<const id_type> experts, uint32_t begin,
+                        uint32_t end, uint32_t block_size, size_t token_stride,
+                        const std::function<status(uint32_t, const block_counts_view&)>& each) {
   if (block_size < 1 || block_size > 255)
     return status::invalid_argument("block size must be in 1..255, got " +
                                     std::to_string(block_size));
   if (status s = g.validate(); !s.ok()) return s;
   if (status s = check_range(g, experts.size(), begin, end, token_stride); !s.ok()) return s;
-  std::vector<block_counts> blocks;
-  blocks.reserve((end - begin + block_size - 1) / block_size);
   block_counter counter(g, token_stride);
-  for (uint32_t b = begin; b < end; b += block_size) {
-    auto block = counter.count(experts.data(), b, std::min(end, b + block_size));
-    if (!block.ok()) return block.error();
-    blocks.push_back(std::move(block).value());
+  uint32_t i = 0;
+  for (uint32_t b = begin; b < end; b += block_size, ++i) {
+    if (status s = counter.count_into(experts.data(), b, std::min(end, b + block_size)); !s.ok())
+      return s;
+    if (status s = each(i, counter.view()); !s.ok()) return s;
   }
+  return {};
+}
+
+template <class id_type>
+result<std::vector<block_counts>> count_all_blocks(const model_geometry& g,
+                                                   std::span<const id_type> experts, uint32_t begin,
+                                                   uint32_t end, uint32_t block_size,
+                                                   size_t token_stride) {
+  std::vector<block_counts> blocks;
+  status s = each_block_count(g, experts, begin, end, block_size, token_stride,
+                              [&](uint32_t i, const block_counts_view& v) {
+                                if (i == 0)  // the range and block size are checked by now
+                                  blocks.reserve((end - begin + block_size - 1) / block_size);
+                                blocks.push_back(block_counter::own(v));
+                                return status{};
+                              });
+  if (!s.ok()) return s;
   return blocks;
 }
 
@@ -526,6 +565,24 @@ result<std::vector<block_counts>> count_blocks(const model_geometry& g,
                                                uint32_t end, uint32_t block_size,
                                                std::size_t token_stride) {
   return count_all_blocks(g, experts, begin, end, block_size, token_stride);
+}
+
+status for_each_block_count(const model_geometry& g, std::span<const expert_id> experts,
+                            uint32_t begin, uint32_t end, uint32_t block_size,
+                            std::size_t token_stride,
+                            const std::function<status(uint32_t, const block_counts_view&)>& each) {
+  return each_block_count(g, experts, begin, end, block_size, token_stride, each);
+}
+
+status for_each_block_count(const model_geometry& g, std::span<const uint8_t> experts,
+                            uint32_t begin, uint32_t end, uint32_t block_size,
+                            std::size_t token_stride,
+                            const std::function<status(uint32_t, const block_counts_view&)>& each) {
+  return each_block_count(g, experts, begin, end, block_size, token_stride, each);
+}
+
+block_counts_view block_counts::view() const {
+  return {tokens_, layer_offsets_, ids_, counts_};
 }
 
 namespace detail {

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -25,6 +26,16 @@
 namespace eldr {
 
 class block_counter;
+
+// A counted block's counts as views, as block_counts holds them (layer_offsets: L + 1 entries
+// from 0; ids ascending within a layer), owning nothing: valid while the function handed them
+// runs, or while the block_counts they view lives.
+struct block_counts_view {
+  uint32_t tokens = 0;
+  std::span<const uint32_t> layer_offsets;
+  std::span<const expert_id> ids;
+  std::span<const uint8_t> counts;
+};
 
 // Adds the expert choices of tokens [begin, end) to counts (size L * E, layer-major).
 // `experts` is token-major as in eldr-trace: id of choice r of token t at layer l is element
@@ -63,6 +74,7 @@ class block_counts {
   const std::vector<uint32_t>& layer_offsets() const { return layer_offsets_; }
   const std::vector<expert_id>& ids() const { return ids_; }
   const std::vector<uint8_t>& counts() const { return counts_; }
+  block_counts_view view() const;
   // Adds this block's counts to a dense L * E array.
   void add_to(const model_geometry& g, std::span<uint32_t> dense) const;
 
@@ -88,6 +100,20 @@ result<std::vector<block_counts>> count_blocks(const model_geometry& g,
                                                std::span<const uint8_t> experts, uint32_t begin,
                                                uint32_t end, uint32_t block_size,
                                                std::size_t token_stride = 0);
+
+// count_blocks without a block_counts per block: hands block i's counts to each(i, view) as soon
+// as it is counted, in order, the view valid during the call only (the counting's scratch). The
+// first error, count_blocks' or each's, is returned, and no later block is counted. For writers
+// that copy the counts straight into their own form: eldr-proxy's conversion writes them into
+// the counts message as they come (cluster/wire/counts_message.hpp).
+status for_each_block_count(const model_geometry& g, std::span<const expert_id> experts,
+                            uint32_t begin, uint32_t end, uint32_t block_size,
+                            std::size_t token_stride,
+                            const std::function<status(uint32_t, const block_counts_view&)>& each);
+status for_each_block_count(const model_geometry& g, std::span<const uint8_t> experts,
+                            uint32_t begin, uint32_t end, uint32_t block_size,
+                            std::size_t token_stride,
+                            const std::function<status(uint32_t, const block_counts_view&)>& each);
 
 // The ways counting gathers a layer's nonzero counts from its histogram row (expert_counts.cpp):
 // each call picks the fastest this CPU runs. For tests, which check every one the CPU runs

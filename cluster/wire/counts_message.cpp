@@ -3,6 +3,7 @@
 // written by hand.
 #include "cluster/wire/counts_message.hpp"
 
+#include <functional>
 #include <initializer_list>
 #include <optional>
 #include <span>
@@ -101,6 +102,11 @@ struct counts_map {
   std::optional<uint64_t> seq;
   std::span<const counts_block> blocks;  // encoding
   size_t blocks_at = 0;                  // decoding: where the blocks array starts
+  // Encoding blocks as they are added (encode_counts_message_as_added), instead of `blocks`:
+  // the producer, the blocks it announced, and where its outcome goes.
+  const std::function<status(counts_block_writer&)>* produce = nullptr;
+  uint32_t produce_blocks = 0;
+  status* produced = nullptr;
 };
 
 using L = counts_decode_limits;
@@ -157,22 +163,21 @@ status read_blocks(reader& r, const F::spec& f, const F::context& c, std::string
 void write_blocks(std::vector<uint8_t>& out, const counts_map& m) {
   const uint32_t id_bytes = m.version == counts_message_v1 ? narrow_id_bytes : wide_id_bytes;
   msgpack::writer w(out);
-  w.write_array_header(static_cast<uint32_t>(m.blocks.size()));
-  for (const counts_block& b : m.blocks) {
-    w.write_array_header(6);
-    w.write_uint(b.hash);
-    if (b.parent)
-      w.write_uint(*b.parent);
-    else
-      w.write_nil();
-    w.write_uint(b.counts.tokens());
-    w.write_array_header(b.counts.layers());
-    for (uint32_t l = 0; l < b.counts.layers(); ++l)
-      w.write_uint(b.counts.offset(l + 1) - b.counts.offset(l));
-    w.write_bin_header(b.counts.ids().size() * id_bytes);
-    append_expert_ids(b.counts.ids(), id_bytes, out);
-    w.write_bin(b.counts.counts());
+  if (m.produce != nullptr) {
+    w.write_array_header(m.produce_blocks);
+    counts_block_writer blocks(out, id_bytes);
+    status s = (*m.produce)(blocks);
+    if (s.ok() && blocks.added() != m.produce_blocks)
+      s = status::failed_precondition("counts message: " + std::to_string(m.produce_blocks) +
+                                      " blocks announced, " + std::to_string(blocks.added()) +
+                                      " added");
+    *m.produced = std::move(s);
+    return;
   }
+  w.write_array_header(static_cast<uint32_t>(m.blocks.size()));
+  counts_block_writer blocks(out, id_bytes);
+  for (const counts_block& b : m.blocks)
+    blocks.add(b.hash, b.parent, b.counts.view());
 }
 
 const table::message_table<counts_map, L> counts_table{
@@ -200,6 +205,45 @@ const table::message_table<counts_map, L> counts_table{
 
 uint32_t counts_message_version_for(const model_geometry& g) {
   return g.narrow_ids() ? counts_message_v1 : counts_message_v2;
+}
+
+// One block: [hash, parent|nil, tokens, [nnz x L], ids bin, counts bin]; ids take id_bytes each.
+void counts_block_writer::add(uint64_t hash, std::optional<uint64_t> parent,
+                              const block_counts_view& counts) {
+  msgpack::writer w(out_);
+  w.write_array_header(6);
+  w.write_uint(hash);
+  if (parent)
+    w.write_uint(*parent);
+  else
+    w.write_nil();
+  w.write_uint(counts.tokens);
+  const size_t layers = counts.layer_offsets.empty() ? 0 : counts.layer_offsets.size() - 1;
+  w.write_array_header(static_cast<uint32_t>(layers));
+  for (size_t l = 0; l < layers; ++l)
+    w.write_uint(counts.layer_offsets[l + 1] - counts.layer_offsets[l]);
+  w.write_bin_header(counts.ids.size() * id_bytes_);
+  append_expert_ids(counts.ids, id_bytes_, out_);
+  w.write_bin(counts.counts);
+  ++added_;
+}
+
+result<std::vector<uint8_t>> encode_counts_message_as_added(
+    const model_geometry& g, std::optional<uint64_t> seq, uint32_t n_blocks, size_t reserve,
+    const std::function<status(counts_block_writer&)>& produce) {
+  std::vector<uint8_t> out;
+  out.reserve(reserve);
+  status produced;
+  counts_map m;
+  m.version = counts_message_version_for(g);
+  m.geometry = g;
+  m.seq = seq;
+  m.produce = &produce;
+  m.produce_blocks = n_blocks;
+  m.produced = &produced;
+  counts_table.write_map(out, m);
+  if (!produced.ok()) return produced;
+  return out;
 }
 
 std::vector<uint8_t> encode_counts_message(const counts_message& m) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -47,6 +48,32 @@ std::vector<uint8_t> encode_counts_message(const counts_message& m);
 // As above in the given version (1 or 2; 1 keeps only the low byte of each id, so it is meant for
 // E <= 256): for tests and tools that need one version.
 std::vector<uint8_t> encode_counts_message(const counts_message& m, uint32_t version);
+
+// Writes the blocks of a message as they are added (encode_counts_message_as_added), each block
+// in the same bytes encode_counts_message writes it.
+class counts_block_writer {
+ public:
+  counts_block_writer(std::vector<uint8_t>& out, uint32_t id_bytes)
+      : out_(out), id_bytes_(id_bytes) {}
+  // The next block, of the message's geometry.
+  void add(uint64_t hash, std::optional<uint64_t> parent, const block_counts_view& counts);
+  uint32_t added() const { return added_; }
+
+ private:
+  std::vector<uint8_t>& out_;
+  const uint32_t id_bytes_;
+  uint32_t added_ = 0;
+};
+
+// The message of n_blocks blocks that produce adds, in order, each written as it is added: the
+// bytes encode_counts_message makes of a counts_message of the same blocks, without a
+// counts_block per block (eldr-proxy's conversion counts straight into its message, with
+// for_each_block_count). reserve: the bytes to reserve first (a bound avoids copies as a message
+// of megabytes grows). Returns produce's error, or failed_precondition when it adds another
+// number of blocks than n_blocks.
+result<std::vector<uint8_t>> encode_counts_message_as_added(
+    const model_geometry& g, std::optional<uint64_t> seq, uint32_t n_blocks, size_t reserve,
+    const std::function<status(counts_block_writer&)>& produce);
 
 // Decodes one payload of version 1 or 2. Whole-message errors: bad_msgpack (corrupt),
 // unsupported_version (failed_precondition: any other version), bad_batch (invalid_argument, also

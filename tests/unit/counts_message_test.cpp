@@ -271,5 +271,48 @@ TEST(CountsMessageWide, AVersion2BlockWithOneByteIdsIsSkippedAlone) {
   EXPECT_NE(issues[0].detail.find("expert id 512"), std::string::npos) << issues[0].detail;
 }
 
+// A message written block by block as counted (eldr-proxy's conversion) is the bytes of one made
+// from block_counts, in both versions, with and without seq and parents; a producer's error and a
+// wrong number of blocks are returned, not a message.
+TEST(CountsMessage, WrittenAsCountedItIsTheSameBytes) {
+  for (const model_geometry g : {model_geometry{6, 128, 8}, model_geometry{3, 384, 8}}) {
+    const uint32_t tokens = 100, block_size = 16;
+    const auto ids = testing::random_ids(g, tokens, 17);
+    auto blocks = count_blocks(g, ids, 0, tokens, block_size);
+    ASSERT_TRUE(blocks.ok());
+    const auto n = static_cast<uint32_t>(blocks->size());
+    for (const bool with_seq : {false, true}) {
+      counts_message m;
+      m.geometry = g;
+      if (with_seq) m.seq = 77;
+      for (uint32_t b = 0; b < n; ++b)
+        m.blocks.push_back(
+            {1000 + b, b % 3 == 0 ? std::nullopt : std::optional<uint64_t>(b), (*blocks)[b]});
+      auto added = encode_counts_message_as_added(g, m.seq, n, 0, [&](counts_block_writer& w) {
+        return for_each_block_count(g, ids, 0, tokens, block_size, 0,
+                                    [&](uint32_t b, const block_counts_view& v) {
+                                      w.add(m.blocks[b].hash, m.blocks[b].parent, v);
+                                      return status{};
+                                    });
+      });
+      ASSERT_TRUE(added.ok()) << added.error().to_string();
+      EXPECT_EQ(*added, encode_counts_message(m)) << g.to_string() << " seq " << with_seq;
+    }
+    auto refused = encode_counts_message_as_added(g, std::nullopt, n, 0, [](counts_block_writer&) {
+      return status::invalid_argument("the producer's reason");
+    });
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.error().message(), "the producer's reason");
+    auto short_of =
+        encode_counts_message_as_added(g, std::nullopt, n + 1, 0, [&](counts_block_writer& w) {
+          w.add(1, std::nullopt, (*blocks)[0].view());
+          return status{};
+        });
+    ASSERT_FALSE(short_of.ok());
+    EXPECT_EQ(short_of.error().code(), status_code::failed_precondition);
+    EXPECT_NE(short_of.error().message().find("1 added"), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace eldr

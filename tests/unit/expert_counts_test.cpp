@@ -423,5 +423,70 @@ TEST(ExpertCountsRows, EveryRowCompressorThisCpuRunsGivesTheNonzeroEntries) {
   EXPECT_EQ(rows, 17u * 5 * 3);
 }
 
+// for_each_block_count hands over, in order, the counts count_blocks makes, for both id widths and
+// a token stride; the first error (a bad id, or the callee's) ends it, and no block after it is
+// counted; the counting after a refusal is exact again.
+TEST(ExpertCounts, EachBlockCountIsCountBlocksBlockAndStopsAtTheFirstError) {
+  const model_geometry g{5, 64, 6};
+  const uint32_t tokens = 90, block_size = 16, stride = 5 * 6 + 6;  // a wider row: one more layer
+  const auto packed = random_ids(g, tokens, 23);
+  std::vector<expert_id> wide(size_t{tokens} * stride, 0);
+  for (uint32_t t = 0; t < tokens; ++t)
+    std::copy_n(packed.begin() + size_t{t} * 30, 30, wide.begin() + size_t{t} * stride);
+  const std::vector<uint8_t> narrow(wide.begin(), wide.end());
+  auto want = count_blocks(g, wide, 0, tokens, block_size, stride);
+  ASSERT_TRUE(want.ok());
+  ASSERT_EQ(want->size(), 6u);
+  auto same = [&](uint32_t i, const block_counts_view& v) {
+    const block_counts& b = (*want)[i];
+    EXPECT_EQ(v.tokens, b.tokens()) << i;
+    EXPECT_TRUE(std::equal(v.layer_offsets.begin(), v.layer_offsets.end(),
+                           b.layer_offsets().begin(), b.layer_offsets().end()))
+        << i;
+    EXPECT_TRUE(std::equal(v.ids.begin(), v.ids.end(), b.ids().begin(), b.ids().end())) << i;
+    EXPECT_TRUE(std::equal(v.counts.begin(), v.counts.end(), b.counts().begin(), b.counts().end()))
+        << i;
+  };
+  std::vector<uint32_t> seen;
+  auto each = [&](uint32_t i, const block_counts_view& v) {
+    same(i, v);
+    seen.push_back(i);
+    return status{};
+  };
+  ASSERT_TRUE(for_each_block_count(g, wide, 0, tokens, block_size, stride, each).ok());
+  EXPECT_EQ(seen, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5}));
+  seen.clear();
+  ASSERT_TRUE(
+      for_each_block_count(g, std::span<const uint8_t>(narrow), 0, tokens, block_size, stride, each)
+          .ok());
+  EXPECT_EQ(seen.size(), 6u);
+  // The callee's error ends it.
+  seen.clear();
+  status stopped = for_each_block_count(
+      g, wide, 0, tokens, block_size, stride, [&](uint32_t i, const block_counts_view& v) {
+        EXPECT_TRUE(each(i, v).ok());
+        return i == 2 ? status::invalid_argument("enough") : status{};
+      });
+  EXPECT_EQ(stopped.message(), "enough");
+  EXPECT_EQ(seen, (std::vector<uint32_t>{0, 1, 2}));
+  // A bad id in block 3 ends it after block 2, named; the next counting is exact.
+  std::vector<expert_id> bad = wide;
+  bad[size_t{50} * stride + 7] = 64;
+  seen.clear();
+  status refused = for_each_block_count(g, bad, 0, tokens, block_size, stride, each);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("expert id 64 at token 50"), std::string::npos)
+      << refused.message();
+  EXPECT_EQ(seen, (std::vector<uint32_t>{0, 1, 2}));
+  seen.clear();
+  ASSERT_TRUE(for_each_block_count(g, wide, 0, tokens, block_size, stride, each).ok());
+  EXPECT_EQ(seen.size(), 6u);
+  // count_blocks' checks come first: nothing is handed over.
+  seen.clear();
+  EXPECT_FALSE(for_each_block_count(g, wide, 0, tokens, 0, stride, each).ok());
+  EXPECT_FALSE(for_each_block_count(g, wide, 0, tokens + 1, block_size, stride, each).ok());
+  EXPECT_TRUE(seen.empty());
+}
+
 }  // namespace
 }  // namespace eldr

@@ -2,7 +2,9 @@
 // BENCHMARKS.md, "Routed experts to counts"), loaded with ctypes by eldr_proxy_native.py.
 //
 // The same bytes as eldr_client.counts_message with a TopkIds packed by msgpack, made by core's
-// count_blocks and cluster's encode_counts_message: no second implementation of either. vLLM's
+// counting (for_each_block_count, count_blocks' blocks as they are counted) and cluster's counts
+// encoder (encode_counts_message_as_added, which writes each block as encode_counts_message
+// does): no second implementation of either. vLLM's
 // base64 .npy string is decoded here too (routed_experts_npy.hpp). The C ABI below is the whole
 // contract; everything else in the library is hidden (-fvisibility=hidden).
 //
@@ -128,25 +130,32 @@ eldr::result<std::vector<uint8_t>> build(const request& q) {
                                           " tokens at a stride of " + std::to_string(stride) +
                                           " pass 2^40 ids");
   const auto tokens = static_cast<uint32_t>(q.tokens);
-  // Core counts one-byte ids as they are: no widened copy.
-  auto blocks =
-      q.id_bytes == 1
-          ? eldr::count_blocks(g, std::span(static_cast<const uint8_t*>(q.ids), count), 0, tokens,
-                               q.block_size, stride)
-          : eldr::count_blocks(g, std::span(static_cast<const eldr::expert_id*>(q.ids), count), 0,
-                               tokens, q.block_size, stride);
-  if (!blocks.ok()) return blocks.error();
-  eldr::counts_message m;
-  m.geometry = g;
-  if (q.has_seq) m.seq = q.seq;
-  m.blocks.resize(blocks->size());
-  for (size_t b = 0; b < blocks->size(); ++b) {
-    eldr::counts_block& out = m.blocks[b];
-    out.hash = q.hashes[b];
-    if (q.has_parent[b] != 0) out.parent = q.parents[b];
-    out.counts = std::move((*blocks)[b]);  // count_blocks refused repeated ids in a top-k row
-  }
-  return eldr::encode_counts_message(m);
+  // The message's size is at most: per block its header and L layer sizes, and per layer an
+  // entry (an id and a count) for each expert its tokens picked.
+  const uint64_t entries = std::min(
+      n_blocks * g.layers * std::min<uint64_t>(g.experts, uint64_t{q.block_size} * g.top_k),
+      q.tokens * per_token);
+  const size_t reserve =
+      64 + n_blocks * (40 + 5 * uint64_t{g.layers}) + entries * (g.narrow_ids() ? 2 : 3);
+  // Each block is written into the message as soon as it is counted, from core's scratch: no
+  // block_counts made and copied again. Core counts one-byte ids as they are: no widened copy.
+  return eldr::encode_counts_message_as_added(
+      g, q.has_seq ? std::optional<uint64_t>(q.seq) : std::nullopt, static_cast<uint32_t>(n_blocks),
+      reserve, [&](eldr::counts_block_writer& message) {
+        auto add = [&](uint32_t b, const eldr::block_counts_view& counts) {
+          message.add(q.hashes[b],
+                      q.has_parent[b] != 0 ? std::optional<uint64_t>(q.parents[b]) : std::nullopt,
+                      counts);
+          return eldr::status{};
+        };
+        return q.id_bytes == 1
+                   ? eldr::for_each_block_count(
+                         g, std::span(static_cast<const uint8_t*>(q.ids), count), 0, tokens,
+                         q.block_size, stride, add)
+                   : eldr::for_each_block_count(
+                         g, std::span(static_cast<const eldr::expert_id*>(q.ids), count), 0, tokens,
+                         q.block_size, stride, add);
+      });
 }
 
 }  // namespace
