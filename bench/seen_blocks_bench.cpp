@@ -10,8 +10,13 @@
 // - seen_add: summing those 64 kept blocks into a masked sum, as a prefix hit on them does.
 // - masked_add: the same 64 blocks summed from their block_counts with add_masked_counts, what a
 //   router does with carried counts: the reference for seen_add.
+// - seen_memory: the heap an entry takes, measured (glibc's mallinfo2 before and after keeping
+//   16,384 entries, the 64 blocks under as many hashes), against what the budget counts for it
+//   (bytes() per entry: its counts plus seen_blocks::entry_overhead, an estimate).
 // Smoke mode: 2 blocks of a 4-layer model.
 #include <benchmark/benchmark.h>
+
+#include <malloc.h>
 
 #include <memory>
 #include <vector>
@@ -96,6 +101,27 @@ void masked_add(benchmark::State& state, const fixture& f) {
   }
 }
 
+void seen_memory(benchmark::State& state, const fixture& f) {
+  const size_t n = eldr::bench::smoke() ? 64 : 16384;
+  double heap = 0, budget = 0, counts = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    const size_t before = mallinfo2().uordblks;
+    {
+      eldr::router::seen_blocks seen(size_t{1} << 40);
+      for (size_t i = 0; i < n; ++i)
+        seen.keep(f.spec, 1000 + i, f.blocks[i % f.blocks.size()]);
+      heap = static_cast<double>(mallinfo2().uordblks - before) / static_cast<double>(n);
+      budget = static_cast<double>(seen.bytes()) / static_cast<double>(seen.entries());
+      counts = budget - static_cast<double>(eldr::router::seen_blocks::entry_overhead);
+    }
+    state.ResumeTiming();
+  }
+  state.counters["heap_bytes_per_entry"] = heap;
+  state.counters["budget_bytes_per_entry"] = budget;
+  state.counters["measured_overhead"] = heap - counts;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -104,6 +130,8 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("seen_keep_again/64blocks/48x128/mask12", seen_keep_again, f);
   benchmark::RegisterBenchmark("seen_add/64blocks/48x128/mask12", seen_add, f);
   benchmark::RegisterBenchmark("masked_add/64blocks/48x128/mask12", masked_add, f);
+  benchmark::RegisterBenchmark("seen_memory/16384entries/48x128/mask12", seen_memory, f)
+      ->Iterations(1);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

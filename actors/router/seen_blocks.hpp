@@ -37,8 +37,10 @@ class seen_blocks : public spec_keyed_cache<counts_lru> {
       : spec_keyed_cache(budget_bytes, counts_lru(budget_bytes, entry_overhead)) {}
 
   // An entry's LRU list node, hash-table node (key, string, list position, cached hash) and
-  // their allocations, about, on a 64-bit glibc build: what its bytes() adds to the counts'.
-  static constexpr size_t entry_overhead = 128;
+  // their allocations on a 64-bit glibc build: what its bytes() adds to the counts'. Measured
+  // 141 bytes (bench/seen_blocks_bench.cpp, seen_memory: the heap an entry takes less its
+  // counts), rounded up to malloc's 16-byte step.
+  static constexpr size_t entry_overhead = 144;
 
   // Keeps block `hash`'s counts over `spec`'s mask. Not kept: the cache is off, `counts` has
   // another geometry, or the spec is wider than 2^24 positions (not a model eldr serves).
