@@ -104,8 +104,8 @@ __attribute__((target("ssse3"))) size_t decode_base64_alphabet_run_ssse3(const u
 // SSSE3 steps on two 16-character lines at once (AVX2's byte shuffles stay within each half),
 // then each half's 12 bytes moved next to each other. Stops as the SSSE3 run does, and early
 // enough that its 32-byte stores (24 bytes of output) stay inside out, and 16 or more characters
-// before the end; the SSSE3 run goes on from there. Half the instructions per character:
-// BENCHMARKS.md, "Routed experts to counts".
+// before the end; the SSSE3 run goes on from there. The same steps, plus one permute, for twice
+// the characters: BENCHMARKS.md, "Routed experts to counts".
 __attribute__((target("avx2"))) size_t decode_base64_alphabet_run_avx2(const uint8_t* p, size_t n,
                                                                        uint8_t* out) {
   const __m256i valid_lo = _mm256_broadcastsi128_si256(load_table(valid_lo_bytes));
