@@ -21,6 +21,10 @@ Stages, timed separately (median and p90 of --reps runs, after warm-up):
               digests are checked to be equal
   encode      the whole route_request packed (what goes on the wire), per conversion
   all         decode + select + counts + hashes (the proxy's conversion stage), per conversion
+  answer      the prefill's JSON answer that carries the routed experts (and the prompt's token
+              ids) parsed: answer_json with json.loads, answer_load with
+              eldr_proxy_counts.load_answer, which eldr-proxy calls (the two values are checked
+              to be equal); not part of `all`
 
 --conversion numpy or native times one of the two; both (the default) needs the library, found
 as eldr-proxy finds it ($ELDR_COUNTS_NATIVE, else beside eldr_proxy_native.py) or at --native-lib
@@ -99,13 +103,29 @@ def main():
     hashers = {"numpy": block_hashes.BlockHasher("vllm", "0"),
                "native": block_hashes.BlockHasher("vllm", "0", native=native)}
 
+    answer = json.dumps({"id": "cmpl-bench", "object": "text_completion", "model": "m",
+                         "choices": [{"index": 0, "text": "x", "finish_reason": "length",
+                                      "prompt_token_ids": token_ids, "routed_experts": routed}],
+                         "kv_transfer_params": {"do_remote_prefill": True,
+                                                "remote_block_ids": list(range(T // bs)),
+                                                "remote_engine_id": "e", "remote_host": "h",
+                                                "remote_port": 1}}).encode()
+    if rex.load_answer(answer) != json.loads(answer):
+        sys.stderr.write("bench_conversion: load_answer and json.loads differ\n")
+        return 1
+
     clock = time.thread_time if a.cpu else time.perf_counter
-    stages = []
+    stages = ["answer_json", "answer_load"]
     for kind in kinds:
         stages += ["decode_" + kind, "select_" + kind, "hashes_" + kind, "counts_" + kind,
                    "encode_" + kind, "all_" + kind]
     times = {s: [] for s in stages}
     for rep in range(a.reps + 10):
+        for stage, parse in (("answer_json", json.loads), ("answer_load", rex.load_answer)):
+            t0 = clock()
+            parse(answer)
+            if rep >= 10:
+                times[stage].append(clock() - t0)
         wires, arrays, digests = {}, {}, {}
         for kind in kinds:
             b = builders[kind]

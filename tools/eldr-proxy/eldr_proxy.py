@@ -48,7 +48,7 @@ from eldr_client_aio import AsyncRouteClient, AsyncWorkerClient  # noqa: E402
 import eldr_proxy_hashes as block_hashes  # noqa: E402
 from eldr_proxy_metrics import ProxyMetrics  # noqa: E402
 from eldr_proxy_counts import (CountsBuilder, CountsError, block_keys,  # noqa: E402
-                               keep_large_allocations, moe_layer_spec)
+                               keep_large_allocations, load_answer, moe_layer_spec)
 import eldr_proxy_native  # noqa: E402
 from eldr_proxy_upstream import (BodyTooLarge, Client, ConnectFailed, Origin,  # noqa: E402
                                  UpstreamError, header_bytes)
@@ -783,7 +783,7 @@ class Proxy:
                                                                               "replace")),
                               "BadGatewayError")
         try:
-            pre_resp = json.loads(raw)
+            pre_resp = load_answer(raw)
             choice = pre_resp["choices"][0]
             if not isinstance(pre_resp, dict) or not isinstance(choice, dict):
                 raise TypeError("not an object")
