@@ -36,7 +36,19 @@ bool handoff_progress::start(const std::vector<std::string>& before,
 
 void handoff_progress::on_ring(std::vector<std::string> ring) {
   std::sort(ring.begin(), ring.end());
-  std::erase_if(done_, [&](const auto& entry) { return entry.first != ring; });
+  // Kept: the new ring's, and those of bigger rings the router has not had yet (it may be on its
+  // way there: a newcomer meets the others one by one, and a sender can finish for the whole
+  // ring before the newcomer's ring has grown to it).
+  std::erase_if(done_, [&](const auto& entry) {
+    const auto& r = entry.first;
+    return r != ring && (r == ring_ || std::find(left_.begin(), left_.end(), r) != left_.end() ||
+                         !std::includes(r.begin(), r.end(), ring.begin(), ring.end()));
+  });
+  if (!ring_.empty() && ring_ != ring) {
+    left_.push_back(std::move(ring_));
+    if (left_.size() > rings_kept) left_.pop_front();
+  }
+  ring_ = std::move(ring);
 }
 
 void handoff_progress::stop() {

@@ -7,9 +7,11 @@
 // A node may finish before the router starts waiting (the router learns the ring later than the
 // cache): the finished hand-offs of the last few rings are kept and count when the wait starts.
 // Rings are named by their sorted member names, so the same ring can come back (a node leaves and
-// rejoins): when the router's ring changes, what was kept for every other ring is dropped, so an
-// old hand-off for a ring never ends the wait for its next instance. Nothing here does I/O or
-// reads a clock.
+// rejoins): when the router's ring changes, what was kept for a ring it has had, or for one that
+// does not hold the new ring, is dropped, so an old hand-off for a ring never ends the wait for
+// its next instance; what was kept for a bigger ring it has not had yet stays (a newcomer meeting
+// the others one by one may hear a sender finish for the whole ring first). Nothing here does I/O
+// or reads a clock.
 #pragma once
 
 #include <cstddef>
@@ -35,7 +37,8 @@ class handoff_progress {
   bool start(const std::vector<std::string>& before, std::vector<std::string> ring);
   // No wait any more (the bridge ended or was dropped).
   void stop();
-  // The router's ring is now `ring`: hand-offs kept for any other ring are dropped.
+  // The router's ring is now `ring`: hand-offs kept for rings it has had, or that do not hold
+  // `ring`, are dropped.
   void on_ring(std::vector<std::string> ring);
 
   bool waiting() const { return active_; }
@@ -49,6 +52,8 @@ class handoff_progress {
   bool active_ = false;
   std::vector<std::string> target_;
   std::set<std::string> pending_;
+  std::vector<std::string> ring_;              // the router's ring (sorted)
+  std::deque<std::vector<std::string>> left_;  // rings it had before, the last rings_kept
 };
 
 }  // namespace eldr

@@ -78,6 +78,30 @@ TEST(HandoffProgress, AHandOffForAnEarlierInstanceOfTheSameRingDoesNotCount) {
   EXPECT_TRUE(q.start(one, two));
 }
 
+// A newcomer n3 meets n1, then n2, while n1 (whose ring grew from {n1, n2} to all three at
+// once) already finished handing off for the whole ring: that counts when n3's ring gets there.
+// (Before, the step through {n1, n3} dropped it, and n3 waited for n1 until the grace ran out:
+// seen in ClusterTest.ANodeThatJoinsUnderLoadMissesNoPrefixWhileItIsHandedItsBlocks.)
+TEST(HandoffProgress, AHandOffForABiggerRingTheRouterIsGrowingTowardsCounts) {
+  handoff_progress p;
+  p.on_ring({"n3"});
+  EXPECT_FALSE(p.on_done("n1", after));
+  p.on_ring({"n1", "n3"});
+  EXPECT_FALSE(p.start({"n1"}, {"n1", "n3"}));  // nobody hands off for this ring: waited for
+  p.on_ring(after);
+  EXPECT_FALSE(p.start(before, after));
+  EXPECT_EQ(p.pending(), (std::set<std::string>{"n2"}));  // n1's finished hand-off counted
+  // Once the router has had a ring, a hand-off kept for it goes when it leaves it, even towards
+  // a smaller ring it holds.
+  handoff_progress q;
+  q.on_ring(after);
+  q.on_done("n1", after);
+  q.on_ring(before);  // n3 left
+  q.on_ring(after);   // and is back
+  EXPECT_FALSE(q.start(before, after));
+  EXPECT_EQ(q.pending(), (std::set<std::string>{"n1", "n2"}));
+}
+
 TEST(HandoffProgress, KeepsTheFinishedHandOffsOfTheLastFewRingsOnly) {
   handoff_progress p;
   p.on_done("n1", after);
