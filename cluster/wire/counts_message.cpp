@@ -100,10 +100,9 @@ struct counts_map {
   uint32_t version = 0;
   model_geometry geometry;
   std::optional<uint64_t> seq;
-  std::span<const counts_block> blocks;  // encoding
-  size_t blocks_at = 0;                  // decoding: where the blocks array starts
-  // Encoding blocks as they are added (encode_counts_message_as_added), instead of `blocks`:
-  // the producer, the blocks it announced, and where its outcome goes.
+  size_t blocks_at = 0;  // decoding: where the blocks array starts
+  // Encoding: the producer that adds the blocks (encode_as_added), the blocks it announced, and
+  // where its outcome goes.
   const std::function<status(counts_block_writer&)>* produce = nullptr;
   uint32_t produce_blocks = 0;
   status* produced = nullptr;
@@ -162,22 +161,14 @@ status read_blocks(reader& r, const F::spec& f, const F::context& c, std::string
 
 void write_blocks(std::vector<uint8_t>& out, const counts_map& m) {
   const uint32_t id_bytes = m.version == counts_message_v1 ? narrow_id_bytes : wide_id_bytes;
-  msgpack::writer w(out);
-  if (m.produce != nullptr) {
-    w.write_array_header(m.produce_blocks);
-    counts_block_writer blocks(out, id_bytes);
-    status s = (*m.produce)(blocks);
-    if (s.ok() && blocks.added() != m.produce_blocks)
-      s = status::failed_precondition("counts message: " + std::to_string(m.produce_blocks) +
-                                      " blocks announced, " + std::to_string(blocks.added()) +
-                                      " added");
-    *m.produced = std::move(s);
-    return;
-  }
-  w.write_array_header(static_cast<uint32_t>(m.blocks.size()));
+  msgpack::writer(out).write_array_header(m.produce_blocks);
   counts_block_writer blocks(out, id_bytes);
-  for (const counts_block& b : m.blocks)
-    blocks.add(b.hash, b.parent, b.counts.view());
+  status s = (*m.produce)(blocks);
+  if (s.ok() && blocks.added() != m.produce_blocks)
+    s = status::failed_precondition("counts message: " + std::to_string(m.produce_blocks) +
+                                    " blocks announced, " + std::to_string(blocks.added()) +
+                                    " added");
+  *m.produced = std::move(s);
 }
 
 const table::message_table<counts_map, L> counts_table{
@@ -228,14 +219,17 @@ void counts_block_writer::add(uint64_t hash, std::optional<uint64_t> parent,
   ++added_;
 }
 
-result<std::vector<uint8_t>> encode_counts_message_as_added(
-    const model_geometry& g, std::optional<uint64_t> seq, uint32_t n_blocks, size_t reserve,
-    const std::function<status(counts_block_writer&)>& produce) {
+namespace {
+
+// The one writer of a message: both encoders below.
+result<std::vector<uint8_t>> encode_as_added(
+    const model_geometry& g, std::optional<uint64_t> seq, uint32_t version, uint32_t n_blocks,
+    size_t reserve, const std::function<status(counts_block_writer&)>& produce) {
   std::vector<uint8_t> out;
   out.reserve(reserve);
   status produced;
   counts_map m;
-  m.version = counts_message_version_for(g);
+  m.version = version;
   m.geometry = g;
   m.seq = seq;
   m.produce = &produce;
@@ -246,22 +240,33 @@ result<std::vector<uint8_t>> encode_counts_message_as_added(
   return out;
 }
 
+}  // namespace
+
+result<std::vector<uint8_t>> encode_counts_message_as_added(
+    const model_geometry& g, std::optional<uint64_t> seq, uint32_t n_blocks, size_t reserve,
+    const std::function<status(counts_block_writer&)>& produce) {
+  return encode_as_added(g, seq, counts_message_version_for(g), n_blocks, reserve, produce);
+}
+
 std::vector<uint8_t> encode_counts_message(const counts_message& m) {
   return encode_counts_message(m, counts_message_version_for(m.geometry));
 }
 
 std::vector<uint8_t> encode_counts_message(const counts_message& m, uint32_t version) {
   const uint32_t id_bytes = version == counts_message_v1 ? narrow_id_bytes : wide_id_bytes;
-  std::vector<uint8_t> out;
   // Reserved at a bound of the size: growing a message of megabytes (4,096 tokens of a 48-layer
   // model make 2 MB) by doubling would copy it again and again.
   size_t bound = 64;
   for (const counts_block& b : m.blocks)
     bound += 40 + size_t{b.counts.layers()} * 5 + b.counts.ids().size() * id_bytes +
              b.counts.counts().size();
-  out.reserve(bound);
-  counts_table.write_map(out, {version, m.geometry, m.seq, m.blocks, 0});
-  return out;
+  auto out = encode_as_added(m.geometry, m.seq, version, static_cast<uint32_t>(m.blocks.size()),
+                             bound, [&](counts_block_writer& w) {
+                               for (const counts_block& b : m.blocks)
+                                 w.add(b.hash, b.parent, b.counts.view());
+                               return status{};
+                             });
+  return std::move(out).value();  // this producer adds every block it announced, without error
 }
 
 drop_cause counts_error_cause(const status& s) {

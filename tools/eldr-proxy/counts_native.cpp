@@ -3,10 +3,10 @@
 //
 // The same bytes as eldr_client.counts_message with a TopkIds packed by msgpack, made by core's
 // counting (for_each_block_count, count_blocks' blocks as they are counted) and cluster's counts
-// encoder (encode_counts_message_as_added, which writes each block as encode_counts_message
-// does): no second implementation of either. vLLM's
-// base64 .npy string is decoded here too (routed_experts_npy.hpp). The C ABI below is the whole
-// contract; everything else in the library is hidden (-fvisibility=hidden).
+// encoder (encode_counts_message_as_added, which encode_counts_message also writes with): no
+// second implementation of either. vLLM's base64 .npy string is decoded here too
+// (routed_experts_npy.hpp). The C ABI below is the whole contract; everything else in the library
+// is hidden (-fvisibility=hidden).
 //
 //   uint32_t eldr_counts_abi_version(void)
 //       ELDR_COUNTS_ABI: bumped on any change of the functions below.
