@@ -72,9 +72,9 @@ void scrape_model(router_actor_t* self, model_state& m) {
 // lifetime as the load view's tracked ids.
 constexpr uint32_t authority_finished_ids = 1u << 16;
 constexpr int64_t authority_finished_ttl_ms = 10 * 60 * 1000;
-// An unchanged delta is resent this often (a lost one is then repaired), and an unchanged vector
-// republished (it is also the workers' heartbeat at the other routers).
-constexpr int64_t delta_resend_ms = 500;
+// An unchanged vector is republished this often (it is also the workers' heartbeat at the other
+// routers). Deltas need no resend timer: a total is sent every interval until a vector includes
+// it (delta_outbox).
 constexpr int64_t vector_republish_ms = 250;
 
 namespace {
@@ -130,6 +130,7 @@ void on_authorities_left(router_state& st, model_state& m, const std::vector<std
 void apply_vector(router_state& st, model_state& m, const load_vector& v) {
   if (!m.overlay.on_vector(v, st.ctx->config.name)) return;
   ++st.vectors_applied;
+  m.outbox.acknowledged(v.authority, m.overlay.included(v.authority));
   const int64_t now = st.ctx->now_ms();
   for (const auto& e : v.workers) {
     if (e.worker >= m.pool.k()) continue;
@@ -158,8 +159,9 @@ void apply_vector(router_state& st, model_state& m, const load_vector& v) {
   publish_readiness(st, m);
 }
 
-// Every load_sync_ms: this router's totals to each authority (when they changed, or to repair a
-// lost one), and this node's vector to every router (when it changed, or as a heartbeat).
+// Every load_sync_ms: to each authority, this router's totals that it has not applied yet (the
+// workers routed to since, and those a lost delta carried), and this node's vector to every router
+// (when it changed, or as a heartbeat).
 void load_tick(router_actor_t* self) {
   auto& st = self->state;
   const int64_t now = st.ctx->now_ms();
@@ -167,16 +169,20 @@ void load_tick(router_actor_t* self) {
   for (auto& mp : st.models) {
     auto& m = *mp;
     m.ledger.resize(m.pool.k());
-    for (auto& [a, d] : deltas_by_authority(m.ledger, m.claims.claims(), &authority_claim::node)) {
-      auto& stream = m.deltas_out[a];
-      // The authority's workers' totals only (a copy of the whole ledger per authority per
-      // interval was O(A x W)).
-      if (d.totals == stream.totals && now - stream.sent_ms < delta_resend_ms) continue;
+    auto authority_of = [&m](uint32_t w) -> const std::string* {
+      const authority_claim* c = m.claims.claim(w);
+      return c == nullptr ? nullptr : &c->node;
+    };
+    // Workers changed authority (rare: registrations, takeovers, yields): every total goes
+    // where its worker's claim now is. Otherwise an interval costs what was routed, not W.
+    if (m.claims.nodes_version() != m.outbox_claims_version) {
+      m.outbox.resend_all(m.ledger, authority_of);
+      m.outbox_claims_version = m.claims.nodes_version();
+    }
+    const std::vector<uint32_t> routed = m.ledger.take_routed();
+    for (auto& [a, d] : m.outbox.interval(m.ledger, routed, authority_of)) {
       d.router = me;
       d.incarnation = st.incarnation;
-      d.seq = ++stream.seq;
-      stream.totals = d.totals;
-      stream.sent_ms = now;
       m.overlay.sent(a, d.seq, d.totals);
       if (a == me) {
         if (m.authority) m.authority->on_delta(d);
@@ -196,14 +202,18 @@ void load_tick(router_actor_t* self) {
     load_vector v = m.authority->publish(now);
     for (auto& e : v.workers)
       if (const auto* c = m.claims.claim(e.worker)) e.claim = encode_claim(*c);
+    // A newly applied delta changes the vector even when no load moved: the routers learn it
+    // was applied and stop resending its totals.
     const bool changed = v.workers.size() != m.last_published.size() ||
                          !std::equal(v.workers.begin(), v.workers.end(), m.last_published.begin(),
                                      [](const load_vector_entry& x, const load_vector_entry& y) {
                                        return x.worker == y.worker && x.in_flight == y.in_flight &&
                                               x.alive == y.alive;
-                                     });
+                                     }) ||
+                         v.included != m.last_published_included;
     if (!changed && now - m.published_ms < vector_republish_ms) continue;
     m.last_published = v.workers;
+    m.last_published_included = v.included;
     m.published_ms = now;
     apply_vector(st, m, v);
     load_vector_msg msg{m.cfg->name, v.authority, v.seq, {}, {}, {}, {}, {}, {}};

@@ -122,21 +122,18 @@ struct model_state {
   // per worker; the authorities' vectors over them; the load authority for the workers that talk to
   // this node (made at the first local registration or takeover) and the finished ids it applied;
   // which node is each worker's authority and its claim (core/membership/authority_map.hpp:
-  // learned from registrations and vectors, moved to a successor when an authority leaves); per
-  // authority, the last delta seq, the totals it carried and when (an unchanged delta is resent at
-  // most every delta_resend_ms).
+  // learned from registrations and vectors, moved to a successor when an authority leaves); the
+  // totals not yet applied by their authority (delta_outbox), and the claims' nodes_version they
+  // were last all sent for; this node's last published vector and when.
   decision_ledger ledger;
   load_overlay overlay;
   std::optional<load_authority> authority;
   std::optional<bounded_lru<std::string, bool>> finished_seen;
   authority_map claims;
-  struct delta_stream {
-    uint64_t seq = 0;
-    std::vector<std::pair<uint32_t, uint64_t>> totals;  // the last delta's (worker, total)
-    int64_t sent_ms = 0;
-  };
-  std::map<std::string, delta_stream> deltas_out;
+  delta_outbox outbox;
+  uint64_t outbox_claims_version = 0;
   std::vector<load_vector_entry> last_published;
+  std::map<std::string, uint64_t> last_published_included;
   int64_t published_ms = 0;
 
   explicit model_state(load_view p) : pool(std::move(p)) {}

@@ -44,7 +44,9 @@ authority_map::authority_map(std::string self, std::string model)
     : self_(std::move(self)), model_(std::move(model)) {}
 
 const authority_claim& authority_map::on_registered(uint32_t worker) {
-  authority_claim& c = claims_[worker];
+  auto [it, added] = claims_.try_emplace(worker);
+  authority_claim& c = it->second;
+  if (added || c.node != self_) ++nodes_version_;
   c = authority_claim{self_, c.generation + 1, true};
   return c;
 }
@@ -53,6 +55,7 @@ authority_map::verdict authority_map::on_claim(uint32_t worker, const authority_
   auto it = claims_.find(worker);
   if (it == claims_.end()) {
     claims_.emplace(worker, theirs);
+    ++nodes_version_;
     return verdict::follow;
   }
   authority_claim& known = it->second;
@@ -65,6 +68,7 @@ authority_map::verdict authority_map::on_claim(uint32_t worker, const authority_
     return known.node == self_ ? verdict::keep_mine : verdict::ignore;
   const bool was_mine = known.node == self_;
   known = theirs;
+  ++nodes_version_;
   return was_mine ? verdict::yield : verdict::follow;
 }
 
@@ -82,6 +86,7 @@ std::vector<authority_map::succession> authority_map::on_members(
     c.node = std::move(to);
     c.registered = false;
   }
+  if (!moved.empty()) ++nodes_version_;
   return moved;
 }
 
@@ -96,7 +101,7 @@ bool authority_map::mine(uint32_t worker) const {
 }
 
 void authority_map::erase(uint32_t worker) {
-  claims_.erase(worker);
+  if (claims_.erase(worker) != 0) ++nodes_version_;
 }
 
 }  // namespace eldr

@@ -89,13 +89,17 @@ class authority_map {
   bool mine(uint32_t worker) const;
   // Forgets the worker (its slot was removed from the pool).
   void erase(uint32_t worker);
-  // Every known worker's claim, by worker (deltas_by_authority groups by &authority_claim::node).
+  // Every known worker's claim, by worker.
   const std::map<uint32_t, authority_claim>& claims() const { return claims_; }
+  // Changes whenever a worker gets an authority node, another one, or none: the router's deltas
+  // then go to new places (delta_outbox::resend_all).
+  uint64_t nodes_version() const { return nodes_version_; }
 
  private:
   std::string self_;
   std::string model_;
   std::map<uint32_t, authority_claim> claims_;
+  uint64_t nodes_version_ = 0;
 };
 
 }  // namespace eldr

@@ -14,7 +14,9 @@ constexpr uint64_t seq_reorder_window = 64;
 }  // namespace
 
 void decision_ledger::resize(uint32_t workers) {
-  if (workers > totals_.size()) totals_.resize(workers, 0);
+  if (workers <= totals_.size()) return;
+  totals_.resize(workers, 0);
+  routed_flag_.resize(workers, 0);
 }
 
 status decision_ledger::on_route(uint32_t worker) {
@@ -22,11 +24,50 @@ status decision_ledger::on_route(uint32_t worker) {
     return status::invalid_argument("worker " + std::to_string(worker) + " outside the ledger's " +
                                     std::to_string(totals_.size()));
   ++totals_[worker];
+  if (!routed_flag_[worker]) {
+    routed_flag_[worker] = 1;
+    routed_.push_back(worker);
+  }
   return {};
+}
+
+std::vector<uint32_t> decision_ledger::take_routed() {
+  for (const uint32_t w : routed_)
+    routed_flag_[w] = 0;
+  return std::exchange(routed_, {});
+}
+
+void delta_outbox::acknowledged(const std::string& authority, uint64_t seq) {
+  auto it = streams_.find(authority);
+  if (it == streams_.end()) return;
+  std::erase_if(it->second.pending,
+                [&](const auto& p) { return p.second != 0 && p.second <= seq; });
+}
+
+size_t delta_outbox::pending() const {
+  size_t n = 0;
+  for (const auto& [a, s] : streams_)
+    n += s.pending.size();
+  return n;
 }
 
 load_authority::load_authority(std::string name, int64_t report_timeout_ms)
     : name_(std::move(name)), report_timeout_ms_(report_timeout_ms) {}
+
+uint64_t load_authority::contribution(const worker_view& wv, uint32_t worker,
+                                      const std::string& router, const router_view& view) const {
+  const auto t = view.totals.find(worker);
+  if (t == view.totals.end()) return 0;
+  const auto a = wv.anchor.find(router);
+  const uint64_t anchor = a == wv.anchor.end() ? 0 : a->second;
+  return t->second > anchor ? t->second - anchor : 0;
+}
+
+void load_authority::recount(uint32_t worker, worker_view& wv) const {
+  wv.routed = 0;
+  for (const auto& [router, view] : routers_)
+    wv.routed += contribution(wv, worker, router, view);
+}
 
 void load_authority::add_worker(uint32_t worker, int64_t now_ms) {
   auto [it, added] = workers_.try_emplace(worker);
@@ -38,6 +79,7 @@ void load_authority::add_worker(uint32_t worker, int64_t now_ms) {
     auto t = view.totals.find(worker);
     it->second.anchor[router] = t == view.totals.end() ? 0 : t->second;
   }
+  recount(worker, it->second);
 }
 
 void load_authority::adopt_worker(uint32_t worker, uint32_t in_flight, int64_t now_ms) {
@@ -48,6 +90,7 @@ void load_authority::adopt_worker(uint32_t worker, uint32_t in_flight, int64_t n
   wv.reported = true;
   wv.adopted = true;
   wv.last_heard_ms = now_ms;
+  recount(worker, wv);
 }
 
 void load_authority::remove_worker(uint32_t worker) {
@@ -55,8 +98,7 @@ void load_authority::remove_worker(uint32_t worker) {
 }
 
 void load_authority::on_delta(const load_delta& d) {
-  auto found = routers_.find(d.router);
-  const bool first_seen = found == routers_.end();
+  const bool first_seen = routers_.find(d.router) == routers_.end();
   router_view& r = routers_[d.router];
   if (first_seen) {
     r.incarnation = d.incarnation;
@@ -72,6 +114,8 @@ void load_authority::on_delta(const load_delta& d) {
       wv.anchor[d.router] = 0;
     }
     r = router_view{d.incarnation, 0, {}};
+    for (auto& [w, wv] : workers_)
+      recount(w, wv);
   }
   if (d.seq <= r.seq) {
     ++counters_.deltas_stale;
@@ -87,14 +131,23 @@ void load_authority::on_delta(const load_delta& d) {
     }
     uint64_t& mine = r.totals[w];
     if (total < mine) continue;  // totals only grow within an incarnation: a bad sender
-    // A router first seen here after the worker reported (an authority that took over) made
-    // decisions the report already counts, or that the next one will: anchored at its first
-    // totals. Before any report the base is 0 and every decision counts from the first.
-    // An adopted worker anchors every router so (adopt_worker).
-    if (((first_seen && wv->second.reported) || wv->second.adopted) &&
-        !wv->second.anchor.count(d.router))
-      wv->second.anchor[d.router] = total;
+    worker_view& wvv = wv->second;
+    const auto a = wvv.anchor.find(d.router);
+    uint64_t anchor = a == wvv.anchor.end() ? 0 : a->second;
+    const uint64_t before = mine > anchor ? mine - anchor : 0;
+    // A router that was not known here when the worker last reported (first seen after it: an
+    // authority that took over) made decisions the report already counts, or that the next one
+    // will: anchored at its first total for the worker (deltas carry only the totals that
+    // changed, so that may come in a later delta than its first). Every router known at a report
+    // was anchored by it. Before any report the base is 0 and every decision counts from the
+    // first. An adopted worker anchors every router so (adopt_worker).
+    if (a == wvv.anchor.end() && (wvv.reported || wvv.adopted)) {
+      wvv.anchor.emplace(d.router, total);
+      anchor = total;
+    }
     mine = total;
+    // Modulo 2^64: the sum stays exact when this router's share shrinks (a new anchor).
+    wvv.routed += (mine > anchor ? mine - anchor : 0) - before;
   }
 }
 
@@ -121,6 +174,7 @@ void load_authority::on_report(uint32_t worker, uint32_t in_flight, uint64_t seq
     if (t == view.totals.end() && wv.adopted) continue;
     wv.anchor[router] = t == view.totals.end() ? 0 : t->second;
   }
+  recount(worker, wv);
 }
 
 void load_authority::on_finished(uint32_t worker, uint32_t n) {
@@ -137,14 +191,8 @@ uint32_t load_authority::in_flight(uint32_t worker) const {
   auto it = workers_.find(worker);
   if (it == workers_.end()) return 0;
   const worker_view& wv = it->second;
-  int64_t load = wv.base - static_cast<int64_t>(wv.finished_since);
-  for (const auto& [router, view] : routers_) {
-    auto t = view.totals.find(worker);
-    if (t == view.totals.end()) continue;
-    auto a = wv.anchor.find(router);
-    const uint64_t anchor = a == wv.anchor.end() ? 0 : a->second;
-    if (t->second > anchor) load += static_cast<int64_t>(t->second - anchor);
-  }
+  const int64_t load =
+      wv.base + static_cast<int64_t>(wv.routed) - static_cast<int64_t>(wv.finished_since);
   return static_cast<uint32_t>(std::clamp<int64_t>(load, 0, std::numeric_limits<uint32_t>::max()));
 }
 
@@ -178,33 +226,42 @@ bool load_overlay::on_vector(const load_vector& v, const std::string& self) {
   a.vector = v;
   auto inc = v.included.find(self);
   a.included = inc == v.included.end() ? 0 : inc->second;
-  // Sends the vector includes are no longer needed, except the included one itself.
-  while (a.sent.size() > 1 && a.sent.front().first < a.included)
+  // What the included sends carried is what the authority applied; a send lost on the way was
+  // overtaken by a later one that carried its workers again (delta_outbox).
+  while (!a.sent.empty() && a.sent.front().first <= a.included) {
+    for (const auto& [w, total] : a.sent.front().second)
+      a.applied[w] = total;
     a.sent.pop_front();
+  }
   return true;
+}
+
+uint64_t load_overlay::included(const std::string& authority) const {
+  const auto it = authorities_.find(authority);
+  return it == authorities_.end() ? 0 : it->second.included;
 }
 
 template <class F>
 void load_overlay::compose_one(const authority_view& a, std::span<const uint64_t> totals, F&& f) {
   if (a.vector.authority.empty()) return;
-  // This router's totals as of the delta the vector includes. When it includes none yet, the
-  // authority anchored this router at its first delta (or knows nothing of it): count what was
-  // decided since the oldest send kept, an over-estimate for one interval at most.
-  // When the included send is older than the history kept, the oldest kept stands in (an
-  // over-estimate too); with nothing sent, every decision counts. A worker the delta did not
-  // carry had no decision of this router then (total 0) -- or moved to this authority since,
-  // when every decision to it counts until a delta carrying it is included: one interval.
-  const totals_at_send* at = nullptr;
-  for (const auto& s : a.sent)
-    if (s.first == a.included) at = &s.second;
-  if (at == nullptr && !a.sent.empty()) at = &a.sent.front().second;
+  // This router's totals as the authority has applied them: the newest total the included
+  // deltas carried per worker. When it includes none yet, the authority anchored this router at
+  // its first total (or knows nothing of it): count what was decided since the oldest send kept,
+  // an over-estimate for one interval at most. A worker no included delta carried had no
+  // decision of this router then (total 0) -- or moved to this authority since, when every
+  // decision to it counts until a delta carrying it is included: one interval. A send dropped
+  // from the history before it was included leaves an older total (an over-estimate too).
+  const totals_at_send* first =
+      a.included == 0 && a.applied.empty() && !a.sent.empty() ? &a.sent.front().second : nullptr;
   for (const auto& e : a.vector.workers) {
     const uint64_t now_total = e.worker < totals.size() ? totals[e.worker] : 0;
     uint64_t then = 0;
-    if (at != nullptr) {
-      const auto it =
-          std::lower_bound(at->begin(), at->end(), std::pair<uint32_t, uint64_t>{e.worker, 0});
-      if (it != at->end() && it->first == e.worker) then = it->second;
+    if (const auto it = a.applied.find(e.worker); it != a.applied.end()) {
+      then = it->second;
+    } else if (first != nullptr) {
+      const auto at = std::lower_bound(first->begin(), first->end(),
+                                       std::pair<uint32_t, uint64_t>{e.worker, 0});
+      if (at != first->end() && at->first == e.worker) then = at->second;
     }
     const uint64_t extra = now_total > then ? now_total - then : 0;
     f(e.worker,

@@ -1,13 +1,14 @@
 // load_exchange: how routers of a cluster share decode load without sending each other every
-// decision (docs/cluster.md, "Scaling out"; issue 14). Status: the plain logic, unit-tested; the
-// router does not use it yet.
+// decision (docs/cluster.md, "Scaling out"; issue 14), with cluster.load_sharing = "authority".
 //
 // Every decode worker has one *authority* (the node its worker connection reaches), which alone
 // applies the worker's own messages: its load reports and its finished events. Routers do not send
 // decisions; each router keeps a decision_ledger per model -- a cumulative count of its decisions
 // per worker, which only grows -- and every interval sends each authority its totals for that
 // authority's workers, numbered by a per-(router, authority) sequence. Because the totals are
-// cumulative, a lost or reordered message costs nothing once a later one arrives.
+// cumulative, a lost or reordered message costs nothing once a later one arrives. Only the totals
+// that changed since the newest delta the authority has applied travel (delta_outbox), so an
+// interval costs a router what it routed, not its W workers.
 //
 // The authority (load_authority) keeps, per worker, a base -- the worker's in_flight at its last
 // report -- and, per router, the total it had seen when that base was taken (its anchor):
@@ -36,6 +37,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -43,19 +45,24 @@
 
 namespace eldr {
 
-// A router's cumulative decisions per worker of one model.
+// A router's cumulative decisions per worker of one model, and which workers it routed to since
+// the owner last asked (what the next deltas must carry).
 class decision_ledger {
  public:
-  explicit decision_ledger(uint32_t workers = 0) : totals_(workers, 0) {}
+  explicit decision_ledger(uint32_t workers = 0) : totals_(workers, 0), routed_flag_(workers, 0) {}
   // Grows (never shrinks: a total, once sent, must stay the same worker's).
   void resize(uint32_t workers);
   // Error: worker out of range.
   status on_route(uint32_t worker);
   uint64_t total(uint32_t worker) const { return worker < totals_.size() ? totals_[worker] : 0; }
   std::span<const uint64_t> totals() const { return totals_; }
+  // The workers routed to since the last call, each once, in the order first routed to.
+  std::vector<uint32_t> take_routed();
 
  private:
   std::vector<uint64_t> totals_;
+  std::vector<uint8_t> routed_flag_;  // 1: in routed_
+  std::vector<uint32_t> routed_;
 };
 
 // What a router sends an authority every interval.
@@ -131,12 +138,21 @@ class load_authority {
   struct worker_view {
     int64_t base = 0;                        // in_flight at the last report (+ folded totals)
     std::map<std::string, uint64_t> anchor;  // per router: its total when the base was taken
-    uint64_t finished_since = 0;             // finished since the base was taken
+    // sum over routers of max(0, total - anchor), kept as deltas arrive, so that in_flight and
+    // publish cost O(1) per worker, not O(routers).
+    uint64_t routed = 0;
+    uint64_t finished_since = 0;  // finished since the base was taken
     uint64_t report_seq = 0;
     bool reported = false;
     bool adopted = false;  // adopt_worker: a router is anchored at its first total
     int64_t last_heard_ms = 0;
   };
+  // What `router` adds to w's load now: max(0, its total - its anchor).
+  uint64_t contribution(const worker_view& wv, uint32_t worker, const std::string& router,
+                        const router_view& view) const;
+  // routed, from the routers' totals and the anchors (after the anchors changed).
+  void recount(uint32_t worker, worker_view& wv) const;
+
   std::string name_;
   int64_t report_timeout_ms_;
   uint64_t seq_ = 0;
@@ -145,19 +161,74 @@ class load_authority {
   load_authority_counters counters_;
 };
 
-// What a router owes the authorities this interval: for every worker it has routed to (a total
-// above 0) whose authority it knows, its cumulative total, grouped by that authority, ascending by
-// worker. The owner fills in router, incarnation and seq of the ones it sends. O(W log A).
-// `authority_of` maps a worker to its authority's name, or to what `name_of` makes that name of
-// (authority_map's claims and &authority_claim::node).
-template <class Map, class NameOf = std::identity>
-std::map<std::string, load_delta> deltas_by_authority(const decision_ledger& ledger,
-                                                      const Map& authority_of,
-                                                      NameOf name_of = {}) {
+// What a router owes the authorities, interval by interval. A worker is *pending* at its authority
+// from the interval the router routes to it until the authority's vector includes a delta that
+// carried its new total; every delta carries the current totals of all its authority's pending
+// workers. So a delta that is lost, or overtaken by a later one (the authority then includes the
+// later seq and ignores the earlier), costs nothing: the later one carried the same workers again.
+// An interval costs O(workers routed to or pending, log A), not O(W); resend_all, for when
+// workers change authority, is O(W log A).
+//
+// `authority_of(worker)` gives a pointer to the name of the worker's authority, or nullptr when it
+// is not known (such a worker is not sent; the owner calls resend_all when it becomes known).
+class delta_outbox {
+ public:
+  // The deltas of this interval: the workers routed to since the last one (decision_ledger::
+  // take_routed) join their authority's pending ones, and every authority with a pending worker
+  // gets one delta, with the next seq of that authority, ascending by worker. The owner fills in
+  // router and incarnation.
+  template <class AuthorityOf>
+  std::map<std::string, load_delta> interval(const decision_ledger& ledger,
+                                             std::span<const uint32_t> routed,
+                                             AuthorityOf&& authority_of);
+  // Every worker with a total above 0 is pending again, at its current authority, and at no other
+  // (workers changed authority: a takeover, a yield, a registration; an authority left).
+  template <class AuthorityOf>
+  void resend_all(const decision_ledger& ledger, AuthorityOf&& authority_of);
+  // The authority's newest vector includes this router's delta `seq`: every worker whose current
+  // total that delta carried is no longer pending there.
+  void acknowledged(const std::string& authority, uint64_t seq);
+  // Pending workers, over all authorities.
+  size_t pending() const;
+
+ private:
+  struct stream {
+    uint64_t seq = 0;  // the last delta's
+    // worker -> the seq of the first delta that carried its current total (0: not sent yet);
+    // every later delta carried it too, so an included seq at or above it means applied.
+    std::map<uint32_t, uint64_t> pending;
+  };
+  std::map<std::string, stream> streams_;
+};
+
+template <class AuthorityOf>
+std::map<std::string, load_delta> delta_outbox::interval(const decision_ledger& ledger,
+                                                         std::span<const uint32_t> routed,
+                                                         AuthorityOf&& authority_of) {
+  for (const uint32_t w : routed)
+    if (const std::string* a = std::invoke(authority_of, w)) streams_[*a].pending[w] = 0;
   std::map<std::string, load_delta> out;
-  for (const auto& [w, a] : authority_of)
-    if (ledger.total(w) > 0) out[std::invoke(name_of, a)].totals.emplace_back(w, ledger.total(w));
+  for (auto& [a, s] : streams_) {
+    if (s.pending.empty()) continue;
+    load_delta& d = out[a];
+    d.seq = ++s.seq;
+    d.totals.reserve(s.pending.size());
+    for (auto& [w, first] : s.pending) {
+      d.totals.emplace_back(w, ledger.total(w));
+      if (first == 0) first = d.seq;
+    }
+  }
   return out;
+}
+
+template <class AuthorityOf>
+void delta_outbox::resend_all(const decision_ledger& ledger, AuthorityOf&& authority_of) {
+  for (auto& [a, s] : streams_)
+    s.pending.clear();
+  const auto totals = ledger.totals();
+  for (uint32_t w = 0; w < totals.size(); ++w)
+    if (totals[w] > 0)
+      if (const std::string* a = std::invoke(authority_of, w)) streams_[*a].pending[w] = 0;
 }
 
 // One worker's load as a vector and the router's own decisions make it (load_overlay).
@@ -176,12 +247,14 @@ struct composed_load {
 class load_overlay {
  public:
   // The (worker, cumulative total) pairs of the delta `seq` this router sent `authority` (the
-  // owner calls this as it sends; the delta's own totals). Kept for the last `history` sends per
-  // authority.
+  // owner calls this as it sends; the delta's own totals, only the workers that changed:
+  // delta_outbox). Kept for the last `history` sends per authority until a vector includes them.
   void sent(const std::string& authority, uint64_t seq,
             std::vector<std::pair<uint32_t, uint64_t>> totals);
   // An authority's vector; an older one than the newest applied is ignored (returns false).
   bool on_vector(const load_vector& v, const std::string& self);
+  // This router's newest delta seq the authority's newest vector includes (0: none, or unknown).
+  uint64_t included(const std::string& authority) const;
   // The load of every worker the vectors cover, with this router's decisions since the included
   // delta added from `ledger`. Indexed by worker: out[w] is set and covered[w] is 1 (alive) or 2
   // (not alive) for every covered worker inside both spans; the others are left as they are (the
@@ -205,7 +278,10 @@ class load_overlay {
   struct authority_view {
     load_vector vector;
     uint64_t included = 0;  // this router's delta seq the vector includes
-    std::deque<std::pair<uint64_t, totals_at_send>> sent;  // (seq, the delta's totals)
+    // Not included yet: (seq, the delta's totals), oldest first.
+    std::deque<std::pair<uint64_t, totals_at_send>> sent;
+    // Per worker, the newest total the included deltas carried: what the authority has applied.
+    std::unordered_map<uint32_t, uint64_t> applied;
   };
   // Calls f(worker, in_flight, alive) for every worker of a's vector.
   template <class F>

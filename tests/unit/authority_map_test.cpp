@@ -126,21 +126,58 @@ TEST(AuthorityMap, AClaimIsFollowedKeptOrYieldedToByTheOrder) {
 }
 
 // A router's totals go to each worker's authority as its claims name it, only for workers it
-// routed to, ascending by worker.
+// routed to, ascending by worker; a worker without a known authority goes nowhere.
 TEST(AuthorityMap, DeltasGoToTheAuthorityEachClaimNames) {
   authority_map m("n1", "m");
   m.on_registered(2);
   m.on_claim(0, reg("n2", 1));
   m.on_claim(1, reg("n2", 1));
   m.on_claim(3, succ("n3", 1));
-  decision_ledger l(4);
-  for (uint32_t w : {0u, 0u, 2u, 3u})
+  decision_ledger l(5);
+  for (uint32_t w : {0u, 0u, 2u, 3u, 4u})
     ASSERT_TRUE(l.on_route(w).ok());
-  const auto out = deltas_by_authority(l, m.claims(), &authority_claim::node);
+  auto of = [&m](uint32_t w) -> const std::string* {
+    const auto* c = m.claim(w);
+    return c == nullptr ? nullptr : &c->node;
+  };
+  delta_outbox outbox;
+  const auto routed = l.take_routed();
+  const auto out = outbox.interval(l, routed, of);
   ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(out.at("n1").totals, (std::vector<std::pair<uint32_t, uint64_t>>{{2, 1}}));
   EXPECT_EQ(out.at("n2").totals, (std::vector<std::pair<uint32_t, uint64_t>>{{0, 2}}));
   EXPECT_EQ(out.at("n3").totals, (std::vector<std::pair<uint32_t, uint64_t>>{{3, 1}}));
+}
+
+// nodes_version moves when, and only when, some worker's authority node changes.
+TEST(AuthorityMap, TheNodesVersionMovesWhenAWorkersAuthorityChanges) {
+  authority_map m("n1", "m");
+  uint64_t v = m.nodes_version();
+  auto moved = [&] {
+    const bool changed = m.nodes_version() != v;
+    v = m.nodes_version();
+    return changed;
+  };
+  m.on_registered(0);
+  EXPECT_TRUE(moved());
+  m.on_registered(0);  // a higher generation, the same node
+  EXPECT_FALSE(moved());
+  m.on_claim(1, reg("n2", 1));
+  EXPECT_TRUE(moved());
+  m.on_claim(1, reg("n2", 2));  // the same authority's claim grows
+  EXPECT_FALSE(moved());
+  m.on_claim(1, reg("n3", 1));  // loses to n2's generation 2: ignored
+  EXPECT_FALSE(moved());
+  m.on_claim(0, reg("n2", 9));  // beats this node's: yield
+  EXPECT_TRUE(moved());
+  (void)m.on_members({"n2", "n3"});  // nobody left
+  EXPECT_FALSE(moved());
+  (void)m.on_members({"n3"});  // n2 left: both workers move
+  EXPECT_TRUE(moved());
+  m.erase(7);
+  EXPECT_FALSE(moved());
+  m.erase(1);
+  EXPECT_TRUE(moved());
 }
 
 // n1 registered workers 0..49 and left: at n2 and n3 (which both see the other survivor) every

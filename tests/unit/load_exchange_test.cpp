@@ -40,6 +40,159 @@ TEST(DecisionLedger, CountsPerWorkerAndRefusesUnknownWorkers) {
   EXPECT_EQ(l.totals().size(), 3u);
 }
 
+TEST(DecisionLedger, TellsTheWorkersRoutedToSinceItWasLastAskedEachOnce) {
+  decision_ledger l(4);
+  EXPECT_TRUE(l.take_routed().empty());
+  for (uint32_t w : {3u, 1u, 3u, 3u})
+    ASSERT_TRUE(l.on_route(w).ok());
+  EXPECT_EQ(l.take_routed(), (std::vector<uint32_t>{3, 1}));
+  EXPECT_TRUE(l.take_routed().empty());
+  ASSERT_TRUE(l.on_route(1).ok());
+  l.resize(6);
+  ASSERT_TRUE(l.on_route(5).ok());
+  EXPECT_FALSE(l.on_route(6).ok());
+  EXPECT_EQ(l.take_routed(), (std::vector<uint32_t>{1, 5}));
+  EXPECT_EQ(l.total(1), 2u);
+  EXPECT_EQ(l.total(3), 3u);
+}
+
+using pairs = std::vector<std::pair<uint32_t, uint64_t>>;
+
+const std::string* authority_a(uint32_t) {
+  static const std::string a = "a";
+  return &a;
+}
+
+// A delta carries the totals routed to since the authority last included one, and carries them
+// again until it does; then only what was routed since.
+TEST(DeltaOutbox, CarriesWhatChangedUntilTheAuthorityIncludesIt) {
+  decision_ledger l(1000);
+  delta_outbox out;
+  for (uint32_t w : {7u, 7u, 900u})
+    ASSERT_TRUE(l.on_route(w).ok());
+  auto d = out.interval(l, l.take_routed(), authority_a);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d.at("a").seq, 1u);
+  EXPECT_EQ(d.at("a").totals, (pairs{{7, 2}, {900, 1}}));
+  // Not included yet (delta 1 lost, or its vector not here yet): sent again, with what is new.
+  ASSERT_TRUE(l.on_route(3).ok());
+  d = out.interval(l, l.take_routed(), authority_a);
+  EXPECT_EQ(d.at("a").seq, 2u);
+  EXPECT_EQ(d.at("a").totals, (pairs{{3, 1}, {7, 2}, {900, 1}}));
+  // A vector includes delta 1 only: 3 is still owed (delta 2 carried it).
+  out.acknowledged("a", 1);
+  EXPECT_EQ(out.pending(), 1u);
+  ASSERT_TRUE(l.on_route(7).ok());
+  d = out.interval(l, l.take_routed(), authority_a);
+  EXPECT_EQ(d.at("a").seq, 3u);
+  EXPECT_EQ(d.at("a").totals, (pairs{{3, 1}, {7, 3}}));
+  out.acknowledged("a", 3);
+  EXPECT_EQ(out.pending(), 0u);
+  EXPECT_TRUE(out.interval(l, l.take_routed(), authority_a).empty());  // nothing owed: no delta
+  // Routed to between a send and its acknowledgement: still owed after it.
+  ASSERT_TRUE(l.on_route(900).ok());
+  d = out.interval(l, l.take_routed(), authority_a);
+  EXPECT_EQ(d.at("a").totals, (pairs{{900, 2}}));
+  ASSERT_TRUE(l.on_route(900).ok());
+  out.acknowledged("a", d.at("a").seq);
+  d = out.interval(l, l.take_routed(), authority_a);
+  EXPECT_EQ(d.at("a").totals, (pairs{{900, 3}}));
+  out.acknowledged("b", 99);  // an authority it never sent to
+  EXPECT_EQ(out.pending(), 1u);
+}
+
+// Three routers, one authority of 1,000 workers, a few decisions per router per interval, a fifth
+// of the deltas and of the vectors lost: whenever every router's totals are applied (nothing owed),
+// the authority's in_flight and every router's composed load equal the requests really running;
+// and a delta carries what was routed lately, never the thousand workers.
+TEST(DeltaOutbox, LostDeltasAndVectorsConvergeAndDeltasStaySmall) {
+  constexpr uint32_t workers = 1000;
+  load_authority auth("a", 0);
+  for (uint32_t w = 0; w < workers; ++w)
+    auth.add_worker(w, 0);
+  struct router {
+    std::string name;
+    decision_ledger ledger{workers};
+    delta_outbox outbox;
+    load_overlay overlay;
+  };
+  std::vector<router> routers(3);
+  for (size_t r = 0; r < routers.size(); ++r)
+    routers[r].name = "r" + std::to_string(r);
+  std::vector<int64_t> running(workers, 0);
+  std::mt19937 rng(11);
+  size_t largest = 0, checked = 0;
+  for (int round = 0; round < 400; ++round) {
+    const bool lossless = round >= 395;  // the last rounds deliver everything
+    for (auto& r : routers)
+      for (int i = 0; i < 3; ++i) {
+        const uint32_t w = rng() % 40 == 0 ? rng() % workers : rng() % 50;  // mostly hot ones
+        ASSERT_TRUE(r.ledger.on_route(w).ok());
+        ++running[w];
+      }
+    for (uint32_t w = 0; w < 50; ++w)
+      if (running[w] > 0 && rng() % 4 == 0) {
+        auth.on_finished(w, 1);
+        --running[w];
+      }
+    for (auto& r : routers)
+      for (auto& [a, d] : r.outbox.interval(r.ledger, r.ledger.take_routed(), authority_a)) {
+        d.router = r.name;
+        d.incarnation = 1;
+        r.overlay.sent(a, d.seq, d.totals);
+        largest = std::max(largest, d.totals.size());
+        if (lossless || rng() % 5 != 0) auth.on_delta(d);
+      }
+    const load_vector v = auth.publish(0);
+    for (auto& r : routers)
+      if ((lossless || rng() % 5 != 0) && r.overlay.on_vector(v, r.name))
+        r.outbox.acknowledged("a", r.overlay.included("a"));
+    bool owed = false;
+    for (const auto& r : routers)
+      owed = owed || r.outbox.pending() != 0;
+    if (owed) continue;
+    ++checked;
+    for (uint32_t w = 0; w < workers; ++w)
+      ASSERT_EQ(auth.in_flight(w), static_cast<uint64_t>(running[w])) << "worker " << w;
+    for (const auto& r : routers) {
+      std::vector<uint32_t> load(workers, 0);
+      std::vector<uint8_t> covered(workers, 0);
+      r.overlay.compose(r.ledger, load, covered);
+      for (uint32_t w = 0; w < workers; ++w)
+        ASSERT_EQ(load[w], static_cast<uint64_t>(running[w])) << r.name << " worker " << w;
+    }
+  }
+  EXPECT_GT(checked, 20u);  // the loss left enough complete rounds to check
+  // Three decisions per interval, carried again while lost: tens of workers, not 1,000.
+  EXPECT_LT(largest, 60u);
+  EXPECT_GT(largest, 3u);  // some were carried again
+}
+
+// Workers that change authority: resend_all owes every total to the worker's authority now, and
+// nothing to the one it had.
+TEST(DeltaOutbox, ResendAllOwesEveryTotalWhereItsWorkerNowIs) {
+  decision_ledger l(4);
+  std::vector<std::string> of = {"a", "a", "b", "a"};
+  auto authority_of = [&of](uint32_t w) -> const std::string* {
+    return of[w].empty() ? nullptr : &of[w];
+  };
+  delta_outbox out;
+  for (uint32_t w : {0u, 1u, 2u})
+    ASSERT_TRUE(l.on_route(w).ok());
+  auto d = out.interval(l, l.take_routed(), authority_of);
+  out.acknowledged("a", d.at("a").seq);
+  out.acknowledged("b", d.at("b").seq);
+  ASSERT_TRUE(l.on_route(1).ok());
+  (void)out.interval(l, l.take_routed(), authority_of);  // a owes 1 now
+  of[1] = "b";  // a left; b took 1 over; 2's authority is not known any more
+  of[2] = "";
+  out.resend_all(l, authority_of);
+  d = out.interval(l, l.take_routed(), authority_of);
+  EXPECT_EQ(d.at("a").totals, (pairs{{0, 1}}));
+  EXPECT_EQ(d.at("b").totals, (pairs{{1, 2}}));
+  EXPECT_EQ(d.size(), 2u);
+}
+
 // Two routers that both know the authority from the start (first deltas at totals 0), random
 // decisions and finishes, a delta lost now and then: after each complete round the authority's
 // in_flight equals the requests really running.
@@ -83,6 +236,67 @@ TEST(LoadAuthority, InFlightIsExactAfterEachRoundDespiteLostDeltas) {
   }
   for (uint32_t w = 0; w < 3; ++w)
     EXPECT_EQ(auth.in_flight(w), running[w]) << "worker " << w;
+}
+
+// The authority keeps each worker's sum over routers as deltas arrive: with reports (of the real
+// count, taken when every router's totals are in), router restarts, lost deltas and finishes mixed
+// at random, in_flight equals the requests really running after every complete round, and a
+// vector says the same.
+TEST(LoadAuthority, InFlightStaysExactThroughReportsRestartsAndLosses) {
+  constexpr uint32_t workers = 12;
+  load_authority auth("a", 0);
+  for (uint32_t w = 0; w < workers; ++w)
+    auth.add_worker(w, 0);
+  const std::vector<std::string> names = {"r1", "r2", "r3"};
+  std::vector<decision_ledger> ledgers(3, decision_ledger(workers));
+  std::vector<uint64_t> seq(3, 0), incarnation(3, 1);
+  std::vector<int64_t> running(workers, 0);
+  std::vector<uint64_t> report_seq(workers, 0);
+  std::mt19937 rng(23);
+  int complete = 0;
+  for (int round = 0; round < 500; ++round) {
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t w = rng() % workers;
+      ASSERT_TRUE(ledgers[rng() % 3].on_route(w).ok());
+      ++running[w];
+    }
+    const size_t restarting = rng() % 40 == 0 ? rng() % 3 : 3;
+    bool all_in = true;
+    for (size_t r = 0; r < 3; ++r) {
+      if (r == restarting) {  // its totals restart at 0; its running requests go on
+        auto d = delta(names[r], ++seq[r], ledgers[r], incarnation[r]);
+        auth.on_delta(d);  // what it had sent before going down
+        ledgers[r] = decision_ledger(workers);
+        seq[r] = 0;
+        ++incarnation[r];
+      }
+      const auto d = delta(names[r], ++seq[r], ledgers[r], incarnation[r]);
+      if (round % 7 == 3 && r == 1) {  // lost
+        all_in = false;
+        continue;
+      }
+      auth.on_delta(d);
+    }
+    for (uint32_t w = 0; w < workers; ++w) {
+      const uint32_t done = running[w] > 0 ? rng() % (running[w] + 1) / 2 : 0;
+      auth.on_finished(w, done);
+      running[w] -= done;
+    }
+    if (!all_in) continue;
+    ++complete;
+    if (rng() % 3 == 0) {  // a worker reports its real count
+      const uint32_t w = rng() % workers;
+      auth.on_report(w, static_cast<uint32_t>(running[w]), ++report_seq[w], 0);
+    }
+    const load_vector v = auth.publish(0);
+    for (uint32_t w = 0; w < workers; ++w) {
+      ASSERT_EQ(auth.in_flight(w), static_cast<uint64_t>(running[w])) << "round " << round;
+      ASSERT_EQ(v.workers[w].in_flight, static_cast<uint64_t>(running[w]));
+    }
+  }
+  EXPECT_GT(complete, 400);
+  EXPECT_GT(auth.counters().incarnations, 5u);
+  EXPECT_GT(auth.counters().reports, 50u);
 }
 
 TEST(LoadAuthority, AReorderedDeltaIsIgnoredAndTheNextOneCatchesUp) {
@@ -162,6 +376,23 @@ TEST(LoadAuthority, ARouterFirstSeenLateIsAnchoredAtItsFirstTotals) {
 
 // Routers and authority start together and the worker never reports (a pushed report or scrape
 // may come late): every decision counts from the first delta on.
+// Deltas carry only changed totals, so a router first seen after a report may name a worker only in
+// a later delta than its first: it is anchored at its first total for that worker all the same.
+TEST(LoadAuthority, ARouterFirstSeenLateIsAnchoredAtItsFirstTotalForEachWorker) {
+  load_authority auth("a", 0);
+  auth.add_worker(0, 0);
+  auth.add_worker(1, 0);
+  auth.on_report(0, 4, 1, 0);
+  auth.on_report(1, 6, 1, 0);
+  auth.on_delta({"late", 1, 1, {{0, 10}}});
+  EXPECT_EQ(auth.in_flight(0), 4u);
+  auth.on_delta({"late", 1, 2, {{1, 20}}});  // worker 1's first total from it
+  EXPECT_EQ(auth.in_flight(1), 6u);
+  auth.on_delta({"late", 1, 3, {{1, 22}}});
+  EXPECT_EQ(auth.in_flight(0), 4u);
+  EXPECT_EQ(auth.in_flight(1), 8u);
+}
+
 TEST(LoadAuthority, BeforeAnyReportARouterFirstSeenCountsFromZero) {
   load_authority auth("a", 0);
   auth.add_worker(0, 0);
