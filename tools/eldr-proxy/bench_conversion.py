@@ -23,7 +23,7 @@ Stages, timed separately (median and p90 of --reps runs, after warm-up):
   all         decode + select + counts + hashes (the proxy's conversion stage), per conversion
   answer      the prefill's JSON answer that carries the routed experts (and the prompt's token
               ids) parsed: answer_json with json.loads, answer_load with
-              eldr_proxy_counts.load_answer, which eldr-proxy calls (the two values are checked
+              eldr_routed_experts.load_answer, which eldr-proxy calls (the two values are checked
               to be equal); not part of `all`
 
 --conversion numpy or native times one of the two; both (the default) needs the library, found
@@ -52,6 +52,7 @@ sys.path.insert(0, _HERE)
 
 import eldr_proxy_hashes as block_hashes  # noqa: E402
 import eldr_proxy_counts as rex  # noqa: E402
+import eldr_routed_experts  # noqa: E402
 import eldr_proxy_native  # noqa: E402
 import msgpack  # noqa: E402
 from eldr_client import route_request  # noqa: E402
@@ -110,7 +111,7 @@ def main():
                                                 "remote_block_ids": list(range(T // bs)),
                                                 "remote_engine_id": "e", "remote_host": "h",
                                                 "remote_port": 1}}).encode()
-    if rex.load_answer(answer) != json.loads(answer):
+    if eldr_routed_experts.load_answer(answer) != json.loads(answer):
         sys.stderr.write("bench_conversion: load_answer and json.loads differ\n")
         return 1
 
@@ -121,7 +122,8 @@ def main():
                    "encode_" + kind, "all_" + kind]
     times = {s: [] for s in stages}
     for rep in range(a.reps + 10):
-        for stage, parse in (("answer_json", json.loads), ("answer_load", rex.load_answer)):
+        for stage, parse in (("answer_json", json.loads),
+                             ("answer_load", eldr_routed_experts.load_answer)):
             t0 = clock()
             parse(answer)
             if rep >= 10:

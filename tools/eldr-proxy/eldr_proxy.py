@@ -48,7 +48,8 @@ from eldr_client_aio import AsyncRouteClient, AsyncWorkerClient  # noqa: E402
 import eldr_proxy_hashes as block_hashes  # noqa: E402
 from eldr_proxy_metrics import ProxyMetrics  # noqa: E402
 from eldr_proxy_counts import (CountsBuilder, CountsError, block_keys,  # noqa: E402
-                               keep_large_allocations, load_answer, moe_layer_spec)
+                               keep_large_allocations, moe_layer_spec)
+from eldr_routed_experts import load_answer  # noqa: E402
 import eldr_proxy_native  # noqa: E402
 from eldr_proxy_upstream import (BodyTooLarge, Client, ConnectFailed, Origin,  # noqa: E402
                                  UpstreamError, header_bytes)

@@ -30,6 +30,7 @@ import eldr_proxy_hashes as block_hashes  # noqa: E402
 import eldr_proxy  # noqa: E402
 import eldr_trace  # noqa: E402
 import eldr_proxy_counts as rex  # noqa: E402
+import eldr_routed_experts as routed  # noqa: E402
 
 
 check = eldr_testing.check
@@ -241,7 +242,8 @@ def test_load_answer_is_json_loads():
             return ("error", None)
 
     def same(raw, what):
-        check(outcome(rex.load_answer, raw) == outcome(json.loads, raw), "%s: %r" % (what, raw[:80]))
+        check(outcome(routed.load_answer, raw) == outcome(json.loads, raw),
+              "%s: %r" % (what, raw[:80]))
 
     b64 = base64.b64encode(bytes(range(256)) * 40).decode()
     answer = {"id": "cmpl-1", "choices": [{"index": 0, "text": "x", "routed_experts": b64,
@@ -249,12 +251,12 @@ def test_load_answer_is_json_loads():
               "kv_transfer_params": {"remote_block_ids": [4, 5]}}
     plain = json.dumps(answer).encode()
     parsed = []
-    real_loads = rex.json.loads
-    rex.json.loads = lambda raw: (parsed.append(len(raw)), real_loads(raw))[1]
+    real_loads = routed.json.loads
+    routed.json.loads = lambda raw: (parsed.append(len(raw)), real_loads(raw))[1]
     try:
-        check(rex.load_answer(plain) == answer, "the plain answer")
+        check(routed.load_answer(plain) == answer, "the plain answer")
     finally:
-        rex.json.loads = real_loads
+        routed.json.loads = real_loads
     check(parsed == [len(plain) - len(b64)], "the plain answer was parsed whole: %s" % parsed)
     cases = {
         "plain": plain,
