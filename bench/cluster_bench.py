@@ -90,6 +90,9 @@ ap.add_argument("--throughput-duration", type=float, default=5)
 ap.add_argument("--throughput-loadgen-args", default="",
                 help="more eldr-loadgen options for the throughput case, e.g. '--prompt-pool 0' "
                      "(no prefix hits, so no signature shard lookups)")
+ap.add_argument("--replication", type=int,
+                help="cluster.replication of every cluster this run starts (default: the node's, 2); "
+                     "e.g. 1 to see what the second copy of each stored block costs")
 ap.add_argument("--load-sharing", default="decisions",
                 help="cluster.load_sharing modes the throughput, herding and fanin cases run, "
                      "side by side (decisions,authority)")
@@ -258,6 +261,8 @@ class ClusterOnce:
                 keys += "store_batch_ms = %d\n" % store_batch_ms
             if seen_blocks_mib is not None and seen_blocks_mib != 64:
                 keys += "seen_blocks_mib = %d\n" % seen_blocks_mib
+            if args.replication is not None:
+                keys += "replication = %d\n" % args.replication
             if keys:
                 for i in range(1, n + 1):
                     p = os.path.join(self.dir, "n%d" % i, "eldr.toml")
