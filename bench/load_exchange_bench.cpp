@@ -82,7 +82,7 @@ load_vector vector_of(uint32_t a, uint32_t workers, uint32_t authorities, uint64
   v.seq = seq;
   for (uint32_t w = a; w < workers; w += authorities)
     v.workers.push_back({w, 3 + w % 7, true});
-  v.included["me"] = included;
+  v.included["me"] = {1, included};
   return v;
 }
 
@@ -97,7 +97,7 @@ struct router_fixture {
     for (uint32_t i = 0; i < a; ++i) {
       overlay.sent(authority_name(i), 1, totals_for(ledger, i, a));
       vectors.push_back(vector_of(i, w, a, 1, 1));
-      (void)overlay.on_vector(vectors.back(), "me");
+      (void)overlay.on_vector(vectors.back(), "me", 1);
     }
   }
   // The next vector of authority i (a newer seq each time, so on_vector applies it).
@@ -131,7 +131,7 @@ void vector_compose_all(benchmark::State& state) {
   router_fixture f(static_cast<uint32_t>(state.range(0)), static_cast<uint32_t>(state.range(1)));
   uint32_t i = 0;
   for (auto _ : state) {
-    (void)f.overlay.on_vector(f.next(i), "me");
+    (void)f.overlay.on_vector(f.next(i), "me", 1);
     std::vector<uint32_t> load(f.workers, 0);
     std::vector<uint8_t> covered(f.workers, 0);
     f.overlay.compose(f.ledger, load, covered);
@@ -147,7 +147,7 @@ void vector_compose_one(benchmark::State& state) {
   uint32_t i = 0;
   for (auto _ : state) {
     const auto& v = f.next(i);
-    (void)f.overlay.on_vector(v, "me");
+    (void)f.overlay.on_vector(v, "me", 1);
     auto part = f.overlay.compose_vector(v.authority, f.ledger);
     benchmark::DoNotOptimize(part.data());
     i = (i + 1) % f.authorities;

@@ -159,19 +159,22 @@ typename Inspector::result_type inspect(Inspector& f, load_delta_msg& x) {
 struct load_vector_msg {
   std::string model;
   std::string authority;
+  uint64_t incarnation = 0;  // the authority's (core/membership/load_exchange.hpp)
   uint64_t seq = 0;
   std::vector<uint32_t> workers;
   std::vector<uint32_t> in_flight;
   std::vector<uint8_t> alive;
   std::vector<uint64_t> claim;  // each worker's, encoded (core/membership/authority_map.hpp)
   std::vector<std::string> routers;
+  std::vector<uint64_t> router_incarnations;
   std::vector<uint64_t> included;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, load_vector_msg& x) {
-  return f(caf::meta::type_name("eldr::load_vector_msg"), x.model, x.authority, x.seq, x.workers,
-           x.in_flight, x.alive, x.claim, x.routers, x.included);
+  return f(caf::meta::type_name("eldr::load_vector_msg"), x.model, x.authority, x.incarnation,
+           x.seq, x.workers, x.in_flight, x.alive, x.claim, x.routers, x.router_incarnations,
+           x.included);
 }
 
 // One registered decode worker as a router sees it, for a router that joins late.

@@ -440,7 +440,8 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         auto* m = s.find(msg.model);
         if (!m || msg.workers.size() != msg.in_flight.size() ||
             msg.workers.size() != msg.alive.size() || msg.workers.size() != msg.claim.size() ||
-            msg.routers.size() != msg.included.size() || msg.authority.empty() ||
+            msg.routers.size() != msg.included.size() ||
+            msg.routers.size() != msg.router_incarnations.size() || msg.authority.empty() ||
             msg.authority == s.ctx->config.name) {
           ++s.load_messages_refused;
           return;
@@ -453,11 +454,12 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         }
         load_vector v;
         v.authority = msg.authority;
+        v.incarnation = msg.incarnation;
         v.seq = msg.seq;
         for (size_t i = 0; i < msg.workers.size(); ++i)
           v.workers.push_back({msg.workers[i], msg.in_flight[i], msg.alive[i] != 0, msg.claim[i]});
         for (size_t i = 0; i < msg.routers.size(); ++i)
-          v.included[msg.routers[i]] = msg.included[i];
+          v.included[msg.routers[i]] = {msg.router_incarnations[i], msg.included[i]};
         apply_vector(s, *m, v);
       },
       [=](members_atom, const std::vector<member_info>& members, uint32_t) {

@@ -128,8 +128,19 @@ void on_authorities_left(router_state& st, model_state& m, const std::vector<std
 // A vector (this node's own or a peer's): the loads it covers, with this router's decisions since
 // the delta it includes, go into the load view.
 void apply_vector(router_state& st, model_state& m, const load_vector& v) {
-  if (!m.overlay.on_vector(v, st.ctx->config.name)) return;
+  const auto outcome = m.overlay.on_vector(v, st.ctx->config.name, st.incarnation);
+  if (outcome == load_overlay::vector_outcome::stale) return;
   ++st.vectors_applied;
+  if (outcome == load_overlay::vector_outcome::restarted) {
+    // It came back faster than the membership noticed it leave: it holds none of this router's
+    // totals, and only what is routed from now on would reach it.
+    ++st.authority_restarts;
+    m.outbox_resend_all = true;
+    spdlog::info(
+        "model {}: node {} restarted (a new incarnation's load vector): sending it every "
+        "decision total again",
+        m.cfg->name, v.authority);
+  }
   m.outbox.acknowledged(v.authority, m.overlay.included(v.authority));
   const int64_t now = st.ctx->now_ms();
   for (const auto& e : v.workers) {
@@ -175,9 +186,10 @@ void load_tick(router_actor_t* self) {
     };
     // Workers changed authority (rare: registrations, takeovers, yields): every total goes
     // where its worker's claim now is. Otherwise an interval costs what was routed, not W.
-    if (m.claims.nodes_version() != m.outbox_claims_version) {
+    if (m.claims.nodes_version() != m.outbox_claims_version || m.outbox_resend_all) {
       m.outbox.resend_all(m.ledger, authority_of);
       m.outbox_claims_version = m.claims.nodes_version();
+      m.outbox_resend_all = false;
     }
     const std::vector<uint32_t> routed = m.ledger.take_routed();
     for (auto& [a, d] : m.outbox.interval(m.ledger, routed, authority_of)) {
@@ -200,6 +212,7 @@ void load_tick(router_actor_t* self) {
     }
     if (!m.authority) continue;
     load_vector v = m.authority->publish(now);
+    v.incarnation = st.incarnation;
     for (auto& e : v.workers)
       if (const auto* c = m.claims.claim(e.worker)) e.claim = encode_claim(*c);
     // A newly applied delta changes the vector even when no load moved: the routers learn it
@@ -216,16 +229,17 @@ void load_tick(router_actor_t* self) {
     m.last_published_included = v.included;
     m.published_ms = now;
     apply_vector(st, m, v);
-    load_vector_msg msg{m.cfg->name, v.authority, v.seq, {}, {}, {}, {}, {}, {}};
+    load_vector_msg msg{m.cfg->name, v.authority, v.incarnation, v.seq, {}, {}, {}, {}, {}, {}, {}};
     for (const auto& e : v.workers) {
       msg.workers.push_back(e.worker);
       msg.in_flight.push_back(e.in_flight);
       msg.alive.push_back(e.alive ? 1 : 0);
       msg.claim.push_back(e.claim);
     }
-    for (const auto& [r, seq] : v.included) {
+    for (const auto& [r, inc] : v.included) {
       msg.routers.push_back(r);
-      msg.included.push_back(seq);
+      msg.router_incarnations.push_back(inc.incarnation);
+      msg.included.push_back(inc.seq);
     }
     for (const auto& p : st.peers)
       self->send(p, load_vector_atom::value, msg);

@@ -132,8 +132,9 @@ struct model_state {
   authority_map claims;
   delta_outbox outbox;
   uint64_t outbox_claims_version = 0;
+  bool outbox_resend_all = false;  // an authority restarted: every total goes out again
   std::vector<load_vector_entry> last_published;
-  std::map<std::string, uint64_t> last_published_included;
+  std::map<std::string, included_delta> last_published_included;
   int64_t published_ms = 0;
 
   explicit model_state(load_view p) : pool(std::move(p)) {}
@@ -201,6 +202,7 @@ struct router_state {
   // node, or sent before this router learned of a new member).
   uint64_t authority_takeovers = 0, authority_handovers = 0, authority_yields = 0;
   uint64_t vectors_from_non_members = 0;
+  uint64_t authority_restarts = 0;  // vectors of a new incarnation of an authority
   // Workers this node claimed because their load reports reached it while another node held
   // their claim (their authority left, or their client failed over to this node).
   uint64_t authority_claims_by_report = 0;

@@ -206,7 +206,7 @@ load_vector load_authority::publish(int64_t now_ms) {
         {w, in_flight(w),
          report_timeout_ms_ == 0 || now_ms - wv.last_heard_ms <= report_timeout_ms_});
   for (const auto& [router, view] : routers_)
-    v.included[router] = view.seq;
+    v.included[router] = {view.incarnation, view.seq};
   return v;
 }
 
@@ -220,12 +220,29 @@ void load_overlay::sent(const std::string& authority, uint64_t seq,
     a.sent.pop_front();
 }
 
-bool load_overlay::on_vector(const load_vector& v, const std::string& self) {
+load_overlay::vector_outcome load_overlay::on_vector(const load_vector& v, const std::string& self,
+                                                     uint64_t incarnation) {
   auto& a = authorities_[v.authority];
-  if (a.vector.seq >= v.seq && !a.vector.authority.empty()) return false;
+  const bool known = !a.vector.authority.empty();
+  const bool restarted = known && a.vector.incarnation != v.incarnation;
+  if (restarted) {
+    // A new process counts its vectors from 1 and knows nothing this router sent the old one:
+    // the newest-seq rule would ignore it until its seq passed the old one's (hours at 5 ms).
+    // The sends stay: the new process may have applied some of them (its `included` says).
+    // `applied` stays too, until the totals resent to the new process are included: the new
+    // process's load comes from its workers' reports, which count the decisions before them, so
+    // adding what was decided since the old process's last included delta over-counts the few
+    // decided between that delta and the report -- where dropping it would add every decision
+    // this router ever made to those workers.
+    a.included = 0;
+  } else if (known && a.vector.seq >= v.seq) {
+    return vector_outcome::stale;
+  }
   a.vector = v;
   auto inc = v.included.find(self);
-  a.included = inc == v.included.end() ? 0 : inc->second;
+  // Another incarnation's seq (this router restarted since) says nothing of this one's deltas.
+  a.included =
+      inc == v.included.end() || inc->second.incarnation != incarnation ? 0 : inc->second.seq;
   // What the included sends carried is what the authority applied; a send lost on the way was
   // overtaken by a later one that carried its workers again (delta_outbox).
   while (!a.sent.empty() && a.sent.front().first <= a.included) {
@@ -233,7 +250,7 @@ bool load_overlay::on_vector(const load_vector& v, const std::string& self) {
       a.applied[w] = total;
     a.sent.pop_front();
   }
-  return true;
+  return restarted ? vector_outcome::restarted : vector_outcome::applied;
 }
 
 uint64_t load_overlay::included(const std::string& authority) const {

@@ -27,6 +27,10 @@
 // at 0. Drift from lost finished events or a router that died is corrected by
 // the worker's next report, as in a single node's load_view.
 //
+// An authority that restarts (faster than the membership notices) publishes under a new
+// incarnation: each router takes its vectors at once and sends it every total again
+// (load_overlay::on_vector, delta_outbox::resend_all).
+//
 // Nothing here does I/O or reads a clock (times are passed in). Thread safety: none; one owner.
 #pragma once
 
@@ -82,13 +86,25 @@ struct load_vector_entry {
   uint64_t claim = 0;
 };
 
+// A router's newest delta an authority has applied, and which incarnation of the router sent it
+// (a restarted router numbers its deltas from 1 again: an old incarnation's seq says nothing of
+// the new one's deltas).
+struct included_delta {
+  uint64_t incarnation = 0;
+  uint64_t seq = 0;
+  friend bool operator==(const included_delta&, const included_delta&) = default;
+};
+
 // What an authority publishes every interval.
 struct load_vector {
   std::string authority;
-  uint64_t seq = 0;  // increasing per authority
+  // The authority's process: a restarted authority numbers its vectors from 1 again and has
+  // applied none of a router's deltas. The owner fills it in (its router's incarnation).
+  uint64_t incarnation = 0;
+  uint64_t seq = 0;  // increasing per authority incarnation
   std::vector<load_vector_entry> workers;
-  // For each router: the last load_delta seq (of its current incarnation) the vector includes.
-  std::map<std::string, uint64_t> included;
+  // For each router: the last load_delta the vector includes.
+  std::map<std::string, included_delta> included;
 };
 
 struct load_authority_counters {
@@ -251,8 +267,17 @@ class load_overlay {
   // delta_outbox). Kept for the last `history` sends per authority until a vector includes them.
   void sent(const std::string& authority, uint64_t seq,
             std::vector<std::pair<uint32_t, uint64_t>> totals);
-  // An authority's vector; an older one than the newest applied is ignored (returns false).
-  bool on_vector(const load_vector& v, const std::string& self);
+  enum class vector_outcome {
+    stale,    // not newer than the newest applied from that authority: ignored
+    applied,  // the authority's newest
+    // The first of a restarted authority (another incarnation), taken whatever its seq: it has
+    // applied none of this router's earlier deltas, so the owner must send it every total again
+    // (delta_outbox::resend_all).
+    restarted,
+  };
+  // An authority's vector. `self` and `incarnation` name this router: the vector includes its
+  // deltas only as that incarnation's.
+  vector_outcome on_vector(const load_vector& v, const std::string& self, uint64_t incarnation);
   // This router's newest delta seq the authority's newest vector includes (0: none, or unknown).
   uint64_t included(const std::string& authority) const;
   // The load of every worker the vectors cover, with this router's decisions since the included
@@ -277,7 +302,7 @@ class load_overlay {
   using totals_at_send = std::vector<std::pair<uint32_t, uint64_t>>;  // ascending by worker
   struct authority_view {
     load_vector vector;
-    uint64_t included = 0;  // this router's delta seq the vector includes
+    uint64_t included = 0;  // this router's (this incarnation's) delta seq the vector includes
     // Not included yet: (seq, the delta's totals), oldest first.
     std::deque<std::pair<uint64_t, totals_at_send>> sent;
     // Per worker, the newest total the included deltas carried: what the authority has applied.

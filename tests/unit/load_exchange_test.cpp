@@ -16,6 +16,8 @@
 namespace eldr {
 namespace {
 
+constexpr auto applied = load_overlay::vector_outcome::applied;
+
 load_delta delta(const std::string& router, uint64_t seq, const decision_ledger& l,
                  uint64_t incarnation = 1) {
   load_delta d;
@@ -145,7 +147,7 @@ TEST(DeltaOutbox, LostDeltasAndVectorsConvergeAndDeltasStaySmall) {
       }
     const load_vector v = auth.publish(0);
     for (auto& r : routers)
-      if ((lossless || rng() % 5 != 0) && r.overlay.on_vector(v, r.name))
+      if ((lossless || rng() % 5 != 0) && r.overlay.on_vector(v, r.name, 1) == applied)
         r.outbox.acknowledged("a", r.overlay.included("a"));
     bool owed = false;
     for (const auto& r : routers)
@@ -228,7 +230,7 @@ TEST(LoadAuthority, InFlightIsExactAfterEachRoundDespiteLostDeltas) {
       // After a round whose deltas all arrived, the figure is exact.
       bool complete = true;
       for (size_t r = 0; r < 2; ++r)
-        complete = complete && auth.publish(0).included.at(names[r]) == seq[r];
+        complete = complete && auth.publish(0).included.at(names[r]).seq == seq[r];
       if (!complete) continue;
       for (uint32_t w = 0; w < 3; ++w)
         EXPECT_EQ(auth.in_flight(w), running[w]) << "round " << round << " worker " << w;
@@ -458,7 +460,7 @@ TEST(LoadOverlay, AnEntryOfAVectorIsFoundUntilItsAuthorityIsForgotten) {
   v.authority = "a";
   v.seq = 1;
   v.workers = {{3, 7, true, 2}};
-  ASSERT_TRUE(o.on_vector(v, "r"));
+  ASSERT_EQ(o.on_vector(v, "r", 1), applied);
   ASSERT_TRUE(o.entry("a", 3).has_value());
   EXPECT_EQ(o.entry("a", 3)->in_flight, 7u);
   EXPECT_EQ(o.entry("a", 3)->claim, 2u);
@@ -489,7 +491,7 @@ TEST(LoadOverlay, OwnDecisionsAtOncePeersWithinOneInterval) {
   };
   send_mine();
   auth.on_delta(delta("peer", ++peer_seq, peer));
-  ASSERT_TRUE(view.on_vector(auth.publish(0), "me"));
+  ASSERT_EQ(view.on_vector(auth.publish(0), "me", 1), applied);
   std::vector<uint32_t> load(2, 99);
   std::vector<uint8_t> covered(2, 0);
   view.compose(mine, load, covered);
@@ -505,13 +507,13 @@ TEST(LoadOverlay, OwnDecisionsAtOncePeersWithinOneInterval) {
   auth.on_delta(delta("peer", ++peer_seq, peer));
   const auto v = auth.publish(0);
   (void)mine.on_route(0);  // after the send: not in the vector, added by the overlay
-  ASSERT_TRUE(view.on_vector(v, "me"));
+  ASSERT_EQ(view.on_vector(v, "me", 1), applied);
   view.compose(mine, load, covered);
   EXPECT_EQ(load, (std::vector<uint32_t>{2, 2}));
   auto older = v;
   older.seq = 1;
   older.workers[1].in_flight = 50;
-  EXPECT_FALSE(view.on_vector(older, "me"));
+  EXPECT_EQ(view.on_vector(older, "me", 1), load_overlay::vector_outcome::stale);
   view.compose(mine, load, covered);
   EXPECT_EQ(load[1], 2u);
 }
@@ -550,8 +552,8 @@ TEST(LoadOverlay, ComposingOneVectorAgreesWithComposingAll) {
   a.on_delta(only(delta("peer", 1, peer), {0, 2, 4}));
   b.on_delta(only(delta("peer", 1, peer), {1, 3}));
   a.on_report(2, 7, 1, 0);  // worker 2's own report: 7 running
-  ASSERT_TRUE(view.on_vector(a.publish(0), "me"));
-  ASSERT_TRUE(view.on_vector(b.publish(0), "me"));
+  ASSERT_EQ(view.on_vector(a.publish(0), "me", 1), applied);
+  ASSERT_EQ(view.on_vector(b.publish(0), "me", 1), applied);
   (void)mine.on_route(4);  // after the send: the overlay adds it
   (void)mine.on_route(1);
 
@@ -585,7 +587,7 @@ TEST(LoadOverlay, ALostVectorConvergesAtTheNext) {
     auth.on_delta(d);
   };
   send();
-  ASSERT_TRUE(view.on_vector(auth.publish(0), "me"));
+  ASSERT_EQ(view.on_vector(auth.publish(0), "me", 1), applied);
   std::vector<uint32_t> load(1, 0);
   std::vector<uint8_t> covered(1, 0);
   for (int interval = 0; interval < 5; ++interval) {
@@ -595,7 +597,7 @@ TEST(LoadOverlay, ALostVectorConvergesAtTheNext) {
     send();
     const auto v = auth.publish(0);
     if (interval != 2) {
-      ASSERT_TRUE(view.on_vector(v, "me"));  // interval 2's vector is lost
+      ASSERT_EQ(view.on_vector(v, "me", 1), applied);  // interval 2's vector is lost
     }
     view.compose(mine, load, covered);
     if (interval != 2) {
@@ -603,6 +605,96 @@ TEST(LoadOverlay, ALostVectorConvergesAtTheNext) {
     }
   }
   EXPECT_EQ(load[0], 5u);  // 10 routed, 5 finished
+}
+
+// An authority that restarts faster than the membership notices numbers its vectors from 1 again
+// and holds none of a router's totals. Its first vector is taken at once (not ignored until its
+// seq passes the old process's), the router owes it every total again, and once it includes them
+// its load and the router's composed load are exact again.
+TEST(LoadOverlay, ARestartedAuthorityIsHeardAtOnceAndGetsEveryTotalAgain) {
+  constexpr uint32_t workers = 4;
+  auto authority_a = [](uint32_t) -> const std::string* {
+    static const std::string a = "a";
+    return &a;
+  };
+  decision_ledger mine(workers);
+  delta_outbox outbox;
+  load_overlay view;
+  auto run_interval = [&](load_authority& auth, uint64_t incarnation) {
+    for (auto& [a, d] : outbox.interval(mine, mine.take_routed(), authority_a)) {
+      d.router = "me";
+      d.incarnation = 1;
+      view.sent(a, d.seq, d.totals);
+      auth.on_delta(d);
+    }
+    load_vector v = auth.publish(0);
+    v.incarnation = incarnation;
+    const auto outcome = view.on_vector(v, "me", 1);
+    if (outcome != load_overlay::vector_outcome::stale)
+      outbox.acknowledged("a", view.included("a"));
+    return outcome;
+  };
+  auto old_process = std::make_unique<load_authority>("a", 0);
+  for (uint32_t w = 0; w < workers; ++w)
+    old_process->add_worker(w, 0);
+  for (int i = 0; i < 50; ++i) {  // a long life: its vectors' seq reaches 50
+    (void)mine.on_route(static_cast<uint32_t>(i) % workers);
+    ASSERT_EQ(run_interval(*old_process, 7), applied);
+  }
+  EXPECT_EQ(outbox.pending(), 0u);
+  old_process.reset();
+
+  // The new process: its workers report what is running (5 each), as they do when they reach it.
+  load_authority new_process("a", 0);
+  for (uint32_t w = 0; w < workers; ++w) {
+    new_process.add_worker(w, 0);
+    new_process.on_report(w, 5, 1, 0);
+  }
+  EXPECT_EQ(run_interval(new_process, 8), load_overlay::vector_outcome::restarted);
+  std::vector<uint32_t> load(workers, 0);
+  std::vector<uint8_t> covered(workers, 0);
+  view.compose(mine, load, covered);
+  EXPECT_EQ(load, (std::vector<uint32_t>{5, 5, 5, 5}));  // its load, not the old one's
+  // Nothing was routed since: without resend_all nothing would reach the new process, which would
+  // then learn this router's totals only as it routes again, one worker at a time.
+  outbox.resend_all(mine, authority_a);
+  EXPECT_EQ(outbox.pending(), workers);
+  ASSERT_EQ(run_interval(new_process, 8), applied);
+  EXPECT_EQ(outbox.pending(), 0u);
+  // Anchored at the resent totals (the reports count what was routed before them): from now on
+  // each decision counts once, at the authority and in the router's view alike.
+  (void)mine.on_route(1);
+  (void)mine.on_route(1);
+  view.compose(mine, load, covered);
+  EXPECT_EQ(load, (std::vector<uint32_t>{5, 7, 5, 5}));
+  ASSERT_EQ(run_interval(new_process, 8), applied);
+  EXPECT_EQ(new_process.in_flight(1), 7u);
+  view.compose(mine, load, covered);
+  EXPECT_EQ(load, (std::vector<uint32_t>{5, 7, 5, 5}));
+  // A vector of the new process that is older than the newest is still stale.
+  load_vector old = new_process.publish(0);
+  old.incarnation = 8;
+  old.seq = 1;
+  EXPECT_EQ(view.on_vector(old, "me", 1), load_overlay::vector_outcome::stale);
+}
+
+// A router that restarted numbers its deltas from 1 again: an authority's vector that still names
+// the old incarnation's seq (it has not heard the new one yet) must not count as including the new
+// one's deltas, or the router would stop sending totals the authority never got.
+TEST(LoadOverlay, AnotherIncarnationsIncludedSeqIncludesNothing) {
+  load_overlay view;
+  view.sent("a", 1, {{0, 3}});
+  load_vector v;
+  v.authority = "a";
+  v.seq = 9;
+  v.workers = {{0, 2, true, 0}};
+  v.included["me"] = {1, 400};  // the old incarnation's 400th delta
+  ASSERT_EQ(view.on_vector(v, "me", 2), applied);
+  EXPECT_EQ(view.included("a"), 0u);
+  v.seq = 10;
+  v.included["me"] = {2, 1};
+  ASSERT_EQ(view.on_vector(v, "me", 2), applied);
+  EXPECT_EQ(view.included("a"), 1u);
 }
 
 }  // namespace
