@@ -36,6 +36,15 @@ with deploy/local/eldr-cluster in a temporary directory and always stopped (and 
               time from n2's start until n2 has received every block n1 sent, n1's own hand-off
               time (its log line), and route round trips at n1 meanwhile (a probe every 5 ms with
               16 random blocks, which n1's shard looks up) before, during and after.
+  separate    N routers that share nothing but the machine: N single-node clusters (for each N of
+              --throughput-routers), each with its own generator at 1/N of --throughput-rate,
+              all at once; node CPU per reply summed over the N nodes. Against the throughput
+              case at the same total rate: what is the cluster's and what is N processes.
+  idle        what a cluster costs with no traffic at all (heartbeats, timers, the load
+              exchange's heartbeat vectors): 1 and 3 nodes (--idle-nodes, all roles, as
+              eldr-cluster starts them), formed and settled for 2 s, then every node's CPU from
+              /proc over --idle-seconds; per --load-sharing mode. The floor under every
+              per-reply figure: at a rate of X req/s it adds (ms per s) / X to each reply.
   recall      the retry window: 3 nodes (all roles) kept busy by a route-only loadgen at each
               --recall-rates rate; probes send a request to router 1 and, --recall-offsets-ms
               later, its resend marked as a failover (route_request.retry) to router 2 or 3; per
@@ -143,6 +152,9 @@ ap.add_argument("--handoff-wait-s", type=float, default=120,
                 help="handoff: how long to wait for n2 to have every block n1 sent")
 ap.add_argument("--handoff-fill-rate", type=int, default=400,
                 help="handoff: route requests/s while filling n1's signature cache")
+ap.add_argument("--idle-nodes", default="1,3", help="idle: cluster sizes, side by side")
+ap.add_argument("--idle-seconds", type=float, default=10,
+                help="idle: seconds of each CPU window")
 ap.add_argument("--out", default="cluster_bench.json")
 ap.add_argument("--tables-from", default="",
                 help="print the herding and fanin tables of --only from a saved --out file; "
@@ -656,6 +668,76 @@ def check_retries(c, n, count, mode, timeout=30):
     return same, marked
 
 
+def throughput_loadgen(c):
+    """The throughput case's eldr-loadgen command for cluster c, without --rate/--duration."""
+    admins = [nd["admin"] for nd in c.nodes]
+    return [loadgen_bin, "--node", admins[0], "--routers", ",".join(admins),
+            "--synthetic", args.preset, "--decode-workers",
+            str(args.decode_workers), "--route-only", "--policies", "eldr", "--json",
+            "--quiet", "--output-tokens", str(args.output_tokens), "--prompt-max",
+            str(args.prompt_max),
+            # The cluster is thrown away after the run: no epoch to restore (a restore waits
+            # for the refit leader, which an overloaded cluster may be electing again).
+            "--keep-centroids"] + args.throughput_loadgen_args.split()
+
+
+def separate():
+    """N routers that share nothing but the machine: N single-node clusters side by side, each
+    with its own generator at 1/N of --throughput-rate, run at once. Against the throughput
+    case's N-router cluster at the same total rate, what is the cluster's own cost and what is
+    N processes on these cores."""
+    rows = []
+    for rep in range(args.repeat):
+        for n in [int(x) for x in args.throughput_routers.split(",")]:
+            rate = args.throughput_rate // n
+            log("separate: %d single-node clusters at %d req/s each (run %d)" % (n, rate, rep + 1))
+            clusters = []
+            try:
+                for _ in range(n):
+                    clusters.append(Cluster(1))
+                bases = [throughput_loadgen(c) for c in clusters]
+                if not args.no_warmup:
+                    for b in bases:
+                        run_loadgen(b + ["--rate", "1000", "--duration", "2"])
+                cpu0 = [cpu_of(c.pid(1)) for c in clusters]
+                load = os.getloadavg()[0]
+                out = [None] * n
+
+                def one(i):
+                    out[i] = run_loadgen(bases[i] + ["--rate", str(rate), "--duration",
+                                                     str(args.throughput_duration)])
+                threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                cpu1 = [cpu_of(c.pid(1)) for c in clusters]
+            finally:
+                for c in clusters:
+                    c.stop()
+            if any(r is None for r in out):
+                raise RuntimeError("separate: a generator failed (see above)")
+            node_cpu = sum(b - a for a, b in zip(cpu0, cpu1))
+            replied = sum(r["replied"] for r in out)
+            row = {"routers": n, "run": rep + 1, "offered": rate * n, "replied": replied,
+                   "sent": sum(r["sent"] for r in out), "errors": sum(r["errors"] for r in out),
+                   "route_rps": sum(r["route_rps"] for r in out), "node_cpu_s": node_cpu,
+                   "node_cpu_us_per_reply": node_cpu / replied * 1e6 if replied else float("nan"),
+                   "route_p50_us": median([r["route_p50_us"] for r in out]),
+                   "load_avg_1m": load}
+            rows.append(row)
+            log("separate: %s" % json.dumps(row))
+    results["separate"] = rows
+    table_head("N single-node clusters side by side (%d req/s offered in all, route-only, %g s)"
+               % (args.throughput_rate, args.throughput_duration),
+               "| run | nodes | replies/s | errors | node CPU µs per reply | load avg 1m |")
+    for r in rows:
+        print("| %d | %d | %.0f | %d | %.0f | %.1f |" % (
+            r["run"], r["routers"], r["route_rps"], r["errors"], r["node_cpu_us_per_reply"],
+            r["load_avg_1m"]))
+    print()
+
+
 def throughput():
     rows = []
     modes = args.load_sharing.split(",")
@@ -668,16 +750,7 @@ def throughput():
                 "store_batch_ms %s (run %d)" % (n, args.throughput_rate, mode, mib, batch, rep + 1))
             with Cluster(n, load_sharing=mode, shard_sum_cache_mib=int(mib),
                          store_batch_ms=int(batch), seen_blocks_mib=int(seen)) as c:
-                admins = [nd["admin"] for nd in c.nodes]
-                base = [loadgen_bin, "--node", admins[0], "--routers", ",".join(admins),
-                        "--synthetic", args.preset, "--decode-workers",
-                        str(args.decode_workers), "--route-only", "--policies", "eldr", "--json",
-                        "--quiet", "--output-tokens", str(args.output_tokens), "--prompt-max",
-                        str(args.prompt_max),
-                        # The cluster is thrown away after the run: no epoch to restore (a
-                        # restore waits for the refit leader, which an overloaded cluster may
-                        # be electing again).
-                        "--keep-centroids"] + args.throughput_loadgen_args.split()
+                base = throughput_loadgen(c)
                 if not args.no_warmup:
                     run_loadgen(base + ["--rate", "1000", "--duration", "2"])
                 cpu0 = [cpu_of(c.pid(i)) for i in range(1, n + 1)]
@@ -1446,6 +1519,37 @@ def handoff_run(c, fill, rep):
             "after": window_stats(probe.samples, end, end + 2.0)}
 
 
+# ----------------------------------------------------------------------------------- idle
+def idle():
+    sizes = [int(x) for x in args.idle_nodes.split(",")]
+    modes = args.load_sharing.split(",")
+    rows = []
+    for rep in range(args.repeat):
+        for mode in modes:
+            for n in sizes:  # alternated within each round: the machine's noise hits both
+                with Cluster(n, load_sharing=mode) as c:
+                    time.sleep(2.0)  # settled: start-up work (opening stores, first hellos) over
+                    pids = [c.pid(i) for i in range(1, n + 1)]
+                    before = [cpu_of(p) for p in pids]
+                    t0 = time.monotonic()
+                    time.sleep(args.idle_seconds)
+                    wall = time.monotonic() - t0
+                    after = [cpu_of(p) for p in pids]
+                per_node = [(a - b) / wall * 1000.0 for a, b in zip(after, before)]
+                row = {"round": rep + 1, "mode": mode, "nodes": n,
+                       "cpu_ms_per_s": sum(per_node), "per_node_ms_per_s": per_node}
+                rows.append(row)
+                log("idle: %s" % json.dumps(row))
+    results["idle"] = rows
+    table_head("Idle cluster: CPU with no traffic (ms of CPU per second)",
+               "| round | load sharing | nodes | all nodes | per node |")
+    for r in rows:
+        print("| %d | %s | %d | %.1f | %s |" % (
+            r["round"], r["mode"], r["nodes"], r["cpu_ms_per_s"],
+            " / ".join("%.1f" % x for x in r["per_node_ms_per_s"])))
+    print()
+
+
 def save():
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1, sort_keys=True, default=str)
@@ -1467,7 +1571,7 @@ try:
     for part in args.only.split(","):
         {"herding": herding, "failure": failure, "epoch": epoch,
          "throughput": throughput, "shard": shard, "fanin": fanin, "recall": recall,
-         "handoff": handoff}[part]()
+         "handoff": handoff, "idle": idle, "separate": separate}[part]()
         save()
 finally:
     save()

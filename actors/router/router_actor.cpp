@@ -58,6 +58,9 @@ void decide_and_wire(router_actor_t* self, model_state& m, const route_job_ptr& 
   switch (decide(self->state, m, *job, signed_, attempt)) {
     case decided::answered:
       settle_deciding(self->state, m, *job);
+      // With load authorities the decision is in this router's totals: they go out within
+      // load_sync_ms (nothing to do when the timer is due by then).
+      wake_load_tick(self);
       return;
     case decided::arm_flush:
       settle_deciding(self->state, m, *job);
@@ -315,7 +318,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
     // A restarted router counts from 0 again: a new incarnation tells the authorities so.
     std::random_device rd;
     st.incarnation = (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(ctx->now_ms());
-    self->send(self, load_tick_atom::value);
+    start_load_tick(self);
   }
   const auto persisted = read_persisted_policies(ctx->config);
   auto histories = read_histories(ctx->config);
@@ -386,6 +389,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         load.waiting = waiting;
         load.kv_usage = kv_usage;
         on_scraped(self, model, worker, issued_ms, ok, load, error);
+        wake_load_tick(self);
       },
       [=](route_atom, route_job_ptr job) {
         auto* m = self->state.find(job->request.model);
@@ -410,12 +414,9 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         self->state.store_flush_armed = false;
         flush_stores(self);
       },
-      [=](load_tick_atom) {
-        auto& s = self->state;
+      [=](load_tick_atom, uint64_t token) {
         if (self->current_sender() != self->ctrl()) return;
-        load_tick(self);
-        self->delayed_send(self, std::chrono::milliseconds(s.ctx->config.cluster.load_sync_ms),
-                           load_tick_atom::value);
+        on_load_tick(self, token);
       },
       // A router's decision totals for workers this node is the authority of.
       [=](load_delta_atom, const load_delta_msg& msg) {
@@ -432,6 +433,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
           d.totals.emplace_back(msg.workers[i], msg.totals[i]);
         m->authority->on_delta(d);
         ++s.deltas_applied;
+        wake_load_tick(self);  // the vector now includes it: the sender stops owing it
       },
       // An authority's load vector.
       [=](load_vector_atom, const load_vector_msg& msg) {
@@ -460,12 +462,13 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
           v.workers.push_back({msg.workers[i], msg.in_flight[i], msg.alive[i] != 0, msg.claim[i]});
         for (size_t i = 0; i < msg.routers.size(); ++i)
           v.included[msg.routers[i]] = {msg.router_incarnations[i], msg.included[i]};
-        apply_vector(s, *m, v);
+        if (apply_vector(s, *m, v)) wake_load_tick(self);
       },
       [=](members_atom, const std::vector<member_info>& members, uint32_t) {
         auto& s = self->state;
         if (!accept_member_list(self, *s.ctx->metrics, &s.untrusted)) return;
         on_members(self, members);
+        wake_load_tick(self);
       },
       [=](handoff_done_atom, const std::string& from, const std::vector<std::string>& ring) {
         if (!trusted_sender(self, self->state.ctx->trust.get())) return untrusted(self);
@@ -493,6 +496,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         if (!msg.ok()) return;
         ++s.peer_worker_messages;
         handle_worker(self, worker_job{reply_address{}, std::move(*msg)}, false);
+        wake_load_tick(self);
       },
       [=](pool_sync_atom, const std::vector<pool_snapshot>& pools) {
         if (!trusted_sender(self, self->state.ctx->trust.get())) return untrusted(self);
@@ -570,7 +574,10 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         }
         return r;
       },
-      [=](worker_atom, worker_job_ptr job) { handle_worker(self, *job, true); },
+      [=](worker_atom, worker_job_ptr job) {
+        handle_worker(self, *job, true);
+        wake_load_tick(self);
+      },
       [=](admin_atom, admin_job_ptr job) { handle_admin(self, job); },
       // The operator page's worker rows (the `workers` admin command's) and spec, per model.
       [=](page_atom) -> caf::result<std::string> {

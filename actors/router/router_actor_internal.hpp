@@ -69,10 +69,20 @@ void on_scraped(router_actor_t* self, uint32_t model, uint32_t worker, int64_t i
 // A worker-protocol message; `answer`: false for a copy another node's load monitor answered.
 void handle_worker(router_actor_t* self, const worker_job& job, bool answer);
 
-// cluster.load_sharing = "authority": every load_sync_ms, this router's totals to each authority
-// and this node's vectors to every router; and a vector (own or a peer's) applied.
-void load_tick(router_actor_t* self);
-void apply_vector(router_state& st, model_state& m, const load_vector& v);
+// cluster.load_sharing = "authority": every load_sync_ms while there is load to share, this
+// router's totals to each authority and this node's vectors to every router (true: something was
+// sent or is still owed, so the next tick is due in load_sync_ms too); and a vector (own or a
+// peer's) applied.
+bool load_tick(router_actor_t* self);
+// The load tick's timer: started with the router; woken by what gives a tick work (a decision, a
+// delta, a worker's report, scrape or finish, a membership change); a fired timer runs the tick
+// when it is the current one (wake_timer).
+void start_load_tick(router_actor_t* self);
+void wake_load_tick(router_actor_t* self);
+void on_load_tick(router_actor_t* self, uint64_t token);
+// True when the vector gives the next tick work (its authority restarted, or a claim was given up:
+// totals to send again).
+bool apply_vector(router_state& st, model_state& m, const load_vector& v);
 // The live routers are now `peers` (by node name; this one aside): the workers of authorities that
 // left go to their successors (authority_map.hpp), and this node takes over its share.
 void on_authorities_left(router_state& st, model_state& m, const std::vector<std::string>& peers);

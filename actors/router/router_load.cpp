@@ -127,9 +127,9 @@ void on_authorities_left(router_state& st, model_state& m, const std::vector<std
 
 // A vector (this node's own or a peer's): the loads it covers, with this router's decisions since
 // the delta it includes, go into the load view.
-void apply_vector(router_state& st, model_state& m, const load_vector& v) {
+bool apply_vector(router_state& st, model_state& m, const load_vector& v) {
   const auto outcome = m.overlay.on_vector(v, st.ctx->config.name, st.incarnation);
-  if (outcome == load_overlay::vector_outcome::stale) return;
+  if (outcome == load_overlay::vector_outcome::stale) return false;
   ++st.vectors_applied;
   if (outcome == load_overlay::vector_outcome::restarted) {
     // It came back faster than the membership noticed it leave: it holds none of this router's
@@ -143,6 +143,7 @@ void apply_vector(router_state& st, model_state& m, const load_vector& v) {
   }
   m.outbox.acknowledged(v.authority, m.overlay.included(v.authority));
   const int64_t now = st.ctx->now_ms();
+  const uint64_t claims_version = m.claims.nodes_version();
   for (const auto& e : v.workers) {
     if (e.worker >= m.pool.k()) continue;
     using verdict = authority_map::verdict;
@@ -168,15 +169,19 @@ void apply_vector(router_state& st, model_state& m, const load_vector& v) {
       (void)m.pool.on_shared(e.worker, e.in_flight, e.alive, now);
   }
   publish_readiness(st, m);
+  return outcome == load_overlay::vector_outcome::restarted ||
+         m.claims.nodes_version() != claims_version;
 }
 
-// Every load_sync_ms: to each authority, this router's totals that it has not applied yet (the
+// Every load_sync_ms while there is load to share (wake_load_tick), else every
+// vector_republish_ms: to each authority, this router's totals that it has not applied yet (the
 // workers routed to since, and those a lost delta carried), and this node's vector to every router
 // (when it changed, or as a heartbeat).
-void load_tick(router_actor_t* self) {
+bool load_tick(router_actor_t* self) {
   auto& st = self->state;
   const int64_t now = st.ctx->now_ms();
   const std::string& me = st.ctx->config.name;
+  bool busy = false;
   for (auto& mp : st.models) {
     auto& m = *mp;
     m.ledger.resize(m.pool.k());
@@ -193,6 +198,7 @@ void load_tick(router_actor_t* self) {
     }
     const std::vector<uint32_t> routed = m.ledger.take_routed();
     for (auto& [a, d] : m.outbox.interval(m.ledger, routed, authority_of)) {
+      busy = true;
       d.router = me;
       d.incarnation = st.incarnation;
       m.overlay.sent(a, d.seq, d.totals);
@@ -210,6 +216,7 @@ void load_tick(router_actor_t* self) {
       self->send(r->second, load_delta_atom::value, std::move(msg));
       ++st.deltas_sent;
     }
+    busy = busy || m.outbox.pending() != 0;
     if (!m.authority) continue;
     load_vector v = m.authority->publish(now);
     v.incarnation = st.incarnation;
@@ -225,6 +232,7 @@ void load_tick(router_actor_t* self) {
                                      }) ||
                          v.included != m.last_published_included;
     if (!changed && now - m.published_ms < vector_republish_ms) continue;
+    busy = busy || changed;
     m.last_published = v.workers;
     m.last_published_included = v.included;
     m.published_ms = now;
@@ -245,6 +253,37 @@ void load_tick(router_actor_t* self) {
       self->send(p, load_vector_atom::value, msg);
     st.vectors_sent += st.peers.size();
   }
+  return busy;
+}
+
+namespace {
+
+void arm_load_tick(router_actor_t* self, const wake_timer::arm& a) {
+  self->delayed_send(self, std::chrono::milliseconds(a.delay_ms), load_tick_atom::value, a.token);
+}
+
+}  // namespace
+
+void start_load_tick(router_actor_t* self) {
+  auto& st = self->state;
+  // An unchanged vector goes out every vector_republish_ms, so an idle node need not wake more
+  // often (a fixed 5 ms tick cost an idle node 7-12 ms of CPU per second: BENCHMARKS.md, "An
+  // idle cluster").
+  st.load_timer.emplace(st.ctx->config.cluster.load_sync_ms, vector_republish_ms);
+  wake_load_tick(self);
+}
+
+void wake_load_tick(router_actor_t* self) {
+  auto& st = self->state;
+  if (!st.load_timer) return;
+  if (auto a = st.load_timer->wake(st.ctx->now_ms())) arm_load_tick(self, *a);
+}
+
+void on_load_tick(router_actor_t* self, uint64_t token) {
+  auto& st = self->state;
+  if (!st.load_timer || !st.load_timer->fired(token)) return;  // superseded by a wake-up
+  const bool busy = load_tick(self);
+  arm_load_tick(self, st.load_timer->ran(st.ctx->now_ms(), busy));
 }
 
 void on_scraped(router_actor_t* self, uint32_t model, uint32_t worker, int64_t issued_ms, bool ok,

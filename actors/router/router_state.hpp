@@ -27,6 +27,7 @@
 #include "cluster/http/http_url.hpp"
 #include "cluster/http/metrics_scraper.hpp"
 #include "core/base/bounded_lru.hpp"
+#include "core/base/wake_timer.hpp"
 #include "core/formats/centroid_file.hpp"
 #include "core/formats/centroid_history.hpp"
 #include "core/load_view.hpp"
@@ -194,6 +195,9 @@ struct router_state {
   // when the node restarts), and what went through it.
   bool authority_mode = false;
   uint64_t incarnation = 0;
+  // When the load tick runs next: within load_sync_ms of a decision or an authority's input,
+  // every vector heartbeat while idle (wake_load_tick).
+  std::optional<wake_timer> load_timer;
   uint64_t deltas_sent = 0, deltas_applied = 0, vectors_sent = 0, vectors_applied = 0;
   uint64_t load_messages_refused = 0;  // malformed or for a model/worker this node lacks
   // Authority failover (authority_map.hpp): workers this node took over from a departed

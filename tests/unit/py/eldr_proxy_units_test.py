@@ -30,7 +30,6 @@ import eldr_proxy_hashes as block_hashes  # noqa: E402
 import eldr_proxy  # noqa: E402
 import eldr_trace  # noqa: E402
 import eldr_proxy_counts as rex  # noqa: E402
-import eldr_routed_experts as routed  # noqa: E402
 
 
 check = eldr_testing.check
@@ -225,72 +224,6 @@ def test_bad_routed_experts_are_refused_with_a_reason():
     expect_counts_error("invalid", lambda: b.message(too_big, [b"x" * 32, b"y" * 32]))
     # More rows than the prompt (output tokens) are cut off.
     check(b.prompt_ids(arr, 15).shape == (15, 3, 2), "rows beyond the prompt are not cut")
-
-
-def test_load_answer_is_json_loads():
-    """load_answer gives json.loads' value, or a ValueError where json.loads raises one, on
-    answers that take its fast path (the routed experts cut out) and on every one that must not:
-    the key elsewhere or twice, escapes, control or non-ASCII bytes in the value, a key that
-    only looks like it inside another, truncated and mutated bodies. The plain answer is parsed
-    without its routed experts' string (so the fast path is the one tested there)."""
-    import json
-
-    def outcome(f, raw):
-        try:
-            return ("value", f(raw))
-        except ValueError:
-            return ("error", None)
-
-    def same(raw, what):
-        check(outcome(routed.load_answer, raw) == outcome(json.loads, raw),
-              "%s: %r" % (what, raw[:80]))
-
-    b64 = base64.b64encode(bytes(range(256)) * 40).decode()
-    answer = {"id": "cmpl-1", "choices": [{"index": 0, "text": "x", "routed_experts": b64,
-                                           "prompt_token_ids": [1, 2, 3]}],
-              "kv_transfer_params": {"remote_block_ids": [4, 5]}}
-    plain = json.dumps(answer).encode()
-    parsed = []
-    real_loads = routed.json.loads
-    routed.json.loads = lambda raw: (parsed.append(len(raw)), real_loads(raw))[1]
-    try:
-        check(routed.load_answer(plain) == answer, "the plain answer")
-    finally:
-        routed.json.loads = real_loads
-    check(parsed == [len(plain) - len(b64)], "the plain answer was parsed whole: %s" % parsed)
-    cases = {
-        "plain": plain,
-        "spaces": plain.replace(b'"routed_experts": "', b'"routed_experts" \n:\t "'),
-        "compact": json.dumps(answer, separators=(",", ":")).encode(),
-        "empty value": plain.replace(b64.encode(), b""),
-        "no key": json.dumps({"choices": [{"text": "x"}]}).encode(),
-        "top level": json.dumps({"routed_experts": b64, "choices": [{}]}).encode(),
-        "second choice": json.dumps({"choices": [{}, {"routed_experts": b64}]}).encode(),
-        "twice": json.dumps({"choices": [{"routed_experts": b64}, {"routed_experts": b64}]}).encode(),
-        "escaped slash": plain.replace(b"/", b"\\/"),
-        "unicode escape": plain.replace(b"AAAA", b"\\u0041AAA", 1),
-        "control byte": plain.replace(b"AAAA", b"AA\x01A", 1),
-        "tab byte": plain.replace(b"AAAA", b"AA\tA", 1),
-        "non-ASCII": plain.replace(b"AAAA", "AAé".encode(), 1),
-        "key inside a key": json.dumps({"x\"routed_experts": b64, "choices": [{}]}).encode(),
-        "lookalike first": json.dumps({"choices": [{"x\"routed_experts": b64,
-                                                    "routed_experts": ""}]}).encode(),
-        "a list": json.dumps([{"routed_experts": b64}]).encode(),
-        "choices not a list": json.dumps({"choices": {"0": {"routed_experts": b64}},
-                                          "routed_experts": 1}).encode(),
-        "not JSON": b"<html>502</html>",
-        "empty": b"",
-    }
-    for what, raw in cases.items():
-        same(raw, what)
-    rng = random.Random(43)
-    at = plain.index(b'"routed_experts"')
-    for cut in range(0, len(plain), 97):  # truncated anywhere
-        same(plain[:cut], "cut at %d" % cut)
-    for _ in range(3000):  # one byte changed, mostly around the key and in the value
-        i = rng.randrange(at - 8, at + 60) if rng.random() < 0.7 else rng.randrange(len(plain))
-        raw = plain[:i] + bytes([rng.randrange(256)]) + plain[i + 1:]
-        same(raw, "byte %d" % i)
 
 
 def test_long_prompts_are_signed_by_their_first_4096_blocks():
