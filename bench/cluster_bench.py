@@ -755,12 +755,14 @@ def throughput():
                     run_loadgen(base + ["--rate", "1000", "--duration", "2"])
                 cpu0 = [cpu_of(c.pid(i)) for i in range(1, n + 1)]
                 k0 = router_counters(c.admins)
+                p0 = peer_counters(c.admins)
                 f0 = shard_failure_counters(c.admins)
                 load = os.getloadavg()[0]
                 r = run_loadgen(base + ["--rate", str(args.throughput_rate), "--duration",
                                         str(args.throughput_duration)])
                 cpu1 = [cpu_of(c.pid(i)) for i in range(1, n + 1)]
                 k1 = router_counters(c.admins)
+                p1 = peer_counters(c.admins)
                 f1 = shard_failure_counters(c.admins)
                 retries_same, marked_same = check_retries(c, n, args.check_retries, mode)
                 decided = k1[0] - k0[0]
@@ -771,7 +773,12 @@ def throughput():
                 node_cpu = sum(b - a for a, b in zip(cpu0, cpu1))
                 wall = r["wall_s"]
                 cores = (node_cpu + r["loadgen_cpu_s"]) / wall if wall > 0 else float("nan")
-                rows.append({"routers": n, "load_sharing": mode, "shard_sums_mib": sums,
+                per_decision = {k + "_per_decision": (p1[k] - p0[k]) / decided if decided
+                                else float("nan") for k in PEER_COUNTERS}
+                log("throughput: across nodes per decision: %s; the generator's worker "
+                    "messages %d" % (json.dumps(per_decision), r.get("worker_messages", -1)))
+                rows.append({**per_decision, "worker_messages": r.get("worker_messages"),
+                             "routers": n, "load_sharing": mode, "shard_sums_mib": sums,
                              "run": rep + 1, "retries_checked": args.check_retries,
                              "retries_same": retries_same,
                              "marked_retries_same": marked_same,
@@ -823,6 +830,22 @@ def throughput():
 
 
 # ------------------------------------------------------------------------------------ shard
+# What crosses between the nodes, by kind, counted by the routers (summed over the nodes):
+# decisions applied from peers (batched every load_sync_ms: about one message per peer and
+# interval), worker messages a peer's load monitor forwarded (one message each), and with load
+# authorities the deltas and vectors sent (one message each).
+PEER_COUNTERS = ("peer_decisions", "peer_worker_messages", "load_deltas_sent", "load_vectors_sent")
+
+
+def peer_counters(admins):
+    out = dict.fromkeys(PEER_COUNTERS, 0)
+    for a in admins:
+        r = a.call("status").get("cluster", {}).get("router", {})
+        for k in PEER_COUNTERS:
+            out[k] += r.get(k, 0)
+    return out
+
+
 def router_counters(admins):
     """Summed over the nodes: (decisions, shard requests, of them local, replica stores)."""
     d = q = loc = st = 0

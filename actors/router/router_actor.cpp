@@ -58,8 +58,8 @@ void decide_and_wire(router_actor_t* self, model_state& m, const route_job_ptr& 
   switch (decide(self->state, m, *job, signed_, attempt)) {
     case decided::answered:
       settle_deciding(self->state, m, *job);
-      // With load authorities the decision is in this router's totals: they go out within
-      // load_sync_ms (nothing to do when the timer is due by then).
+      // With load authorities the decision is in this router's totals: they go out at once
+      // after a quiet spell, else with the next tick (at most one per load_sync_ms).
       wake_load_tick(self);
       return;
     case decided::arm_flush:

@@ -259,7 +259,10 @@ bool load_tick(router_actor_t* self) {
 namespace {
 
 void arm_load_tick(router_actor_t* self, const wake_timer::arm& a) {
-  self->delayed_send(self, std::chrono::milliseconds(a.delay_ms), load_tick_atom::value, a.token);
+  if (a.delay_ms == 0)
+    self->send(self, load_tick_atom::value, a.token);  // after the message being handled
+  else
+    self->delayed_send(self, std::chrono::milliseconds(a.delay_ms), load_tick_atom::value, a.token);
 }
 
 }  // namespace
@@ -268,7 +271,8 @@ void start_load_tick(router_actor_t* self) {
   auto& st = self->state;
   // An unchanged vector goes out every vector_republish_ms, so an idle node need not wake more
   // often (a fixed 5 ms tick cost an idle node 7-12 ms of CPU per second: BENCHMARKS.md, "An
-  // idle cluster").
+  // idle cluster"); and a decision after a quiet spell goes out at once, not up to
+  // load_sync_ms later.
   st.load_timer.emplace(st.ctx->config.cluster.load_sync_ms, vector_republish_ms);
   wake_load_tick(self);
 }
