@@ -29,6 +29,9 @@ ap.add_argument("--duration", type=float, default=6)
 ap.add_argument("--warmup-requests", type=int, default=0)
 ap.add_argument("--loadgen-args", default="")
 ap.add_argument("--base-port", type=int, default=0, help="0: a free-looking port from the pid")
+ap.add_argument("--top", type=int, default=0,
+                help="also the N leaf functions and the N threads (by name) with the most "
+                     "samples, each as a share and as µs of node CPU per request")
 args = ap.parse_args()
 
 # (label, substring of a frame's symbol). Inclusive shares, so they overlap and need not sum to 100.
@@ -60,7 +63,8 @@ def cpu_of(pid):
 def breakdown(data, pids):
     out = subprocess.run(["perf", "script", "-i", data, "-F", "pid,tid,comm,ip,sym"],
                          capture_output=True, text=True).stdout
-    hits, total, pid, stack = collections.Counter(), 0, None, []
+    hits, total, pid, comm, stack = collections.Counter(), 0, None, "", []
+    leaves, threads = collections.Counter(), collections.Counter()
 
     def flush():
         nonlocal total
@@ -69,6 +73,10 @@ def breakdown(data, pids):
             for label, frame in FRAMES:
                 if any(frame in s for s in stack):
                     hits[label] += 1
+            # "<address> <symbol>": the symbol without its offset, or the address's module.
+            leaf = stack[0].split(None, 1)[1] if stack and " " in stack[0] else "?"
+            leaves[leaf.split("+0x")[0]] += 1
+            threads[comm] += 1
 
     for line in out.splitlines():
         if not line.strip():
@@ -76,11 +84,14 @@ def breakdown(data, pids):
             pid, stack = None, []
         elif not line.startswith(("\t", " " * 8)):
             flush()
-            pid, stack = int(line.split()[1].split("/")[0]), []
+            # "<comm> <pid>/<tid>": the thread's name may hold spaces.
+            head = line.split()
+            at = next(i for i, x in enumerate(head) if "/" in x and x.split("/")[0].isdigit())
+            comm, pid, stack = " ".join(head[:at]), int(head[at].split("/")[0]), []
         else:
             stack.append(line.strip())
     flush()
-    return total, hits
+    return total, hits, leaves, threads
 
 
 def main():
@@ -112,7 +123,7 @@ def main():
                              capture_output=True, text=True)
         node_cpu = sum(cpu_of(p) for p in pids) - before
         report = json.loads(run.stdout)
-        total, hits = breakdown(data, pids)
+        total, hits, leaves, threads = breakdown(data, pids)
         replies = args.rate * args.duration
         print("%d nodes, %g req/s for %g s, errors %s: node CPU %.2f s, %.0f us per request; "
               "%d samples in the nodes" % (args.nodes, args.rate, args.duration,
@@ -120,6 +131,14 @@ def main():
                                            node_cpu / replies * 1e6, total))
         for label, _ in FRAMES:
             print("  %5.1f%%  %s" % (100.0 * hits[label] / max(total, 1), label))
+        us = node_cpu / replies * 1e6  # a sample's share of it: its share of the samples
+        for title, counter in (("threads", threads), ("leaf functions", leaves)):
+            if args.top <= 0:
+                continue
+            print("top %d %s (share of the nodes' samples, us per request):" % (args.top, title))
+            for name, n in counter.most_common(args.top):
+                print("  %5.1f%%  %6.1f us  %s" % (100.0 * n / max(total, 1),
+                                                   us * n / max(total, 1), name[:110]))
     finally:
         subprocess.run([script, "stop", "--dir", work], capture_output=True)
         shutil.rmtree(work, ignore_errors=True)
