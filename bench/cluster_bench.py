@@ -756,6 +756,8 @@ def throughput():
                 cpu0 = [cpu_of(c.pid(i)) for i in range(1, n + 1)]
                 k0 = router_counters(c.admins)
                 p0 = peer_counters(c.admins)
+                pids = {c.pid(i) for i in range(1, n + 1)}
+                b0 = peer_bytes(pids)
                 f0 = shard_failure_counters(c.admins)
                 load = os.getloadavg()[0]
                 r = run_loadgen(base + ["--rate", str(args.throughput_rate), "--duration",
@@ -763,6 +765,7 @@ def throughput():
                 cpu1 = [cpu_of(c.pid(i)) for i in range(1, n + 1)]
                 k1 = router_counters(c.admins)
                 p1 = peer_counters(c.admins)
+                b1 = peer_bytes(pids)
                 f1 = shard_failure_counters(c.admins)
                 retries_same, marked_same = check_retries(c, n, args.check_retries, mode)
                 decided = k1[0] - k0[0]
@@ -775,6 +778,9 @@ def throughput():
                 cores = (node_cpu + r["loadgen_cpu_s"]) / wall if wall > 0 else float("nan")
                 per_decision = {k + "_per_decision": (p1[k] - p0[k]) / decided if decided
                                 else float("nan") for k in PEER_COUNTERS}
+                per_decision["peer_bytes_per_decision"] = (
+                    (b1 - b0) / decided if decided and b0 is not None and b1 is not None
+                    else float("nan"))
                 log("throughput: across nodes per decision: %s; the generator's worker "
                     "messages %d" % (json.dumps(per_decision), r.get("worker_messages", -1)))
                 rows.append({**per_decision, "worker_messages": r.get("worker_messages"),
@@ -835,6 +841,25 @@ def throughput():
 # interval), worker messages a peer's load monitor forwarded (one message each), and with load
 # authorities the deltas and vectors sent (one message each).
 PEER_COUNTERS = ("peer_decisions", "peer_worker_messages", "load_deltas_sent", "load_vectors_sent")
+
+
+def peer_bytes(pids):
+    """Bytes sent so far over the TCP connections between the nodes `pids` (both ends a node's
+    socket: CAF's middleman), from `ss -tinp`; None when ss is missing."""
+    try:
+        out = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True).stdout
+    except OSError:
+        return None
+    sent = {}
+    lines = out.splitlines()
+    for i, line in enumerate(lines):
+        m = re.search(r"pid=(\d+)", line)
+        if not m or int(m.group(1)) not in pids or i + 1 >= len(lines):
+            continue
+        b = re.search(r"bytes_sent:(\d+)", lines[i + 1])
+        f = line.split()
+        sent[(f[3], f[4])] = int(b.group(1)) if b else 0
+    return sum(v for (a, b), v in sent.items() if (b, a) in sent)
 
 
 def peer_counters(admins):
