@@ -225,7 +225,13 @@ load_overlay::vector_outcome load_overlay::on_vector(const load_vector& v, const
   auto& a = authorities_[v.authority];
   const bool known = !a.vector.authority.empty();
   const bool restarted = known && a.vector.incarnation != v.incarnation;
+  // A vector of a process this one replaced, arriving late (over the old connection, read after
+  // the new one's): not a restart back.
+  if (restarted && std::find(a.retired.begin(), a.retired.end(), v.incarnation) != a.retired.end())
+    return vector_outcome::stale;
   if (restarted) {
+    a.retired.push_back(a.vector.incarnation);
+    if (a.retired.size() > retired_kept) a.retired.erase(a.retired.begin());
     // A new process counts its vectors from 1 and knows nothing this router sent the old one:
     // the newest-seq rule would ignore it until its seq passed the old one's (hours at 5 ms).
     // The sends stay: the new process may have applied some of them (its `included` says).

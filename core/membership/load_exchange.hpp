@@ -270,9 +270,9 @@ class load_overlay {
   enum class vector_outcome {
     stale,    // not newer than the newest applied from that authority: ignored
     applied,  // the authority's newest
-    // The first of a restarted authority (another incarnation), taken whatever its seq: it has
+    // The first of a restarted authority (a new incarnation), taken whatever its seq: it has
     // applied none of this router's earlier deltas, so the owner must send it every total again
-    // (delta_outbox::resend_all).
+    // (delta_outbox::resend_all). A late vector of an incarnation it replaced is stale.
     restarted,
   };
   // An authority's vector. `self` and `incarnation` name this router: the vector includes its
@@ -307,7 +307,11 @@ class load_overlay {
     std::deque<std::pair<uint64_t, totals_at_send>> sent;
     // Per worker, the newest total the included deltas carried: what the authority has applied.
     std::unordered_map<uint32_t, uint64_t> applied;
+    // Incarnations this authority has had before its current one, newest last (at most
+    // retired_kept): a late vector of one of them is stale, not another restart.
+    std::vector<uint64_t> retired;
   };
+  static constexpr size_t retired_kept = 4;
   // Calls f(worker, in_flight, alive) for every worker of a's vector.
   template <class F>
   static void compose_one(const authority_view& a, std::span<const uint64_t> totals, F&& f);

@@ -676,6 +676,18 @@ TEST(LoadOverlay, ARestartedAuthorityIsHeardAtOnceAndGetsEveryTotalAgain) {
   old.incarnation = 8;
   old.seq = 1;
   EXPECT_EQ(view.on_vector(old, "me", 1), load_overlay::vector_outcome::stale);
+  // So is a late one of the process it replaced, whatever its seq: not a restart back.
+  old.incarnation = 7;
+  old.seq = 51;
+  old.workers[1].in_flight = 99;
+  EXPECT_EQ(view.on_vector(old, "me", 1), load_overlay::vector_outcome::stale);
+  view.compose(mine, load, covered);
+  EXPECT_EQ(load[1], 7u);
+  // A third process is a restart again.
+  load_vector third = new_process.publish(0);
+  third.incarnation = 9;
+  third.seq = 1;
+  EXPECT_EQ(view.on_vector(third, "me", 1), load_overlay::vector_outcome::restarted);
 }
 
 // A router that restarted numbers its deltas from 1 again: an authority's vector that still names
