@@ -10,11 +10,13 @@ machine's speed: every request answered, no error, and every retry of a decided 
 router answered with the first decision, once the routers shared it, and every resend marked as a
 failover (route_request.retry) sent to another router the moment the first answer arrived, which
 that router asks its peers about. Then 3 routers fed by prefill worker (--routers-by-prefill):
-every request answered with every block covered and no shard request to another node. Then the fan-in case (issue 14) with load authorities
-(cluster.load_sharing = "authority"): 3 routers, router n1 at 100 req/s while the cluster takes
-300 and 600, the decode workers at n2 (their authority); every request answered, no error, n1
-given exactly its share by --router-weights, and n1 applying load vectors and no peer decisions
-(the mode in effect). It asserts no timing. Registered in CTest by
+every request answered with every block covered and no shard request to another node. Then the
+fan-in case (issue 14) with load authorities (cluster.load_sharing = "authority"): 3 routers,
+router n1 at 100 req/s while the cluster takes 300 and 600, the decode workers at n2 (their
+authority); every request answered, no error, n1 given exactly its share by --router-weights,
+and n1 applying load vectors and no peer decisions (the mode in effect). Then the baselines
+(--only separate,idle): three single-node clusters side by side answer every request, and an
+idle node's CPU is measured. It asserts no timing. Registered in CTest by
 tests/CMakeLists.txt as integration.cluster_scale; exit 77 (CTest's skip) when BUILD lacks
 eldr-node, eldrctl or eldr-loadgen. Needs Debian's python3-zmq and python3-msgpack.
 """
@@ -41,7 +43,7 @@ def main():
             print("skipped: %s is not built in %s" % (tool, build))
             return 77
     failures = (throughput_failures(build) + affine_failures(build) +
-                authority_failures(build))
+                authority_failures(build) + separate_and_idle_failures(build))
     for f in failures:
         print("FAIL: " + f)
     return 1 if failures else 0
@@ -163,6 +165,31 @@ def authority_failures(build):
                                    % (row["total_rps"], row["replied"], row["sent"],
                                       row["n1_routed"]) for row in rows))
     return failures
+
+def separate_and_idle_failures(build):
+    """The baselines the 3-router figures are read against: three single-node clusters side by
+    side (--only separate) answer every request; an idle node's CPU (--only idle) is measured."""
+    with tempfile.TemporaryDirectory(prefix="eldr-cluster-scale-") as tmp:
+        res = bench(build, tmp, "separate", "--only", "separate,idle", "--throughput-routers", "3",
+                    "--throughput-rate", "300", "--throughput-duration", "1", "--no-warmup",
+                    "--idle-nodes", "1", "--idle-seconds", "1")
+    if res is None:
+        return ["the separate and idle cases did not run"]
+    failures = []
+    if [row["routers"] for row in res["separate"]] != [3]:
+        failures.append("expected one run of 3 separate nodes, got %s" % res["separate"])
+    for row in res["separate"]:
+        failures += answered_failures("3 separate nodes", row)
+    idle = res["idle"]
+    if [row["nodes"] for row in idle] != [1] or not all(
+            0 <= row["cpu_ms_per_s"] < 1000 for row in idle):
+        failures.append("expected one idle node's CPU in [0, 1000) ms/s, got %s" % idle)
+    if not failures:
+        print("ok: 3 separate nodes: %s; an idle node: %.0f ms/s" % (
+            "; ".join("%d of %d answered" % (r["replied"], r["sent"]) for r in res["separate"]),
+            idle[0]["cpu_ms_per_s"]))
+    return failures
+
 
 if __name__ == "__main__":
     sys.exit(main())
