@@ -108,7 +108,7 @@ pair_of_nodes& nodes() {
 }
 
 load_delta_msg delta_of(uint32_t entries) {
-  load_delta_msg m{"qwen", "n7", 1, 1, {}, {}};
+  load_delta_msg m{"qwen", "n7", 1, 1, {}, {}, false};
   for (uint32_t i = 0; i < entries; ++i) {
     m.workers.push_back(i * 100 + 7);
     m.totals.push_back(1000 + i);

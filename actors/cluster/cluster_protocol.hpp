@@ -148,12 +148,13 @@ struct load_delta_msg {
   uint64_t seq = 0;
   std::vector<uint32_t> workers;
   std::vector<uint64_t> totals;
+  bool resync = false;  // load_delta::resync (core/membership/load_exchange.hpp)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, load_delta_msg& x) {
   return f(caf::meta::type_name("eldr::load_delta_msg"), x.model, x.router, x.incarnation, x.seq,
-           x.workers, x.totals);
+           x.workers, x.totals, x.resync);
 }
 
 struct load_vector_msg {

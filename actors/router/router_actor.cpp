@@ -427,7 +427,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
           ++s.load_messages_refused;
           return;
         }
-        load_delta d{msg.router, msg.incarnation, msg.seq, {}};
+        load_delta d{msg.router, msg.incarnation, msg.seq, {}, msg.resync};
         d.totals.reserve(msg.workers.size());
         for (size_t i = 0; i < msg.workers.size(); ++i)
           d.totals.emplace_back(msg.workers[i], msg.totals[i]);

@@ -136,6 +136,7 @@ bool apply_vector(router_state& st, model_state& m, const load_vector& v) {
     // totals, and only what is routed from now on would reach it.
     ++st.authority_restarts;
     m.outbox_resend_all = true;
+    m.outbox.resync(v.authority);
     spdlog::info(
         "model {}: node {} restarted (a new incarnation's load vector): sending it every "
         "decision total again",
@@ -208,7 +209,7 @@ bool load_tick(router_actor_t* self) {
       }
       auto r = st.routers_by_name.find(a);
       if (r == st.routers_by_name.end()) continue;  // gone: its vectors stop, the view times out
-      load_delta_msg msg{m.cfg->name, me, d.incarnation, d.seq, {}, {}};
+      load_delta_msg msg{m.cfg->name, me, d.incarnation, d.seq, {}, {}, d.resync};
       for (const auto& [w, t] : d.totals) {
         msg.workers.push_back(w);
         msg.totals.push_back(t);

@@ -40,8 +40,18 @@ std::vector<uint32_t> decision_ledger::take_routed() {
 void delta_outbox::acknowledged(const std::string& authority, uint64_t seq) {
   auto it = streams_.find(authority);
   if (it == streams_.end()) return;
-  std::erase_if(it->second.pending,
-                [&](const auto& p) { return p.second != 0 && p.second <= seq; });
+  stream& s = it->second;
+  std::erase_if(s.pending, [&](const auto& p) { return p.second != 0 && p.second <= seq; });
+  if (s.resync && s.resync_first != 0 && s.resync_first <= seq) {
+    s.resync = false;  // it anchored this router at the totals it was resent
+    s.resync_first = 0;
+  }
+}
+
+void delta_outbox::resync(const std::string& authority) {
+  stream& s = streams_[authority];
+  s.resync = true;
+  s.resync_first = 0;
 }
 
 size_t delta_outbox::pending() const {
@@ -140,8 +150,9 @@ void load_authority::on_delta(const load_delta& d) {
     // will: anchored at its first total for the worker (deltas carry only the totals that
     // changed, so that may come in a later delta than its first). Every router known at a report
     // was anchored by it. Before any report the base is 0 and every decision counts from the
-    // first. An adopted worker anchors every router so (adopt_worker).
-    if (a == wvv.anchor.end() && (wvv.reported || wvv.adopted)) {
+    // first. An adopted worker anchors every router so (adopt_worker), and so does a resync
+    // (this process restarted: the totals are older than it).
+    if (a == wvv.anchor.end() && (wvv.reported || wvv.adopted || d.resync)) {
       wvv.anchor.emplace(d.router, total);
       anchor = total;
     }

@@ -29,7 +29,8 @@
 //
 // An authority that restarts (faster than the membership notices) publishes under a new
 // incarnation: each router takes its vectors at once and sends it every total again
-// (load_overlay::on_vector, delta_outbox::resend_all).
+// (load_overlay::on_vector, delta_outbox::resend_all), marked `resync`, so that it anchors the
+// router at them, as after a report.
 //
 // Nothing here does I/O or reads a clock (times are passed in). Thread safety: none; one owner.
 #pragma once
@@ -76,6 +77,10 @@ struct load_delta {
   uint64_t seq = 0;          // per (router, authority), increasing from 1
   // (worker, cumulative total) for the authority's workers this router has routed to.
   std::vector<std::pair<uint32_t, uint64_t>> totals;
+  // Sent to an authority that restarted: these totals count decisions made before it started,
+  // which its workers' reports count (or will), so it anchors this router at them -- before a
+  // worker's first report too -- rather than counting every decision this router ever made.
+  bool resync = false;
 };
 
 struct load_vector_entry {
@@ -202,8 +207,12 @@ class delta_outbox {
   template <class AuthorityOf>
   void resend_all(const decision_ledger& ledger, AuthorityOf&& authority_of);
   // The authority's newest vector includes this router's delta `seq`: every worker whose current
-  // total that delta carried is no longer pending there.
+  // total that delta carried is no longer pending there; and a resync is over once the vector
+  // includes a delta that carried it.
   void acknowledged(const std::string& authority, uint64_t seq);
+  // The authority restarted: its deltas are marked load_delta::resync until it includes one (the
+  // owner also calls resend_all, so the first marked delta carries every total it is owed).
+  void resync(const std::string& authority);
   // Pending workers, over all authorities.
   size_t pending() const;
 
@@ -213,6 +222,8 @@ class delta_outbox {
     // worker -> the seq of the first delta that carried its current total (0: not sent yet);
     // every later delta carried it too, so an included seq at or above it means applied.
     std::map<uint32_t, uint64_t> pending;
+    bool resync = false;
+    uint64_t resync_first = 0;  // the first delta marked resync (0: none sent yet)
   };
   std::map<std::string, stream> streams_;
 };
@@ -228,6 +239,8 @@ std::map<std::string, load_delta> delta_outbox::interval(const decision_ledger& 
     if (s.pending.empty()) continue;
     load_delta& d = out[a];
     d.seq = ++s.seq;
+    d.resync = s.resync;
+    if (s.resync && s.resync_first == 0) s.resync_first = d.seq;
     d.totals.reserve(s.pending.size());
     for (auto& [w, first] : s.pending) {
       d.totals.emplace_back(w, ledger.total(w));

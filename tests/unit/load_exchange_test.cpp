@@ -658,6 +658,7 @@ TEST(LoadOverlay, ARestartedAuthorityIsHeardAtOnceAndGetsEveryTotalAgain) {
   // Nothing was routed since: without resend_all nothing would reach the new process, which would
   // then learn this router's totals only as it routes again, one worker at a time.
   outbox.resend_all(mine, authority_a);
+  outbox.resync("a");
   EXPECT_EQ(outbox.pending(), workers);
   ASSERT_EQ(run_interval(new_process, 8), applied);
   EXPECT_EQ(outbox.pending(), 0u);
@@ -688,6 +689,56 @@ TEST(LoadOverlay, ARestartedAuthorityIsHeardAtOnceAndGetsEveryTotalAgain) {
   third.incarnation = 9;
   third.seq = 1;
   EXPECT_EQ(view.on_vector(third, "me", 1), load_overlay::vector_outcome::restarted);
+}
+
+// A restarted authority whose workers have not reported yet: the resent totals come marked
+// `resync`, so it anchors the router at them (the reports to come count those requests) instead
+// of counting every decision the router ever made; the mark stops once a vector includes it.
+TEST(LoadAuthority, AResyncDeltaIsAnchoredAtItsTotalsBeforeAnyReport) {
+  auto authority_a = [](uint32_t) -> const std::string* {
+    static const std::string a = "a";
+    return &a;
+  };
+  decision_ledger mine(3);
+  for (int i = 0; i < 300; ++i)
+    (void)mine.on_route(static_cast<uint32_t>(i) % 3);  // 100 each, long finished
+  delta_outbox outbox;
+  load_authority new_process("a", 0);
+  for (uint32_t w = 0; w < 3; ++w)
+    new_process.add_worker(w, 0);
+  outbox.resend_all(mine, authority_a);
+  outbox.resync("a");
+  std::vector<load_delta> sent;
+  auto run_interval = [&] {
+    for (auto& [a, d] : outbox.interval(mine, mine.take_routed(), authority_a)) {
+      d.router = "me";
+      d.incarnation = 1;
+      new_process.on_delta(d);
+      sent.push_back(d);
+    }
+    outbox.acknowledged("a", new_process.publish(0).included.at("me").seq);
+  };
+  run_interval();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_TRUE(sent[0].resync);
+  EXPECT_EQ(sent[0].totals.size(), 3u);
+  for (uint32_t w = 0; w < 3; ++w)
+    EXPECT_EQ(new_process.in_flight(w), 0u) << "worker " << w;  // not 100
+  (void)mine.on_route(2);
+  run_interval();
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_FALSE(sent[1].resync);  // the first was included: over
+  EXPECT_EQ(new_process.in_flight(2), 1u);
+  // Unmarked, a router first heard of before any report counts from 0, as for a new worker.
+  load_authority fresh("a", 0);
+  fresh.add_worker(0, 0);
+  load_delta plain;
+  plain.router = "me";
+  plain.incarnation = 1;
+  plain.seq = 1;
+  plain.totals = {{0, 100}};
+  fresh.on_delta(plain);
+  EXPECT_EQ(fresh.in_flight(0), 100u);
 }
 
 // A router that restarted numbers its deltas from 1 again: an authority's vector that still names
