@@ -37,6 +37,12 @@ args = ap.parse_args()
 # (label, substring of a frame's symbol). Inclusive shares, so they overlap and need not sum to 100.
 FRAMES = [
     ("route decision (router sign_and_route)", "eldr::router::sign_and_route"),
+    # Its parts: with peers the router sums the carried counts and stores them itself; alone (a
+    # one-node ring) the cache actor signs, and the router only decides in its reply handler.
+    ("  the decision itself (decide_and_wire)", "decide_and_wire"),
+    ("  summing carried counts (router start_gather)", "eldr::router::start_gather"),
+    ("  finishing the signature (router finish_gather)", "eldr::router::finish_gather"),
+    ("  replica stores (router store_at_owners)", "store_at_owners"),
     ("refit reservoir fill (signature_sample::claim_row)", "eldr::signature_sample::claim_row"),
     ("signature cache (sigcache actor)", "eldr::sigcache::"),
     ("RocksDB writes", "rocksdb::DBImpl::Write"),
