@@ -152,6 +152,11 @@ result<uint16_t> publish_gate(caf::actor_system& sys, const node_config& c,
   return *port;
 }
 
+// The configuration key of a model's publisher endpoint, which names it in errors and lookups.
+std::string kv_bind_key(size_t model) {
+  return "models[" + std::to_string(model) + "].kv_events.bind";
+}
+
 }  // namespace
 
 class node::impl {
@@ -184,7 +189,8 @@ class node::impl {
   caf::actor_system system;
   caf::actor refit;
   caf::actor cluster;
-  std::string cluster_address;  // host:port peers dial, "" when standalone
+  std::string cluster_address;                   // host:port peers dial, "" when standalone
+  std::map<std::string, std::string> kv_events;  // model name -> bound publisher endpoint
 };
 
 node::node(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
@@ -237,8 +243,7 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
   // names its key, like the channels' ports.
   for (size_t m = 0; m < config.models.size() && has_cache; ++m)
     if (!config.models[m].kv_bind.empty())
-      fo.publisher_binds.emplace_back("models[" + std::to_string(m) + "].kv_events.bind",
-                                      config.models[m].kv_bind);
+      fo.publisher_binds.emplace_back(kv_bind_key(m), config.models[m].kv_bind);
   if (!config.security.curve_secret_key_file.empty()) {
     auto keys = read_curve_secret_key(config.security.curve_secret_key_file);
     if (!keys.ok())
@@ -388,6 +393,9 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
     if (*a)
       caf::actor_cast<caf::abstract_actor*>(*a)->attach_functor(
           [n = name] { spdlog::debug("actor {} stopped", n); });
+  for (size_t m = 0; m < config.models.size(); ++m)
+    if (auto ep = p->frontend->bound_publisher(kv_bind_key(m)); !ep.empty())
+      p->kv_events[config.models[m].name] = std::move(ep);
   handles->ready.store(true, std::memory_order_release);
   spdlog::info(
       "{} ready: route {} worker {} admin {} metrics {}", config.name,
@@ -401,6 +409,9 @@ const std::string& node::endpoint(frontend_channel c) const {
 }
 const std::string& node::metrics_url() const {
   return impl_->metrics_url;
+}
+const std::map<std::string, std::string>& node::kv_events_endpoints() const {
+  return impl_->kv_events;
 }
 const std::string& node::cluster_address() const {
   return impl_->cluster_address;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -37,6 +38,9 @@ class node {
   const std::string& metrics_url() const;
   // host:port other nodes dial to join this one (port resolved), or "" when standalone.
   const std::string& cluster_address() const;
+  // Per model name, the endpoint its KV-event publishers connect to (models[].kv_events.bind,
+  // port resolved); models without one are absent.
+  const std::map<std::string, std::string>& kv_events_endpoints() const;
 
   class impl;
 

@@ -241,6 +241,11 @@ const std::string& zmq_frontend::bound(frontend_channel c) const {
   return impl_->bound[static_cast<size_t>(c)];
 }
 
+std::string zmq_frontend::bound_publisher(const std::string& key) const {
+  auto it = impl_->bound_publishers.find(key);
+  return it == impl_->bound_publishers.end() ? std::string() : it->second;
+}
+
 void zmq_frontend::reply(const reply_address& to, std::vector<uint8_t> payload) {
   impl_->queue(to, std::move(payload));
 }

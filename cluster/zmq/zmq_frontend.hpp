@@ -214,6 +214,8 @@ class zmq_frontend final : public reply_sink {
 
   // The endpoint actually bound for a channel (port resolved), "" when not served.
   const std::string& bound(frontend_channel c) const;
+  // The endpoint actually bound for a publisher_binds key (port resolved), "" when none.
+  std::string bound_publisher(const std::string& key) const;
 
   // Queues an answer; thread-safe. The first answer for to.slot releases that pending slot.
   void reply(const reply_address& to, std::vector<uint8_t> payload) override;

@@ -93,6 +93,7 @@ class zmq_frontend::impl {
   zmq::context_t ctx{1};
   std::array<std::unique_ptr<zmq::socket_t>, frontend_channel_count> routers;
   std::array<std::string, frontend_channel_count> bound;
+  std::map<std::string, std::string> bound_publishers;  // key -> endpoint, port resolved
   // CURVE: the server's public key ("" = off), and, with an allowlist, the ZAP handler's REP
   // socket (owned by the frontend thread after start) and the allowed keys in binary.
   std::string curve_public;

@@ -95,7 +95,8 @@ status zmq_frontend::impl::bind_all() {
     try {
       auto s = new_sub();
       s->bind(endpoint);
-      spdlog::info("KV-event publishers may connect to {}", s->get(zmq::sockopt::last_endpoint));
+      bound_publishers[key] = s->get(zmq::sockopt::last_endpoint);
+      spdlog::info("KV-event publishers may connect to {}", bound_publishers[key]);
       prebound[std::string(kv_bind_prefix) + endpoint] = std::move(s);
     } catch (const zmq::error_t& e) {
       return bind_error(key, endpoint, e);

@@ -6,9 +6,6 @@
 // observable with a deadline.
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <functional>
@@ -146,34 +143,20 @@ TEST(NodeScrape, ABadMetricsUrlIsRefusedNamingTheField) {
   EXPECT_EQ(worker_row(node, 0).count("metrics_url"), 0u);
 }
 
-// A free TCP port on loopback (bound, then released for the node to bind).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
-
 TEST(NodeScrape, KvEventPublishersConnectToABoundEndpoint) {
   testing::temp_dir dir("eldr-kv-bind");
-  const int port = free_port();
-  ASSERT_GT(port, 0);
-  const std::string bind = "tcp://127.0.0.1:" + std::to_string(port);
+  // Port 0: the node binds a free port and names it in its ready line (a port picked here and
+  // released for the node could be taken by another test in between).
   testing::node_process node(
       dir.sub("node.toml"),
-      testing::node_toml(
-          dir.sub("data"),
-          "[[models]]\nname = \"toy\"\nworkers = 4\n[models.kv_events]\nbind = \"" + bind + "\"\n",
-          "[signature_cache]\ncommit_interval_ms = 5\n"));
+      testing::node_toml(dir.sub("data"),
+                         "[[models]]\nname = \"toy\"\nworkers = 4\n[models.kv_events]\nbind = "
+                         "\"tcp://127.0.0.1:0\"\n",
+                         "[signature_cache]\ncommit_interval_ms = 5\n"));
   ASSERT_TRUE(node.ok());
+  const std::string bind = node.kv_events("toy");
+  ASSERT_EQ(bind.rfind("tcp://127.0.0.1:", 0), 0u) << bind;
+  ASSERT_NE(bind, "tcp://127.0.0.1:0");
   // Two vLLM-like publishers connect (as vLLM does with endpoint "tcp://host:port"), each under
   // its own topic, with their own sequences.
   auto publisher = [&](const std::string& topic) {

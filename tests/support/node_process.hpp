@@ -62,6 +62,10 @@ class node_process {
   std::string admin() const { return ready_.value("admin", ""); }
   std::string metrics() const { return ready_.value("metrics", ""); }
   std::string cluster() const { return ready_.value("cluster", ""); }  // "" when standalone
+  // The endpoint a model's KV-event publishers connect to (models[].kv_events.bind), or "".
+  std::string kv_events(const std::string& model) const {
+    return ready_.contains("kv_events") ? ready_["kv_events"].value(model, "") : "";
+  }
   pid_t pid() const { return child_ ? child_->pid() : -1; }
   // The node's next stdout line after its ready line (its log too, with a wrapper that sends
   // stderr there), or nullopt at the deadline or EOF.

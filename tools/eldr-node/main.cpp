@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
                           {"metrics", (*node)->metrics_url()},
                           {"cluster", (*node)->cluster_address()},
                           {"pid", ::getpid()}};
+  if (auto kv = (*node)->kv_events_endpoints(); !kv.empty()) ready["kv_events"] = kv;
   if (!ready_file.empty()) {
     const auto text = ready.dump();
     if (auto s = eldr::write_file_atomic(
