@@ -99,6 +99,12 @@ ap.add_argument("--throughput-duration", type=float, default=5)
 ap.add_argument("--throughput-loadgen-args", default="",
                 help="more eldr-loadgen options for the throughput case, e.g. '--prompt-pool 0' "
                      "(no prefix hits, so no signature shard lookups)")
+ap.add_argument("--cluster-key", action="append", default=[], metavar="KEY=VALUE",
+                help="a [cluster] key written into every node's config of every cluster this run "
+                     "starts, as TOML (repeatable), e.g. load_sync_ms=20 or "
+                     "'load_sharing=\"authority\"'")
+ap.add_argument("--keep-logs", default="", metavar="DIR",
+                help="copy every cluster's node logs to DIR/clusterN/ before it is removed")
 ap.add_argument("--replication", type=int,
                 help="cluster.replication of every cluster this run starts (default: the node's, 2); "
                      "e.g. 1 to see what the second copy of each stored block costs")
@@ -249,6 +255,7 @@ def Cluster(n, netns=False, sync_ms=None, attempts=3, extra=(), load_sharing=Non
 
 
 class ClusterOnce:
+    kept = 0  # clusters whose logs --keep-logs copied so far
     def __init__(self, n, netns=False, sync_ms=None, extra=(), load_sharing=None,
                  shard_sum_cache_mib=None, store_batch_ms=None, seen_blocks_mib=None):
         self.n = n
@@ -275,6 +282,9 @@ class ClusterOnce:
                 keys += "seen_blocks_mib = %d\n" % seen_blocks_mib
             if args.replication is not None:
                 keys += "replication = %d\n" % args.replication
+            for kv in args.cluster_key:
+                k, v = kv.split("=", 1)
+                keys += "%s = %s\n" % (k.strip(), v.strip())
             if keys:
                 for i in range(1, n + 1):
                     p = os.path.join(self.dir, "n%d" % i, "eldr.toml")
@@ -329,6 +339,16 @@ class ClusterOnce:
             self.script("stop")
         except Exception as e:  # noqa: BLE001 -- always try to clean up
             log("stop: %s" % e)
+        if args.keep_logs:
+            # Each cluster's node logs under its own numbered directory, for reading afterwards.
+            ClusterOnce.kept += 1
+            dest = os.path.join(args.keep_logs, "cluster%d" % ClusterOnce.kept)
+            os.makedirs(dest, exist_ok=True)
+            for i in range(1, len(self.nodes) + 1):
+                src = os.path.join(self.dir, "n%d" % i, "log")
+                if os.path.exists(src):
+                    shutil.copy(src, os.path.join(dest, "n%d.log" % i))
+            log("node logs kept in %s" % dest)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self):

@@ -32,6 +32,11 @@ ap.add_argument("--base-port", type=int, default=0, help="0: a free-looking port
 ap.add_argument("--top", type=int, default=0,
                 help="also the N leaf functions and the N threads (by name) with the most "
                      "samples, each as a share and as µs of node CPU per request")
+ap.add_argument("--focus", default="",
+                help="a frame's symbol substring (e.g. default_multiplexer::run): also the --top "
+                     "frames called under it, at each of the next --focus-depth levels, and the "
+                     "leaf functions of its samples")
+ap.add_argument("--focus-depth", type=int, default=3)
 args = ap.parse_args()
 
 # (label, substring of a frame's symbol). Inclusive shares, so they overlap and need not sum to 100.
@@ -71,6 +76,13 @@ def breakdown(data, pids):
                          capture_output=True, text=True).stdout
     hits, total, pid, comm, stack = collections.Counter(), 0, None, "", []
     leaves, threads = collections.Counter(), collections.Counter()
+    # Under --focus: per depth below the focused frame, the frames there; and its samples' leaves.
+    below = [collections.Counter() for _ in range(args.focus_depth)]
+    focus_leaves = collections.Counter()
+
+    def symbol(frame):
+        # "<address> <symbol>+0x..": the symbol without its offset, or "?".
+        return frame.split(None, 1)[1].split("+0x")[0] if " " in frame else "?"
 
     def flush():
         nonlocal total
@@ -79,10 +91,16 @@ def breakdown(data, pids):
             for label, frame in FRAMES:
                 if any(frame in s for s in stack):
                     hits[label] += 1
-            # "<address> <symbol>": the symbol without its offset, or the address's module.
-            leaf = stack[0].split(None, 1)[1] if stack and " " in stack[0] else "?"
-            leaves[leaf.split("+0x")[0]] += 1
+            leaves[symbol(stack[0]) if stack else "?"] += 1
             threads[comm] += 1
+            if args.focus:
+                # The outermost occurrence (stacks are leaf first), so recursion counts once.
+                at = max((i for i, s in enumerate(stack) if args.focus in s), default=None)
+                if at is not None:
+                    focus_leaves[symbol(stack[0])] += 1
+                    for d in range(args.focus_depth):
+                        if at - 1 - d >= 0:
+                            below[d][symbol(stack[at - 1 - d])] += 1
 
     for line in out.splitlines():
         if not line.strip():
@@ -97,7 +115,7 @@ def breakdown(data, pids):
         else:
             stack.append(line.strip())
     flush()
-    return total, hits, leaves, threads
+    return total, hits, leaves, threads, below, focus_leaves
 
 
 def main():
@@ -129,7 +147,7 @@ def main():
                              capture_output=True, text=True)
         node_cpu = sum(cpu_of(p) for p in pids) - before
         report = json.loads(run.stdout)
-        total, hits, leaves, threads = breakdown(data, pids)
+        total, hits, leaves, threads, below, focus_leaves = breakdown(data, pids)
         replies = args.rate * args.duration
         print("%d nodes, %g req/s for %g s, errors %s: node CPU %.2f s, %.0f us per request; "
               "%d samples in the nodes" % (args.nodes, args.rate, args.duration,
@@ -138,7 +156,11 @@ def main():
         for label, _ in FRAMES:
             print("  %5.1f%%  %s" % (100.0 * hits[label] / max(total, 1), label))
         us = node_cpu / replies * 1e6  # a sample's share of it: its share of the samples
-        for title, counter in (("threads", threads), ("leaf functions", leaves)):
+        tables = [("threads", threads), ("leaf functions", leaves)]
+        if args.focus:
+            tables += [("frames %d below %s" % (d + 1, args.focus), c) for d, c in enumerate(below)]
+            tables += [("leaf functions under %s" % args.focus, focus_leaves)]
+        for title, counter in tables:
             if args.top <= 0:
                 continue
             print("top %d %s (share of the nodes' samples, us per request):" % (args.top, title))
