@@ -744,17 +744,21 @@ def separate():
                    "route_rps": sum(r["route_rps"] for r in out), "node_cpu_s": node_cpu,
                    "node_cpu_us_per_reply": node_cpu / replied * 1e6 if replied else float("nan"),
                    "route_p50_us": median([r["route_p50_us"] for r in out]),
+                   # Each generator's p99 over its own node; the worst of them bounds the
+                   # pooled p99 from above.
+                   "route_p99_us_worst": max(r["route_p99_us"] for r in out),
                    "load_avg_1m": load}
             rows.append(row)
             log("separate: %s" % json.dumps(row))
     results["separate"] = rows
     table_head("N single-node clusters side by side (%d req/s offered in all, route-only, %g s)"
                % (args.throughput_rate, args.throughput_duration),
-               "| run | nodes | replies/s | errors | node CPU µs per reply | load avg 1m |")
+               "| run | nodes | replies/s | errors | node CPU µs per reply | rtt p50 µs (median "
+               "of the nodes) | rtt p99 µs (the worst node's) | load avg 1m |")
     for r in rows:
-        print("| %d | %d | %.0f | %d | %.0f | %.1f |" % (
+        print("| %d | %d | %.0f | %d | %.0f | %.0f | %.0f | %.1f |" % (
             r["run"], r["routers"], r["route_rps"], r["errors"], r["node_cpu_us_per_reply"],
-            r["load_avg_1m"]))
+            r["route_p50_us"], r["route_p99_us_worst"], r["load_avg_1m"]))
     print()
 
 
