@@ -256,6 +256,7 @@ def Cluster(n, netns=False, sync_ms=None, attempts=3, extra=(), load_sharing=Non
 
 class ClusterOnce:
     kept = 0  # clusters whose logs --keep-logs copied so far
+
     def __init__(self, n, netns=False, sync_ms=None, extra=(), load_sharing=None,
                  shard_sum_cache_mib=None, store_batch_ms=None, seen_blocks_mib=None):
         self.n = n

@@ -8,7 +8,8 @@ A client request arrives on aiohttp's server; the prefill is sent with eldr-prox
 load; the decode goes to the worker eldr chose with the prefill's kv_transfer_params, and its
 body is the answer. Finished ids are sent to the node every 20 ms. Nothing else: no routed
 experts decoded, no block hashes, no counts, no metrics, no checks of the client's body, no
-fallback when eldr fails (a failed route is a 502).
+fallback when eldr or an instance fails (the exception leaves the handler: aiohttp's server
+answers 500, the bare server does not answer).
 
 What one request costs here is what any proxy written this way (Python, asyncio, aiohttp's
 server, two upstream HTTP requests and a ZeroMQ round trip) costs on this machine before it does
@@ -33,11 +34,9 @@ sys.path.insert(0, os.path.join(_ROOT, "cluster", "python"))
 sys.path.insert(0, os.path.join(_ROOT, "tools", "eldr-proxy"))
 
 from eldr_client_aio import AsyncRouteClient, AsyncWorkerClient  # noqa: E402
+from eldr_proxy import _PREFILL_KV_PARAMS  # noqa: E402 -- the prefill's P/D parameters
 from eldr_proxy_upstream import Client, Origin  # noqa: E402
 from eldr_routed_experts import load_answer  # noqa: E402
-
-_KV = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
-       "remote_block_ids": None, "remote_host": None, "remote_port": None}
 
 
 class Floor:
@@ -57,13 +56,13 @@ class Floor:
         for i, u in enumerate(self.decode_urls):
             # Load scraped from the instance's /metrics, as eldr-proxy registers it.
             await self.worker.register(self.model, i, u, metrics_url=u + "/metrics")
-        self.flusher = asyncio.ensure_future(self.flush())
+        self.flusher = asyncio.ensure_future(self.flush())  # held: the loop keeps weak refs
 
     async def flush(self):
         while True:
             await asyncio.sleep(0.02)
             done, self.done = self.done, {}
-            for w, ids in done.items() if not self.no_eldr else ():
+            for w, ids in done.items():
                 await self.worker.finished(self.model, w, ids)
 
     async def completions(self, request):
@@ -74,7 +73,8 @@ class Floor:
         body = json.loads(raw_body)
         pre = self.prefill[self.next_prefill % len(self.prefill)]
         self.next_prefill += 1
-        pre_body = dict(body, kv_transfer_params=_KV, stream=False, max_tokens=1)
+        pre_body = dict(body, kv_transfer_params=dict(_PREFILL_KV_PARAMS), stream=False,
+                        max_tokens=1)
         r = await self.client.request(pre, "POST", "/v1/completions",
                                       json.dumps(pre_body).encode(), ())
         try:
@@ -94,7 +94,8 @@ class Floor:
             out = await r.read(64 << 20)
         finally:
             r.close()
-        self.done.setdefault(w, []).append(rid)
+        if not self.no_eldr:  # eldr counted it on w
+            self.done.setdefault(w, []).append(rid)
         return web.Response(body=out, status=r.status, content_type="application/json")
 
 
