@@ -9,7 +9,6 @@
 #include <caf/openssl/all.hpp>
 #include <chrono>
 #include <filesystem>
-#include <random>
 
 #include "actors/admin_actor.hpp"
 #include "actors/cluster/cluster_actor.hpp"
@@ -24,6 +23,7 @@
 #include "cluster/http/metrics_http.hpp"
 #include "cluster/security/curve_keys.hpp"
 #include "cluster/zmq/zmq_frontend.hpp"
+#include "core/membership/incarnation.hpp"
 
 namespace eldr {
 namespace {
@@ -131,11 +131,6 @@ caf::actor_system_config& configure(caf::actor_system_config& cfg, const node_co
     register_cluster_types(cfg);
   }
   return cfg;
-}
-
-uint64_t random_incarnation() {
-  std::random_device rd;
-  return (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(steady_ms());
 }
 
 // Publishes the cluster actor (the gate) at cluster.listen; returns the bound port.
@@ -348,7 +343,7 @@ result<std::unique_ptr<node>> node::start(node_config config, node_options optio
                                                    : sys.openssl_manager().actor_handle();
     cs.self.name = config.name;
     cs.self.roles = config.roles;
-    cs.self.incarnation = random_incarnation();
+    cs.self.incarnation = draw_incarnation();
     cs.self.router = handles->router;
     cs.self.load_monitor = handles->load_monitor;
     cs.self.sigcache = handles->sigcache;

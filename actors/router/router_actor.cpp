@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <random>
 
 #include "actors/caf_status.hpp"
 #include "actors/router/model_policy.hpp"
@@ -18,6 +17,7 @@
 #include "actors/router/shard_gather.hpp"
 #include "cluster/wire/counts_message.hpp"
 #include "cluster/wire/worker_protocol.hpp"
+#include "core/membership/incarnation.hpp"
 
 namespace eldr::router {
 
@@ -316,8 +316,7 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
   st.authority_mode = ctx->config.clustered() && ctx->config.cluster.load_sharing == "authority";
   if (st.authority_mode) {
     // A restarted router counts from 0 again: a new incarnation tells the authorities so.
-    std::random_device rd;
-    st.incarnation = (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(ctx->now_ms());
+    st.incarnation = draw_incarnation();
     start_load_tick(self);
   }
   const auto persisted = read_persisted_policies(ctx->config);
