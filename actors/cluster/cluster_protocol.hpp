@@ -178,19 +178,26 @@ typename Inspector::result_type inspect(Inspector& f, load_vector_msg& x) {
            x.included);
 }
 
-// One registered decode worker as a router sees it, for a router that joins late.
+// One registered decode worker as a router sees it, for a router that joins late: with its
+// metrics URL (so that the joiner can scrape it should it become its authority) and, with load
+// authorities, its authority's claim (the node's name, "" when unknown, and encode_claim's
+// number; core/membership/authority_map.hpp), so that a node restarted under its old name takes
+// back the workers it was the authority of.
 struct worker_row {
   uint32_t worker = 0;
   std::string endpoint;
   uint32_t capacity = 0;
   uint32_t load = 0;
   bool draining = false;
+  std::string metrics_url;
+  std::string authority;
+  uint64_t claim = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_row& x) {
   return f(caf::meta::type_name("eldr::worker_row"), x.worker, x.endpoint, x.capacity, x.load,
-           x.draining);
+           x.draining, x.metrics_url, x.authority, x.claim);
 }
 
 // A model's pool and current centroid set (encoded centroid file; empty when none).

@@ -60,6 +60,8 @@ install_done deliver_epoch(caf::typed_response_promise<uint64_t> rp);
 
 // --- router_load.cpp ---
 
+// The worker's vLLM /metrics URL as registered ("" = none: it pushes load reports).
+void set_metrics_url(model_state& m, uint32_t worker, const std::string& url);
 // Scrapes the metrics URL of every registered worker of `m` that has one (off the actor's
 // thread; the results come back as scraped_atom).
 void scrape_model(router_actor_t* self, model_state& m);
@@ -86,6 +88,11 @@ bool apply_vector(router_state& st, model_state& m, const load_vector& v);
 // The live routers are now `peers` (by node name; this one aside): the workers of authorities that
 // left go to their successors (authority_map.hpp), and this node takes over its share.
 void on_authorities_left(router_state& st, model_state& m, const std::vector<std::string>& peers);
+// A peer's snapshot names `claim` for a worker this router had not known: it follows it, and when
+// the claim is this node's own (it restarted under its name faster than the peers noticed) it is
+// the worker's authority again, from `load` (the peer's view) until its first scrape or report.
+void on_snapshot_claim(router_state& st, model_state& m, uint32_t worker,
+                       const authority_claim& claim, uint32_t load);
 
 // --- router_peers.cpp ---
 

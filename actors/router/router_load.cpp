@@ -125,6 +125,22 @@ void on_authorities_left(router_state& st, model_state& m, const std::vector<std
     if (a != me) m.overlay.forget(a);
 }
 
+void on_snapshot_claim(router_state& st, model_state& m, uint32_t worker,
+                       const authority_claim& claim, uint32_t load) {
+  if (m.claims.on_claim(worker, claim) != authority_map::verdict::follow) return;
+  if (claim.node != st.ctx->config.name) return;
+  ensure_authority(st, m);
+  m.authority->adopt_worker(worker, load, st.ctx->now_ms());
+  ++st.authority_reclaims;
+  spdlog::info(
+      "model {}: decode worker {}'s load is this node's to publish again (a peer's snapshot names "
+      "this node its authority: it restarted before the peers noticed; {})",
+      m.cfg->name, worker,
+      worker < m.metrics_url_text.size() && !m.metrics_url_text[worker].empty()
+          ? "scraping " + m.metrics_url_text[worker]
+          : "it pushes load reports: heard again once it reaches a node");
+}
+
 // A vector (this node's own or a peer's): the loads it covers, with this router's decisions since
 // the delta it includes, go into the load view.
 bool apply_vector(router_state& st, model_state& m, const load_vector& v) {

@@ -130,9 +130,16 @@ std::vector<pool_snapshot> snapshot_pools(router_state& st) {
     p.epoch = m->epoch;
     p.term = m->fence.highest_term();
     if (m->file) p.centroids = encode_centroid_file(*m->file);
-    for (const auto& w : m->pool.snapshot_all(now))
-      if (w.state != worker_state::unregistered)
-        p.workers.push_back(worker_row{w.index, w.endpoint, w.capacity, w.load, w.draining});
+    for (const auto& w : m->pool.snapshot_all(now)) {
+      if (w.state == worker_state::unregistered) continue;
+      worker_row row{w.index, w.endpoint, w.capacity, w.load, w.draining, {}, {}, 0};
+      if (w.index < m->metrics_url_text.size()) row.metrics_url = m->metrics_url_text[w.index];
+      if (const authority_claim* c = m->claims.claim(w.index); c != nullptr && st.authority_mode) {
+        row.authority = c->node;
+        row.claim = encode_claim(*c);
+      }
+      p.workers.push_back(std::move(row));
+    }
     out.push_back(std::move(p));
   }
   return out;
@@ -200,6 +207,9 @@ void merge_pools(router_actor_t* self, const std::vector<pool_snapshot>& pools) 
       if (snap.ok() && snap->state != worker_state::unregistered) continue;
       if (!m->pool.register_worker(w.worker, w.endpoint, w.capacity, now).ok()) continue;
       if (w.draining) (void)m->pool.drain(w.worker);
+      if (!w.metrics_url.empty()) set_metrics_url(*m, w.worker, w.metrics_url);
+      if (st.authority_mode && !w.authority.empty())
+        on_snapshot_claim(st, *m, w.worker, decode_claim(w.authority, w.claim), w.load);
     }
     if (m->policy->workers() != m->pool.k()) (void)rebuild_policy(*m);
     publish_readiness(st, *m);

@@ -207,6 +207,7 @@ struct router_state {
   uint64_t authority_takeovers = 0, authority_handovers = 0, authority_yields = 0;
   uint64_t vectors_from_non_members = 0;
   uint64_t authority_restarts = 0;  // vectors of a new incarnation of an authority
+  uint64_t authority_reclaims = 0;  // workers a peer's snapshot named this node the authority of
   // Workers this node claimed because their load reports reached it while another node held
   // their claim (their authority left, or their client failed over to this node).
   uint64_t authority_claims_by_report = 0;

@@ -223,6 +223,7 @@ nlohmann::json router_json(const router_state& s) {
                         {"load_messages_refused", s.load_messages_refused},
                         {"load_vectors_from_non_members", s.vectors_from_non_members},
                         {"load_authority_restarts", s.authority_restarts},
+                        {"authority_reclaims", s.authority_reclaims},
                         {"authority_takeovers", s.authority_takeovers},
                         {"authority_handovers", s.authority_handovers},
                         {"authority_yields", s.authority_yields},

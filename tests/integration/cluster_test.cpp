@@ -2,6 +2,7 @@
 // with a shared secret, driven through the C++ clients. Every wait is bounded by a deadline and
 // polls a condition (membership, a counter); nothing assumes how long propagation takes.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <array>
@@ -68,8 +69,9 @@ class ClusterTest : public ::testing::Test {
                     "admin = \"tcp://127.0.0.1:0\"\nmetrics = \"127.0.0.1:0\"\n"
                     "[runtime]\nlog_level = \"warn\"\n"
                     "[cluster]\nlisten = \"127.0.0.1:0\"\nheartbeat_ms = 100\n"
-                    "connection_timeout_ms = 600\nreconnect_ms = 100\nsecret_file = \"" +
-                    dir_.sub(secret) + "\"\nseeds = [";
+                    "connection_timeout_ms = " +
+                    std::to_string(connection_timeout_ms_) +
+                    "\nreconnect_ms = 100\nsecret_file = \"" + dir_.sub(secret) + "\"\nseeds = [";
     for (size_t i = 0; i < seeds.size(); ++i)
       s += (i ? ", \"" : "\"") + seeds[i] + "\"";
     return s + "]\n" + cluster_extra_ + models_toml;
@@ -143,7 +145,8 @@ class ClusterTest : public ::testing::Test {
 
   temp_dir dir_{"eldr-cluster-test"};
   std::vector<std::unique_ptr<node_process>> nodes_;
-  std::string cluster_extra_;  // more [cluster] keys for every node
+  std::string cluster_extra_;             // more [cluster] keys for every node
+  uint32_t connection_timeout_ms_ = 600;  // a silent peer is gone after this long
 };
 
 // A request without counts (so of no worker in particular) for three blocks.
@@ -318,6 +321,59 @@ TEST_F(ClusterTest, WithLoadAuthoritiesRoutersSeeEachOthersLoadWithoutSharingDec
     }
   }
   EXPECT_GT(status(*nodes_[0])["cluster"]["router"].value("load_deltas_applied", uint64_t{0}), 0u);
+}
+
+// A load authority restarted before its peers notice (docs/cluster.md, "Membership" and
+// "Restarts"): the old process is frozen, so its connection stays up; the new one, under the same
+// name with another data directory and port, is admitted at once (its incarnation is larger). The
+// other router hears a vector of a new incarnation, counts the restart and sends it every total
+// again, so the new authority counts the requests routed before it started without any new
+// decision.
+TEST_F(ClusterTest, ALoadAuthorityRestartedBeforeItsPeersNoticeGetsEveryTotalAgain) {
+  cluster_extra_ = "load_sharing = \"authority\"\n";
+  connection_timeout_ms_ = 120000;  // the frozen process stays a live member throughout
+  auto& n1 = start("n1", {});
+  auto& n2 = start("n2", {n1.cluster()});
+  ASSERT_TRUE(eventually([&] { return alive_peers(n1) == 1 && alive_peers(n2) == 1; }));
+  register_workers(n2);  // n2, where the workers talk, is their authority
+  const std::vector<uint32_t> idle(4, 0), one_each(4, 1);
+  ASSERT_TRUE(eventually([&] { return loads(n1) == idle; }));
+  auto c = route_client::connect(n1.route());
+  ASSERT_TRUE(c.ok());
+  std::set<uint32_t> routed_to;
+  for (int i = 0; i < 4; ++i) {
+    auto r = (*c)->route(request("before-" + std::to_string(i)));
+    ASSERT_TRUE(r.ok() && std::holds_alternative<route_reply>(*r));
+    routed_to.insert(std::get<route_reply>(*r).worker);
+  }
+  ASSERT_EQ(routed_to.size(), 4u);
+  ASSERT_TRUE(eventually([&] { return loads(n2) == one_each; }))
+      << ::testing::PrintToString(loads(n2));
+  auto restarts = [&] {
+    return status(n1)["cluster"]["router"].value("load_authority_restarts", uint64_t{0});
+  };
+  EXPECT_EQ(restarts(), 0u);
+
+  ASSERT_EQ(::kill(n2.pid(), SIGSTOP), 0);
+  std::string config = toml("n2", {n1.cluster()});
+  const std::string old_data = dir_.sub("n2-data");
+  config.replace(config.find(old_data), old_data.size(), dir_.sub("n2-again-data"));
+  nodes_.push_back(std::make_unique<node_process>(dir_.sub("n2-again.toml"), config));
+  auto& again = *nodes_.back();
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(eventually([&] { return alive_peers(again) == 1; }))
+      << "n1 did not admit the restarted n2 while the old process still looked alive";
+  // n1's snapshot names n2 the workers' authority: the new process takes them back and publishes
+  // their load under its own incarnation.
+  EXPECT_TRUE(eventually([&] {
+    return status(again)["cluster"]["router"].value("authority_reclaims", uint64_t{0}) == 4;
+  })) << status(again)["cluster"]["router"];
+  EXPECT_TRUE(eventually([&] { return restarts() > 0; })) << status(n1)["cluster"]["router"];
+  EXPECT_TRUE(eventually([&] { return loads(again) == one_each; }))
+      << "the new authority did not get n1's totals again: "
+      << ::testing::PrintToString(loads(again)) << status(again)["cluster"]["router"];
+  EXPECT_EQ(loads(n1), one_each);
+  n2.kill();  // SIGKILL ends a stopped process too
 }
 
 // With load authorities, the node that decode workers registered at is the only one that scrapes
