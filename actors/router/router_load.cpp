@@ -127,8 +127,12 @@ void on_authorities_left(router_state& st, model_state& m, const std::vector<std
 
 void on_snapshot_claim(router_state& st, model_state& m, uint32_t worker,
                        const authority_claim& claim, uint32_t load) {
-  if (m.claims.on_claim(worker, claim) != authority_map::verdict::follow) return;
-  if (claim.node != st.ctx->config.name) return;
+  const bool own = claim.node == st.ctx->config.name;
+  // A claim of a node that is no longer a member (the peer had not seen it leave) would outrank
+  // its successor's: it is left to the successors' vectors. Before this router has the members,
+  // on_members hands such claims on (on_authorities_left).
+  if (!own && !st.routers_by_name.empty() && st.routers_by_name.count(claim.node) == 0) return;
+  if (m.claims.on_claim(worker, claim) != authority_map::verdict::follow || !own) return;
   ensure_authority(st, m);
   m.authority->adopt_worker(worker, load, st.ctx->now_ms());
   ++st.authority_reclaims;
