@@ -117,11 +117,12 @@ load_delta_msg delta_of(uint32_t entries) {
 }
 
 load_vector_msg vector_of(uint32_t entries) {
-  load_vector_msg m{"qwen", "n7", 1, 1, {}, {}, {}, {}, {}, {}, {}};
+  load_vector_msg m{"qwen", "n7", 1, 1, {}, {}, {}, {}, {}, {}, {}, {}};
   for (uint32_t i = 0; i < entries; ++i) {
     m.workers.push_back(i * 100 + 7);
     m.in_flight.push_back(i % 13);
     m.alive.push_back(1);
+    m.anchors.push_back(1);
     m.claim.push_back(3);
     m.routers.push_back(std::string(1, 'n').append(std::to_string(i + 1)));
     m.router_incarnations.push_back(0x9e3779b97f4a7c15ULL + i);

@@ -165,7 +165,8 @@ struct load_vector_msg {
   std::vector<uint32_t> workers;
   std::vector<uint32_t> in_flight;
   std::vector<uint8_t> alive;
-  std::vector<uint64_t> claim;  // each worker's, encoded (core/membership/authority_map.hpp)
+  std::vector<uint8_t> anchors;  // load_vector_entry::anchors
+  std::vector<uint64_t> claim;   // each worker's, encoded (core/membership/authority_map.hpp)
   std::vector<std::string> routers;
   std::vector<uint64_t> router_incarnations;
   std::vector<uint64_t> included;
@@ -174,8 +175,8 @@ struct load_vector_msg {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, load_vector_msg& x) {
   return f(caf::meta::type_name("eldr::load_vector_msg"), x.model, x.authority, x.incarnation,
-           x.seq, x.workers, x.in_flight, x.alive, x.claim, x.routers, x.router_incarnations,
-           x.included);
+           x.seq, x.workers, x.in_flight, x.alive, x.anchors, x.claim, x.routers,
+           x.router_incarnations, x.included);
 }
 
 // One registered decode worker as a router sees it, for a router that joins late: with its

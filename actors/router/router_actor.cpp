@@ -440,8 +440,8 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         if (!trusted_sender(self, s.ctx->trust.get())) return untrusted(self);
         auto* m = s.find(msg.model);
         if (!m || msg.workers.size() != msg.in_flight.size() ||
-            msg.workers.size() != msg.alive.size() || msg.workers.size() != msg.claim.size() ||
-            msg.routers.size() != msg.included.size() ||
+            msg.workers.size() != msg.alive.size() || msg.workers.size() != msg.anchors.size() ||
+            msg.workers.size() != msg.claim.size() || msg.routers.size() != msg.included.size() ||
             msg.routers.size() != msg.router_incarnations.size() || msg.authority.empty() ||
             msg.authority == s.ctx->config.name) {
           ++s.load_messages_refused;
@@ -458,7 +458,8 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         v.incarnation = msg.incarnation;
         v.seq = msg.seq;
         for (size_t i = 0; i < msg.workers.size(); ++i)
-          v.workers.push_back({msg.workers[i], msg.in_flight[i], msg.alive[i] != 0, msg.claim[i]});
+          v.workers.push_back({msg.workers[i], msg.in_flight[i], msg.alive[i] != 0, msg.claim[i],
+                               msg.anchors[i] != 0});
         for (size_t i = 0; i < msg.routers.size(); ++i)
           v.included[msg.routers[i]] = {msg.router_incarnations[i], msg.included[i]};
         if (apply_vector(s, *m, v)) wake_load_tick(self);

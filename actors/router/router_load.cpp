@@ -249,7 +249,7 @@ bool load_tick(router_actor_t* self) {
                          !std::equal(v.workers.begin(), v.workers.end(), m.last_published.begin(),
                                      [](const load_vector_entry& x, const load_vector_entry& y) {
                                        return x.worker == y.worker && x.in_flight == y.in_flight &&
-                                              x.alive == y.alive;
+                                              x.alive == y.alive && x.anchors == y.anchors;
                                      }) ||
                          v.included != m.last_published_included;
     if (!changed && now - m.published_ms < vector_republish_ms) continue;
@@ -258,11 +258,13 @@ bool load_tick(router_actor_t* self) {
     m.last_published_included = v.included;
     m.published_ms = now;
     apply_vector(st, m, v);
-    load_vector_msg msg{m.cfg->name, v.authority, v.incarnation, v.seq, {}, {}, {}, {}, {}, {}, {}};
+    load_vector_msg msg{m.cfg->name, v.authority, v.incarnation, v.seq, {}, {}, {}, {}, {}, {},
+                        {},          {}};
     for (const auto& e : v.workers) {
       msg.workers.push_back(e.worker);
       msg.in_flight.push_back(e.in_flight);
       msg.alive.push_back(e.alive ? 1 : 0);
+      msg.anchors.push_back(e.anchors ? 1 : 0);
       msg.claim.push_back(e.claim);
     }
     for (const auto& [r, inc] : v.included) {

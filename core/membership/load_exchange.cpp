@@ -213,9 +213,9 @@ load_vector load_authority::publish(int64_t now_ms) {
   v.seq = ++seq_;
   v.workers.reserve(workers_.size());
   for (const auto& [w, wv] : workers_)
-    v.workers.push_back(
-        {w, in_flight(w),
-         report_timeout_ms_ == 0 || now_ms - wv.last_heard_ms <= report_timeout_ms_});
+    v.workers.push_back({w, in_flight(w),
+                         report_timeout_ms_ == 0 || now_ms - wv.last_heard_ms <= report_timeout_ms_,
+                         0, wv.reported || wv.adopted});
   for (const auto& [router, view] : routers_)
     v.included[router] = {view.incarnation, view.seq};
   return v;
@@ -279,12 +279,15 @@ template <class F>
 void load_overlay::compose_one(const authority_view& a, std::span<const uint64_t> totals, F&& f) {
   if (a.vector.authority.empty()) return;
   // This router's totals as the authority has applied them: the newest total the included
-  // deltas carried per worker. When it includes none yet, the authority anchored this router at
-  // its first total (or knows nothing of it): count what was decided since the oldest send kept,
-  // an over-estimate for one interval at most. A worker no included delta carried had no
-  // decision of this router then (total 0) -- or moved to this authority since, when every
-  // decision to it counts until a delta carrying it is included: one interval. A send dropped
-  // from the history before it was included leaves an older total (an over-estimate too).
+  // deltas carried per worker. When it includes none yet, an authority that anchors (the worker
+  // reported or was adopted) will take this router's first total as counted: count what was
+  // decided since the oldest send kept; one that counts from 0 (no report yet) has counted none
+  // of this router's decisions: count them all (taking the first send as counted there dropped
+  // the decisions made before it until the first vector that included it). A worker no included
+  // delta carried had no decision of this router then (total 0) -- or moved to this authority
+  // since, when every decision to it counts until a delta carrying it is included: one interval. A
+  // send dropped from the history before it was included leaves an older total (an over-estimate
+  // too).
   const totals_at_send* first =
       a.included == 0 && a.applied.empty() && !a.sent.empty() ? &a.sent.front().second : nullptr;
   for (const auto& e : a.vector.workers) {
@@ -292,7 +295,7 @@ void load_overlay::compose_one(const authority_view& a, std::span<const uint64_t
     uint64_t then = 0;
     if (const auto it = a.applied.find(e.worker); it != a.applied.end()) {
       then = it->second;
-    } else if (first != nullptr) {
+    } else if (first != nullptr && e.anchors) {
       const auto at = std::lower_bound(first->begin(), first->end(),
                                        std::pair<uint32_t, uint64_t>{e.worker, 0});
       if (at != first->end() && at->first == e.worker) then = at->second;

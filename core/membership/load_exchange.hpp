@@ -89,6 +89,11 @@ struct load_vector_entry {
   bool alive = false;  // reported within the authority's report timeout
   // The authority's claim on the worker (authority_map.hpp's encode_claim); the owner fills it in.
   uint64_t claim = 0;
+  // Whether the authority anchors a router it has no delta from at that router's first total
+  // for the worker (the worker reported, or was adopted: those decisions are its base's), or
+  // counts every decision from 0 (no report yet). A router composing a vector that includes none
+  // of its deltas yet needs to know which (load_overlay).
+  bool anchors = false;
 };
 
 // A router's newest delta an authority has applied, and which incarnation of the router sent it
