@@ -89,6 +89,13 @@ void ensure_authority(router_state& st, model_state& m) {
   }
 }
 
+// How a worker this node became the authority of will be heard, for the log line that says so.
+std::string how_heard(const model_state& m, uint32_t worker) {
+  return worker < m.metrics_url_text.size() && !m.metrics_url_text[worker].empty()
+             ? "scraping " + m.metrics_url_text[worker]
+             : "it pushes load reports: heard again once it reaches a node";
+}
+
 }  // namespace
 
 // This node is the authority of `worker` (it registered here).
@@ -116,10 +123,7 @@ void on_authorities_left(router_state& st, model_state& m, const std::vector<std
     ++st.authority_takeovers;
     spdlog::info(
         "model {}: took over decode worker {}'s load from node {}, which left the cluster ({})",
-        m.cfg->name, s.worker, s.from,
-        s.worker < m.metrics_url_text.size() && !m.metrics_url_text[s.worker].empty()
-            ? "scraping " + m.metrics_url_text[s.worker]
-            : "it pushes load reports: heard again once it reaches a node");
+        m.cfg->name, s.worker, s.from, how_heard(m, s.worker));
   }
   for (const auto& a : departed)
     if (a != me) m.overlay.forget(a);
@@ -139,10 +143,7 @@ void on_snapshot_claim(router_state& st, model_state& m, uint32_t worker,
   spdlog::info(
       "model {}: decode worker {}'s load is this node's to publish again (a peer's snapshot names "
       "this node its authority: it restarted before the peers noticed; {})",
-      m.cfg->name, worker,
-      worker < m.metrics_url_text.size() && !m.metrics_url_text[worker].empty()
-          ? "scraping " + m.metrics_url_text[worker]
-          : "it pushes load reports: heard again once it reaches a node");
+      m.cfg->name, worker, how_heard(m, worker));
 }
 
 // A vector (this node's own or a peer's): the loads it covers, with this router's decisions since
@@ -258,8 +259,11 @@ bool load_tick(router_actor_t* self) {
     m.last_published_included = v.included;
     m.published_ms = now;
     apply_vector(st, m, v);
-    load_vector_msg msg{m.cfg->name, v.authority, v.incarnation, v.seq, {}, {}, {}, {}, {}, {},
-                        {},          {}};
+    load_vector_msg msg;
+    msg.model = m.cfg->name;
+    msg.authority = v.authority;
+    msg.incarnation = v.incarnation;
+    msg.seq = v.seq;
     for (const auto& e : v.workers) {
       msg.workers.push_back(e.worker);
       msg.in_flight.push_back(e.in_flight);

@@ -355,6 +355,11 @@ TEST_F(ClusterTest, ALoadAuthorityRestartedBeforeItsPeersNoticeGetsEveryTotalAga
   EXPECT_EQ(restarts(), 0u);
 
   ASSERT_EQ(::kill(n2.pid(), SIGSTOP), 0);
+  // Killed on every way out: a stopped process would never act on the fixture's SIGTERM.
+  struct kill_at_exit {
+    node_process& n;
+    ~kill_at_exit() { n.kill(); }
+  } frozen{n2};
   std::string config = toml("n2", {n1.cluster()});
   const std::string old_data = dir_.sub("n2-data");
   config.replace(config.find(old_data), old_data.size(), dir_.sub("n2-again-data"));
@@ -373,7 +378,6 @@ TEST_F(ClusterTest, ALoadAuthorityRestartedBeforeItsPeersNoticeGetsEveryTotalAga
       << "the new authority did not get n1's totals again: "
       << ::testing::PrintToString(loads(again)) << status(again)["cluster"]["router"];
   EXPECT_EQ(loads(n1), one_each);
-  n2.kill();  // SIGKILL ends a stopped process too
 }
 
 // With load authorities, the node that decode workers registered at is the only one that scrapes
