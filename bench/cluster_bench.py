@@ -108,9 +108,9 @@ ap.add_argument("--keep-logs", default="", metavar="DIR",
 ap.add_argument("--replication", type=int,
                 help="cluster.replication of every cluster this run starts (default: the node's, 2); "
                      "e.g. 1 to see what the second copy of each stored block costs")
-ap.add_argument("--load-sharing", default="decisions",
+ap.add_argument("--load-sharing", default="authority",
                 help="cluster.load_sharing modes the throughput, herding and fanin cases run, "
-                     "side by side (decisions,authority)")
+                     "side by side (authority,decisions; the node's default is authority)")
 ap.add_argument("--fanin-own-rate", type=int, default=250,
                 help="fanin: route requests/s at router n1, the same at every total rate")
 ap.add_argument("--fanin-totals", default="750,1500,3000",
@@ -272,7 +272,7 @@ class ClusterOnce:
             keys = ""
             if sync_ms is not None and sync_ms != 5:
                 keys += "load_sync_ms = %d\n" % sync_ms
-            if load_sharing is not None and load_sharing != "decisions":
+            if load_sharing is not None and load_sharing != "authority":
                 keys += "load_sharing = \"%s\"\n" % load_sharing
             # Only what differs from the defaults (a key written means a restart of every node).
             if shard_sum_cache_mib is not None and shard_sum_cache_mib != 64:
@@ -295,6 +295,11 @@ class ClusterOnce:
                     self.restart(i)
             self.admins = [Admin(nd["admin"]) for nd in self.nodes]
             self.wait_formed()
+            # Every figure is labelled with its mode: say so if the nodes run another one.
+            for i, a in enumerate(self.admins):
+                got = a.call("status").get("cluster", {}).get("router", {}).get("load_sharing")
+                if load_sharing is not None and got is not None and got != load_sharing:
+                    raise ValueError("n%d runs load_sharing %s, not %s" % (i + 1, got, load_sharing))
         except BaseException:
             self.stop()
             raise

@@ -624,8 +624,9 @@ status validate_cluster(const node_config& c) {
   // The node a worker talks to is its load authority, which lives in the node's router.
   if (k.load_sharing == "authority" && c.has_role("load-monitor") && !c.has_role("router"))
     e(status::invalid_argument(
-        "cluster.load_sharing: \"authority\" needs the router role on every load-monitor node "
-        "(node.roles): the node a decode worker talks to is that worker's load authority"));
+        "cluster.load_sharing: \"authority\" (the default) needs the router role on every "
+        "load-monitor node (node.roles): the node a decode worker talks to is that worker's load "
+        "authority; add \"router\" to node.roles or set cluster.load_sharing = \"decisions\""));
   if (k.max_decisions < 1 || k.max_decisions > (1u << 24))
     e(status::invalid_argument("cluster.max_decisions: must be in 1..16777216, got " +
                                std::to_string(k.max_decisions)));

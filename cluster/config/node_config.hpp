@@ -71,12 +71,13 @@ struct cluster_config {
   uint32_t replication = 2;               // R: signature-cache nodes holding each block
   uint32_t vnodes = 64;                   // virtual nodes per signature-cache node on the ring
   uint32_t load_sync_ms = 5;              // routers exchange in-flight changes this often
-  // How routers share load (docs/cluster.md): "decisions" -- every router sends every decision
-  // to every other router and every worker message reaches every router -- or "authority" --
-  // the node a worker talks to alone applies its messages and publishes one load vector per
-  // interval; routers send it cumulative per-worker decision totals
-  // (core/membership/load_exchange.hpp).
-  std::string load_sharing = "decisions";
+  // How routers share load (docs/cluster.md): "authority" -- the node a worker talks to alone
+  // applies its messages and publishes one load vector per interval; routers send it cumulative
+  // per-worker decision totals (core/membership/load_exchange.hpp) -- or "decisions" -- every
+  // router sends every decision to every other router and every worker message reaches every
+  // router, a cost per router that grows with the cluster's total rate (BENCHMARKS.md,
+  // "Fan-in"). The default since 2026-12-05.
+  std::string load_sharing = "authority";
   uint32_t decision_ttl_ms = 60000;   // a route retried within this returns the same decision
   uint32_t max_decisions = 1u << 20;  // decisions remembered for retries, per node
   // Per model, what a router keeps of the shards' sums by exact block list, so that a prefix

@@ -225,7 +225,10 @@ TEST_F(ClusterTest, WorkersRegisteredAtOneNodeAreRoutedToByEveryRouter) {
   }
 }
 
+// With shared decisions (cluster.load_sharing = "decisions"; load authorities, the default, share
+// none: a retry there must be marked, AMarkedRetryAtAnotherRouter... below).
 TEST_F(ClusterTest, ARetryAtAnotherRouterGetsTheSameDecisionAndCountsOnce) {
+  cluster_extra_ = "load_sharing = \"decisions\"\n";
   start_three();
   register_workers(*nodes_[0]);
   auto first = route_client::connect(nodes_[0]->route());

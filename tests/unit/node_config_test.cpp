@@ -593,6 +593,26 @@ TEST(NodeConfig, IntervalKeysHaveAMinimumNamedInTheError) {
   EXPECT_EQ(authority->cluster.load_sharing, "authority");
 }
 
+// Load authorities are the default (their cost per router does not grow with the cluster's total
+// rate; BENCHMARKS.md "Fan-in"), and a worker's authority is the router of the node it talks to:
+// a clustered load monitor without the router role is refused at start-up, saying both ways out.
+TEST(NodeConfig, LoadAuthoritiesAreTheDefaultAndNeedARouterBesideEveryLoadMonitor) {
+  const std::string cluster = "[cluster]\nlisten = \"127.0.0.1:0\"\nsecret_file = \"s\"\n";
+  auto plain = parse_node_config(cluster + one_model(), origin);
+  ASSERT_TRUE(plain.ok()) << plain.error().to_string();
+  EXPECT_EQ(plain->cluster.load_sharing, "authority");
+  const std::string monitor_only = "[node]\nroles = [\"load-monitor\", \"signature-cache\"]\n";
+  EXPECT_EQ(error_of(monitor_only + cluster + one_model()),
+            "eldr.toml: cluster.load_sharing: \"authority\" (the default) needs the router role on "
+            "every load-monitor node (node.roles): the node a decode worker talks to is that "
+            "worker's load authority; add \"router\" to node.roles or set cluster.load_sharing = "
+            "\"decisions\"");
+  auto decisions = parse_node_config(
+      monitor_only + cluster + "load_sharing = \"decisions\"\n" + one_model(), origin);
+  ASSERT_TRUE(decisions.ok()) << decisions.error().to_string();
+  EXPECT_EQ(decisions->cluster.load_sharing, "decisions");
+}
+
 TEST(NodeConfig, ScrapeIntervalIsBoundedByTheWorkerTimeout) {
   auto c = parse_node_config(one_model(), origin);
   ASSERT_TRUE(c.ok()) << c.error().to_string();
