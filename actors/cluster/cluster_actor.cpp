@@ -167,6 +167,8 @@ struct cluster_state {
   std::map<std::string, challenge> challenges;  // gate side, by gate nonce
   std::set<std::string> dialling;               // addresses with a handshake under way
   uint64_t joins = 0, downs = 0, refused = 0, dial_failures = 0, untrusted = 0, collisions = 0;
+  uint64_t refused_protocol = 0;          // handshakes of either side with another protocol
+  std::set<std::string> protocol_logged;  // addresses whose protocol refusal was logged as error
   vote_box votes;
   std::string vote_file;
   uint64_t votes_granted = 0, votes_refused = 0;
@@ -252,6 +254,22 @@ void mark_down(cluster_actor_t* self, const caf::actor_addr& who, const caf::err
   }
 }
 
+// A handshake with a node of another cluster protocol (cluster_protocol.hpp), either side: counted
+// every time, logged as an error once per address (seeds are dialled again every reconnect_ms).
+void protocol_refused(cluster_actor_t* self, const std::string& who, const std::string& why) {
+  auto& st = self->state;
+  ++st.refused_protocol;
+  st.ctx->metrics->cluster_event("protocol");
+  if (st.protocol_logged.size() < 1024 && st.protocol_logged.insert(who).second)
+    spdlog::error(
+        "cluster: {} speaks another cluster protocol than this node's {} ({}); nodes of different "
+        "protocols do not form one cluster: run one eldr build across it (docs/cluster.md, "
+        "\"Upgrades\")",
+        who, cluster_protocol_version, why);
+  else
+    spdlog::debug("cluster: {} speaks another cluster protocol: {}", who, why);
+}
+
 // Runs the joiner's side of the handshake against the gate published at `address`.
 void dial(cluster_actor_t* self, const std::string& address) {
   auto& st = self->state;
@@ -288,7 +306,8 @@ void dial(cluster_actor_t* self, const std::string& address) {
             auto gate = caf::actor_cast<caf::actor>(gate_ptr);
             const std::string nonce = random_nonce();
             if (nonce.empty()) return done();
-            self->request(gate, dial_timeout, hello_atom::value, s.self.name, nonce)
+            self->request(gate, dial_timeout, hello_atom::value, s.self.name, nonce,
+                          cluster_protocol_version)
                 .then(
                     [=](const join_challenge& c) {
                       auto& s2 = self->state;
@@ -330,7 +349,13 @@ void dial(cluster_actor_t* self, const std::string& address) {
                                 fail(self->system().render(e));
                               });
                     },
-                    [=](const caf::error& e) { fail(self->system().render(e)); });
+                    [=](const caf::error& e) {
+                      // A gate of another protocol: ours refuses with incompatible_versions, a
+                      // build before versioned hellos has no handler for this one.
+                      if (e == caf::sec::incompatible_versions || e == caf::sec::unexpected_message)
+                        protocol_refused(self, address, self->system().render(e));
+                      fail(self->system().render(e));
+                    });
           },
           [=](const caf::error& e) { fail(self->system().render(e)); });
 }
@@ -372,6 +397,8 @@ nlohmann::json status_json(const cluster_state& st) {
           {"joins", st.joins},
           {"downs", st.downs},
           {"refused", st.refused},
+          {"protocol", cluster_protocol_version},
+          {"refused_protocol", st.refused_protocol},
           {"untrusted_messages", st.untrusted},
           {"dial_failures", st.dial_failures},
           {"node_id_collisions", st.collisions},
@@ -424,11 +451,18 @@ caf::behavior cluster_behavior(cluster_actor_t* self, node_context_ptr ctx, clus
         }
         if (self->current_sender() == self->ctrl()) redial(self);
       },
-      // Gate side, step 1: anyone may ask; the answer proves we know the secret.
-      [=](hello_atom, const std::string& joiner,
-          const std::string& joiner_nonce) -> caf::result<join_challenge> {
+      // Gate side, step 1: anyone may ask; the answer proves we know the secret. Only a joiner of
+      // this node's cluster protocol is answered.
+      [=](hello_atom, const std::string& joiner, const std::string& joiner_nonce,
+          uint32_t protocol) -> caf::result<join_challenge> {
         auto& s = self->state;
         if (joiner.size() > 256 || joiner_nonce.size() > 128) return caf::sec::invalid_argument;
+        if (protocol != cluster_protocol_version) {
+          const std::string why = "it speaks cluster protocol " + std::to_string(protocol) +
+                                  ", this node " + std::to_string(cluster_protocol_version);
+          protocol_refused(self, "a joiner named '" + joiner + "'", why);
+          return caf::make_error(caf::sec::incompatible_versions, why);
+        }
         if (s.challenges.size() >= max_pending_challenges) return caf::sec::request_timeout;
         join_challenge c;
         c.gate = s.self.name;
@@ -437,6 +471,13 @@ caf::behavior cluster_behavior(cluster_actor_t* self, node_context_ptr ctx, clus
         c.gate_proof = proof(s.secret, "gate", joiner_nonce, c.gate_nonce, s.self.name);
         s.challenges[c.gate_nonce] = challenge{joiner, joiner_nonce, s.ctx->now_ms()};
         return c;
+      },
+      // A hello without a protocol: a build from before versioned hellos (2026-12-05).
+      [=](hello_atom, const std::string& joiner,
+          const std::string&) -> caf::result<join_challenge> {
+        const std::string why = "it sent no cluster protocol (an eldr build before 2026-12-05)";
+        protocol_refused(self, "a joiner named '" + joiner.substr(0, 256) + "'", why);
+        return caf::make_error(caf::sec::incompatible_versions, why);
       },
       // Gate side, step 2: the joiner's proof, then its handles.
       [=](join_atom, const std::string& gate_nonce, const std::string& joiner_proof,

@@ -31,7 +31,18 @@ namespace eldr {
 
 class node_metrics;
 
-// Membership: joiner -> gate (hello, join), gate -> local actors (members).
+// The cluster protocol this build speaks: everything in this file, as serialized. CAF encodes a
+// type's fields by position, so a node that reads another build's worker_row or load_vector_msg
+// with one field more or less misreads it or drops it. Nodes of different protocols therefore
+// never form one cluster: a joiner says its protocol in its hello, and the gate refuses another
+// one, both sides log an error and count it (status `cluster.refused_protocol`, the cluster event
+// "protocol"). Bump it when a type here changes its fields or a message its arguments; the
+// layouts' fingerprint in tests/unit/cluster_protocol_test.cpp fails until you do. Builds before
+// 2026-12-05 sent no protocol (a three-argument hello): they are refused the same way.
+inline constexpr uint32_t cluster_protocol_version = 1;
+
+// Membership: joiner -> gate (hello with the joiner's cluster_protocol_version, join), gate ->
+// local actors (members).
 using hello_atom = caf::atom_constant<caf::atom("ehello")>;
 using join_atom = caf::atom_constant<caf::atom("ejoin")>;
 using leave_atom = caf::atom_constant<caf::atom("eleave")>;

@@ -461,7 +461,8 @@ def build():
                      [(f"max by (instance) (eldr_cluster_term{{{INST}}})", "{{instance}}")],
                      "none", decimals=0, legend_calcs=("lastNotNull",)), 8, 8)
     L.add(timeseries("Membership events", "Cluster membership events (eldr_cluster_events_total)"
-                     ": join, down, refused (a join without the cluster secret), untrusted (a "
+                     ": join, down, refused (a join without the cluster secret), protocol (a "
+                     "node of another cluster protocol: another build's layouts), untrusted (a "
                      "message from a node that never proved it), leader (this node won refit "
                      "leadership for a new term). `eldrctl status` names the members and the "
                      "leader.",

@@ -15,6 +15,10 @@
 #include <sstream>
 #include <thread>
 
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "actors/cluster/cluster_protocol.hpp"
 #include "cluster/zmq/client.hpp"
 #include "core/base/version.hpp"
 #include "core/expert_counts.hpp"
@@ -210,6 +214,62 @@ TEST_F(ClusterTest, ANodeWithoutTheSecretIsRefusedAndLearnsNothing) {
   })) << "neither side noticed the wrong secret";
   EXPECT_EQ(alive_peers(n1), 0);
   EXPECT_EQ(alive_peers(stranger), 0);
+}
+
+// Nodes of different cluster protocols (actors/cluster/cluster_protocol.hpp) never form one
+// cluster, and both sides say so. This test process plays the other builds over CAF's middleman:
+// a joiner of a build before versioned hellos and one of a later protocol, each refused at n1's
+// gate; and a gate of an older build, which has no handler for this build's hello, at n2's seed.
+TEST_F(ClusterTest, ANodeOfAnotherClusterProtocolIsRefusedAndBothSidesSaySo) {
+  caf::actor_system_config cfg;
+  cfg.load<caf::io::middleman>();
+  cfg.set("logger.console", caf::atom("none"));
+  register_cluster_types(cfg);
+  caf::actor_system sys{cfg};
+  auto& n1 = start("n1", {});
+  const auto colon = n1.cluster().rfind(':');
+  auto gate = sys.middleman().remote_actor(
+      n1.cluster().substr(0, colon),
+      static_cast<uint16_t>(std::stoi(n1.cluster().substr(colon + 1))));
+  ASSERT_TRUE(gate) << sys.render(gate.error());
+  caf::scoped_actor self{sys};
+  auto hello_error = [&](auto... hello) {
+    caf::error got;
+    self->request(*gate, std::chrono::seconds(10), hello_atom::value, hello...)
+        .receive([&](const join_challenge&) {}, [&](const caf::error& e) { got = e; });
+    return got;
+  };
+  const auto unversioned = hello_error(std::string("old-build"), std::string("nonce-1"));
+  EXPECT_EQ(unversioned, caf::sec::incompatible_versions) << sys.render(unversioned);
+  const auto later = hello_error(std::string("later-build"), std::string("nonce-2"),
+                                 uint32_t{cluster_protocol_version + 1});
+  EXPECT_EQ(later, caf::sec::incompatible_versions) << sys.render(later);
+  EXPECT_NE(
+      sys.render(later).find("cluster protocol " + std::to_string(cluster_protocol_version + 1) +
+                             ", this node " + std::to_string(cluster_protocol_version)),
+      std::string::npos)
+      << sys.render(later);
+  auto s1 = status(n1);
+  EXPECT_EQ(s1["cluster"].value("protocol", 0u), cluster_protocol_version);
+  EXPECT_EQ(s1["cluster"].value("refused_protocol", 0), 2);
+  EXPECT_EQ(alive_peers(n1), 0);
+
+  // An older build's gate answers only the hello without a protocol.
+  std::atomic<int> old_hellos{0};
+  auto old_gate = sys.spawn([&old_hellos](caf::event_based_actor*) -> caf::behavior {
+    return {[&old_hellos](hello_atom, const std::string&, const std::string&) {
+      ++old_hellos;
+      return join_challenge{"old-gate", "nonce", "proof"};
+    }};
+  });
+  auto port = sys.middleman().publish(old_gate, 0, "127.0.0.1", true);
+  ASSERT_TRUE(port) << sys.render(port.error());
+  auto& n2 = start("n2", {"127.0.0.1:" + std::to_string(*port)});
+  ASSERT_TRUE(eventually([&] { return status(n2)["cluster"].value("refused_protocol", 0) >= 1; }))
+      << status(n2).dump();
+  EXPECT_EQ(old_hellos.load(), 0);  // it never got a hello it understood
+  EXPECT_EQ(alive_peers(n2), 0);
+  anon_send_exit(old_gate, caf::exit_reason::user_shutdown);
 }
 
 TEST_F(ClusterTest, WorkersRegisteredAtOneNodeAreRoutedToByEveryRouter) {
