@@ -269,6 +269,14 @@ TEST_F(ClusterTest, ANodeOfAnotherClusterProtocolIsRefusedAndBothSidesSaySo) {
       << status(n2).dump();
   EXPECT_EQ(old_hellos.load(), 0);  // it never got a hello it understood
   EXPECT_EQ(alive_peers(n2), 0);
+  // The operator's status says why the node is alone.
+  const auto shown = testing::run_command(
+      std::string(ELDR_BINARY_DIR) + "/tools/eldrctl/eldrctl --node " + n2.admin() + " status");
+  EXPECT_EQ(shown.exit_code, 0) << shown.output;
+  EXPECT_NE(shown.output.find("with nodes of another cluster protocol than this node's " +
+                              std::to_string(cluster_protocol_version) + ", refused"),
+            std::string::npos)
+      << shown.output;
   anon_send_exit(old_gate, caf::exit_reason::user_shutdown);
 }
 

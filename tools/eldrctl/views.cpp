@@ -24,6 +24,23 @@ std::string uptime_text(const json& v) {
   return o.str();
 }
 
+namespace {
+
+// Handshakes this node refused or was refused, when any were: a node refused for the secret or
+// for its cluster protocol stays apart, which the member table alone does not say.
+void print_cluster_refusals(std::ostream& out, const json& c) {
+  auto count = [&](const char* key) {
+    return c.contains(key) && c[key].is_number_unsigned() ? c[key].get<uint64_t>() : 0;
+  };
+  if (auto n = count("refused_protocol"))
+    out << "  " << n << " handshake(s) with nodes of another cluster protocol than this node's "
+        << count("protocol") << ", refused (docs/cluster.md, \"Upgrades\")\n";
+  if (auto n = count("refused"))
+    out << "  " << n << " join(s) refused: the cluster secret not proven, or a name in use\n";
+}
+
+}  // namespace
+
 void print_status_wide(std::ostream& out, const json& r) {
   if (!r.is_object()) {
     print_object(out, r, {});
@@ -67,6 +84,7 @@ void print_status_wide(std::ostream& out, const json& r) {
     print_table(out, r["cluster"]["members"],
                 {{"name", "NODE"}, {"address", "ADDRESS"}, {"roles", "ROLES"}, {"alive", "ALIVE"}},
                 2);
+    print_cluster_refusals(out, r["cluster"]);
   }
   if (r.contains("counters") && r["counters"].is_object() && !r["counters"].empty()) {
     out << "\ncounters\n";
@@ -211,6 +229,7 @@ void print_status(std::ostream& out, const json& r) {
     print_table(out, r["cluster"]["members"],
                 {{"name", "NODE"}, {"address", "ADDRESS"}, {"roles", "ROLES"}, {"alive", "ALIVE"}},
                 2, false);
+    print_cluster_refusals(out, r["cluster"]);
   }
   // Counters that moved; the ones still at 0 are counted, not listed.
   if (r.contains("counters") && r["counters"].is_object() && !r["counters"].empty()) {
