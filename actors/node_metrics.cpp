@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "actors/cluster/cluster_protocol.hpp"
 #include "cluster/zmq/zmq_frontend.hpp"
 #include "core/base/metrics.hpp"
 #include "core/base/version.hpp"
@@ -75,9 +76,12 @@ class node_metrics::impl {
 };
 
 node_metrics::node_metrics() : impl_(std::make_unique<impl>()) {
-  // The info-metric idiom: the value is always 1, the version is a label to join on.
-  must_register(impl_->registry.gauge("eldr_build_info", "eldr's build: its version, as a label.",
-                                      {{"version", std::string(version)}}))
+  // The info-metric idiom: the value is always 1, the version is a label to join on. The cluster
+  // protocol beside it: nodes of two protocols do not join (docs/cluster.md, "Upgrades").
+  must_register(impl_->registry.gauge(
+                    "eldr_build_info", "eldr's build: its version and cluster protocol, as labels.",
+                    {{"version", std::string(version)},
+                     {"cluster_protocol", std::to_string(cluster_protocol_version)}}))
       ->set(1);
 }
 node_metrics::~node_metrics() = default;

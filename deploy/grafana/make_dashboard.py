@@ -442,10 +442,12 @@ def build():
                "(eldr_cluster_term). It rises at every change of leader; epochs are numbered "
                "inside it.", f"max(eldr_cluster_term{{{INST}}})", "none", steps((None, "blue")),
                decimals=0), 6, 5)
-    L.add(stat("eldr versions", "eldr-node instances per version (eldr_build_info): more than "
-               "one value during a rolling upgrade.",
-               f"count by (version) (eldr_build_info{{{INST}}})", "none", steps((None, "blue")),
-               legend="{{version}}", decimals=0, graph=False), 6, 5)
+    L.add(stat("eldr versions", "eldr-node instances per version and cluster protocol "
+               "(eldr_build_info): more than one version during a rolling upgrade; nodes of two "
+               "cluster protocols do not join each other (docs/cluster.md, \"Upgrades\").",
+               f"count by (version, cluster_protocol) (eldr_build_info{{{INST}}})", "none",
+               steps((None, "blue")), legend="{{version}} (protocol {{cluster_protocol}})",
+               decimals=0, graph=False), 6, 5)
     L.add(state_timeline("Refit leader", "Which node leads refits over time "
                          "(eldr_cluster_is_leader): leader or follower, per instance.",
                          f"max by (instance) (eldr_cluster_is_leader{{{INST}}})", "{{instance}}",

@@ -199,8 +199,10 @@ TEST_F(ClusterTest, MetricsShowMembersLeaderAndTerm) {
               status(*nodes_[i])["cluster"]["refit"].value("self_leads", false) ? 1.0 : 0.0)
         << "n" << i + 1;
   const auto text = testing::run_command("curl -s --max-time 5 " + nodes_[0]->metrics()).output;
-  EXPECT_NE(text.find("eldr_build_info{version=\"" + std::string(version) + "\"} 1"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("eldr_build_info{cluster_protocol=\"" + std::to_string(cluster_protocol_version) +
+                "\",version=\"" + std::string(version) + "\"} 1"),
+      std::string::npos)
       << text;
 }
 

@@ -2,6 +2,7 @@
 // route-latency buckets, in Prometheus text; build and cluster gauges.
 #include "actors/node_metrics.hpp"
 
+#include "actors/cluster/cluster_protocol.hpp"
 #include "core/base/metrics.hpp"
 #include "core/base/version.hpp"
 
@@ -57,7 +58,9 @@ TEST(NodeMetrics, WorkerScrapesAreCountedByResultWithTheLastGoodValues) {
 TEST(NodeMetrics, BuildInfoFromTheStartAndClusterGaugesOnlyOnceSet) {
   node_metrics m;
   std::string text = "\n" + m.render();
-  EXPECT_TRUE(has_line(text, "eldr_build_info{version=\"" + std::string(version) + "\"} 1"))
+  EXPECT_TRUE(has_line(text, "eldr_build_info{cluster_protocol=\"" +
+                                 std::to_string(cluster_protocol_version) + "\",version=\"" +
+                                 std::string(version) + "\"} 1"))
       << text;
   EXPECT_EQ(text.find("eldr_cluster_"), std::string::npos) << text;
   m.cluster_members(3);
