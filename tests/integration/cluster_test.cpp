@@ -10,6 +10,7 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -257,10 +258,11 @@ TEST_F(ClusterTest, ANodeOfAnotherClusterProtocolIsRefusedAndBothSidesSaySo) {
   EXPECT_EQ(alive_peers(n1), 0);
 
   // An older build's gate answers only the hello without a protocol.
-  std::atomic<int> old_hellos{0};
-  auto old_gate = sys.spawn([&old_hellos](caf::event_based_actor*) -> caf::behavior {
-    return {[&old_hellos](hello_atom, const std::string&, const std::string&) {
-      ++old_hellos;
+  // (The count is shared with the actor, which may outlive this scope's locals until sys stops.)
+  auto old_hellos = std::make_shared<std::atomic<int>>(0);
+  auto old_gate = sys.spawn([old_hellos](caf::event_based_actor*) -> caf::behavior {
+    return {[old_hellos](hello_atom, const std::string&, const std::string&) {
+      ++*old_hellos;
       return join_challenge{"old-gate", "nonce", "proof"};
     }};
   });
@@ -269,7 +271,7 @@ TEST_F(ClusterTest, ANodeOfAnotherClusterProtocolIsRefusedAndBothSidesSaySo) {
   auto& n2 = start("n2", {"127.0.0.1:" + std::to_string(*port)});
   ASSERT_TRUE(eventually([&] { return status(n2)["cluster"].value("refused_protocol", 0) >= 1; }))
       << status(n2).dump();
-  EXPECT_EQ(old_hellos.load(), 0);  // it never got a hello it understood
+  EXPECT_EQ(old_hellos->load(), 0);  // it never got a hello it understood
   EXPECT_EQ(alive_peers(n2), 0);
   // The operator's status says why the node is alone.
   const auto shown = testing::run_command(
