@@ -7,9 +7,9 @@
 // does not.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <caf/all.hpp>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -95,7 +95,8 @@ TEST(ClusterProtocol, TheVersionChangesWithTheLayouts) {
   }
 }
 
-// What the fingerprint sees: one field more in a nested type changes it.
+// What the fingerprint sees: one field more in a type (here worker_row, also carried inside
+// pool_snapshot) changes it.
 TEST(ClusterProtocol, TheFingerprintSeesAFieldAdded) {
   auto layouts = registered_layouts();
   const auto before = fingerprint(layouts);
