@@ -126,89 +126,111 @@ void zmq_frontend::impl::reply_error_now(const reply_address& to, std::optional<
   queue(to, encode_error_reply(e));
 }
 
+namespace {
+
+// Reads up to a budget of messages from `s` and hands each to `take`; the socket stays hot when
+// the budget ends first, so that one busy socket cannot starve the others nor be left unread.
+template <typename Take>
+void drain(zmq::socket_t& s, polled& p, std::vector<zmq::message_t>& parts, Take&& take,
+           std::atomic<uint64_t>* bad_frames) {
+  for (int n = 0; n < 256; ++n) {
+    parts.clear();
+    std::optional<size_t> got;
+    try {
+      got = zmq::recv_multipart(s, std::back_inserter(parts), zmq::recv_flags::dontwait);
+    } catch (const zmq::error_t&) {
+      if (bad_frames) bad_frames->fetch_add(1);
+      break;  // hot below: whatever is behind the bad message is read next round
+    }
+    if (!got) return;
+    take(parts);
+  }
+  p.hot = true;
+}
+
+// Whether the loop must look at `p` this round: its descriptor fired, or it is hot.
+bool due(const polled& p, const pollfd& fd) {
+  return p.hot || (fd.revents != 0);
+}
+
+}  // namespace
+
 void zmq_frontend::impl::run() {
-  std::vector<zmq::pollitem_t> items;
+  std::vector<pollfd> fds;
+  std::vector<size_t> replaying;  // the subs whose replay DEALER is in fds, in order
   std::vector<zmq::message_t> parts;
-  std::vector<frontend_channel> item_channel;
-  std::vector<size_t> dealer_sub;  // the sub of each replay DEALER polled
   while (!stopping.load()) {
     apply_sub_commands();
     const long timeout_ms = expire_replays();
-    items.clear();
-    item_channel.clear();
-    for (size_t c = 0; c < frontend_channel_count; ++c) {
-      if (!routers[c]) continue;
-      items.push_back({routers[c]->handle(), 0, ZMQ_POLLIN, 0});
-      item_channel.push_back(static_cast<frontend_channel>(c));
-    }
-    const size_t zap_item = items.size();
-    if (zap) items.push_back({zap->handle(), 0, ZMQ_POLLIN, 0});
-    const size_t first_sub = items.size();
+    // One poll() over every socket's notification descriptor and the wake-up eventfd, in a fixed
+    // order: the channels' ROUTERs, the ZAP handler, each subscription's SUB, then each replay
+    // DEALER (zmq_frontend_impl.hpp, `polled`).
+    fds.clear();
+    bool any_hot = false;
+    auto add = [&](const polled& p) {
+      fds.push_back({p.fd, POLLIN, 0});
+      any_hot = any_hot || p.hot;
+    };
+    for (size_t c = 0; c < frontend_channel_count; ++c)
+      if (routers[c]) add(router_poll[c]);
+    if (zap) add(zap_poll);
     for (auto& s : subs)
-      items.push_back({s.sub->handle(), 0, ZMQ_POLLIN, 0});
-    const size_t first_dealer = items.size();
-    dealer_sub.clear();
-    for (size_t i = 0; i < subs.size(); ++i)
-      if (subs[i].dealer) {
-        items.push_back({subs[i].dealer->handle(), 0, ZMQ_POLLIN, 0});
-        dealer_sub.push_back(i);
+      add(s.sub_poll);
+    replaying.clear();
+    for (size_t k = 0; k < subs.size(); ++k)
+      if (subs[k].dealer) {
+        add(subs[k].dealer_poll);
+        replaying.push_back(k);
       }
-    items.push_back({nullptr, wake_fd, ZMQ_POLLIN, 0});
-    try {
-      // The earlier of the next backlog retry and the next replay deadline (-1: none).
-      auto wait = poll_timeout(steady_ns());
-      if (timeout_ms >= 0 && (wait.count() < 0 || wait.count() > timeout_ms))
-        wait = std::chrono::milliseconds(timeout_ms);
-      zmq::poll(items, wait);
-    } catch (const zmq::error_t& e) {
-      if (e.num() == EINTR) continue;
-      spdlog::error("frontend poll failed: {}", e.what());
+    fds.push_back({wake_fd, POLLIN, 0});
+    // The earlier of the next backlog retry and the next replay deadline (-1: none); no wait
+    // while a socket is hot.
+    auto wait = poll_timeout(steady_ns());
+    if (timeout_ms >= 0 && (wait.count() < 0 || wait.count() > timeout_ms))
+      wait = std::chrono::milliseconds(timeout_ms);
+    if (any_hot) wait = std::chrono::milliseconds(0);
+    if (::poll(fds.data(), fds.size(), static_cast<int>(wait.count())) < 0) {
+      if (errno == EINTR) continue;
+      spdlog::error("frontend poll failed: {}", std::strerror(errno));
       return;
     }
-    if (items.back().revents & ZMQ_POLLIN) send_queued();
+    if (fds.back().revents & POLLIN) send_queued();
     if (!backlog.empty()) flush_backlog(steady_ns());
-    if (zap && (items[zap_item].revents & ZMQ_POLLIN)) handle_zap();
-    // Drain each socket up to a budget so that one busy socket cannot starve the others.
-    for (size_t i = 0; i < zap_item; ++i) {
-      if (!(items[i].revents & ZMQ_POLLIN)) continue;
-      auto& s = *routers[static_cast<size_t>(item_channel[i])];
-      for (int n = 0; n < 256; ++n) {
-        parts.clear();
-        std::optional<size_t> got;
-        try {
-          got = zmq::recv_multipart(s, std::back_inserter(parts), zmq::recv_flags::dontwait);
-        } catch (const zmq::error_t&) {
-          counters.bad_frames.fetch_add(1);
-          break;
-        }
-        if (!got) break;
-        handle_router(item_channel[i], parts);
-      }
+    size_t i = 0;
+    for (size_t c = 0; c < frontend_channel_count; ++c) {
+      if (!routers[c]) continue;
+      auto& p = router_poll[c];
+      if (due(p, fds[i++]) && readable(*routers[c], p))
+        drain(
+            *routers[c], p, parts,
+            [&](std::vector<zmq::message_t>& m) {
+              handle_router(static_cast<frontend_channel>(c), m);
+            },
+            &counters.bad_frames);
     }
-    for (size_t i = first_sub; i < first_dealer; ++i) {
-      if (!(items[i].revents & ZMQ_POLLIN)) continue;
-      auto& s = subs[i - first_sub];
-      for (int n = 0; n < 256; ++n) {
-        parts.clear();
-        std::optional<size_t> got;
-        try {
-          got = zmq::recv_multipart(*s.sub, std::back_inserter(parts), zmq::recv_flags::dontwait);
-        } catch (const zmq::error_t&) {
-          break;
-        }
-        if (!got) break;
-        counters.publisher_messages.fetch_add(1);
-        publisher_frames f{s.id, {}};
-        f.frames.reserve(parts.size());
-        for (auto& p : parts) {
-          const auto b = bytes(p);
-          f.frames.emplace_back(b.begin(), b.end());
-        }
-        callbacks.on_publisher(std::move(f));
-      }
+    if (zap && due(zap_poll, fds[i++]) && readable(*zap, zap_poll)) handle_zap();
+    for (auto& s : subs) {
+      if (!due(s.sub_poll, fds[i++]) || !readable(*s.sub, s.sub_poll)) continue;
+      drain(
+          *s.sub, s.sub_poll, parts,
+          [&](std::vector<zmq::message_t>& m) {
+            counters.publisher_messages.fetch_add(1);
+            publisher_frames f{s.id, {}};
+            f.frames.reserve(m.size());
+            for (auto& part : m) {
+              const auto b = bytes(part);
+              f.frames.emplace_back(b.begin(), b.end());
+            }
+            callbacks.on_publisher(std::move(f));
+          },
+          nullptr);
     }
-    for (size_t i = first_dealer; i + 1 < items.size(); ++i)
-      if (items[i].revents & ZMQ_POLLIN) read_replay(subs[dealer_sub[i - first_dealer]], parts);
+    // `s.dealer` again: a replay may have ended since the poll (expired, or superseded).
+    for (const size_t k : replaying) {
+      auto& s = subs[k];
+      if (due(s.dealer_poll, fds[i++]) && s.dealer && readable(*s.dealer, s.dealer_poll))
+        read_replay(s, parts);
+    }
     // Replies queued by callbacks run on this thread (e.g. errors) go out in the same round.
     bool pending_out = false;
     {

@@ -50,6 +50,7 @@ void zmq_frontend::impl::send_queued() {
 send_outcome zmq_frontend::impl::try_send(const queued_reply& r) {
   auto& s = routers[static_cast<size_t>(r.to.channel)];
   if (!s) return send_outcome::gone;
+  router_poll[static_cast<size_t>(r.to.channel)].hot = true;  // a send may take a notification
   try {
     // With ROUTER_MANDATORY the routing-id frame is where ZeroMQ refuses; once it is taken, the
     // rest of the message is too (the high-water mark counts whole messages).

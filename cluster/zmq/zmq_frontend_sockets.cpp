@@ -36,6 +36,7 @@ status zmq_frontend::impl::configure_curve() {
     auto s = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::rep);
     s->set(zmq::sockopt::linger, 0);
     s->bind(zap_endpoint);
+    zap_poll = {notification_fd(*s), true};
     zap = std::move(s);
   } catch (const zmq::error_t& e) {
     return status::invalid_argument(
@@ -85,6 +86,7 @@ status zmq_frontend::impl::bind_all() {
       }
       s->bind(bind_form(opt.endpoints[c]));
       bound[c] = s->get(zmq::sockopt::last_endpoint);
+      router_poll[c] = {notification_fd(*s), true};
       routers[c] = std::move(s);
     }
   } catch (const zmq::error_t& e) {
@@ -110,6 +112,7 @@ status zmq_frontend::impl::bind_all() {
 // Answers the ZAP requests waiting on the handler socket. Every request gets exactly one reply
 // (a REP socket alternates): 200 for an allowed client key, 400 otherwise.
 void zmq_frontend::impl::handle_zap() {
+  zap_poll.hot = true;  // its answers are sends (zmq_frontend_impl.hpp, `polled`)
   std::vector<zmq::message_t> req;
   for (int n = 0; n < 256; ++n) {
     req.clear();

@@ -70,6 +70,7 @@ void zmq_frontend::impl::add_subscription(sub_command& c) {
     sub_socket s;
     s.id = c.id;
     s.sub = make_sub(req.endpoint);
+    s.sub_poll = {notification_fd(*s.sub), true};
     s.endpoint = std::move(req.endpoint);
     s.replay_endpoint = std::move(req.replay_endpoint);
     s.on_replay = std::move(req.on_replay);
@@ -115,6 +116,7 @@ void zmq_frontend::impl::start_replay(sub_socket& s, uint64_t token, uint64_t st
     bool sent =
         d->send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait).has_value();
     sent = sent && d->send(zmq::buffer(seq8, 8), zmq::send_flags::dontwait).has_value();
+    s.dealer_poll = {notification_fd(*d), true};
     s.dealer = std::move(d);
     s.deadline_ns = steady_ns() + int64_t{opt.replay_timeout_ms} * 1'000'000;
     if (!sent) end_replay(s, false);
@@ -127,6 +129,7 @@ void zmq_frontend::impl::start_replay(sub_socket& s, uint64_t token, uint64_t st
 // Reads what the replay DEALER of `s` has (both reply shapes: [empty, seq, payload] and
 // [empty, topic, seq, payload]), up to a budget.
 void zmq_frontend::impl::read_replay(sub_socket& s, std::vector<zmq::message_t>& parts) {
+  s.dealer_poll.hot = true;  // until the DEALER is drained below (its budget may end first)
   for (int n = 0; n < 256 && s.dealer; ++n) {
     parts.clear();
     std::optional<size_t> got;
@@ -135,7 +138,10 @@ void zmq_frontend::impl::read_replay(sub_socket& s, std::vector<zmq::message_t>&
     } catch (const zmq::error_t&) {
       return end_replay(s, false);
     }
-    if (!got) return;
+    if (!got) {
+      s.dealer_poll.hot = false;
+      return;
+    }
     std::optional<uint64_t> seq;
     if ((parts.size() == 3 || parts.size() == 4) && parts[0].size() == 0)
       seq = decode_sequence(bytes(parts[parts.size() - 2]));
