@@ -1,8 +1,9 @@
 // zmq_frontend at its edges, over real loopback sockets: messages of every frame shape a client can
 // send take and release pending slots exactly once (so no sequence of them leaves the node
 // answering `overloaded`), and replies to a peer that never reads are held up to the byte cap
-// across peers, then dropped and counted, while other clients are still answered. Waits poll an
-// observable counter with a deadline; nothing sleeps to synchronise.
+// across peers, then dropped and counted, while other clients are still answered; the poll loop
+// reads a burst larger than its read budget whole and keeps up with interleaved traffic. Waits
+// poll an observable counter with a deadline; nothing sleeps to synchronise.
 #include <gtest/gtest.h>
 
 #include <atomic>
