@@ -5,7 +5,7 @@ Prints every run's row of node_bench's table and, per build, the median and rang
 over the rounds (BENCHMARKS.md, "Issue 17's moves, side by side").
 
 usage: bench/node_ab.py --old OLD/eldr-node --new NEW/eldr-node --loadgen NEW/eldr-loadgen
-                        [--rounds 7] [--rate 5000] [--duration 10]
+                        [--rounds 7] [--rate 5000] [--duration 10] [--idle-publishers N]
 """
 import argparse
 import os
@@ -23,6 +23,8 @@ ap.add_argument("--loadgen", required=True, help="the eldr-loadgen both are driv
 ap.add_argument("--rounds", type=int, default=7)
 ap.add_argument("--rate", type=int, default=5000)
 ap.add_argument("--duration", type=float, default=10)
+ap.add_argument("--idle-publishers", type=int, default=0,
+                help="idle KV-event publishers each node follows (node_bench.py)")
 args = ap.parse_args()
 if args.rounds < 1:
     ap.error("--rounds must be >= 1")
@@ -33,7 +35,8 @@ for i in range(args.rounds):
     for name in ("old", "new"):
         out = subprocess.run([sys.executable, os.path.join(here, "node_bench.py"), "--node-bin",
                               getattr(args, name), "--loadgen-bin", args.loadgen, "--rates",
-                              str(args.rate), "--duration", str(args.duration), "--no-swap"],
+                              str(args.rate), "--duration", str(args.duration), "--no-swap",
+                              "--idle-publishers", str(args.idle_publishers)],
                              capture_output=True, text=True)
         if out.returncode != 0:
             sys.exit("node_bench.py failed for %s: %s" % (name, out.stderr[-2000:]))
