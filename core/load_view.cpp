@@ -104,6 +104,7 @@ load_view::slot& load_view::restart(uint32_t worker, bool registered) {
   s.has_seq = false;
   s.seq = 0;
   s.generation = next_generation_++;
+  s.estimated = 0;
   load_[worker] = 0;
   dirty_ = true;
   return s;
@@ -200,6 +201,7 @@ status load_view::on_report(uint32_t worker, uint32_t in_flight, uint64_t seq, i
   }
   s.has_seq = true;
   s.seq = seq;
+  s.estimated = 0;
   load_[worker] = in_flight;
   ++counters_.reports;
   return {};
@@ -226,17 +228,32 @@ status load_view::on_scrape(uint32_t worker, uint32_t in_flight, int64_t issued_
     if (it->worker == worker && it->generation == s.generation) ++since;
   load_[worker] =
       static_cast<uint32_t>(std::min<uint64_t>(since, std::numeric_limits<uint32_t>::max()));
+  s.estimated = 0;
   return {};
 }
 
-status load_view::on_shared(uint32_t worker, uint32_t in_flight, bool alive, int64_t now_ms) {
+status load_view::on_shared(uint32_t worker, uint32_t in_flight, bool alive, int64_t now_ms,
+                            uint32_t estimated) {
   if (worker >= k()) return bad_worker(worker, k());
   slot& s = slots_[worker];
   if (!s.registered) return unregistered(worker);
   if (alive) s.last_report_ms = now_ms;
   load_[worker] = in_flight;
+  s.estimated = std::min(estimated, in_flight);
   dirty_ = true;
   ++counters_.shared;
+  return {};
+}
+
+status load_view::add_estimate(uint32_t worker, uint32_t n) {
+  if (worker >= k()) return bad_worker(worker, k());
+  slot& s = slots_[worker];
+  if (!s.registered) return unregistered(worker);
+  const uint32_t added = std::min(n, std::numeric_limits<uint32_t>::max() - load_[worker]);
+  load_[worker] += added;
+  s.estimated += added;
+  dirty_ = true;
+  counters_.estimated += n;
   return {};
 }
 
@@ -261,6 +278,7 @@ void load_view::release(route_list::iterator it) {
   if (w < k() && slots_[w].registered && slots_[w].generation == it->generation) {
     // A report may already have set the load below the router's count; never wrap.
     if (load_[w] > 0) --load_[w];
+    slots_[w].estimated = std::min(slots_[w].estimated, load_[w]);
     ++slots_[w].finished;
     dirty_ = true;
   }
@@ -282,7 +300,7 @@ worker_state load_view::state(uint32_t worker, int64_t now_ms) const {
   if (!s.registered) return worker_state::unregistered;
   if (!live(s, now_ms)) return worker_state::dead;
   if (s.draining) return worker_state::draining;
-  if (s.capacity != 0 && load_[worker] >= s.capacity) return worker_state::full;
+  if (s.capacity != 0 && load_[worker] - s.estimated >= s.capacity) return worker_state::full;
   return worker_state::active;
 }
 

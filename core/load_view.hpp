@@ -78,6 +78,7 @@ struct load_view_counters {
   uint64_t scrapes_stale = 0;     // scrapes issued before the worker's latest registration: ignored
   uint64_t scrapes_failed = 0;    // failed scrapes noted (on_scrape_failed)
   uint64_t shared = 0;            // loads applied from a load authority's vector (on_shared)
+  uint64_t estimated = 0;         // requests added as peers' estimated decisions (add_estimate)
   uint64_t tracked_evicted = 0;   // tracked ids forgotten because max_tracked was reached
   uint64_t tracked_expired = 0;   // tracked ids forgotten because older than tracked_ttl_ms
 };
@@ -184,7 +185,21 @@ class load_view {
   // decisions since included: load := in_flight. A heartbeat when the authority hears the worker
   // (alive), else liveness is left to time out. Seq is untouched. Counted in shared. Errors as
   // on_report.
-  status on_shared(uint32_t worker, uint32_t in_flight, bool alive, int64_t now_ms);
+  // `estimated` of in_flight are peers' decisions the router estimated (load_overlay's peer
+  // estimate), not counted.
+  status on_shared(uint32_t worker, uint32_t in_flight, bool alive, int64_t now_ms,
+                   uint32_t estimated = 0);
+  // n requests the router estimates its peers sent the worker since the last shared load
+  // (core/membership/load_exchange.hpp, peer_estimate): load += n (saturating), no id tracked,
+  // no heartbeat; the next shared load, report or scrape replaces it with a count. An estimate
+  // steers the choice among workers but never makes a worker full: the capacity is checked
+  // against the load without it, so a guess cannot refuse a request. Counted in estimated.
+  // Errors as on_report.
+  status add_estimate(uint32_t worker, uint32_t n);
+  // The part of load()[worker] that is estimated (0 for an index out of range).
+  uint32_t estimated(uint32_t worker) const {
+    return worker < slots_.size() ? slots_[worker].estimated : 0;
+  }
   // A scrape of the worker failed (unreachable, timeout, bad body): counted only. Liveness is not
   // touched, so a worker whose scrapes keep failing goes dead report_timeout_ms after its last
   // heartbeat, as a silent reporting worker does. Errors: worker >= k() (invalid_argument).
@@ -243,6 +258,9 @@ class load_view {
     // Changes at every (un)registration and when the slot is (re)created, so a finished event
     // decrements only the instance the request was routed to.
     uint64_t generation = 0;
+    // The part of the load that is peers' estimated decisions (add_estimate, on_shared's
+    // `estimated`): counted for the choice, not against the capacity.
+    uint32_t estimated = 0;
   };
   struct tracked_route {
     std::string id;

@@ -185,10 +185,10 @@ bool apply_vector(router_state& st, model_state& m, const load_vector& v) {
   // Only this vector's workers: a vector costs its authority's workers, not the whole pool (with
   // A authorities, composing every worker per vector was O(A x W) per interval). A worker whose
   // better claim is another node's keeps that node's load.
-  for (const auto& e : m.overlay.compose_vector(v.authority, m.ledger)) {
+  for (const auto& e : m.overlay.compose_vector(v.authority, m.ledger, st.estimate_routers())) {
     const auto* c = m.claims.claim(e.worker);
     if (e.worker < m.pool.k() && c != nullptr && c->node == v.authority)
-      (void)m.pool.on_shared(e.worker, e.in_flight, e.alive, now);
+      (void)m.pool.on_shared(e.worker, e.in_flight, e.alive, now, e.estimated);
   }
   publish_readiness(st, m);
   return outcome == load_overlay::vector_outcome::restarted ||

@@ -269,6 +269,14 @@ struct router_state {
       if (m->cfg->name == name) return m.get();
     return nullptr;
   }
+  // The routers the peer estimate assumes share the traffic (core/membership/load_exchange.hpp,
+  // peer_estimate): the live peer routers (routers_by_name: the membership's other members)
+  // and this one, with load authorities and cluster.peer_estimate on; else 1 (no estimate).
+  uint32_t estimate_routers() const {
+    if (!authority_mode || !ctx->config.cluster.peer_estimate) return 1;
+    const bool self_listed = routers_by_name.count(ctx->config.name) != 0;
+    return static_cast<uint32_t>(routers_by_name.size() + (self_listed ? 0 : 1));
+  }
 };
 
 }  // namespace eldr::router

@@ -198,8 +198,11 @@ nlohmann::json explain_json(const model_state& m, const explained& e) {
 
 nlohmann::json router_json(const router_state& s) {
   nlohmann::json models = nlohmann::json::array();
-  for (const auto& m : s.models)
+  uint64_t peer_estimated = 0;  // requests counted for peers (load_view::add_estimate), all models
+  for (const auto& m : s.models) {
     models.push_back(model_json(s, *m));
+    peer_estimated += m->pool.counters().estimated;
+  }
   return nlohmann::json{{"models", models},
                         {"unknown_model", s.unknown_model},
                         {"retried_routes", s.retried},
@@ -216,6 +219,8 @@ nlohmann::json router_json(const router_state& s) {
                         {"peer_routers", s.peers.size()},
                         {"peer_decisions", s.peer_decisions},
                         {"load_sharing", s.authority_mode ? "authority" : "decisions"},
+                        {"load_peer_estimate_routers", s.estimate_routers()},
+                        {"load_peer_estimated", peer_estimated},
                         {"load_deltas_sent", s.deltas_sent},
                         {"load_deltas_applied", s.deltas_applied},
                         {"load_vectors_sent", s.vectors_sent},

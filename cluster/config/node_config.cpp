@@ -364,13 +364,13 @@ status read_document(const toml::table& root, node_config& c) {
   });
 
   read_section("cluster", [&](const table_reader& r) {
-    e(r.check_known({"listen",         "advertise",           "seeds",
-                     "secret_file",    "heartbeat_ms",        "connection_timeout_ms",
-                     "reconnect_ms",   "replication",         "vnodes",
-                     "load_sync_ms",   "load_sharing",        "decision_ttl_ms",
-                     "max_decisions",  "shard_sum_cache_mib", "seen_blocks_mib",
-                     "store_batch_ms", "handoff_grace_ms",    "tls_certificate",
-                     "tls_key",        "tls_ca_file"}));
+    e(r.check_known({"listen",          "advertise",      "seeds",
+                     "secret_file",     "heartbeat_ms",   "connection_timeout_ms",
+                     "reconnect_ms",    "replication",    "vnodes",
+                     "load_sync_ms",    "load_sharing",   "peer_estimate",
+                     "decision_ttl_ms", "max_decisions",  "shard_sum_cache_mib",
+                     "seen_blocks_mib", "store_batch_ms", "handoff_grace_ms",
+                     "tls_certificate", "tls_key",        "tls_ca_file"}));
     cluster_config& k = c.cluster;
     e(r.read("listen", k.listen));
     e(r.read("advertise", k.advertise));
@@ -383,6 +383,7 @@ status read_document(const toml::table& root, node_config& c) {
     e(r.read("vnodes", k.vnodes));
     e(r.read("load_sync_ms", k.load_sync_ms));
     e(r.read("load_sharing", k.load_sharing));
+    e(r.read("peer_estimate", k.peer_estimate));
     e(r.read("decision_ttl_ms", k.decision_ttl_ms));
     e(r.read("max_decisions", k.max_decisions));
     e(r.read("shard_sum_cache_mib", k.shard_sum_cache_mib));

@@ -276,7 +276,8 @@ uint64_t load_overlay::included(const std::string& authority) const {
 }
 
 template <class F>
-void load_overlay::compose_one(const authority_view& a, std::span<const uint64_t> totals, F&& f) {
+void load_overlay::compose_one(const authority_view& a, std::span<const uint64_t> totals,
+                               uint32_t routers, F&& f) {
   if (a.vector.authority.empty()) return;
   // This router's totals as the authority has applied them: the newest total the included
   // deltas carried per worker. When it includes none yet, an authority that anchors (the worker
@@ -300,22 +301,24 @@ void load_overlay::compose_one(const authority_view& a, std::span<const uint64_t
                                        std::pair<uint32_t, uint64_t>{e.worker, 0});
       if (at != first->end() && at->first == e.worker) then = at->second;
     }
-    const uint64_t extra = now_total > then ? now_total - then : 0;
-    f(e.worker,
-      static_cast<uint32_t>(
-          std::min<uint64_t>(uint64_t{e.in_flight} + extra, std::numeric_limits<uint32_t>::max())),
-      e.alive);
+    const uint64_t own = now_total > then ? now_total - then : 0;
+    const uint64_t peers = peer_estimate(own, routers);
+    constexpr uint64_t most = std::numeric_limits<uint32_t>::max();
+    const uint64_t in_flight = std::min(uint64_t{e.in_flight} + own + peers, most);
+    f(e.worker, static_cast<uint32_t>(in_flight), e.alive,
+      static_cast<uint32_t>(std::min(peers, in_flight)));
   }
 }
 
 void load_overlay::compose(const decision_ledger& ledger, std::span<uint32_t> out,
-                           std::span<uint8_t> covered) const {
+                           std::span<uint8_t> covered, uint32_t routers) const {
   for (const auto& [name, a] : authorities_)
-    compose_one(a, ledger.totals(), [&](uint32_t w, uint32_t in_flight, bool alive) {
-      if (w >= out.size() || w >= covered.size()) return;
-      out[w] = in_flight;
-      covered[w] = alive ? 1 : 2;
-    });
+    compose_one(a, ledger.totals(), routers,
+                [&](uint32_t w, uint32_t in_flight, bool alive, uint32_t /*estimated*/) {
+                  if (w >= out.size() || w >= covered.size()) return;
+                  out[w] = in_flight;
+                  covered[w] = alive ? 1 : 2;
+                });
 }
 
 std::optional<load_vector_entry> load_overlay::entry(const std::string& authority,
@@ -328,14 +331,16 @@ std::optional<load_vector_entry> load_overlay::entry(const std::string& authorit
 }
 
 std::vector<composed_load> load_overlay::compose_vector(const std::string& authority,
-                                                        const decision_ledger& ledger) const {
+                                                        const decision_ledger& ledger,
+                                                        uint32_t routers) const {
   std::vector<composed_load> out;
   const auto it = authorities_.find(authority);
   if (it == authorities_.end()) return out;
   out.reserve(it->second.vector.workers.size());
-  compose_one(it->second, ledger.totals(), [&](uint32_t w, uint32_t in_flight, bool alive) {
-    out.push_back({w, in_flight, alive});
-  });
+  compose_one(it->second, ledger.totals(), routers,
+              [&](uint32_t w, uint32_t in_flight, bool alive, uint32_t estimated) {
+                out.push_back({w, in_flight, alive, estimated});
+              });
   return out;
 }
 

@@ -265,11 +265,25 @@ void delta_outbox::resend_all(const decision_ledger& ledger, AuthorityOf&& autho
       if (const std::string* a = std::invoke(authority_of, w)) streams_[*a].pending[w] = 0;
 }
 
+// The decisions of its peers that a router's view of a worker lacks, estimated from its own: the
+// view lacks every router's decisions since the shared load last included them, and with
+// `routers` routers sharing the traffic evenly each of the others made about as many as this one
+// in that time -- to the same workers, since they decided on the same views. Without it, R routers
+// each add only their own decisions to a worker that looks light and send it up to R times what
+// one router would before the next vector corrects them (herding; docs/cluster.md, "Peer
+// estimate"). `own`: this router's decisions the shared load does not include yet. The router
+// (load_overlay::compose*, actors/router/route_decision.cpp) and the simulator (core/sim) both
+// call this.
+inline uint64_t peer_estimate(uint64_t own, uint32_t routers) {
+  return routers > 1 ? own * (routers - 1) : 0;
+}
+
 // One worker's load as a vector and the router's own decisions make it (load_overlay).
 struct composed_load {
   uint32_t worker = 0;
   uint32_t in_flight = 0;
   bool alive = false;
+  uint32_t estimated = 0;  // of in_flight, peers' decisions estimated (peer_estimate)
 };
 
 // A router's view of the load: the newest vector of each authority, plus its own decisions the
@@ -299,15 +313,17 @@ class load_overlay {
   // This router's newest delta seq the authority's newest vector includes (0: none, or unknown).
   uint64_t included(const std::string& authority) const;
   // The load of every worker the vectors cover, with this router's decisions since the included
-  // delta added from `ledger`. Indexed by worker: out[w] is set and covered[w] is 1 (alive) or 2
-  // (not alive) for every covered worker inside both spans; the others are left as they are (the
-  // owner's own view applies).
-  void compose(const decision_ledger& ledger, std::span<uint32_t> out,
-               std::span<uint8_t> covered) const;
+  // delta added from `ledger`, and with routers > 1 its peers' estimated from them
+  // (peer_estimate). Indexed by worker: out[w] is set and covered[w] is 1 (alive) or 2 (not alive)
+  // for every covered worker inside both spans; the others are left as they are (the owner's own
+  // view applies).
+  void compose(const decision_ledger& ledger, std::span<uint32_t> out, std::span<uint8_t> covered,
+               uint32_t routers = 1) const;
   // The same for the workers of one authority's vector only (what changes when that vector
   // arrives), one entry per worker of the vector, in its order; empty for an unknown authority.
   std::vector<composed_load> compose_vector(const std::string& authority,
-                                            const decision_ledger& ledger) const;
+                                            const decision_ledger& ledger,
+                                            uint32_t routers = 1) const;
   // The newest vector's entry for `worker` from `authority`, when it has one.
   std::optional<load_vector_entry> entry(const std::string& authority, uint32_t worker) const;
   // Drops an authority's vector and sends (it left the cluster; its workers' new authorities
@@ -330,9 +346,10 @@ class load_overlay {
     std::vector<uint64_t> retired;
   };
   static constexpr size_t retired_kept = 4;
-  // Calls f(worker, in_flight, alive) for every worker of a's vector.
+  // Calls f(worker, in_flight, alive, estimated) for every worker of a's vector.
   template <class F>
-  static void compose_one(const authority_view& a, std::span<const uint64_t> totals, F&& f);
+  static void compose_one(const authority_view& a, std::span<const uint64_t> totals,
+                          uint32_t routers, F&& f);
   std::map<std::string, authority_view> authorities_;
 };
 

@@ -12,6 +12,7 @@
 #include "core/base/parallel.hpp"
 #include "core/base/random.hpp"
 #include "core/expert_counts.hpp"
+#include "core/membership/load_exchange.hpp"
 
 namespace eldr {
 namespace {
@@ -183,6 +184,10 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
   std::vector<uint32_t> view(D, 0);
   std::vector<std::vector<uint32_t>> shared(R, std::vector<uint32_t>(D, 0));
   std::vector<std::vector<uint32_t>> own_since_sync(R, std::vector<uint32_t>(D, 0));
+  // Per router, its decisions the shared vector does not carry yet (the lag intervals' and those
+  // since the last instant): what the peer estimate scales (sim_config::peer_estimate).
+  std::vector<std::vector<uint32_t>> own_unshared(R, std::vector<uint32_t>(D, 0));
+  const uint32_t estimate_routers = c.peer_estimate ? c.routers : 1;
   // The last load_sync_lag intervals' decisions per router, oldest first (ring[h * R + r]).
   std::vector<std::vector<uint32_t>> ring(R * c.load_sync_lag, std::vector<uint32_t>(D, 0));
   std::size_t ring_head = 0;  // the oldest interval's slot
@@ -225,7 +230,9 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
         route_input in;
         if (stale) {
           for (uint32_t k = 0; k < D; ++k)
-            view[k] = shared[router][k] + own_since_sync[router][k];
+            view[k] =
+                shared[router][k] + own_since_sync[router][k] +
+                static_cast<uint32_t>(peer_estimate(own_unshared[router][k], estimate_routers));
           in.load = view;
         } else {
           in.load = load;
@@ -273,7 +280,10 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
         rs[i].worker = d->worker;
         ++load[d->worker];
         ++decisions[d->worker];
-        if (stale) ++own_since_sync[router][d->worker];
+        if (stale) {
+          ++own_since_sync[router][d->worker];
+          ++own_unshared[router][d->worker];
+        }
         if (sample) (void)sample->add(sig);  // as the router does: a refused row is not sampled
         push(ev.t + c.kv_transfer_ms / 1000.0, event_kind::decode_arrival, i);
         break;
@@ -326,6 +336,7 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
               mine += ring[h * R + r][k];
             shared[r][k] =
                 static_cast<uint32_t>((load[k] > missing ? load[k] - missing : 0) + mine);
+            own_unshared[r][k] = static_cast<uint32_t>(mine);
           }
           std::fill(own_since_sync[r].begin(), own_since_sync[r].end(), 0u);
         }

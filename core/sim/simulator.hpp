@@ -67,6 +67,10 @@ struct sim_config {
   // decisions that the vector does not carry; a worker whose load minus the missing decisions
   // would be negative counts 0.
   uint32_t load_sync_lag = 0;
+  // Each router also counts its peers' decisions the vector does not carry yet as (routers - 1)
+  // times its own (core/membership/load_exchange.hpp, peer_estimate), as the node does with
+  // cluster.peer_estimate (its default). false: own decisions only.
+  bool peer_estimate = true;
 
   // ok, or invalid_argument naming the first bad field.
   status validate() const;

@@ -287,8 +287,9 @@ TEST_F(EldrSim, OneRouterReproducesTheOneRouterSimulatorOnTheRealTrace) {
   EXPECT_NE(first_columns(csv, 16, {"rr"}), first_columns(one_router_before, 16, {"rr"}));
 }
 
-// Four routers that share the load every 50 ms herd on JSQ where one router does not: the
-// in-flight imbalance column grows, and summary.md says how the routers were run.
+// Four routers that share the load every 50 ms and count only their own decisions herd on JSQ
+// where one router does not: the in-flight imbalance column grows. With the peer estimate (the
+// default, as in the node) they herd less. summary.md says how the routers were run.
 TEST_F(EldrSim, StaleRoutersShowInTheImbalanceColumns) {
   ELDR_REQUIRE_SHARED_DATA(path, "esft-deepseek-v2-lite.eldrtrace");
   auto inflight = [&](const std::string& cluster, const fs::path& out) {
@@ -309,10 +310,20 @@ TEST_F(EldrSim, StaleRoutersShowInTheImbalanceColumns) {
     return cells.size() == 20u ? std::stod(cells[16]) : 0.0;
   };
   const double one = inflight("--routers 1", dir_ / "one");
+  const double own =
+      inflight("--routers 4 --load-sync-ms 50 --no-peer-estimate", dir_ / "four-own");
   const double four = inflight("--routers 4 --load-sync-ms 50", dir_ / "four");
-  EXPECT_GT(four, one * 1.05) << one << " " << four;
+  EXPECT_GT(own, one * 1.05) << one << " " << own;
+  EXPECT_LT(four, own) << one << " " << own << " " << four;
+  EXPECT_EQ(read_all(dir_ / "four-own" / "summary.md")
+                .rfind("4 routers, the load shared every 50.000 ms of simulated time, no peer "
+                       "estimate.",
+                       0),
+            0u);
   EXPECT_EQ(read_all(dir_ / "four" / "summary.md")
-                .rfind("4 routers, the load shared every 50.000 ms of simulated time.", 0),
+                .rfind("4 routers, the load shared every 50.000 ms of simulated time, peers' "
+                       "decisions estimated.",
+                       0),
             0u);
 }
 

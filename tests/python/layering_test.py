@@ -7,7 +7,8 @@ Layers (each may include itself and those listed for it):
   core (the method)         core/base
   core/membership           core/base
   core/formats              core/base, core
-  core/sim                  core/base, core, core/formats
+  core/sim                  core/base, core, core/formats, core/membership (the routers' load
+                            exchange it models: peer_estimate)
   storage                   core/base, core, core/formats, core/membership
   cluster                   the above and cluster (the edge)
   actors                    the above and actors
@@ -30,7 +31,7 @@ ALLOWED = {
     'core': {'core/base', 'core'},
     'core/membership': {'core/base', 'core/membership'},
     'core/formats': {'core/base', 'core', 'core/formats'},
-    'core/sim': {'core/base', 'core', 'core/formats', 'core/sim'},
+    'core/sim': {'core/base', 'core', 'core/formats', 'core/membership', 'core/sim'},
     'storage': CORE_NODE | {'storage'},
     'cluster': CORE_NODE | {'storage', 'cluster'},
     'actors': CORE_NODE | {'storage', 'cluster', 'actors'},

@@ -518,6 +518,51 @@ TEST(LoadOverlay, OwnDecisionsAtOncePeersWithinOneInterval) {
   EXPECT_EQ(load[1], 2u);
 }
 
+// The peer estimate (peer_estimate): with R routers, each of this router's decisions the vector
+// lacks counts R times -- its own and (R - 1) for its peers' in that time -- and once a vector
+// includes them, the vector's own count replaces the estimate.
+TEST(LoadOverlay, ThePeerEstimateCountsUnincludedDecisionsRTimesUntilAVectorIncludesThem) {
+  EXPECT_EQ(peer_estimate(5, 1), 0u);
+  EXPECT_EQ(peer_estimate(5, 0), 0u);
+  EXPECT_EQ(peer_estimate(5, 4), 15u);
+  EXPECT_EQ(peer_estimate(0, 4), 0u);
+  load_authority auth("a", 0);
+  auth.add_worker(0, 0);
+  auth.add_worker(1, 0);
+  decision_ledger mine(2), peer(2);
+  load_overlay view;
+  uint64_t my_seq = 0;
+  auto send_mine = [&] {
+    const auto d = delta("me", ++my_seq, mine);
+    view.sent("a", my_seq, d.totals);
+    auth.on_delta(d);
+  };
+  send_mine();
+  ASSERT_EQ(view.on_vector(auth.publish(0), "me", 1), applied);
+  (void)mine.on_route(0);
+  (void)mine.on_route(0);
+  (void)peer.on_route(1);  // the peer's real decision: not in the vector either
+  std::vector<uint32_t> load(2, 99);
+  std::vector<uint8_t> covered(2, 0);
+  view.compose(mine, load, covered, 3);
+  EXPECT_EQ(load, (std::vector<uint32_t>{6, 0}));  // 2 own + 2 x 2 estimated
+  view.compose(mine, load, covered, 1);
+  EXPECT_EQ(load, (std::vector<uint32_t>{2, 0}));  // one router: own decisions only
+  const auto one = view.compose_vector("a", mine, 3);
+  ASSERT_EQ(one.size(), 2u);
+  EXPECT_EQ(one[0].in_flight, 6u);
+  EXPECT_EQ(one[0].estimated, 4u);
+  EXPECT_EQ(one[1].in_flight, 0u);
+  EXPECT_EQ(one[1].estimated, 0u);
+  EXPECT_EQ(view.compose_vector("a", mine, 1)[0].estimated, 0u);
+  // The vector that includes both routers' deltas: real counts, no estimate left.
+  send_mine();
+  auth.on_delta(delta("peer", 1, peer));
+  ASSERT_EQ(view.on_vector(auth.publish(0), "me", 1), applied);
+  view.compose(mine, load, covered, 3);
+  EXPECT_EQ(load, (std::vector<uint32_t>{2, 1}));
+}
+
 // A router's first delta crosses a vector on the way (the authority composed it before the delta
 // arrived): until a vector includes a delta of this router, its decisions count in its view for
 // a worker that has not reported (the authority counts them from 0, and the vector in hand has

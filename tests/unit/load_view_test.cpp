@@ -517,6 +517,63 @@ TEST(LoadView, SharedLoadSetsTheLoadAndIsAHeartbeatOnlyWhenAlive) {
   EXPECT_FALSE(v.on_shared(2, 0, true, 150).ok());
 }
 
+// Peers' estimated decisions (cluster.peer_estimate): added to the load without an id or a
+// heartbeat, counted, saturating, and replaced by the next shared load.
+TEST(LoadView, AnEstimateAddsLoadUntilTheNextSharedLoadReplacesIt) {
+  load_view_options o;
+  o.report_timeout_ms = 100;
+  load_view v = registered_pool(2, o);
+  ASSERT_TRUE(v.on_shared(0, 4, true, 10).ok());
+  ASSERT_TRUE(v.on_route("a", 0, 20).ok());
+  ASSERT_TRUE(v.add_estimate(0, 2).ok());
+  EXPECT_EQ(v.load()[0], 7u);
+  EXPECT_EQ(v.counters().estimated, 2u);
+  EXPECT_EQ(v.counters().routed, 1u);
+  // Not a heartbeat: the worker last heard at 10 is dead at 150 whatever was estimated since.
+  ASSERT_TRUE(v.add_estimate(0, 1).ok());
+  EXPECT_EQ(v.state(0, 150), worker_state::dead);
+  // The finished event of the tracked request takes one off; the estimate is not an id.
+  EXPECT_TRUE(v.on_finished("a", 160));
+  EXPECT_EQ(v.load()[0], 7u);
+  ASSERT_TRUE(v.on_shared(0, 5, true, 170).ok());
+  EXPECT_EQ(v.load()[0], 5u);
+  ASSERT_TRUE(v.add_estimate(1, std::numeric_limits<uint32_t>::max()).ok());
+  ASSERT_TRUE(v.add_estimate(1, 9).ok());
+  EXPECT_EQ(v.load()[1], std::numeric_limits<uint32_t>::max());
+  EXPECT_FALSE(v.add_estimate(2, 1).ok());
+  ASSERT_TRUE(v.unregister_worker(1).ok());
+  EXPECT_FALSE(v.add_estimate(1, 1).ok());
+}
+
+// An estimate never fills a worker: the capacity is checked against the load without it, so a
+// guess about the peers steers the choice but cannot refuse a request.
+TEST(LoadView, AnEstimateCountsForTheChoiceButNotAgainstTheCapacity) {
+  load_view v = load_view::make(1).value();
+  ASSERT_TRUE(v.register_worker(0, "w0", 8, 0).ok());
+  ASSERT_TRUE(v.on_shared(0, 7, true, 1).ok());
+  ASSERT_TRUE(v.add_estimate(0, 2).ok());
+  EXPECT_EQ(v.load()[0], 9u);
+  EXPECT_EQ(v.estimated(0), 2u);
+  EXPECT_EQ(v.state(0, 1), worker_state::active);
+  EXPECT_EQ(v.eligible_count(1), 1u);
+  ASSERT_TRUE(v.on_route("a", 0, 2).ok());  // a real request: 8 counted
+  EXPECT_EQ(v.state(0, 2), worker_state::full);
+  EXPECT_EQ(v.eligible_count(2), 0u);
+  // A shared load composed with an estimate (load_overlay): the same rule.
+  ASSERT_TRUE(v.on_shared(0, 10, true, 3, 3).ok());
+  EXPECT_EQ(v.estimated(0), 3u);
+  EXPECT_EQ(v.state(0, 3), worker_state::active);
+  // A report is a count: the estimate is gone.
+  ASSERT_TRUE(v.on_report(0, 8, 1, 4).ok());
+  EXPECT_EQ(v.estimated(0), 0u);
+  EXPECT_EQ(v.state(0, 4), worker_state::full);
+  // A finished request never leaves more estimated than load.
+  ASSERT_TRUE(v.on_shared(0, 2, true, 5, 2).ok());
+  EXPECT_TRUE(v.on_finished("a", 6));
+  EXPECT_EQ(v.load()[0], 1u);
+  EXPECT_EQ(v.estimated(0), 1u);
+}
+
 TEST(LoadView, ScrapeOfAnEarlierInstanceIsIgnored) {
   load_view v = registered_pool(1);
   ASSERT_TRUE(v.register_worker(0, "w0", 0, 50).ok());  // restarted at 50

@@ -349,6 +349,39 @@ TEST(RouteDecision, ARecalledDecisionIsTheAnswerAndIsRememberedAndCountedOnce) {
   }
 }
 
+// With load authorities and two live peer routers (cluster.peer_estimate, the default), a decision
+// counts three on its worker: its own, in the ledger too, and two for its peers' decisions until
+// the next vector; with the estimate off, or one router, or shared decisions, only its own.
+TEST(RouteDecision, WithLoadAuthoritiesADecisionCountsItsPeersEstimate) {
+  struct mode {
+    bool authority;
+    size_t peers;  // other routers in the membership (routers_by_name)
+    bool estimate;
+    uint32_t counted;
+  };
+  for (const mode c : {mode{true, 2, true, 3}, mode{true, 2, false, 1}, mode{true, 0, true, 1},
+                       mode{false, 2, true, 1}}) {
+    SCOPED_TRACE(std::to_string(c.authority) + " " + std::to_string(c.peers) + " " +
+                 std::to_string(c.estimate));
+    router_fixture f;
+    f.register_all();
+    f.st.authority_mode = c.authority;
+    f.ctx->config.name = "self";
+    f.ctx->config.cluster.peer_estimate = c.estimate;
+    for (size_t r = 0; r < c.peers; ++r)
+      f.st.routers_by_name["n" + std::to_string(r)] = caf::actor();
+    EXPECT_NE(decide(f.st, f.model(), f.job("a"), nullptr, 0), decided::sign_again);
+    const uint32_t w = f.sink.last_reply().worker;
+    EXPECT_EQ(f.model().pool.load()[w], c.counted);
+    EXPECT_EQ(f.model().pool.counters().estimated, c.counted - 1u);
+    EXPECT_EQ(f.model().ledger.total(w), c.authority ? 1u : 0u);
+    EXPECT_EQ(f.st.estimate_routers(), c.counted);
+    // Listed among the routers itself, this router is not counted twice.
+    f.st.routers_by_name["self"] = caf::actor();
+    EXPECT_EQ(f.st.estimate_routers(), c.counted);
+  }
+}
+
 TEST(RouteDecision, WithPeersTheFirstDecisionArmsOneFlush) {
   router_fixture f;
   f.register_all();

@@ -545,6 +545,7 @@ sim_config timed_config(uint32_t workers, uint32_t routers, double sync_ms) {
   c.cost = {10.0, 0.0, 0.0, 0.0};  // 10 ms per step
   c.routers = routers;
   c.load_sync_ms = sync_ms;
+  c.peer_estimate = false;  // the views themselves; the estimate has its own test below
   return c;
 }
 
@@ -614,10 +615,11 @@ TEST(Simulator, ALaggingVectorShowsPeersDecisionsOneIntervalLater) {
 TEST(Simulator, StaleViewsMakeJsqHerdMeasurably) {
   const workload w = small_workload(small_params(), 240, 400.0);
   policy_factory f = factory_for(w);
-  auto run = [&](uint32_t routers, double sync_ms) {
+  auto run = [&](uint32_t routers, double sync_ms, bool estimate = false) {
     sim_config c = small_config();
     c.routers = routers;
     c.load_sync_ms = sync_ms;
+    c.peer_estimate = estimate;
     sim_policy p = f.build("jsq").value();
     return simulate(w, c, p).value();
   };
@@ -630,6 +632,17 @@ TEST(Simulator, StaleViewsMakeJsqHerdMeasurably) {
   EXPECT_LE(herd.load_syncs, static_cast<uint64_t>(herd.makespan_s * 1000.0 / 50.0) + 2);
   const sim_metrics again = run(4, 50.0);
   expect_same_run(herd, again, "jsq x4, 50 ms");
+
+  // With the peer estimate (the node's default) the same stale views herd less: each router
+  // counts its unshared decisions four times, as if its peers had made the same ones.
+  const sim_metrics estimated = run(4, 50.0, true);
+  EXPECT_LT(estimated.inflight_imbalance - one.inflight_imbalance,
+            (herd.inflight_imbalance - one.inflight_imbalance) / 2)
+      << "one " << one.inflight_imbalance << ", herd " << herd.inflight_imbalance << ", estimated "
+      << estimated.inflight_imbalance;
+  EXPECT_LT(estimated.decision_cv, herd.decision_cv);
+  // One router has no peers to estimate: the flag changes nothing.
+  expect_same_run(run(1, 50.0, true), run(1, 50.0, false), "jsq x1, estimate on and off");
 }
 
 TEST(PolicyFactory, RejectsBadNamesAndAcceptsAblations) {

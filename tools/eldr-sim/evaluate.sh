@@ -10,7 +10,9 @@
 # in OUT_DIR/adaptive.md and OUT_DIR/sensitivity.md. routers (not in the default list): 1, 2 and 4
 # routers with stale load views on the ESFT trace (issue 14's herding goal); routers-summary
 # writes OUT_DIR/routers.md; routers-cluster runs the cluster benchmark's herding traffic in the
-# model (OUT_DIR/routers-cluster.md), routers-cluster-lag with the decisions one interval late.
+# model (OUT_DIR/routers-cluster.md), routers-cluster-lag with the decisions one interval late
+# (all three with each router counting its own decisions only); routers-estimate compares that
+# with the peer estimate at 1,000 req/s (OUT_DIR/routers-estimate.md).
 # Default: all. Each writes OUT_DIR/<table>/summary.{csv,md}, fit.json and PNG plots (gnuplot).
 set -eu
 build=${1:-build-release}
@@ -198,7 +200,9 @@ for t in $tables; do
       # Issue 14's herding goal: 1, 2 and 4 routers at the same total rate, each seeing its peers'
       # decisions and the finishes only every load_sync_ms (sim_config::routers); a light and a
       # heavy rate, 16 decode workers, 3 seeds (arrival draws). One router is exact at any
-      # interval, so it runs once per seed.
+      # interval, so it runs once per seed. Each router counts its own decisions only
+      # (--no-peer-estimate), as the node did before cluster.peer_estimate: the staleness alone;
+      # routers-estimate measures the estimate.
       for seed in 1 2 3; do
         "$sim" --trace "$esft" --requests 7200 --rate 50,200 --policies jsq,eldr,eldr-adaptive \
           --seed $seed --quiet --routers 1 --out "$out/routers-s$seed-r1"
@@ -206,7 +210,7 @@ for t in $tables; do
           for ms in 1 2 5 10 20 50 100; do
             "$sim" --trace "$esft" --requests 7200 --rate 50,200 \
               --policies jsq,eldr,eldr-adaptive --seed $seed --quiet --routers $r \
-              --load-sync-ms $ms --out "$out/routers-s$seed-r$r-$ms"
+              --load-sync-ms $ms --no-peer-estimate --out "$out/routers-s$seed-r$r-$ms"
           done
         done
       done ;;
@@ -224,10 +228,44 @@ for t in $tables; do
           "$sim" --synthetic qwen-task --requests 5000 --rate 500 --decode-workers 8 \
             --policies jsq,eldr --output-tokens 16 --max-batch 256 --prompt-max 512 \
             --prefill-base-ms 0 --prefill-per-token-ms 0 --seed 1 --quiet \
-            --routers $r --load-sync-ms $ms --out "$d"
+            --routers $r --load-sync-ms $ms --no-peer-estimate --out "$d"
         done
       done
       routers_summary routers-cluster "500.00" "jsq eldr" "5 10 20 50" 1 ;;
+    routers-estimate)
+      # The peer estimate (cluster.peer_estimate; docs/cluster.md, "Peer estimate"): the cluster
+      # benchmark's herding traffic at 1,000 req/s, the load shared every 5 ms and the decisions
+      # 1, 4 and 16 intervals late, 1, 2 and 4 routers, each counting its own decisions only or
+      # its peers' estimated too. Writes OUT_DIR/routers-estimate.md: each figure and its ratio
+      # to one router's.
+      md="$out/routers-estimate.md"
+      {
+        echo "| lag | estimate | policy | routers | TPOT p50 ms (x1) | TPOT p99 ms (x1) | in-flight max/mean (x1) | decisions CV (x1) | distinct experts/layer |"
+        echo "|---|---|---|---|---|---|---|---|---|"
+      } > "$md"
+      for lag in 1 4 16; do
+        for est in own estimate; do
+          flag=--peer-estimate; [ $est = own ] && flag=--no-peer-estimate
+          for r in 1 2 4; do
+            d="$out/routers-estimate-l$lag-$est-r$r"
+            "$sim" --synthetic qwen-task --requests 10000 --rate 1000 --decode-workers 8 \
+              --policies jsq,eldr,eldr-adaptive --output-tokens 16 --max-batch 256 \
+              --prompt-max 512 --prefill-base-ms 0 --prefill-per-token-ms 0 --seed 1 --quiet \
+              --routers $r --load-sync-ms 5 --load-sync-lag $lag $flag --out "$d"
+          done
+          # summary.csv columns: 1 policy, 2 tpot_p50, 3 tpot_p99, 5 distinct experts,
+          # 17 inflight_imbalance, 18 decision_cv.
+          for r in 1 2 4; do
+            awk -F, -v lag=$lag -v est=$est -v r=$r '
+              NR == FNR { if (FNR > 1) { p50[$1] = $2; p99[$1] = $3; inf[$1] = $17; cv[$1] = $18 }; next }
+              FNR > 1 { printf "| %s | %s | %s | %s | %.2f (%.3f) | %.2f (%.3f) | %.3f (%.3f) | %.4f (%.3f) | %.1f |\n",
+                        lag, est, $1, r, $2, $2 / p50[$1], $3, $3 / p99[$1], $17, $17 / inf[$1],
+                        $18, $18 / cv[$1], $5 }' \
+              "$out/routers-estimate-l$lag-$est-r1/summary.csv" \
+              "$out/routers-estimate-l$lag-$est-r$r/summary.csv" >> "$md"
+          done
+        done
+      done ;;
     routers-cluster-lag)
       # The same with the routers' decisions one interval late in the shared vector
       # (--load-sync-lag 1): OUT_DIR/routers-cluster-lag.md.
@@ -238,7 +276,7 @@ for t in $tables; do
           "$sim" --synthetic qwen-task --requests 5000 --rate 500 --decode-workers 8 \
             --policies jsq,eldr --output-tokens 16 --max-batch 256 --prompt-max 512 \
             --prefill-base-ms 0 --prefill-per-token-ms 0 --seed 1 --quiet \
-            --routers $r --load-sync-ms $ms --load-sync-lag 1 --out "$d"
+            --routers $r --load-sync-ms $ms --load-sync-lag 1 --no-peer-estimate --out "$d"
         done
       done
       routers_summary routers-cluster-lag "500.00" "jsq eldr" "5 10" 1 ;;

@@ -455,6 +455,9 @@ int main(int argc, char** argv) {
                       "instant only, as when routers' totals reach the authority after it "
                       "published); a router always counts its own at once",
                       CLI::Range(0u, 16u));
+  app.add_flag("--peer-estimate,!--no-peer-estimate", o.sim.peer_estimate,
+               "with R > 1: each router counts its peers' decisions the shared load lacks as "
+               "(R - 1) times its own, as the node does with cluster.peer_estimate (default on)");
   eldr::add_defaulted(app, "--refit-sample-size", o.refit.sample_size,
                       "eldr-online: reservoir of routed signatures refits fit on "
                       "(models.sample_size)",
@@ -660,7 +663,8 @@ int main(int argc, char** argv) {
          (o.sim.load_sync_lag > 0
               ? ", the decisions " + std::to_string(o.sim.load_sync_lag) + " interval(s) late"
               : std::string()) +
-         ".\n\n" + md;
+         (o.sim.peer_estimate ? ", peers' decisions estimated" : ", no peer estimate") + ".\n\n" +
+         md;
   const std::filesystem::path dir(o.out);
   write_text(dir / "summary.csv", csv);
   write_text(dir / "summary.md", md);
