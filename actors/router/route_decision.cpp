@@ -135,7 +135,7 @@ decided decide(router_state& st, model_state& m, const route_job& job, const sig
     // its peers' decisions meanwhile estimated from it until the next vector includes them.
     m.ledger.resize(m.pool.k());
     (void)m.ledger.on_route(d->worker);
-    if (const uint64_t peers = peer_estimate(1, st.estimate_routers()); peers > 0)
+    if (const uint64_t peers = peer_estimate(1, st.estimate_routers(m, now)); peers > 0)
       (void)m.pool.add_estimate(d->worker, static_cast<uint32_t>(peers));
   } else if (!st.peers.empty()) {
     st.outbox[m.index].push_back(shared_decision{req.id, d->worker, reply.epoch});

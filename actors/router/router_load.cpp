@@ -149,7 +149,8 @@ void on_snapshot_claim(router_state& st, model_state& m, uint32_t worker,
 // A vector (this node's own or a peer's): the loads it covers, with this router's decisions since
 // the delta it includes, go into the load view.
 bool apply_vector(router_state& st, model_state& m, const load_vector& v) {
-  const auto outcome = m.overlay.on_vector(v, st.ctx->config.name, st.incarnation);
+  const auto outcome =
+      m.overlay.on_vector(v, st.ctx->config.name, st.incarnation, &m.activity, st.ctx->now_ms());
   if (outcome == load_overlay::vector_outcome::stale) return false;
   ++st.vectors_applied;
   if (outcome == load_overlay::vector_outcome::restarted) {
@@ -166,6 +167,7 @@ bool apply_vector(router_state& st, model_state& m, const load_vector& v) {
   m.outbox.acknowledged(v.authority, m.overlay.included(v.authority));
   const int64_t now = st.ctx->now_ms();
   const uint64_t claims_version = m.claims.nodes_version();
+  const uint32_t routers = st.estimate_routers(m, now);
   for (const auto& e : v.workers) {
     if (e.worker >= m.pool.k()) continue;
     using verdict = authority_map::verdict;
@@ -185,7 +187,7 @@ bool apply_vector(router_state& st, model_state& m, const load_vector& v) {
   // Only this vector's workers: a vector costs its authority's workers, not the whole pool (with
   // A authorities, composing every worker per vector was O(A x W) per interval). A worker whose
   // better claim is another node's keeps that node's load.
-  for (const auto& e : m.overlay.compose_vector(v.authority, m.ledger, st.estimate_routers())) {
+  for (const auto& e : m.overlay.compose_vector(v.authority, m.ledger, routers)) {
     const auto* c = m.claims.claim(e.worker);
     if (e.worker < m.pool.k() && c != nullptr && c->node == v.authority)
       (void)m.pool.on_shared(e.worker, e.in_flight, e.alive, now, e.estimated);

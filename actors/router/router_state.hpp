@@ -37,6 +37,7 @@
 #include "core/membership/hash_ring.hpp"
 #include "core/membership/leadership.hpp"
 #include "core/membership/load_exchange.hpp"
+#include "core/membership/router_activity.hpp"
 #include "core/refit.hpp"
 #include "core/route_fallback.hpp"
 #include "core/routing.hpp"
@@ -128,6 +129,8 @@ struct model_state {
   // were last all sent for; this node's last published vector and when.
   decision_ledger ledger;
   load_overlay overlay;
+  // The routers the vectors show deciding for this model lately: the peer estimate's R.
+  router_activity activity{peer_activity_window_ms};
   std::optional<load_authority> authority;
   std::optional<bounded_lru<std::string, bool>> finished_seen;
   authority_map claims;
@@ -269,13 +272,13 @@ struct router_state {
       if (m->cfg->name == name) return m.get();
     return nullptr;
   }
-  // The routers the peer estimate assumes share the traffic (core/membership/load_exchange.hpp,
-  // peer_estimate): the live peer routers (routers_by_name: the membership's other members)
-  // and this one, with load authorities and cluster.peer_estimate on; else 1 (no estimate).
-  uint32_t estimate_routers() const {
+  // The routers the peer estimate assumes share a model's traffic at now_ms
+  // (core/membership/load_exchange.hpp, peer_estimate): this one and those the vectors show
+  // deciding for the model within peer_activity_window_ms (core/membership/router_activity.hpp),
+  // with load authorities and cluster.peer_estimate on; else 1 (no estimate).
+  uint32_t estimate_routers(const model_state& m, int64_t now_ms) const {
     if (!authority_mode || !ctx->config.cluster.peer_estimate) return 1;
-    const bool self_listed = routers_by_name.count(ctx->config.name) != 0;
-    return static_cast<uint32_t>(routers_by_name.size() + (self_listed ? 0 : 1));
+    return m.activity.active(ctx->config.name, now_ms);
   }
 };
 

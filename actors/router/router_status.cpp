@@ -81,6 +81,9 @@ nlohmann::json model_json(const router_state& st, const model_state& m) {
           {"reports_stale", c.reports_stale},
           {"reports_seq_reset", c.seq_resets},
           {"tracked_requests", m.pool.tracked()},
+          // The routers this model's peer estimate counts now (router_activity), this one
+          // included.
+          {"peer_estimate_routers", st.estimate_routers(m, now)},
           // Cluster: the shards' sums this router kept (shard_sum_cache.hpp).
           {"shard_sums",
            {{"entries", m.shard_sums.entries()},
@@ -125,6 +128,9 @@ nlohmann::json workers_json(const router_state& st, const model_state& m) {
                     {"state", std::string(to_string(w.state))},
                     {"draining", w.draining},
                     {"load", w.load},
+                    // Of `load`, peers' decisions estimated until the next vector (docs/cluster.md,
+                    // "Peer estimate"): a guess, not a count.
+                    {"load_estimated", m.pool.estimated(w.index)},
                     {"capacity", w.capacity},
                     {"last_report_ms_ago", w.last_report_age_ms},
                     {"routed", w.routed},
@@ -199,9 +205,12 @@ nlohmann::json explain_json(const model_state& m, const explained& e) {
 nlohmann::json router_json(const router_state& s) {
   nlohmann::json models = nlohmann::json::array();
   uint64_t peer_estimated = 0;  // requests counted for peers (load_view::add_estimate), all models
+  uint32_t estimate_routers = 1;  // the most routers any model's peer estimate counts now
+  const int64_t now = s.ctx->now_ms();
   for (const auto& m : s.models) {
     models.push_back(model_json(s, *m));
     peer_estimated += m->pool.counters().estimated;
+    estimate_routers = std::max(estimate_routers, s.estimate_routers(*m, now));
   }
   return nlohmann::json{{"models", models},
                         {"unknown_model", s.unknown_model},
@@ -219,7 +228,7 @@ nlohmann::json router_json(const router_state& s) {
                         {"peer_routers", s.peers.size()},
                         {"peer_decisions", s.peer_decisions},
                         {"load_sharing", s.authority_mode ? "authority" : "decisions"},
-                        {"load_peer_estimate_routers", s.estimate_routers()},
+                        {"load_peer_estimate_routers", estimate_routers},
                         {"load_peer_estimated", peer_estimated},
                         {"load_deltas_sent", s.deltas_sent},
                         {"load_deltas_applied", s.deltas_applied},

@@ -1,5 +1,6 @@
 // load_exchange: see load_exchange.hpp.
 #include "core/membership/load_exchange.hpp"
+#include "core/membership/router_activity.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -232,7 +233,8 @@ void load_overlay::sent(const std::string& authority, uint64_t seq,
 }
 
 load_overlay::vector_outcome load_overlay::on_vector(const load_vector& v, const std::string& self,
-                                                     uint64_t incarnation) {
+                                                     uint64_t incarnation,
+                                                     router_activity* activity, int64_t now_ms) {
   auto& a = authorities_[v.authority];
   const bool known = !a.vector.authority.empty();
   const bool restarted = known && a.vector.incarnation != v.incarnation;
@@ -255,6 +257,9 @@ load_overlay::vector_outcome load_overlay::on_vector(const load_vector& v, const
   } else if (known && a.vector.seq >= v.seq) {
     return vector_outcome::stale;
   }
+  // Only two vectors of one process compare: a new one has applied nobody's deltas yet.
+  if (activity != nullptr)
+    activity->on_vector(known && !restarted ? &a.vector.included : nullptr, v.included, now_ms);
   a.vector = v;
   auto inc = v.included.find(self);
   // Another incarnation's seq (this router restarted since) says nothing of this one's deltas.

@@ -286,6 +286,8 @@ struct composed_load {
   uint32_t estimated = 0;  // of in_flight, peers' decisions estimated (peer_estimate)
 };
 
+class router_activity;
+
 // A router's view of the load: the newest vector of each authority, plus its own decisions the
 // vectors do not include yet.
 //
@@ -308,8 +310,10 @@ class load_overlay {
     restarted,
   };
   // An authority's vector. `self` and `incarnation` name this router: the vector includes its
-  // deltas only as that incarnation's.
-  vector_outcome on_vector(const load_vector& v, const std::string& self, uint64_t incarnation);
+  // deltas only as that incarnation's. With `activity`, a vector not stale also tells it which
+  // routers decided since the authority's last vector (router_activity::on_vector), at now_ms.
+  vector_outcome on_vector(const load_vector& v, const std::string& self, uint64_t incarnation,
+                           router_activity* activity = nullptr, int64_t now_ms = 0);
   // This router's newest delta seq the authority's newest vector includes (0: none, or unknown).
   uint64_t included(const std::string& authority) const;
   // The load of every worker the vectors cover, with this router's decisions since the included

@@ -13,6 +13,7 @@
 #include "core/base/random.hpp"
 #include "core/expert_counts.hpp"
 #include "core/membership/load_exchange.hpp"
+#include "core/membership/router_activity.hpp"
 
 namespace eldr {
 namespace {
@@ -47,6 +48,8 @@ status sim_config::validate() const {
   if (!(load_sync_ms >= 0.0 && std::isfinite(load_sync_ms)))
     return bad("load_sync_ms must be finite and >= 0");
   if (load_sync_lag > 16) return bad("load_sync_lag must be in 0..16");
+  if (routers_with_traffic > routers) return bad("routers_with_traffic must be in 0..routers");
+  if (peer_estimate_routers > 4096) return bad("peer_estimate_routers must be in 0..4096");
   return cost.validate();
 }
 
@@ -187,11 +190,19 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
   // Per router, its decisions the shared vector does not carry yet (the lag intervals' and those
   // since the last instant): what the peer estimate scales (sim_config::peer_estimate).
   std::vector<std::vector<uint32_t>> own_unshared(R, std::vector<uint32_t>(D, 0));
-  const uint32_t estimate_routers = c.peer_estimate ? c.routers : 1;
+  // Per router, the routers its peer estimate counts (sim_config::peer_estimate), as the node
+  // counts them: from the decisions each sharing instant's vector shows (router_activity).
+  const uint32_t fixed_routers = c.peer_estimate ? c.peer_estimate_routers : 0;
+  std::vector<uint32_t> estimate_routers(R, fixed_routers > 0 ? fixed_routers : 1);
+  router_activity activity(peer_activity_window_ms);
+  std::vector<std::string> router_names(R);
+  for (std::size_t r = 0; r < R; ++r)
+    router_names[r] = "r" + std::to_string(r);
   // The last load_sync_lag intervals' decisions per router, oldest first (ring[h * R + r]).
   std::vector<std::vector<uint32_t>> ring(R * c.load_sync_lag, std::vector<uint32_t>(D, 0));
   std::size_t ring_head = 0;  // the oldest interval's slot
-  uint64_t routed = 0;        // decisions so far: the next goes to router routed mod R
+  uint64_t routed = 0;        // decisions so far: the next goes to router routed mod `deciding`
+  const uint32_t deciding = c.routers_with_traffic > 0 ? c.routers_with_traffic : c.routers;
   std::optional<signature_builder> builder;
   if (p.signatures != signature_source::none) builder.emplace(p.spec);
   signature sig;
@@ -226,13 +237,13 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
       case event_kind::route: {
         const uint32_t i = ev.id;
         const sim_request& r = w.requests[i];
-        const uint32_t router = static_cast<uint32_t>(routed++ % c.routers);
+        const uint32_t router = static_cast<uint32_t>(routed++ % deciding);
         route_input in;
         if (stale) {
           for (uint32_t k = 0; k < D; ++k)
-            view[k] =
-                shared[router][k] + own_since_sync[router][k] +
-                static_cast<uint32_t>(peer_estimate(own_unshared[router][k], estimate_routers));
+            view[k] = shared[router][k] + own_since_sync[router][k] +
+                      static_cast<uint32_t>(
+                          peer_estimate(own_unshared[router][k], estimate_routers[router]));
           in.load = view;
         } else {
           in.load = load;
@@ -323,7 +334,16 @@ result<sim_metrics> simulate(const workload& w, const sim_config& c, sim_policy&
             std::swap(ring[ring_head * R + r], own_since_sync[r]);
           ring_head = (ring_head + 1) % c.load_sync_lag;
         }
+        const auto now_ms = static_cast<int64_t>(std::llround(ev.t * 1000.0));
         for (std::size_t r = 0; r < R; ++r) {
+          // own_since_sync[r] now holds the decisions this instant's vector takes in.
+          if (std::any_of(own_since_sync[r].begin(), own_since_sync[r].end(),
+                          [](uint32_t n) { return n > 0; }))
+            activity.on_decided(router_names[r], now_ms);
+        }
+        for (std::size_t r = 0; r < R; ++r) {
+          if (c.peer_estimate && fixed_routers == 0)
+            estimate_routers[r] = activity.active(router_names[r], now_ms);
           // The vector lacks every router's decisions of the last lag intervals; router r adds
           // back its own.
           for (uint32_t k = 0; k < D; ++k) {

@@ -67,10 +67,19 @@ struct sim_config {
   // decisions that the vector does not carry; a worker whose load minus the missing decisions
   // would be negative counts 0.
   uint32_t load_sync_lag = 0;
-  // Each router also counts its peers' decisions the vector does not carry yet as (routers - 1)
-  // times its own (core/membership/load_exchange.hpp, peer_estimate), as the node does with
-  // cluster.peer_estimate (its default). false: own decisions only.
+  // Each router also counts its peers' decisions the vector does not carry yet as (R' - 1) times
+  // its own (core/membership/load_exchange.hpp, peer_estimate), as the node does with
+  // cluster.peer_estimate (its default). R' is the routers the vectors showed deciding within
+  // peer_activity_window_ms, itself included (core/membership/router_activity.hpp): a router
+  // whose decisions entered a vector at a sharing instant counts from then on. false: own
+  // decisions only.
   bool peer_estimate = true;
+  // An ablation of R': 0 = as above (the node's rule); N = N always, whoever decides (the node's
+  // rule before router_activity: the membership's routers), 1..4096.
+  uint32_t peer_estimate_routers = 0;
+  // Routers that get requests, 1..routers: the k-th decision goes to router k mod this; the
+  // others only listen (a standby router, clients that prefer some nodes). 0 = all routers.
+  uint32_t routers_with_traffic = 0;
 
   // ok, or invalid_argument naming the first bad field.
   status validate() const;

@@ -346,10 +346,10 @@ TEST_F(ClusterTest, ARetryAtAnotherRouterGetsTheSameDecisionAndCountsOnce) {
 // n1, where the workers talk, is their authority; n2 and n3 send it their decision totals and
 // route by its vectors. Requests carry no counts, so the decisions are by load alone.
 TEST_F(ClusterTest, WithLoadAuthoritiesRoutersSeeEachOthersLoadWithoutSharingDecisions) {
-  // The exchange's exact counts, without the peer estimate: with it, n3 -- the only router
-  // routing below -- would count two peers' share of its own decisions until the next vector,
-  // and which worker its third request goes to would depend on whether a vector came between
-  // (it failed so once in three runs). The estimate is checked in the next test.
+  // The exchange's exact counts, without the peer estimate: with it, n3 would count n2 -- which
+  // routes just before it -- as a peer deciding meanwhile while n2's deltas are recent, and which
+  // worker n3's third request goes to would depend on how long ago that was and whether a vector
+  // came between. The estimate is checked in ClusterTest.APeerThatRoutesCountsInThePeerEstimate.
   cluster_extra_ = "load_sharing = \"authority\"\npeer_estimate = false\n";
   start_three();
   register_workers(*nodes_[0]);
@@ -429,8 +429,9 @@ TEST_F(ClusterTest, ALoadAuthorityRestartedBeforeItsPeersNoticeGetsEveryTotalAga
   ASSERT_EQ(routed_to.size(), 4u);
   ASSERT_TRUE(eventually([&] { return loads(n2) == one_each; }))
       << ::testing::PrintToString(loads(n2));
-  // The peer estimate (on by default) counts both live routers, this one included.
-  EXPECT_EQ(status(n1)["cluster"]["router"].value("load_peer_estimate_routers", uint32_t{0}), 2u);
+  // The peer estimate (on by default) counts the routers the vectors show deciding: n2 is a live
+  // router but routes nothing, so n1 counts itself alone (core/membership/router_activity.hpp).
+  EXPECT_EQ(status(n1)["cluster"]["router"].value("load_peer_estimate_routers", uint32_t{0}), 1u);
   auto restarts = [&] {
     return status(n1)["cluster"]["router"].value("load_authority_restarts", uint64_t{0});
   };
@@ -460,6 +461,43 @@ TEST_F(ClusterTest, ALoadAuthorityRestartedBeforeItsPeersNoticeGetsEveryTotalAga
       << "the new authority did not get n1's totals again: "
       << ::testing::PrintToString(loads(again)) << status(again)["cluster"]["router"];
   EXPECT_EQ(loads(n1), one_each);
+}
+
+// The peer estimate's R is the routers deciding, as the load vectors show them
+// (core/membership/router_activity.hpp): a router that routes counts at its peers, one that only
+// listens does not (ALoadAuthorityRestartedBeforeItsPeersNoticeGetsEveryTotalAgain checks that).
+// Each check routes at both nodes again, so the peers' deltas are recent whenever it looks.
+TEST_F(ClusterTest, APeerThatRoutesCountsInThePeerEstimate) {
+  cluster_extra_ = "load_sharing = \"authority\"\n";
+  auto& n1 = start("n1", {});
+  auto& n2 = start("n2", {n1.cluster()});
+  ASSERT_TRUE(eventually([&] { return alive_peers(n1) == 1 && alive_peers(n2) == 1; }));
+  register_workers(n1);
+  ASSERT_TRUE(eventually([&] { return loads(n2) == std::vector<uint32_t>(4, 0); }));
+  auto c1 = route_client::connect(n1.route());
+  auto c2 = route_client::connect(n2.route());
+  ASSERT_TRUE(c1.ok() && c2.ok());
+  int sent = 0;
+  auto both_route = [&] {
+    for (auto* c : {&*c1, &*c2}) {
+      auto r = (*c)->route(request("r" + std::to_string(sent++)));
+      EXPECT_TRUE(r.ok() && std::holds_alternative<route_reply>(*r));
+    }
+  };
+  auto estimate = [&](node_process& n) {
+    return status(n)["cluster"]["router"].value("load_peer_estimate_routers", uint32_t{0});
+  };
+  EXPECT_TRUE(eventually([&] {
+    both_route();
+    return estimate(n1) == 2 && estimate(n2) == 2;
+  })) << status(n1)["cluster"]["router"]
+      << status(n2)["cluster"]["router"];
+  // And a decision made while it counts n1 adds n1's estimated share (the decisions above may all
+  // have come before n2 saw n1 deciding).
+  EXPECT_TRUE(eventually([&] {
+    both_route();
+    return status(n2)["cluster"]["router"].value("load_peer_estimated", uint64_t{0}) > 0;
+  })) << status(n2)["cluster"]["router"];
 }
 
 // With load authorities, the node that decode workers registered at is the only one that scrapes

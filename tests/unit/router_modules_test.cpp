@@ -20,6 +20,7 @@
 
 #include "actors/router/model_policy.hpp"
 #include "actors/router/route_decision.hpp"
+#include "actors/router/router_actor_internal.hpp"
 #include "actors/router/router_files.hpp"
 #include "actors/router/router_status.hpp"
 #include "actors/router/seen_blocks.hpp"
@@ -352,34 +353,73 @@ TEST(RouteDecision, ARecalledDecisionIsTheAnswerAndIsRememberedAndCountedOnce) {
 // With load authorities and two live peer routers (cluster.peer_estimate, the default), a decision
 // counts three on its worker: its own, in the ledger too, and two for its peers' decisions until
 // the next vector; with the estimate off, or one router, or shared decisions, only its own.
+// A vector of authority "a" (seq `seq`) that includes the given routers' deltas.
+load_vector vector_including(uint64_t seq, std::map<std::string, included_delta> included) {
+  load_vector v;
+  v.authority = "a";
+  v.incarnation = 7;
+  v.seq = seq;
+  v.included = std::move(included);
+  return v;
+}
+
 TEST(RouteDecision, WithLoadAuthoritiesADecisionCountsItsPeersEstimate) {
   struct mode {
     bool authority;
-    size_t peers;  // other routers in the membership (routers_by_name)
+    size_t deciding;  // peer routers whose deltas the vectors show advancing
     bool estimate;
     uint32_t counted;
   };
   for (const mode c : {mode{true, 2, true, 3}, mode{true, 2, false, 1}, mode{true, 0, true, 1},
                        mode{false, 2, true, 1}}) {
-    SCOPED_TRACE(std::to_string(c.authority) + " " + std::to_string(c.peers) + " " +
+    SCOPED_TRACE(std::to_string(c.authority) + " " + std::to_string(c.deciding) + " " +
                  std::to_string(c.estimate));
     router_fixture f;
     f.register_all();
     f.st.authority_mode = c.authority;
     f.ctx->config.name = "self";
     f.ctx->config.cluster.peer_estimate = c.estimate;
-    for (size_t r = 0; r < c.peers; ++r)
-      f.st.routers_by_name["n" + std::to_string(r)] = caf::actor();
+    // Three peers are members; `deciding` of them route (their deltas advance between the two
+    // vectors), the others and this router's own entry stay where they were.
+    std::map<std::string, included_delta> first, second;
+    for (size_t r = 0; r < 3; ++r) {
+      const std::string name = "n" + std::to_string(r);
+      f.st.routers_by_name[name] = caf::actor();
+      first[name] = {1, 5};
+      second[name] = {1, r < c.deciding ? 6u : 5u};
+    }
+    first["self"] = second["self"] = {1, 3};
+    (void)apply_vector(f.st, f.model(), vector_including(1, first));
+    (void)apply_vector(f.st, f.model(), vector_including(2, second));
     EXPECT_NE(decide(f.st, f.model(), f.job("a"), nullptr, 0), decided::sign_again);
     const uint32_t w = f.sink.last_reply().worker;
     EXPECT_EQ(f.model().pool.load()[w], c.counted);
     EXPECT_EQ(f.model().pool.counters().estimated, c.counted - 1u);
     EXPECT_EQ(f.model().ledger.total(w), c.authority ? 1u : 0u);
-    EXPECT_EQ(f.st.estimate_routers(), c.counted);
-    // Listed among the routers itself, this router is not counted twice.
-    f.st.routers_by_name["self"] = caf::actor();
-    EXPECT_EQ(f.st.estimate_routers(), c.counted);
+    EXPECT_EQ(f.st.estimate_routers(f.model(), f.now), c.counted);
+    // Once no vector has shown them deciding for a window, the peers count no more.
+    f.now += peer_activity_window_ms;
+    EXPECT_EQ(f.st.estimate_routers(f.model(), f.now), 1u);
   }
+}
+
+TEST(RouteDecision, ARestartedAuthoritysFirstVectorShowsNobodyDeciding) {
+  router_fixture f;
+  f.register_all();
+  f.st.authority_mode = true;
+  f.ctx->config.name = "self";
+  (void)apply_vector(f.st, f.model(), vector_including(5, {{"n0", {1, 9}}}));
+  // A new process of the authority (another incarnation) numbers from 1 and has applied only
+  // what was sent to it: its seqs do not compare with the old one's.
+  load_vector again = vector_including(1, {{"n0", {1, 1}}});
+  again.incarnation = 8;
+  (void)apply_vector(f.st, f.model(), again);
+  EXPECT_EQ(f.st.estimate_routers(f.model(), f.now), 1u);
+  // Its next vector compares with its first.
+  load_vector next = vector_including(2, {{"n0", {1, 2}}});
+  next.incarnation = 8;
+  (void)apply_vector(f.st, f.model(), next);
+  EXPECT_EQ(f.st.estimate_routers(f.model(), f.now), 2u);
 }
 
 TEST(RouteDecision, WithPeersTheFirstDecisionArmsOneFlush) {

@@ -615,11 +615,12 @@ TEST(Simulator, ALaggingVectorShowsPeersDecisionsOneIntervalLater) {
 TEST(Simulator, StaleViewsMakeJsqHerdMeasurably) {
   const workload w = small_workload(small_params(), 240, 400.0);
   policy_factory f = factory_for(w);
-  auto run = [&](uint32_t routers, double sync_ms, bool estimate = false) {
+  auto run = [&](uint32_t routers, double sync_ms, bool estimate = false, uint32_t traffic = 0) {
     sim_config c = small_config();
     c.routers = routers;
     c.load_sync_ms = sync_ms;
     c.peer_estimate = estimate;
+    c.routers_with_traffic = traffic;
     sim_policy p = f.build("jsq").value();
     return simulate(w, c, p).value();
   };
@@ -643,6 +644,28 @@ TEST(Simulator, StaleViewsMakeJsqHerdMeasurably) {
   EXPECT_LT(estimated.decision_cv, herd.decision_cv);
   // One router has no peers to estimate: the flag changes nothing.
   expect_same_run(run(1, 50.0, true), run(1, 50.0, false), "jsq x1, estimate on and off");
+  // Nor do three routers that get no requests: the vectors never show them deciding, so the one
+  // router that does counts no peers (router_activity) -- where counting the membership would
+  // multiply its unshared decisions by four.
+  const sim_metrics alone = run(4, 50.0, true, 1);
+  expect_same_run(alone, run(4, 50.0, false, 1), "jsq x4, one with traffic, estimate on and off");
+  // The ablation that counts the membership instead multiplies them.
+  sim_config fixed = small_config();
+  fixed.routers = 4;
+  fixed.load_sync_ms = 50.0;
+  fixed.routers_with_traffic = 1;
+  fixed.peer_estimate_routers = 4;
+  sim_policy p = f.build("jsq").value();
+  const sim_metrics membership = simulate(w, fixed, p).value();
+  EXPECT_NE(membership.tpot_p50_ms, alone.tpot_p50_ms);
+  EXPECT_NE(membership.inflight_imbalance, alone.inflight_imbalance);
+  // Two of four deciding: each counts the other, not the two idle ones -- the run of a cluster of
+  // the two alone.
+  expect_same_run(run(4, 50.0, true, 2), run(2, 50.0, true), "jsq, two of four with traffic");
+  sim_config bad = small_config();
+  bad.routers = 2;
+  bad.routers_with_traffic = 3;
+  EXPECT_FALSE(bad.validate().ok());
 }
 
 TEST(PolicyFactory, RejectsBadNamesAndAcceptsAblations) {

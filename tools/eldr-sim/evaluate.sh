@@ -12,7 +12,9 @@
 # writes OUT_DIR/routers.md; routers-cluster runs the cluster benchmark's herding traffic in the
 # model (OUT_DIR/routers-cluster.md), routers-cluster-lag with the decisions one interval late
 # (all three with each router counting its own decisions only); routers-estimate compares that
-# with the peer estimate at 1,000 req/s (OUT_DIR/routers-estimate.md).
+# with the peer estimate at 1,000 req/s (OUT_DIR/routers-estimate.md); routers-idle runs it with
+# only some of 4 routers getting requests, the estimate counting the membership or the routers
+# seen deciding (OUT_DIR/routers-idle.md).
 # Default: all. Each writes OUT_DIR/<table>/summary.{csv,md}, fit.json and PNG plots (gnuplot).
 set -eu
 build=${1:-build-release}
@@ -22,6 +24,7 @@ matrix="task-16 task-8 language-16 language-8 topics-16 topics-8 no-locality-16 
 gptoss-16 gptoss-8 prefix-16 prefix-8 esft-16 esft-8 held-out-16 held-out-8"
 tables=${*:-"rates task topics language no-locality ablations gptoss prefix esft $matrix sensitivity seeds"}
 sim="$build/tools/eldr-sim/eldr-sim"
+mkdir -p "$out"  # the suites that write OUT_DIR/<suite>.md write before any eldr-sim makes it
 data=${ELDR_SHARED_DATA:-$(dirname "$0")/../../../shared/data}
 all="rr,random,jsq,p2c,domain,eldr,eldr-online,eldr-adaptive,clairvoyant"
 # The matrix: the paper's balancers, the oracle, the paper's rule, the adaptive rule, the bound.
@@ -263,6 +266,45 @@ for t in $tables; do
                         $18, $18 / cv[$1], $5 }' \
               "$out/routers-estimate-l$lag-$est-r1/summary.csv" \
               "$out/routers-estimate-l$lag-$est-r$r/summary.csv" >> "$md"
+          done
+        done
+      done ;;
+    routers-idle)
+      # The peer estimate when not every router gets requests (core/membership/router_activity.hpp):
+      # the same traffic as routers-estimate, 4 routers of which 1, 2 or 4 get requests, the
+      # decisions 4 or 16 intervals late; each router counting its own decisions only (own), its
+      # peers' as if all 4 decided (membership: the rule before router_activity) or as the
+      # routers the vectors show deciding (active: the node's). Writes OUT_DIR/routers-idle.md:
+      # each figure and its ratio to one router's.
+      md="$out/routers-idle.md"
+      {
+        echo "| lag | with traffic | estimate | policy | TPOT p50 ms (x1) | TPOT p99 ms (x1) | in-flight max/mean (x1) | distinct experts/layer |"
+        echo "|---|---|---|---|---|---|---|---|"
+      } > "$md"
+      common="--synthetic qwen-task --requests 10000 --rate 1000 --decode-workers 8
+        --policies jsq,eldr-adaptive --output-tokens 16 --max-batch 256 --prompt-max 512
+        --prefill-base-ms 0 --prefill-per-token-ms 0 --seed 1 --quiet --load-sync-ms 5"
+      # shellcheck disable=SC2086
+      "$sim" $common --routers 1 --out "$out/routers-idle-r1"
+      for lag in 4 16; do
+        for t in 1 2 4; do
+          for est in own membership active; do
+            case $est in
+              own) flag=--no-peer-estimate ;;
+              membership) flag="--peer-estimate --peer-estimate-routers 4" ;;
+              active) flag=--peer-estimate ;;
+            esac
+            d="$out/routers-idle-l$lag-t$t-$est"
+            # shellcheck disable=SC2086
+            "$sim" $common --routers 4 --routers-with-traffic $t --load-sync-lag $lag $flag \
+              --out "$d"
+            # summary.csv columns: 1 policy, 2 tpot_p50, 3 tpot_p99, 5 distinct experts,
+            # 17 inflight_imbalance.
+            awk -F, -v lag=$lag -v t=$t -v est=$est '
+              NR == FNR { if (FNR > 1) { p50[$1] = $2; p99[$1] = $3; inf[$1] = $17 }; next }
+              FNR > 1 { printf "| %s | %s | %s | %s | %.2f (%.3f) | %.2f (%.3f) | %.3f (%.3f) | %.1f |\n",
+                        lag, t, est, $1, $2, $2 / p50[$1], $3, $3 / p99[$1], $17, $17 / inf[$1], $5 }' \
+              "$out/routers-idle-r1/summary.csv" "$d/summary.csv" >> "$md"
           done
         done
       done ;;

@@ -457,7 +457,17 @@ int main(int argc, char** argv) {
                       CLI::Range(0u, 16u));
   app.add_flag("--peer-estimate,!--no-peer-estimate", o.sim.peer_estimate,
                "with R > 1: each router counts its peers' decisions the shared load lacks as "
-               "(R - 1) times its own, as the node does with cluster.peer_estimate (default on)");
+               "(R' - 1) times its own, R' the routers the shared load shows deciding, as the node "
+               "does with cluster.peer_estimate (default on)");
+  eldr::add_defaulted(app, "--routers-with-traffic", o.sim.routers_with_traffic,
+                      "with R > 1: only the first N routers get requests (the k-th decision goes "
+                      "to router k mod N), the others only listen; 0 = all",
+                      CLI::Range(0u, 4096u));
+  eldr::add_defaulted(app, "--peer-estimate-routers", o.sim.peer_estimate_routers,
+                      "ablation: the peer estimate counts N routers always (the node's rule "
+                      "before 2026-12-05: the membership), not those the shared load shows "
+                      "deciding; 0 = the node's rule",
+                      CLI::Range(0u, 4096u));
   eldr::add_defaulted(app, "--refit-sample-size", o.refit.sample_size,
                       "eldr-online: reservoir of routed signatures refits fit on "
                       "(models.sample_size)",
@@ -663,8 +673,15 @@ int main(int argc, char** argv) {
          (o.sim.load_sync_lag > 0
               ? ", the decisions " + std::to_string(o.sim.load_sync_lag) + " interval(s) late"
               : std::string()) +
-         (o.sim.peer_estimate ? ", peers' decisions estimated" : ", no peer estimate") + ".\n\n" +
-         md;
+         (o.sim.routers_with_traffic > 0
+              ? ", " + std::to_string(o.sim.routers_with_traffic) + " of them with traffic"
+              : std::string()) +
+         (!o.sim.peer_estimate ? ", no peer estimate"
+          : o.sim.peer_estimate_routers > 0
+              ? ", peers' decisions estimated as if " +
+                    std::to_string(o.sim.peer_estimate_routers) + " routers decided"
+              : ", peers' decisions estimated") +
+         ".\n\n" + md;
   const std::filesystem::path dir(o.out);
   write_text(dir / "summary.csv", csv);
   write_text(dir / "summary.md", md);
