@@ -329,19 +329,23 @@ TEST_F(Eldrctl, WorkersTableAndModelFilter) {
   EXPECT_EQ(header.find("STATE"), lines_of(r.output)[2].find("draining")) << r.output;
 
   EXPECT_EQ(header.find("AUTHORITY"), std::string::npos) << r.output;
+  EXPECT_EQ(header.find("ESTIMATED"), std::string::npos) << r.output;
 
   r = ctl(node, "workers");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(node.requests().at(1).args, json::object());  // no filter: no "model" key
 }
 
-// With load authorities the rows name each worker's authority, and the table shows it.
+// With load authorities the rows name each worker's authority and the part of its load that is
+// the peer estimate, and the table shows both, ESTIMATED beside LOAD.
 TEST_F(Eldrctl, WorkersTableNamesEachWorkersLoadAuthorityWhenTheRowsHaveOne) {
   fake_admin_node node([](const admin_request& r) -> std::optional<admin_reply> {
     if (r.command != "workers") return canned(r);
     json rows = workers_result;
     rows[0]["authority"] = "node-a";
     rows[1]["authority"] = "node-b";
+    rows[0]["load_estimated"] = 0;
+    rows[1]["load_estimated"] = 7654;
     return ok_reply(rows);
   });
   const auto r = ctl(node, "workers");
@@ -349,6 +353,13 @@ TEST_F(Eldrctl, WorkersTableNamesEachWorkersLoadAuthorityWhenTheRowsHaveOne) {
   const std::string header = line_starting(r.output, "MODEL");
   ASSERT_NE(header.find("AUTHORITY"), std::string::npos) << r.output;
   EXPECT_EQ(header.find("AUTHORITY"), lines_of(r.output)[2].find("node-b")) << r.output;
+  const size_t estimated = header.find("ESTIMATED");
+  ASSERT_NE(estimated, std::string::npos) << r.output;
+  // Numbers are right-aligned under their heading.
+  EXPECT_EQ(estimated + std::string("ESTIMATED").size(), lines_of(r.output)[2].find("7654") + 4)
+      << r.output;
+  EXPECT_LT(header.find("LOAD"), estimated) << r.output;
+  EXPECT_LT(estimated, header.find("CAPACITY")) << r.output;
 }
 
 TEST_F(Eldrctl, NodeErrorExitsOneWithCodeNameAndMessage) {

@@ -285,8 +285,11 @@ void print_workers(std::ostream& out, const json& r) {
                               {"finished", "FINISHED"}};
   // With load authorities (cluster.load_sharing = "authority"): the node that publishes each
   // worker's load, the one to look at when it seems wrong.
-  if (std::any_of(r.begin(), r.end(), [](const json& w) { return w.contains("authority"); }))
+  if (std::any_of(r.begin(), r.end(), [](const json& w) { return w.contains("authority"); })) {
     cols.push_back({"authority", "AUTHORITY"});
+    // Of LOAD, peers' decisions this router estimated until the next vector (a guess).
+    cols.insert(cols.begin() + 5, {"load_estimated", "ESTIMATED"});
+  }
   print_table(out, r, std::move(cols));
 }
 
