@@ -149,8 +149,9 @@ void on_snapshot_claim(router_state& st, model_state& m, uint32_t worker,
 // A vector (this node's own or a peer's): the loads it covers, with this router's decisions since
 // the delta it includes, go into the load view.
 bool apply_vector(router_state& st, model_state& m, const load_vector& v) {
+  const int64_t now = st.ctx->now_ms();
   const auto outcome =
-      m.overlay.on_vector(v, st.ctx->config.name, st.incarnation, &m.activity, st.ctx->now_ms());
+      m.overlay.on_vector(v, st.ctx->config.name, st.incarnation, &m.activity, now);
   if (outcome == load_overlay::vector_outcome::stale) return false;
   ++st.vectors_applied;
   if (outcome == load_overlay::vector_outcome::restarted) {
@@ -165,7 +166,6 @@ bool apply_vector(router_state& st, model_state& m, const load_vector& v) {
         m.cfg->name, v.authority);
   }
   m.outbox.acknowledged(v.authority, m.overlay.included(v.authority));
-  const int64_t now = st.ctx->now_ms();
   const uint64_t claims_version = m.claims.nodes_version();
   const uint32_t routers = st.estimate_routers(m, now);
   for (const auto& e : v.workers) {

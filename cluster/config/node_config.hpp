@@ -79,9 +79,10 @@ struct cluster_config {
   // "Fan-in"). The default since 2026-12-05.
   std::string load_sharing = "authority";
   // With load authorities: a router adds to a worker's load, beside each of its own decisions the
-  // vectors do not include yet, (routers - 1) more for its peers' decisions in that time
-  // (core/membership/load_exchange.hpp, peer_estimate; docs/cluster.md, "Peer estimate"). Assumes
-  // the clients spread requests about evenly over the routers. false = own decisions only.
+  // vectors do not include yet, (R - 1) more for its peers' decisions in that time, R being the
+  // routers the vectors show deciding (core/membership/load_exchange.hpp, peer_estimate;
+  // router_activity.hpp; docs/cluster.md, "Peer estimate"). Assumes the clients spread requests
+  // about evenly over the routers that get any. false = own decisions only.
   bool peer_estimate = true;
   uint32_t decision_ttl_ms = 60000;   // a route retried within this returns the same decision
   uint32_t max_decisions = 1u << 20;  // decisions remembered for retries, per node

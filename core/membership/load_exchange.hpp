@@ -271,7 +271,8 @@ void delta_outbox::resend_all(const decision_ledger& ledger, AuthorityOf&& autho
 // in that time -- to the same workers, since they decided on the same views. Without it, R routers
 // each add only their own decisions to a worker that looks light and send it up to R times what
 // one router would before the next vector corrects them (herding; docs/cluster.md, "Peer
-// estimate"). `own`: this router's decisions the shared load does not include yet. The router
+// estimate"). `own`: this router's decisions the shared load does not include yet; `routers`: R,
+// the routers seen deciding (router_activity.hpp), this one included. The router
 // (load_overlay::compose*, actors/router/route_decision.cpp) and the simulator (core/sim) both
 // call this.
 inline uint64_t peer_estimate(uint64_t own, uint32_t routers) {

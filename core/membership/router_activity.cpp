@@ -14,9 +14,12 @@ void router_activity::seen(const std::string& router, int64_t now_ms) {
 void router_activity::on_vector(const std::map<std::string, included_delta>* previous,
                                 const std::map<std::string, included_delta>& next, int64_t now_ms) {
   if (previous != nullptr) {
+    // Both maps are sorted by router: one walk through each.
+    auto p = previous->begin();
     for (const auto& [router, delta] : next) {
-      const auto it = previous->find(router);
-      if (it == previous->end() || !(it->second == delta)) seen(router, now_ms);
+      while (p != previous->end() && p->first < router)
+        ++p;
+      if (p == previous->end() || p->first != router || !(p->second == delta)) seen(router, now_ms);
     }
   }
   // Routers that stopped (or left) are forgotten once their window lapsed: the map holds the

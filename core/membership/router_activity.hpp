@@ -16,7 +16,7 @@
 // What it does not see: how much each active router routes (R counts a router at 1% of the
 // traffic like one at 50%), and a peer's traffic before the first vector that shows it.
 //
-// Nothing here reads a clock or does I/O. Cost: on_vector is O(routers in the vector);
+// Nothing here reads a clock or does I/O. Cost: on_vector is O(routers in the two vectors);
 // active() is O(1) except when an active router's window lapses (then O(active routers)).
 // Thread safety: none; one owner (the router actor, or the simulator).
 #pragma once

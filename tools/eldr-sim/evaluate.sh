@@ -25,6 +25,10 @@ gptoss-16 gptoss-8 prefix-16 prefix-8 esft-16 esft-8 held-out-16 held-out-8"
 tables=${*:-"rates task topics language no-locality ablations gptoss prefix esft $matrix sensitivity seeds"}
 sim="$build/tools/eldr-sim/eldr-sim"
 mkdir -p "$out"  # the suites that write OUT_DIR/<suite>.md write before any eldr-sim makes it
+# The cluster benchmark's herding traffic at 1,000 req/s (routers-estimate, routers-idle).
+herding_1000="--synthetic qwen-task --requests 10000 --rate 1000 --decode-workers 8
+  --output-tokens 16 --max-batch 256 --prompt-max 512 --prefill-base-ms 0 --prefill-per-token-ms 0
+  --seed 1 --quiet --load-sync-ms 5"
 data=${ELDR_SHARED_DATA:-$(dirname "$0")/../../../shared/data}
 all="rr,random,jsq,p2c,domain,eldr,eldr-online,eldr-adaptive,clairvoyant"
 # The matrix: the paper's balancers, the oracle, the paper's rule, the adaptive rule, the bound.
@@ -251,10 +255,9 @@ for t in $tables; do
           flag=--peer-estimate; [ $est = own ] && flag=--no-peer-estimate
           for r in 1 2 4; do
             d="$out/routers-estimate-l$lag-$est-r$r"
-            "$sim" --synthetic qwen-task --requests 10000 --rate 1000 --decode-workers 8 \
-              --policies jsq,eldr,eldr-adaptive --output-tokens 16 --max-batch 256 \
-              --prompt-max 512 --prefill-base-ms 0 --prefill-per-token-ms 0 --seed 1 --quiet \
-              --routers $r --load-sync-ms 5 --load-sync-lag $lag $flag --out "$d"
+            # shellcheck disable=SC2086
+            "$sim" $herding_1000 --policies jsq,eldr,eldr-adaptive --routers $r \
+              --load-sync-lag $lag $flag --out "$d"
           done
           # summary.csv columns: 1 policy, 2 tpot_p50, 3 tpot_p99, 5 distinct experts,
           # 17 inflight_imbalance, 18 decision_cv.
@@ -281,9 +284,7 @@ for t in $tables; do
         echo "| lag | with traffic | estimate | policy | TPOT p50 ms (x1) | TPOT p99 ms (x1) | in-flight max/mean (x1) | distinct experts/layer |"
         echo "|---|---|---|---|---|---|---|---|"
       } > "$md"
-      common="--synthetic qwen-task --requests 10000 --rate 1000 --decode-workers 8
-        --policies jsq,eldr-adaptive --output-tokens 16 --max-batch 256 --prompt-max 512
-        --prefill-base-ms 0 --prefill-per-token-ms 0 --seed 1 --quiet --load-sync-ms 5"
+      common="$herding_1000 --policies jsq,eldr-adaptive"
       # shellcheck disable=SC2086
       "$sim" $common --routers 1 --out "$out/routers-idle-r1"
       for lag in 4 16; do
