@@ -1030,8 +1030,19 @@ class Harness:
             k0 = self.admin.calls
             c0 = self.counters()
             s, tag = self.slow_dealer(), rng.getrandbits(48)
+            # A send waits while the node reads slower than this loop writes (its per-peer
+            # receive queue and TCP push back); one that waits two minutes means the node stopped
+            # reading the route socket: a defect to name, not a hang until CTest's timeout (seen
+            # once in CI under ASan, 2026-12-05, not reproduced).
+            s.setsockopt(zmq.SNDTIMEO, 120000)
             for i in range(n):
-                s.send(pack(route_request("s%x-%d" % (tag, i), [i + 1], None, explain=True)))
+                try:
+                    s.send(pack(route_request("s%x-%d" % (tag, i), [i + 1], None, explain=True)))
+                except zmq.Again:
+                    s.close(0)
+                    raise Violation("slow reader: the node read none of this peer's routes for "
+                                    "120 s after %d of %d were sent; counters %r" %
+                                    (i, n, self.counters()))
             self.wait_pending_zero(60)
             arrived = 0
             while s.poll(500):
