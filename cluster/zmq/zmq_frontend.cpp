@@ -200,7 +200,12 @@ void zmq_frontend::impl::run() {
     for (size_t c = 0; c < frontend_channel_count; ++c) {
       if (!routers[c]) continue;
       auto& p = router_poll[c];
-      if (due(p, fds[i++]) && readable(*routers[c], p))
+      // Asked every round, whatever its descriptor says: ZeroMQ's descriptor is edge-triggered,
+      // and a notification some other call on the socket consumed would otherwise leave requests
+      // unread for good (fuzz.live_node's slow readers stalled so, 2026-12-05). One getsockopt
+      // per channel per round.
+      ++i;
+      if (readable(*routers[c], p))
         drain(
             *routers[c], p, parts,
             [&](std::vector<zmq::message_t>& m) {
