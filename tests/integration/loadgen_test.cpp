@@ -574,6 +574,30 @@ TEST(Loadgen, RoutersSpreadRoutesRoundRobinWorkersStayAtTheNode) {
   EXPECT_EQ(na.decode_errors + nb.decode_errors, 0u);
 }
 
+// --publishers-at-node-only (a measurement of the KV events' fan-in): the publishers register at
+// --node alone; routes still go to every router.
+TEST(Loadgen, PublishersAtNodeOnlyRegisterThePublishersAtTheNodeAlone) {
+  fake_node a(2), b(2);
+  json j;
+  ASSERT_NO_FATAL_FAILURE(run_for_report(
+      a,
+      " --routers " + a.admin_endpoint() + "," + b.admin_endpoint() +
+          " --publishers-at-node-only --synthetic qwen-task --rate 40 --duration 1"
+          " --decode-workers 2 --json --quiet --calibration-requests 120 --pairs 500"
+          " --prompt-max 200 --output-tokens 6 --time-scale 4 --prompt-pool 8 --report-ms 20"
+          " --policies jsq",
+      j));
+  b.stop();
+  EXPECT_EQ(j["replied"], 40);
+  EXPECT_EQ(j["errors"], 0);
+  const node_record& na = a.record();
+  const node_record& nb = b.record();
+  EXPECT_EQ(na.publishers.size(), 2u);
+  EXPECT_TRUE(nb.publishers.empty());
+  EXPECT_EQ(na.routed.size(), 20u);
+  EXPECT_EQ(nb.routed.size(), 20u);
+}
+
 // Restored also when the run fails half way (the second policy is refused), and --keep-centroids
 // leaves the imported set current while the policy is still put back.
 TEST(Loadgen, TheNodeIsRestoredAfterAFailureAndKeepCentroidsKeepsTheSet) {

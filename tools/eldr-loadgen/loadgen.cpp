@@ -151,8 +151,10 @@ loadgen_outcome play(const loadgen_options& o, const std::atomic<bool>& stop,
     if (!pub.wait_subscriber(o.subscribe_timeout_ms))
       say(o, "warning: the node did not subscribe to " + pub.endpoint + " within " +
                  std::to_string(o.subscribe_timeout_ms) + " ms; its first events may be lost");
-    // Every router's signature cache follows the prefill side's KV events.
-    for (const std::string& we : s.other_workers) {
+    // Every router's signature cache follows the prefill side's KV events (unless measuring
+    // what that costs: --publishers-at-node-only).
+    const std::vector<std::string> none;
+    for (const std::string& we : o.publishers_at_node_only ? none : s.other_workers) {
       auto oc = worker_client::connect(we, wopts);
       if (!oc.ok()) return fail(3, "worker endpoint " + we + ": " + oc.error().message());
       auto orr = (*oc)->call(m);

@@ -51,6 +51,11 @@ struct loadgen_options {
   // at one router does, so that router has seen every block that prefill worker computed (its
   // prefix hits); instead of the round robin. Not with router_weights.
   bool routers_by_prefill = false;
+  // --publishers-at-node-only: the KV-event publishers register at --node only, not at every
+  // router, so that only --node's signature cache follows them. Not an exact mirror at the other
+  // nodes (they never see their blocks evicted): a measurement of what every cache node applying
+  // every KV event costs a cluster (BENCHMARKS.md, "KV events at every cache node, measured").
+  bool publishers_at_node_only = false;
   std::string model;  // "" = the first model the node serves
   // The workload (--trace or --synthetic, its shape, seed, calibration, prompt pool, threads,
   // pairs), as eldr-sim's options: the same spec draws the same requests.

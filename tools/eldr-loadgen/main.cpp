@@ -98,6 +98,9 @@ int main(int argc, char** argv) {
                "cluster: send each request to the router its prefill worker maps to (prefill "
                "worker p -> router p mod N) instead of round robin, so prefix hits are blocks "
                "that router saw computed (docs/cluster.md, \"Prefill-affine routers\")");
+  app.add_flag("--publishers-at-node-only", o.publishers_at_node_only,
+               "cluster: register the KV-event publishers at --node only, not at every router "
+               "(a measurement: the other nodes then miss the events of the blocks they own)");
   eldr::add_defaulted(app, "--prefill-workers", o.prefill_workers,
                       "emulated prefill workers (one prefix cache and KV-event publisher each)",
                       CLI::Range(1u, 256u));
