@@ -516,16 +516,18 @@ TEST(Loadgen, SwapAtImportsASecondSetUnderLoad) {
   EXPECT_NE(n.imported[1].centroids, n.imported[0].centroids);
 }
 
+// 40 requests of a small synthetic workload over routers `a` (also --node) and `b`.
+std::string two_router_run(fake_node& a, fake_node& b) {
+  return " --routers " + a.admin_endpoint() + "," + b.admin_endpoint() +
+         " --synthetic qwen-task --rate 40 --duration 1 --decode-workers 2 --json --quiet"
+         " --calibration-requests 120 --pairs 500 --prompt-max 200 --output-tokens 6"
+         " --time-scale 4 --prompt-pool 8 --report-ms 20 --policies jsq";
+}
+
 TEST(Loadgen, RoutersSpreadRoutesRoundRobinWorkersStayAtTheNode) {
   fake_node a(2), b(2);
   json j;
-  const std::string routers = " --routers " + a.admin_endpoint() + "," + b.admin_endpoint();
-  ASSERT_NO_FATAL_FAILURE(run_for_report(
-      a,
-      routers + " --synthetic qwen-task --rate 40 --duration 1 --decode-workers 2 --json --quiet"
-                " --calibration-requests 120 --pairs 500 --prompt-max 200 --output-tokens 6"
-                " --time-scale 4 --prompt-pool 8 --report-ms 20 --policies jsq",
-      j));
+  ASSERT_NO_FATAL_FAILURE(run_for_report(a, two_router_run(a, b), j));
   b.stop();
   EXPECT_EQ(j["sent"], 40);
   EXPECT_EQ(j["replied"], 40);
@@ -579,14 +581,8 @@ TEST(Loadgen, RoutersSpreadRoutesRoundRobinWorkersStayAtTheNode) {
 TEST(Loadgen, PublishersAtNodeOnlyRegisterThePublishersAtTheNodeAlone) {
   fake_node a(2), b(2);
   json j;
-  ASSERT_NO_FATAL_FAILURE(run_for_report(
-      a,
-      " --routers " + a.admin_endpoint() + "," + b.admin_endpoint() +
-          " --publishers-at-node-only --synthetic qwen-task --rate 40 --duration 1"
-          " --decode-workers 2 --json --quiet --calibration-requests 120 --pairs 500"
-          " --prompt-max 200 --output-tokens 6 --time-scale 4 --prompt-pool 8 --report-ms 20"
-          " --policies jsq",
-      j));
+  ASSERT_NO_FATAL_FAILURE(
+      run_for_report(a, two_router_run(a, b) + " --publishers-at-node-only", j));
   b.stop();
   EXPECT_EQ(j["replied"], 40);
   EXPECT_EQ(j["errors"], 0);
