@@ -167,6 +167,8 @@ struct cluster_state {
   std::map<std::string, challenge> challenges;  // gate side, by gate nonce
   std::set<std::string> dialling;               // addresses with a handshake under way
   uint64_t joins = 0, downs = 0, refused = 0, dial_failures = 0, untrusted = 0, collisions = 0;
+  uint64_t redials = 0;                   // rounds of redial() (every reconnect_ms)
+  uint64_t hellos_answered = 0;           // gate side: challenges issued (a handshake begun here)
   uint64_t refused_protocol = 0;          // handshakes of either side with another protocol
   std::set<std::string> protocol_logged;  // addresses whose protocol refusal was logged as error
   vote_box votes;
@@ -362,8 +364,15 @@ void dial(cluster_actor_t* self, const std::string& address) {
 
 void redial(cluster_actor_t* self) {
   auto& st = self->state;
+  ++st.redials;
+  // A seed that is a live peer's address is not dialled again: the handshake (three requests,
+  // two proofs) would change nothing (admit: "both dialled"), and every node of a healthy
+  // cluster paid it for every seed twice a second. A restarted seed dials its own seeds.
+  std::set<std::string> live;
+  for (const auto& [name, p] : st.peers)
+    if (p.alive) live.insert(p.info.address);
   for (const auto& s : st.seeds)
-    dial(self, s);
+    if (!live.count(s)) dial(self, s);
   for (const auto& [name, p] : st.peers)
     if (!p.alive) dial(self, p.info.address);
   // Forget challenges nobody answered (a stranger, or a joiner that died mid-handshake).
@@ -401,6 +410,8 @@ nlohmann::json status_json(const cluster_state& st) {
           {"refused_protocol", st.refused_protocol},
           {"untrusted_messages", st.untrusted},
           {"dial_failures", st.dial_failures},
+          {"redials", st.redials},
+          {"hellos_answered", st.hellos_answered},
           {"node_id_collisions", st.collisions},
           {"vote",
            {{"term", st.votes.voted_term()},
@@ -470,6 +481,7 @@ caf::behavior cluster_behavior(cluster_actor_t* self, node_context_ptr ctx, clus
         if (c.gate_nonce.empty()) return caf::sec::runtime_error;
         c.gate_proof = proof(s.secret, "gate", joiner_nonce, c.gate_nonce, s.self.name);
         s.challenges[c.gate_nonce] = challenge{joiner, joiner_nonce, s.ctx->now_ms()};
+        ++s.hellos_answered;
         return c;
       },
       // A hello without a protocol: a build from before versioned hellos (2026-12-05).

@@ -24,6 +24,9 @@ void sign_and_route(router_actor_t* self, model_state& m, route_job_ptr job, int
 
 // Sends every batched replica store (before the shard ring changes, and on the batch timer).
 void flush_stores(router_actor_t* self);
+// At a load tick: sends the batched stores once the oldest has waited cluster.store_batch_ms.
+// True while batches still wait (the tick then runs again within load_sync_ms).
+bool flush_due_stores(router_actor_t* self, int64_t now_ms);
 
 // Counts a message from a peer that did not prove the cluster secret.
 void untrusted(router_actor_t* self);

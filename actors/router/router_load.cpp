@@ -316,7 +316,9 @@ void on_load_tick(router_actor_t* self, uint64_t token) {
   auto& st = self->state;
   if (!st.load_timer || !st.load_timer->fired(token)) return;  // superseded by a wake-up
   const bool busy = load_tick(self);
-  arm_load_tick(self, st.load_timer->ran(st.ctx->now_ms(), busy));
+  const int64_t now = st.ctx->now_ms();
+  const bool stores_wait = flush_due_stores(self, now);
+  arm_load_tick(self, st.load_timer->ran(now, busy || stores_wait));
 }
 
 void on_scraped(router_actor_t* self, uint32_t model, uint32_t worker, int64_t issued_ms, bool ok,

@@ -251,6 +251,10 @@ struct router_state {
   // blocks dropped because their owner left the ring before the flush.
   store_batcher store_out;
   bool store_flush_armed = false;
+  // With a load tick (authority mode) the batches go out with the first tick at least
+  // store_batch_ms after the oldest of them was queued (then: -1 when none waits); without one
+  // they have a timer of their own (store_flush_armed).
+  int64_t store_waiting_since_ms = -1;
   uint64_t shard_stores_dropped = 0;
   // Carried blocks not stored because the request said its prefill served them from its prefix
   // cache (route_request.cached_blocks): stored when they were computed.

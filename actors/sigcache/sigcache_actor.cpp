@@ -17,14 +17,43 @@
 namespace eldr::sigcache {
 namespace {
 
+// Something is staged or a backlog of expired grace periods waits: the commit tick has work.
+bool commit_owed(const sigcache_state& st) {
+  for (const auto& mc : st.models)
+    if (mc.dirty || mc.events->expiry_pending()) return true;
+  return false;
+}
+
+void arm_commit(sigcache_actor_t* self, const wake_timer::arm& a) {
+  if (a.delay_ms == 0)
+    self->send(self, commit_atom::value, a.token);  // after the message being handled
+  else
+    self->delayed_send(self, std::chrono::milliseconds(a.delay_ms), commit_atom::value, a.token);
+}
+
+// After a message that may have staged changes: the commit runs as soon as commit_interval_ms
+// has passed since the last one (at once after a quiet spell), not on a fixed tick. Each timer
+// costs the node two wake-ups of CAF's clock thread and one of the scheduler's; a fixed 10 ms
+// tick woke an idle node 100 times a second (BENCHMARKS.md, "Timers and thread wake-ups").
+void wake_commit(sigcache_actor_t* self) {
+  auto& st = self->state;
+  if (!commit_owed(st)) return;
+  if (auto a = st.commit_timer.wake(st.ctx->now_ms())) arm_commit(self, *a);
+}
+
 // Group-commits every model's staged changes (idle stores write nothing), logs and publishes the
 // stores' health, copies the ingest and store series into the registry (at most every
-// metrics_refresh_ms), and schedules the next tick.
-void on_commit(sigcache_actor_t* self) {
+// metrics_refresh_ms), and schedules the next tick: within commit_interval_ms while work is
+// owed, else metrics_refresh_ms (the health and metrics of an idle node stay that fresh).
+void on_commit(sigcache_actor_t* self, uint64_t token) {
   auto& st = self->state;
+  if (!st.commit_timer.fired(token)) return;  // superseded by an earlier wake-up
+  ++st.commit_ticks;
   const int64_t now = st.ctx->now_ms();
+  bool staged = false;
   for (size_t m = 0; m < st.models.size(); ++m) {
     auto& mc = st.models[m];
+    staged = staged || mc.dirty;
     // Idle stores write nothing; grace periods still expire once a second.
     if (!mc.dirty && !mc.events->expiry_pending() && now - mc.last_expire_ms < 1000) continue;
     mc.dirty = false;
@@ -61,8 +90,11 @@ void on_commit(sigcache_actor_t* self) {
     st.metrics->publish_ingest(st);
     st.metrics->publish_store(st);
   }
-  self->delayed_send(self, std::chrono::milliseconds(st.ctx->config.commit_interval_ms),
-                     commit_atom::value);
+  // A tick that committed something runs again within commit_interval_ms, so that steady
+  // traffic keeps one timer going (going idle after each commit would arm the slow timer and
+  // then, at the next change, a fast one beside it); the first tick with nothing staged slows.
+  if (staged) ++st.staged_commits;
+  arm_commit(self, st.commit_timer.ran(now, staged || commit_owed(st)));
 }
 
 // centroids.export {model, epoch?}: the stored set of an epoch (the current one by default).
@@ -138,8 +170,8 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
     }
     return caf::exit_reason::unhandled_exception;
   });
-  const auto interval = std::chrono::milliseconds(ctx->config.commit_interval_ms);
-  self->delayed_send(self, interval, commit_atom::value);
+  self->state.commit_timer = wake_timer(ctx->config.commit_interval_ms, metrics_refresh_ms);
+  arm_commit(self, self->state.commit_timer.ran(ctx->now_ms(), true));
   // Publishers registered before the last stop come back first (the configured ones follow as
   // messages from the node); those beyond a since lowered max_publishers are dropped, logged.
   self->state.publishers =
@@ -168,7 +200,9 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
                      publishers_tick_atom::value);
   return {
       [=](sign_atom, sign_job_ptr job) -> sign_result_ptr {
-        return sign(self->state.models.at(job->model), *job);
+        auto signed_ = sign(self->state.models.at(job->model), *job);
+        wake_commit(self);
+        return signed_;
       },
       // This node's router: its shard's part of a request, by pointer (messages.hpp).
       [=](sign_atom, shard_job_ptr job) -> caf::result<shard_sign_reply> {
@@ -183,22 +217,27 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
       },
       [=](members_atom, const std::vector<member_info>& members, uint32_t) {
         on_members(self, members);
+        wake_commit(self);
       },
       // Blocks this node now owns, from a node that held them.
       [=](handoff_atom, const std::string& model, uint32_t layers, uint32_t experts, uint32_t top_k,
           const std::vector<handoff_block>& blocks) -> caf::result<uint64_t> {
-        return on_handoff(self, model, model_geometry{layers, experts, top_k}, blocks);
+        auto taken = on_handoff(self, model, model_geometry{layers, experts, top_k}, blocks);
+        wake_commit(self);
+        return taken;
       },
       [=](handoff_step_atom, uint64_t id) { on_handoff_step(self, id); },
       [=](handoff_watch_atom) { on_handoff_watch(self); },
       [=](shard_store_atom, const std::string& model, const std::vector<uint8_t>& counts) {
         if (!trusted_sender(self, self->state.ctx->trust.get())) return;
         if (auto* mc = find_model(self->state, model)) (void)store_counts(*mc, counts);
+        wake_commit(self);
       },
       // This node's router: the counts of a request for the blocks this shard owns, by pointer.
       [=](shard_store_atom, shard_job_ptr job) {
         if (!local_sender(self) || job->model >= self->state.models.size()) return;
         (void)store_local_counts(self->state.models[job->model], *job);
+        wake_commit(self);
       },
       // A publisher of the config file (node.cpp): followed, never forgotten nor persisted.
       [=](subscribe_atom, uint32_t model, const std::string& endpoint, bool counts) {
@@ -207,6 +246,7 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
                 follow(self, publisher_registration{model, endpoint, "", counts}, true, nullptr))
           spdlog::error("model {}: publisher {} not followed: {}",
                         self->state.ctx->config.models[model].name, endpoint, refused->second);
+        wake_commit(self);
       },
       // A publisher registered over the worker protocol (the load monitor): answered (code,
       // message; 0 = subscribed) once its SUB socket exists or was refused.
@@ -219,15 +259,31 @@ caf::behavior sigcache_behavior(sigcache_actor_t* self, node_context_ptr ctx, ca
         if (auto now = follow(
                 self, publisher_registration{model, endpoint, replay_endpoint, counts}, false, &rp))
           rp.deliver(now->first, now->second);
+        wake_commit(self);
         return rp;
       },
       [=](subscribed_atom, const std::string& endpoint, uint32_t id, uint8_t code,
-          const std::string& message) { on_subscribed(self, endpoint, id, code, message); },
-      [=](replay_atom, replay_message_ptr m) { on_replay(self, m); },
-      [=](publishers_tick_atom) { on_publishers_tick(self); },
-      [=](publisher_atom, publisher_frames_ptr f) { on_publisher_frames(self, f); },
-      [=](ingest_more_atom, uint32_t model) { on_ingest_more(self, model); },
-      [=](commit_atom) { on_commit(self); },
+          const std::string& message) {
+        on_subscribed(self, endpoint, id, code, message);
+        wake_commit(self);
+      },
+      [=](replay_atom, replay_message_ptr m) {
+        on_replay(self, m);
+        wake_commit(self);
+      },
+      [=](publishers_tick_atom) {
+        on_publishers_tick(self);
+        wake_commit(self);
+      },
+      [=](publisher_atom, publisher_frames_ptr f) {
+        on_publisher_frames(self, f);
+        wake_commit(self);
+      },
+      [=](ingest_more_atom, uint32_t model) {
+        on_ingest_more(self, model);
+        wake_commit(self);
+      },
+      [=](commit_atom, uint64_t token) { on_commit(self, token); },
       // A new epoch: newest stored + 1, so epochs only grow whatever the file says.
       [=](store_set_atom, uint32_t model, stored_set_ptr s) -> caf::result<uint64_t> {
         auto& st = self->state;

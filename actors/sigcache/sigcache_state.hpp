@@ -26,6 +26,7 @@
 #include "actors/sigcache/sigcache_metrics.hpp"
 #include "cluster/ingest/ingest.hpp"
 #include "cluster/ingest/publisher_registry.hpp"
+#include "core/base/wake_timer.hpp"
 #include "core/membership/hash_ring.hpp"
 #include "core/signature.hpp"
 #include "storage/signature_cache.hpp"
@@ -111,6 +112,11 @@ struct sigcache_state {
   std::vector<std::span<const uint8_t>> frames;  // scratch
   uint64_t unknown_subscription = 0;
   uint64_t commit_errors = 0;
+  // The commit tick (sigcache_actor.cpp): at most every commit_interval_ms while something is
+  // staged, every metrics_refresh_ms otherwise. Replaced at start with the configured interval.
+  wake_timer commit_timer{1, 1};
+  uint64_t commit_ticks = 0;    // ticks that ran
+  uint64_t staged_commits = 0;  // ... and found changes staged
   // Publishers (publisher_registry.hpp): registrations waiting for their SUB socket, and each
   // (model, counts, endpoint)'s ingest index, kept so that a publisher that comes back after
   // being forgotten reuses its index.

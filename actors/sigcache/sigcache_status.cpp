@@ -88,6 +88,9 @@ std::string cache_stats_text(const sigcache_state& st) {
          {"blocks_with_counts", s.blocks_with_counts},
          {"holders", s.holders},
          {"commits", s.commits},
+         // The node's commit tick (all models): how often it ran, and found changes to commit.
+         {"commit_ticks", st.commit_ticks},
+         {"staged_commits", st.staged_commits},
          {"counts_refused", mc.counts_refused},
          {"handoff_sent_blocks", mc.handed_off},
          {"handoff_received_blocks", mc.taken_over},

@@ -269,6 +269,53 @@ TEST_F(ActorsTest, UnknownModelsAndCommandsAreAnswered) {
 
 // A signature-cache shard answers for the layers asked (those its store keeps), packed; with no
 // layers, coverage only. The same for a remote router's request and this node's own (by pointer).
+// The signature cache's commit tick (sigcache_actor.cpp): an idle cache ticks every
+// metrics_refresh_ms (250 ms), not every commit_interval_ms (a fixed 10 ms tick woke every idle
+// node 100 times a second); staged counts are committed at once after a quiet spell, and changes
+// close together share one commit at most commit_interval_ms after the last.
+TEST_F(ActorsTest, TheCommitTickRunsWhenCountsAreStagedAndSlowlyWhenIdle) {
+  auto stats = [this] {
+    nlohmann::json out;
+    sys_.spawn([&out, this](caf::event_based_actor* self) {
+      self->request(sigcache_, caf::infinite, cache_stats_atom::value)
+          .then([&out](const std::string& s) { out = nlohmann::json::parse(s)[0]; });
+    });
+    sched_.run();
+    return std::pair<uint64_t, uint64_t>(out.at("commit_ticks"), out.at("staged_commits"));
+  };
+  // Both clocks (the context's and CAF's timers) move one millisecond at a time.
+  auto advance = [this](int ms) {
+    for (int i = 0; i < ms; ++i) {
+      now_ += 1;
+      sched_.advance_time(std::chrono::milliseconds(1));
+      sched_.run();
+    }
+  };
+  advance(1000);
+  const auto [ticks0, staged0] = stats();
+  advance(1000);
+  const auto [ticks1, staged1] = stats();
+  EXPECT_EQ(staged1, staged0);
+  EXPECT_GE(ticks1 - ticks0, 3u);  // health and metrics stay 250 ms fresh
+  EXPECT_LE(ticks1 - ticks0, 5u);  // the fixed tick: 100
+
+  route(request_for("a", 2, 77));  // signing stages the request's counts
+  sched_.run();
+  EXPECT_EQ(stats().second, staged1 + 1);  // at once: no time passed
+  advance(3);
+  route(request_for("b", 2, 78));
+  sched_.run();
+  EXPECT_EQ(stats().second, staged1 + 1);  // 3 ms after a commit: it waits
+  advance(6);
+  route(request_for("c", 2, 79));
+  sched_.run();
+  EXPECT_EQ(stats().second, staged1 + 1);
+  advance(1);  // 10 ms after the first commit: "b" and "c" share one
+  EXPECT_EQ(stats().second, staged1 + 2);
+  advance(100);
+  EXPECT_EQ(stats().second, staged1 + 2);
+}
+
 TEST_F(ActorsTest, AShardSumsOnlyTheLayersAskedForThatItKeeps) {
   // Store one block's counts (domain 2: experts 4 and 5, 4 tokens, in both layers).
   route(request_for("store", 2, 77));

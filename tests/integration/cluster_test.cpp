@@ -166,6 +166,24 @@ TEST_F(ClusterTest, NodesJoinThroughASeedAndFormAFullMesh) {
   for (const auto& m : s["cluster"]["members"])
     names.insert(m["name"].get<std::string>());
   EXPECT_EQ(names, (std::set<std::string>{"n1", "n2", "n3"}));
+
+  // Once formed, nobody dials a seed that is a live peer again (each handshake would change
+  // nothing): over three more rounds of redials no node answers a hello.
+  auto counter = [](const nlohmann::json& st, const char* key) {
+    return st["cluster"][key].get<uint64_t>();
+  };
+  auto rounds_later = [&](uint64_t rounds) {
+    const uint64_t from = counter(status(*nodes_[0]), "redials");
+    EXPECT_TRUE(
+        eventually([&] { return counter(status(*nodes_[0]), "redials") >= from + rounds; }));
+  };
+  rounds_later(2);  // dials begun while the mesh formed have ended
+  std::vector<uint64_t> before;
+  for (auto& n : nodes_)
+    before.push_back(counter(status(*n), "hellos_answered"));
+  rounds_later(3);
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    EXPECT_EQ(counter(status(*nodes_[i]), "hellos_answered"), before[i]) << "node " << i + 1;
 }
 
 // The value of an unlabelled series in a node's /metrics; nullopt when absent or unreadable.
