@@ -2,7 +2,7 @@
 """What a fresh generator run does to a cluster in its first seconds (BENCHMARKS.md, "The tail at
 the start of each run").
 
-    /usr/bin/python3 bench/run_start.py --bin-dir build [--nodes 3] [--rate 3000] [--warmup-rate 1000]
+    /usr/bin/python3 bench/run_start.py --bin-dir BUILD_OR_BIN_DIR [--nodes 3] [--rate 3000] [--warmup-rate 1000]
         [--loadgen-args '--counts all']
 
 Starts a loopback cluster (deploy/local/eldr-cluster), runs the throughput case's generator
@@ -33,7 +33,10 @@ args = ap.parse_args()
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 script = os.path.join(root, "deploy/local/eldr-cluster")
+# A build tree, or a directory holding the binaries (as eldr-cluster's --bin takes either).
 loadgen = os.path.join(os.path.abspath(args.bin_dir), "tools/eldr-loadgen/eldr-loadgen")
+if not os.access(loadgen, os.X_OK):
+    loadgen = os.path.join(os.path.abspath(args.bin_dir), "eldr-loadgen")
 if not os.access(loadgen, os.X_OK):
     sys.exit("eldr-loadgen not found under %s" % args.bin_dir)
 

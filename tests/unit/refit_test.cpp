@@ -11,6 +11,8 @@
 #include <numeric>
 #include <vector>
 
+#include "core/base/resident_buffer.hpp"
+
 namespace eldr {
 namespace {
 
@@ -218,6 +220,37 @@ TEST(SignatureSample, PastItsFillAnOfferIsReadOnlyWhenTheReservoirKeepsIt) {
   EXPECT_LT(refused, 40u);
   EXPECT_EQ(s.seen(), 2 + 1000 - refused);
   EXPECT_EQ(std::vector<float>(s.points().begin(), s.points().end()), held);
+}
+
+// The reservoir is allocated whole when the sample is made (and again at a reset to another
+// width) and never moves while it fills: rows kept on the route path write memory that is already
+// there (core/base/resident_buffer.hpp).
+TEST(SignatureSample, TheReservoirIsAllocatedWhenMadeAndNeverMovesWhileItFills) {
+  signature_sample s = std::move(signature_sample::make(64, 8, 3)).value();
+  ASSERT_TRUE(s.add(signature{8, {1}, {1.0f}}).ok());
+  const float* first = s.points().data();
+  for (uint32_t i = 1; i < 64; ++i)
+    ASSERT_TRUE(s.add(signature{8, {i % 8}, {1.0f}}).ok());
+  EXPECT_EQ(s.size(), 64u);
+  EXPECT_EQ(s.points().data(), first);
+  ASSERT_TRUE(s.reset(16).ok());
+  ASSERT_TRUE(s.add(signature{16, {15}, {2.0f}}).ok());
+  const float* again = s.points().data();
+  for (uint32_t i = 1; i < 64; ++i)
+    ASSERT_TRUE(s.add(signature{16, {i % 16}, {1.0f}}).ok());
+  EXPECT_EQ(s.points().data(), again);
+  EXPECT_FLOAT_EQ(s.points()[15], 1.0f);  // the first row, normalised
+}
+
+TEST(ResidentBuffer, LeavesTheVectorEmptyWithItsWholeCapacity) {
+  std::vector<float> v = {1, 2, 3};
+  make_resident(v, 1000);
+  EXPECT_TRUE(v.empty());
+  EXPECT_GE(v.capacity(), 1000u);
+  const float* p = v.data();
+  v.resize(1000);
+  EXPECT_EQ(v.data(), p);
+  EXPECT_EQ(v[999], 0.0f);
 }
 
 TEST(SignatureSample, MakeRefusesAHorizonBelowTheCapacity) {
