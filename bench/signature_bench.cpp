@@ -10,7 +10,13 @@
 // - sample_fill: offering the all-layer signature of a 1,024-token prompt to a fresh refit sample
 //   (signature_sample) until it holds 1,024 rows: what every router pays per decision until its
 //   reservoir is full (after its first sample_size decisions; each router of a cluster fills its
-//   own). Per offer: a row of width floats written, its pages touched for the first time.
+//   own). Per offer: a row of width floats written, its pages touched for the first time. The
+//   sample's make() is timed too (since 2026-12-06 it makes the reservoir resident).
+// - sample_fill_offers: the same offers to a sample of the default sample_size (4,096 rows, 100
+//   MB at this width: above glibc's largest mmap threshold, so each sample is fresh memory, as a
+//   router's is), with make() outside the timing: what a decision pays while its router's sample
+//   fills (rows whose pages faulted in on first touch until 2026-12-06,
+//   core/base/resident_buffer.hpp).
 // - sample_past_horizon: offering the same signature to a full sample already past its horizon
 //   (models.sample_horizon): what a busy router pays per decision for ever -- a resident row
 //   rewritten for sample_size / horizon of the offers (1/8 at the automatic horizon, every offer
@@ -138,6 +144,24 @@ void sample_fill(benchmark::State& state, const fixture& f) {
   state.counters["width"] = sig.width;
 }
 
+void sample_fill_offers(benchmark::State& state, const fixture& f) {
+  const eldr::signature sig = prompt_signature(f);
+  const uint32_t rows = eldr::bench::smoke() ? 8 : 4096;
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto sample = eldr::signature_sample::make(rows, sig.width, 1).value();
+    state.ResumeTiming();
+    for (uint32_t i = 0; i < rows; ++i)
+      benchmark::DoNotOptimize(sample.add(sig));
+    benchmark::DoNotOptimize(sample.points().data());
+    state.PauseTiming();  // the sample's memory is given back outside the timing
+    sample = eldr::signature_sample::make(1, 1, 1).value();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * rows);
+  state.counters["width"] = sig.width;
+}
+
 void sample_past_horizon(benchmark::State& state, const fixture& f) {
   const eldr::signature sig = prompt_signature(f);
   const uint32_t rows = sample_rows();
@@ -168,6 +192,8 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("signature_one_block/1x16tok/48x128/mask48",
                                signature_one_block_all_layers, all_layers);
   benchmark::RegisterBenchmark("sample_fill/1024rows/64x16tok/mask48", sample_fill, all_layers);
+  benchmark::RegisterBenchmark("sample_fill_offers/4096rows/64x16tok/mask48", sample_fill_offers,
+                               all_layers);
   // Horizon in multiples of the sample: 8 = automatic, 1 = every offer rewrites a row.
   benchmark::RegisterBenchmark("sample_past_horizon/1024rows/64x16tok/mask48", sample_past_horizon,
                                all_layers)
