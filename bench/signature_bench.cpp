@@ -17,6 +17,10 @@
 //   router's is), with make() outside the timing: what a decision pays while its router's sample
 //   fills (rows whose pages faulted in on first touch until 2026-12-06,
 //   core/base/resident_buffer.hpp).
+// - sample_copy: copying a full sample of the default size (4,096 rows, 100 MB) into fresh memory,
+//   as the router hands its sample to a refit, on the router's thread; Arg 0 a plain vector copy
+//   (its pages faulted in by the copy), Arg 1 into memory made resident first
+//   (core/base/resident_buffer.hpp, what the router does since 2026-12-06).
 // - sample_past_horizon: offering the same signature to a full sample already past its horizon
 //   (models.sample_horizon): what a busy router pays per decision for ever -- a resident row
 //   rewritten for sample_size / horizon of the offers (1/8 at the automatic horizon, every offer
@@ -28,6 +32,7 @@
 #include <vector>
 
 #include "bench/bench_support.hpp"
+#include "core/base/resident_buffer.hpp"
 #include "core/expert_counts.hpp"
 #include "core/refit.hpp"
 #include "core/signature.hpp"
@@ -162,6 +167,25 @@ void sample_fill_offers(benchmark::State& state, const fixture& f) {
   state.counters["width"] = sig.width;
 }
 
+void sample_copy(benchmark::State& state, const fixture& f) {
+  const eldr::signature sig = prompt_signature(f);
+  const uint32_t rows = eldr::bench::smoke() ? 8 : 4096;
+  auto sample = eldr::signature_sample::make(rows, sig.width, 1).value();
+  for (uint32_t i = 0; i < rows; ++i)
+    (void)sample.add(sig);
+  const auto pts = sample.points();
+  for (auto _ : state) {
+    std::vector<float> copy;
+    if (state.range(0) == 1) eldr::make_resident(copy, pts.size());
+    copy.assign(pts.begin(), pts.end());
+    benchmark::DoNotOptimize(copy.data());
+    state.PauseTiming();  // the copy's memory is given back outside the timing
+    copy = {};
+    state.ResumeTiming();
+  }
+  state.counters["MB"] = static_cast<double>(pts.size_bytes()) / 1e6;
+}
+
 void sample_past_horizon(benchmark::State& state, const fixture& f) {
   const eldr::signature sig = prompt_signature(f);
   const uint32_t rows = sample_rows();
@@ -194,6 +218,9 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("sample_fill/1024rows/64x16tok/mask48", sample_fill, all_layers);
   benchmark::RegisterBenchmark("sample_fill_offers/4096rows/64x16tok/mask48", sample_fill_offers,
                                all_layers);
+  benchmark::RegisterBenchmark("sample_copy/4096rows/64x16tok/mask48", sample_copy, all_layers)
+      ->Arg(0)
+      ->Arg(1);
   // Horizon in multiples of the sample: 8 = automatic, 1 = every offer rewrites a row.
   benchmark::RegisterBenchmark("sample_past_horizon/1024rows/64x16tok/mask48", sample_past_horizon,
                                all_layers)

@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "core/base/resident_buffer.hpp"
+
 namespace eldr {
 
 class node_metrics;
@@ -243,9 +245,14 @@ struct sample_reply {
 static_assert(std::endian::native == std::endian::little,
               "sample_reply.points is little-endian binary32, copied as is");
 
+// On the asked router's thread, up to 100 MB: copied into memory made resident first, as the
+// router's own refit copy (core/base/resident_buffer.hpp).
 inline std::vector<uint8_t> pack_points(std::span<const float> rows) {
-  std::vector<uint8_t> out(rows.size() * sizeof(float));
-  if (!rows.empty()) std::memcpy(out.data(), rows.data(), out.size());
+  const auto bytes = std::as_bytes(rows);
+  std::vector<uint8_t> out;
+  make_resident(out, bytes.size());
+  const auto* first = reinterpret_cast<const uint8_t*>(bytes.data());
+  out.assign(first, first + bytes.size());
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include "actors/router/shard_gather.hpp"
 #include "cluster/wire/counts_message.hpp"
 #include "cluster/wire/worker_protocol.hpp"
+#include "core/base/resident_buffer.hpp"
 #include "core/membership/incarnation.hpp"
 
 namespace eldr::router {
@@ -628,6 +629,11 @@ caf::behavior router_behavior(router_actor_t* self, node_context_ptr ctx, caf::a
         if (m.sample) {
           in->seen = m.sample->seen();
           const auto pts = m.sample->points();
+          // Up to 100 MB copied on this thread: into memory made resident in huge pages where
+          // the kernel offers them, not faulted in page by page by the copy (a pause in routing
+          // of 22 ms instead of 282-366 ms at the default sample_size on this project's VM;
+          // bench/signature_bench.cpp, sample_copy; BENCHMARKS.md, "Timers and thread wake-ups").
+          make_resident(in->points, pts.size());
           in->points.assign(pts.begin(), pts.end());
         }
         return refit_input_ptr(in);

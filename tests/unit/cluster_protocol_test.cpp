@@ -105,5 +105,21 @@ TEST(ClusterProtocol, TheFingerprintSeesAFieldAdded) {
   EXPECT_NE(fingerprint(layouts), before);
 }
 
+// A router's refit sample crosses the cluster as packed little-endian floats (sample_reply):
+// whole rows come back as they went, a ragged payload is refused and appends nothing.
+TEST(ClusterProtocol, SamplePointsPackAndUnpackWholeRows) {
+  const std::vector<float> rows = {0.5f, -1.0f, 0.0f, 2.25f, 3.0f, 1e-7f};
+  const std::vector<uint8_t> packed = pack_points(rows);
+  EXPECT_EQ(packed.size(), rows.size() * sizeof(float));
+  std::vector<float> out = {9.0f};
+  ASSERT_TRUE(unpack_points(packed, 3, out));
+  EXPECT_EQ(out, (std::vector<float>{9.0f, 0.5f, -1.0f, 0.0f, 2.25f, 3.0f, 1e-7f}));
+  EXPECT_FALSE(unpack_points(packed, 4, out));  // 6 floats are not rows of 4
+  EXPECT_FALSE(unpack_points(std::span<const uint8_t>(packed).first(5), 1, out));
+  EXPECT_FALSE(unpack_points(packed, 0, out));
+  EXPECT_EQ(out.size(), 7u);
+  EXPECT_TRUE(pack_points({}).empty());
+}
+
 }  // namespace
 }  // namespace eldr
