@@ -99,6 +99,12 @@ ap.add_argument("--throughput-duration", type=float, default=5)
 ap.add_argument("--throughput-loadgen-args", default="",
                 help="more eldr-loadgen options for the throughput case, e.g. '--prompt-pool 0' "
                      "(no prefix hits, so no signature shard lookups)")
+ap.add_argument("--prepare-budget-mib", type=int, default=4096,
+                help="the throughput and separate cases' eldr-loadgen --prepare-budget-mib: enough "
+                     "to encode every request before the clock (8,000 req/s x 6 s with every "
+                     "block's counts is about 2.5 GiB), so that the generator's preparation does "
+                     "not share the cores with the nodes it measures; a run that still prepares "
+                     "during its timed phase is said in the log")
 ap.add_argument("--cluster-key", action="append", default=[], metavar="KEY=VALUE",
                 help="a [cluster] key written into every node's config of every cluster this run "
                      "starts, as TOML (repeatable), e.g. load_sync_ms=20 or "
@@ -709,7 +715,8 @@ def throughput_loadgen(c):
             str(args.prompt_max),
             # The cluster is thrown away after the run: no epoch to restore (a restore waits
             # for the refit leader, which an overloaded cluster may be electing again).
-            "--keep-centroids"] + args.throughput_loadgen_args.split()
+            "--keep-centroids", "--prepare-budget-mib", str(args.prepare_budget_mib)] + \
+        args.throughput_loadgen_args.split()
 
 
 def separate():
@@ -1102,7 +1109,12 @@ def run_loadgen_timed(cmd, on_start=None):
     if p.returncode != 0 or not started:
         raise RuntimeError("eldr-loadgen failed (%d): %s\n%s" % (p.returncode, " ".join(cmd),
                                                                  "".join(tail)[-2000:]))
-    return json.loads(out.strip().splitlines()[-1]), started[0]
+    r = json.loads(out.strip().splitlines()[-1])
+    if r.get("prepared_at_start", 0) < r.get("requests", 0):
+        log("warning: the generator prepared %d of its %d requests before its clock: it encoded "
+            "the rest during the timed phase, on the nodes' cores (raise --prepare-budget-mib)"
+            % (r["prepared_at_start"], r["requests"]))
+    return r, started[0]
 
 
 def fanin_weights(own, total):

@@ -27,6 +27,8 @@ ap.add_argument("--rate", type=int, default=3000)
 ap.add_argument("--warmup-rate", type=int, default=1000)
 ap.add_argument("--duration", type=float, default=6)
 ap.add_argument("--sample-ms", type=int, default=250)
+ap.add_argument("--prepare-budget-mib", type=int, default=4096,
+                help="eldr-loadgen's: enough to encode every request before the clock")
 ap.add_argument("--loadgen-args", default="--counts all",
                 help="more eldr-loadgen options, e.g. '--counts all --no-import'")
 args = ap.parse_args()
@@ -59,7 +61,8 @@ try:
     base = [loadgen, "--node", nodes[0]["admin"], "--routers", ",".join(n["admin"] for n in nodes),
             "--synthetic", "qwen-task", "--decode-workers", "8", "--route-only", "--policies",
             "eldr", "--json", "--output-tokens", "16", "--prompt-max", "512",
-            "--keep-centroids"] + args.loadgen_args.split()
+            "--keep-centroids", "--prepare-budget-mib", str(args.prepare_budget_mib)] + \
+        args.loadgen_args.split()
     subprocess.run(base + ["--rate", str(args.warmup_rate), "--duration", "2", "--quiet"],
                    capture_output=True, check=True)
     p = subprocess.Popen(base + ["--rate", str(args.rate), "--duration", str(args.duration)],

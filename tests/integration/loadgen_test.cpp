@@ -426,12 +426,34 @@ TEST(Loadgen, RouteOnlyFinishesEveryDecision) {
   EXPECT_EQ(j["errors"], 0);
   EXPECT_EQ(j["decode_steps"], 0);
   EXPECT_GT(j["route_rps"].get<double>(), 0.0);
+  EXPECT_EQ(j["prepared_at_start"], 200);  // within the default budget: all before the clock
   const node_record& n = node.record();
   EXPECT_TRUE(n.imported.empty());
   EXPECT_EQ(n.routed.size(), 200u);
   EXPECT_EQ(n.finished, n.routed);
   ASSERT_EQ(n.registers.size(), 2u);
   EXPECT_EQ(n.registers[0].capacity, 0u);  // unbounded by default
+}
+
+// A run whose encoded requests exceed --prepare-budget-mib starts its clock with part of them
+// prepared and prepares the rest while it plays, on the cores the nodes it measures use too: the
+// report and stderr say how many were ready, so a benchmark can tell (bench/cluster_bench.py
+// warns).
+TEST(Loadgen, ARunBeyondThePreparationBudgetSaysHowMuchWasPreparedBeforeTheClock) {
+  fake_node node(2);
+  const auto r = eldr::testing::run_command(
+      loadgen_binary + " --node " + node.admin_endpoint() +
+      " --synthetic qwen-task --rate 400 --duration 0.5 --decode-workers 2 --json --route-only"
+      " --no-import --policies jsq --prompt-pool 0 --counts all --prepare-budget-mib 1");
+  node.stop();
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json j = last_json_line(r.output);
+  ASSERT_TRUE(j.is_object()) << r.output;
+  EXPECT_EQ(j["replied"], 200);  // every request still sent and answered
+  EXPECT_GT(j["prepared_at_start"].get<uint64_t>(), 0u);
+  EXPECT_LT(j["prepared_at_start"].get<uint64_t>(), 200u);
+  EXPECT_NE(r.output.find("of 200 requests prepared before the clock"), std::string::npos)
+      << r.output;
 }
 
 // Two loadgen processes against one node send disjoint request ids (a node answers a repeated id

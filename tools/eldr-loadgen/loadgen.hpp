@@ -156,6 +156,9 @@ struct policy_result {
   double wall_s = 0;
   double cpu_s = 0;  // this process's CPU seconds during the run (is the generator the limit?)
   uint64_t prepare_stalls = 0;  // times the generator waited for preparation (budget exceeded)
+  // Requests prepared when the timed phase began; fewer than all = the preparing thread shared the
+  // machine with the run (--prepare-budget-mib was full).
+  uint64_t prepared_at_start = 0;
   std::optional<swap_result> swap;
 };
 

@@ -117,6 +117,7 @@ json to_json(const policy_result& r) {
   j["wall_s"] = r.wall_s;
   j["loadgen_cpu_s"] = r.cpu_s;
   j["prepare_stalls"] = r.prepare_stalls;
+  j["prepared_at_start"] = r.prepared_at_start;
   if (r.swap) {
     const swap_result& x = *r.swap;
     auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
