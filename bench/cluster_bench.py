@@ -1112,8 +1112,8 @@ def run_loadgen_timed(cmd, on_start=None):
     r = json.loads(out.strip().splitlines()[-1])
     if r.get("prepared_at_start", 0) < r.get("requests", 0):
         log("warning: the generator prepared %d of its %d requests before its clock: it encoded "
-            "the rest during the timed phase, on the nodes' cores (raise --prepare-budget-mib)"
-            % (r["prepared_at_start"], r["requests"]))
+            "the rest during the timed phase, on the nodes' cores (its --prepare-budget-mib was "
+            "full)" % (r["prepared_at_start"], r["requests"]))
     return r, started[0]
 
 

@@ -118,8 +118,6 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
 
   route_book book(run_id, N, D, o.warmup_s);
   generator gen(s, prep, **route, book, clock, emu ? &q : nullptr, finisher.get(), res);
-  // A marker for whoever samples the nodes around the run (bench/cluster_bench.py's fan-in case):
-  // the preparation above may take seconds, so "playing" is not yet the first request.
   // Below N, the preparing thread keeps encoding during the run, on the cores the nodes measured
   // beside it use too: said here and in the report, so that no figure hides it.
   res.prepared_at_start = prep.ready();
@@ -127,6 +125,8 @@ result<policy_result> run_policy(session& s, const std::string& policy, uint32_t
     say(o, "  " + std::to_string(res.prepared_at_start) + " of " + std::to_string(N) +
                " requests prepared before the clock (--prepare-budget-mib full): the rest are "
                "prepared during the run");
+  // A marker for whoever samples the nodes around the run (bench/cluster_bench.py's fan-in case):
+  // the preparation above may take seconds, so "playing" is not yet the first request.
   say(o, "  timed phase begins");
   const auto t0 = wall_clock::now();
   const double cpu0 = process_cpu_s();
