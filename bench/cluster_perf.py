@@ -28,6 +28,9 @@ ap.add_argument("--rate", type=float, default=1500)
 ap.add_argument("--duration", type=float, default=6)
 ap.add_argument("--warmup-requests", type=int, default=0)
 ap.add_argument("--loadgen-args", default="")
+ap.add_argument("--prepare-budget-mib", type=int, default=4096,
+                help="eldr-loadgen's: enough to encode every request before the clock, so that "
+                     "its preparation is not in the profile")
 ap.add_argument("--base-port", type=int, default=0, help="0: a free-looking port from the pid")
 ap.add_argument("--top", type=int, default=0,
                 help="also the N leaf functions and the N threads (by name) with the most "
@@ -135,7 +138,8 @@ def main():
         loadgen = [tool("eldr-loadgen"), "--node", nodes[0]["admin"], "--routers", admins,
                    "--synthetic", "qwen-task", "--decode-workers", "8", "--route-only",
                    "--policies", "eldr", "--json", "--quiet", "--output-tokens", "16",
-                   "--prompt-max", "512", "--keep-centroids"] + args.loadgen_args.split()
+                   "--prompt-max", "512", "--keep-centroids",
+                   "--prepare-budget-mib", str(args.prepare_budget_mib)] + args.loadgen_args.split()
         warm = max(2000, args.warmup_requests)
         subprocess.run(loadgen + ["--rate", "1000", "--duration", str(warm / 1000.0)],
                        capture_output=True, check=True)
